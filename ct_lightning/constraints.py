@@ -1,0 +1,115 @@
+"""Actionability constraints: per-feature mutability and domain bounds.
+
+Mutability follows the CARLA/DiCE vocabulary: ``both`` (default), ``increase``,
+``decrease`` and ``none``. Internally a constraint set is a tensor of integer
+codes, one per feature, so that every operation on it is vectorised.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+import torch
+
+MUTABILITY_KINDS = ("both", "increase", "decrease", "none")
+BOTH, INCREASE, DECREASE, NONE = range(4)
+
+
+def _resolve_feature(key, feature_names: Sequence[str] | None, n_features: int, argument: str) -> list[int]:
+    """Map a feature name, a one-hot group prefix or an index to column indices."""
+    if isinstance(key, int) or (isinstance(key, str) and key.lstrip("-").isdigit() and
+                                (feature_names is None or key not in feature_names)):
+        index = int(key)
+        if not -n_features <= index < n_features:
+            raise ValueError(f"{argument}: feature index {index} is out of range for {n_features} features")
+        return [index % n_features]
+    names = list(feature_names or [])
+    if key in names:
+        return [names.index(key)]
+    # A categorical feature one-hot encoded as `feature=value` columns is named by its prefix.
+    group = [i for i, name in enumerate(names) if name.startswith(f"{key}=")]
+    if group:
+        return group
+    shown = ", ".join(names[:30]) + (" ..." if len(names) > 30 else "")
+    raise ValueError(f"{argument}: unknown feature {key!r}; known features: {shown or '(none named)'}")
+
+
+def parse_mutability(spec, n_features: int, feature_names: Sequence[str] | None = None,
+                     argument: str = "mutability") -> torch.Tensor:
+    """Turn a mutability spec into a tensor of codes (0 both, 1 increase, 2 decrease, 3 none).
+
+    ``spec`` may be ``None`` (all ``both``), a mapping ``{feature: kind}`` with features named
+    by name, one-hot group prefix or index, a sequence of ``n_features`` kinds, or a string
+    ``"age=none,hours_per_week=increase"``.
+    """
+    codes = torch.zeros(n_features, dtype=torch.long)
+    if spec is None or spec == "" or spec == {}:
+        return codes
+    if isinstance(spec, str):
+        pairs = {}
+        for item in filter(None, (part.strip() for part in spec.split(","))):
+            if "=" not in item:
+                raise ValueError(f"{argument}: expected FEATURE=KIND, got {item!r} "
+                                 f"(KIND one of {', '.join(MUTABILITY_KINDS)})")
+            name, kind = item.rsplit("=", 1)
+            pairs[name.strip()] = kind.strip()
+        spec = pairs
+    if isinstance(spec, Mapping):
+        items = spec.items()
+    else:
+        spec = list(spec)
+        if len(spec) != n_features:
+            raise ValueError(f"{argument}: a list spec needs one kind per feature ({n_features}), got {len(spec)}")
+        items = enumerate(spec)
+    for key, kind in items:
+        if kind not in MUTABILITY_KINDS:
+            raise ValueError(f"{argument}: unknown kind {kind!r} for feature {key!r}; "
+                             f"allowed: {', '.join(MUTABILITY_KINDS)}")
+        for index in _resolve_feature(key, feature_names, n_features, argument):
+            codes[index] = MUTABILITY_KINDS.index(kind)
+    return codes
+
+
+def mask_gradient(grad: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """Zero gradient components that would move a feature the forbidden way.
+
+    A descent step is ``x - lr * grad``: a positive gradient decreases the feature,
+    a negative one increases it.
+    """
+    forbidden = (codes == NONE) | ((codes == INCREASE) & (grad > 0)) | ((codes == DECREASE) & (grad < 0))
+    return grad.masked_fill(forbidden, 0.0)
+
+
+def enforce(x_cf: torch.Tensor, x: torch.Tensor, codes: torch.Tensor,
+            lower: torch.Tensor | None = None, upper: torch.Tensor | None = None) -> torch.Tensor:
+    """Project ``x_cf`` onto the domain, then restore mutability exactly.
+
+    Mutability wins over the domain: a factual outside the domain keeps its own value of a
+    feature that may not move, and ``none`` features are copied bit for bit from ``x``.
+    """
+    if lower is not None:
+        x_cf = torch.maximum(x_cf, lower)
+    if upper is not None:
+        x_cf = torch.minimum(x_cf, upper)
+    x_cf = torch.where(codes == INCREASE, torch.maximum(x_cf, x), x_cf)
+    x_cf = torch.where(codes == DECREASE, torch.minimum(x_cf, x), x_cf)
+    return torch.where(codes == NONE, x, x_cf)
+
+
+def protect_positive(x_pos: torch.Tensor, x_cf: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """Sec. 3.4: set ``x⁺[d] := x'[d]`` where moving ``x'[d]`` towards ``x⁺[d]`` is not allowed.
+
+    Per feature: ``none → x'``, ``increase → max(x', x⁺)``, ``decrease → min(x', x⁺)``,
+    ``both → x⁺``.
+    """
+    out = torch.where(codes == NONE, x_cf, x_pos)
+    out = torch.where(codes == INCREASE, torch.maximum(x_cf, x_pos), out)
+    return torch.where(codes == DECREASE, torch.minimum(x_cf, x_pos), out)
+
+
+def infer_domain(x_train: torch.Tensor, n_std: float = 3.0) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-feature bounds ``lb = min(μ − nσ, min x)``, ``ub = max(μ + nσ, max x)`` (SPEC §2)."""
+    mean, std = x_train.mean(0), x_train.std(0)
+    lower = torch.minimum(mean - n_std * std, x_train.min(0).values)
+    upper = torch.maximum(mean + n_std * std, x_train.max(0).values)
+    return lower, upper

@@ -1,0 +1,169 @@
+"""Functional forms of the CT evaluation metrics (SPEC §3; paper Eq. 5-7).
+
+All functions are pure torch and vectorised over samples. Inputs with more than
+two dimensions (e.g. images) are flattened to ``(N, features)``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Optional
+
+import torch
+from torch import Tensor, nn
+
+from ..attacks import Domain, _eval_mode, adversarial_examples
+
+
+def _flat(x: Tensor) -> Tensor:
+    """View ``x`` as ``(N, features)``."""
+    return x.reshape(x.shape[0], -1)
+
+
+def implausibility(
+    counterfactuals: Tensor,
+    targets: Tensor,
+    reference_x: Tensor,
+    reference_y: Tensor,
+    p: float = 2.0,
+) -> Tensor:
+    """Distance-based implausibility IP (Eq. 5), one value per counterfactual.
+
+    For counterfactual ``i`` with target class ``c = targets[i]``: the mean l_p
+    distance (default Euclidean) to all reference samples with ``reference_y == c``.
+    Returns a tensor of shape ``(N,)``. Raises ``ValueError`` if a target class has
+    no reference samples.
+    """
+    cf, ref = _flat(counterfactuals), _flat(reference_x)
+    targets, reference_y = targets.reshape(-1), reference_y.reshape(-1)
+    out = cf.new_empty(cf.shape[0])
+    for c in torch.unique(targets).tolist():
+        ref_c = ref[reference_y == c]
+        if ref_c.shape[0] == 0:
+            raise ValueError(f"No reference samples for target class {c}")
+        mask = targets == c
+        out[mask] = torch.cdist(cf[mask], ref_c.to(cf.dtype), p=p).mean(dim=1)
+    return out
+
+
+def _kernel_sum(a: Tensor, b: Tensor, length_scale: float, chunk_size: int, exclude_diagonal: bool) -> Tensor:
+    """Sum of Gaussian kernel values over all pairs ``(a_i, b_j)``, in row chunks of ``a`` (float64 accumulator).
+
+    With ``exclude_diagonal`` (``a is b``) the pairs ``i == j`` are skipped.
+    """
+    gamma = 1.0 / (2.0 * length_scale**2)
+    total = torch.zeros((), dtype=torch.float64, device=a.device)
+    for start in range(0, a.shape[0], chunk_size):
+        block = torch.exp(-gamma * torch.cdist(a[start : start + chunk_size], b).pow(2))
+        if exclude_diagonal:
+            rows = torch.arange(block.shape[0], device=a.device)
+            block[rows, start + rows] = 0.0
+        total = total + block.sum(dtype=torch.float64)
+    return total
+
+
+def mmd2_unbiased(x: Tensor, y: Tensor, length_scale: float = 0.5, chunk_size: int = 1024) -> Tensor:
+    """Unbiased estimate of the squared MMD (Gretton et al. 2012; paper Eq. 7).
+
+    ``mean_{i!=j} k(x_i, x_j) + mean_{i!=j} k(y_i, y_j) - 2 mean_{i,j} k(x_i, y_j)`` with the
+    Gaussian kernel ``k(a, b) = exp(-||a - b||^2 / (2 length_scale^2))`` (KernelFunctions.jl
+    ``with_lengthscale(SqExponentialKernel(), length_scale)``). Kernel sums are computed in
+    blocks of ``chunk_size`` rows, so peak memory is ``O(chunk_size * max(m, n))``.
+    Can be slightly negative. Returns a scalar tensor in ``x``'s dtype.
+    """
+    x, y = _flat(x), _flat(y).to(x.dtype)
+    m, n = x.shape[0], y.shape[0]
+    if m < 2 or n < 2:
+        raise ValueError(f"mmd2_unbiased needs at least 2 samples on each side, got {m} and {n}")
+    if x.shape[1] != y.shape[1]:
+        raise ValueError(f"Feature dimensions differ: {x.shape[1]} vs {y.shape[1]}")
+    if chunk_size < 1:
+        raise ValueError(f"chunk_size must be positive, got {chunk_size}")
+    kxx = _kernel_sum(x, x, length_scale, chunk_size, True) / (m * (m - 1))
+    kyy = _kernel_sum(y, y, length_scale, chunk_size, True) / (n * (n - 1))
+    kxy = _kernel_sum(x, y, length_scale, chunk_size, False) / (m * n)
+    return (kxx + kyy - 2.0 * kxy).to(x.dtype)
+
+
+def mmd_implausibility(
+    counterfactuals: Tensor,
+    targets: Tensor,
+    reference_x: Tensor,
+    reference_y: Tensor,
+    length_scale: float = 0.5,
+    max_samples: Optional[int] = 1000,
+    generator: Optional[torch.Generator] = None,
+) -> Tensor:
+    """Divergence-based implausibility IP* (Eq. 6), a scalar.
+
+    For each target class ``c`` among ``targets`` with at least 2 counterfactuals:
+    ``mmd2_unbiased(counterfactuals[targets == c], reference_x[reference_y == c])``.
+    If a class has more than ``max_samples`` reference samples, they are subsampled
+    without replacement (``torch.randperm`` with ``generator``, classes in ascending
+    order); ``max_samples=None`` uses all. Counterfactuals are never subsampled. The
+    per-class values are averaged with weights equal to the number of counterfactuals
+    per class (i.e. every counterfactual counts equally). Classes with fewer than 2
+    counterfactuals are skipped; returns NaN if none remain. Raises ``ValueError`` if
+    a used target class has fewer than 2 reference samples.
+    """
+    cf, ref = _flat(counterfactuals), _flat(reference_x)
+    targets, reference_y = targets.reshape(-1), reference_y.reshape(-1)
+    values, weights = [], []
+    for c in torch.unique(targets).tolist():
+        cf_c = cf[targets == c]
+        if cf_c.shape[0] < 2:
+            continue
+        ref_c = ref[reference_y == c]
+        if ref_c.shape[0] < 2:
+            raise ValueError(f"Need at least 2 reference samples for target class {c}, got {ref_c.shape[0]}")
+        if max_samples is not None and ref_c.shape[0] > max_samples:
+            gen_device = generator.device if generator is not None else "cpu"
+            idx = torch.randperm(ref_c.shape[0], generator=generator, device=gen_device)[:max_samples]
+            ref_c = ref_c[idx.to(ref_c.device)]
+        values.append(mmd2_unbiased(cf_c, ref_c, length_scale=length_scale))
+        weights.append(cf_c.shape[0])
+    if not values:
+        return torch.tensor(math.nan, dtype=cf.dtype, device=cf.device)
+    w = torch.tensor(weights, dtype=cf.dtype, device=cf.device)
+    return (torch.stack(values) * w).sum() / w.sum()
+
+
+def counterfactual_cost(counterfactuals: Tensor, factuals: Tensor, p: float = 1.0) -> Tensor:
+    """Cost per counterfactual: l_p distance to its factual (default l1; ``p=2`` for Euclidean). Shape ``(N,)``."""
+    return torch.linalg.vector_norm(_flat(counterfactuals) - _flat(factuals), ord=p, dim=1)
+
+
+def validity(logits: Tensor, targets: Tensor) -> Tensor:
+    """Share of samples whose predicted class ``argmax(logits, -1)`` equals the target (NaN if empty)."""
+    return (logits.argmax(dim=-1) == targets.reshape(-1)).float().mean()
+
+
+def robust_accuracy(
+    model: nn.Module,
+    x: Tensor,
+    y: Tensor,
+    epsilon: float = 0.03,
+    attack: str = "fgsm",
+    steps: int = 10,
+    step_size: Optional[float] = None,
+    domain: Domain = None,
+) -> Tensor:
+    """Robust accuracy Acc*: accuracy of ``model`` (in eval mode) on ``x`` perturbed by FGSM/PGD.
+
+    ``attack`` is ``"fgsm"`` (paper default, ``epsilon=0.03``) or ``"pgd"`` (``steps``,
+    ``step_size``); ``domain=(lower, upper)`` clamps the perturbed inputs. ``epsilon=0``
+    gives clean accuracy. The model's train/eval modes are restored afterwards.
+    """
+    x_adv = adversarial_examples(model, x, y, epsilon, attack=attack, steps=steps, step_size=step_size, domain=domain)
+    with torch.no_grad(), _eval_mode(model):
+        return validity(model(x_adv), y)
+
+
+__all__ = [
+    "implausibility",
+    "mmd2_unbiased",
+    "mmd_implausibility",
+    "counterfactual_cost",
+    "validity",
+    "robust_accuracy",
+]

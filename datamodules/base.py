@@ -1,0 +1,100 @@
+"""Base class for data modules that hold their splits as in-memory tensors."""
+
+from __future__ import annotations
+
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, TensorDataset
+
+from ct_lightning.constraints import infer_domain
+
+
+class TensorDataModule(L.LightningDataModule):
+    """A data set held as tensors: ``x_*`` float32 of shape (n, n_features), ``y_*`` int64 labels.
+
+    Subclasses implement :meth:`load_splits` and set the class attributes ``default_batch_size``,
+    ``ct_defaults`` (per-data-set CT settings of SPEC Table 2) and optionally ``fixed_domain``.
+    After :meth:`setup`, ``feature_names``, ``protected`` (names of the default protected
+    features), ``n_classes`` and the six split tensors are available.
+    """
+
+    name = "tensor"
+    default_batch_size = 32
+    ct_defaults: dict = {}
+    fixed_domain: tuple[float, float] | None = None  # e.g. (-1, 1) for images; None: inferred
+
+    def __init__(self, batch_size: int | None = None, seed: int = 0, num_workers: int = 0):
+        super().__init__()
+        self.batch_size = batch_size or self.default_batch_size
+        self.seed = seed
+        self.num_workers = num_workers
+        self.feature_names: list[str] = []
+        self.protected: list[str] = []
+        self.n_classes = 0
+        self._ready = False
+
+    def load_splits(self) -> dict:
+        """Return a dict with ``x_train, y_train, x_val, y_val, x_test, y_test`` tensors,
+        ``feature_names``, ``protected`` and ``n_classes``."""
+        raise NotImplementedError
+
+    def setup(self, stage: str | None = None) -> None:
+        """Load the splits once; later calls are free."""
+        if self._ready:
+            return
+        splits = self.load_splits()
+        for key in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test"):
+            value = torch.as_tensor(splits[key])
+            value = value.float() if key.startswith("x") else value.long()
+            if key.startswith("x") and not torch.isfinite(value).all():
+                raise ValueError(f"data {self.name}: {key} contains NaN or infinite values after preprocessing")
+            setattr(self, key, value)
+        self.feature_names = list(splits["feature_names"])
+        self.protected = list(splits["protected"])
+        self.n_classes = int(splits["n_classes"])
+        self._ready = True
+
+    @property
+    def n_features(self) -> int:
+        return self.x_train.shape[1]
+
+    @property
+    def train_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Training inputs and labels, for drawing factuals and x⁺ in counterfactual training."""
+        return self.x_train, self.y_train
+
+    def domain(self, n_std: float = 3.0) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-feature bounds: the fixed range if the data set has one, else inferred (SPEC §2)."""
+        if self.fixed_domain is not None:
+            lower = torch.full((self.n_features,), float(self.fixed_domain[0]))
+            return lower, torch.full_like(lower, float(self.fixed_domain[1]))
+        return infer_domain(self.x_train, n_std)
+
+    def _loader(self, x, y, shuffle: bool) -> DataLoader:
+        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
+        return DataLoader(TensorDataset(x, y), batch_size=self.batch_size, shuffle=shuffle,
+                          generator=generator, num_workers=self.num_workers)
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self.x_train, self.y_train, shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self.x_val, self.y_val, shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self.x_test, self.y_test, shuffle=False)
+
+    def summary(self) -> dict:
+        """Sizes, features, class balance and protected features, for reports."""
+        balance = torch.bincount(self.y_train, minlength=self.n_classes).float() / len(self.y_train)
+        return {
+            "name": self.name,
+            "n_train": len(self.y_train),
+            "n_val": len(self.y_val),
+            "n_test": len(self.y_test),
+            "n_features": self.n_features,
+            "n_classes": self.n_classes,
+            "protected": list(self.protected),
+            "class_balance": [round(v, 4) for v in balance.tolist()],
+            "batch_size": self.batch_size,
+        }
