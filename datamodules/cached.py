@@ -1,0 +1,131 @@
+"""Base classes for data modules built from raw files: locate, download, preprocess once, cache.
+
+``RawDataModule`` finds (or downloads) its ``raw_files``, and loads its splits from the
+``.npz`` cache when one exists for the same raw files and options; otherwise it calls
+:meth:`RawDataModule.build` and caches the result. ``TabularDataModule`` implements ``build``
+for tables: a subclass only reads its file into features and labels (:meth:`TabularDataModule.read`).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from datamodules.base import TensorDataModule
+from datamodules.cache import cache_file, cache_key, load_arrays, save_arrays
+from datamodules.download import RawFile, fetch
+from datamodules.paths import resolve_cache_dir, resolve_data_dir
+from datamodules.preprocess import check_labels, one_hot, split_indices, standardise, undersample
+
+SPLITS = ("train", "val", "test")
+
+
+class RawDataModule(TensorDataModule):
+    """A data set read from raw files, with Table 2 sizes, a seeded split and a preprocessing cache.
+
+    ``data_dir``: folder with ``<set>/<file>`` raw files (default ``$CT_DATA_DIR``, else
+    ``~/.cache/ct-lightning/data``); ``cache_dir``: folder for the processed ``.npz`` (default
+    ``$CT_CACHE_DIR``, else ``~/.cache/ct-lightning/processed``). ``n_train``/``n_test`` default to
+    SPEC Table 2 (class attributes ``table2_train``/``table2_test``); ``n_val=None`` takes every row
+    used by neither split, at most ``n_test`` of them, and falls back to a subset of the training
+    split when none is left. ``data_seed`` fixes balancing and splitting; ``seed`` only the
+    shuffling of training batches. ``download=False`` (or ``CT_OFFLINE=1``) never downloads.
+
+    After ``setup()``: ``source_rows`` (per split, the 0-based data-row positions in the raw file
+    each row came from), ``feature_mean``/``feature_scale`` (``raw = x * scale + mean``),
+    ``val_source`` (``"unused"`` or ``"train"``) and ``from_cache``.
+    """
+
+    default_batch_size = 1000
+    raw_files: tuple[RawFile, ...] = ()
+    table2_train = 0
+    table2_test = 0
+
+    def __init__(self, batch_size: int | None = None, seed: int = 0, num_workers: int = 0,
+                 data_dir: str | os.PathLike | None = None, n_train: int | None = None,
+                 n_test: int | None = None, n_val: int | None = None, data_seed: int = 0,
+                 cache_dir: str | os.PathLike | None = None, download: bool = True):
+        super().__init__(batch_size, seed, num_workers)
+        self.data_dir = resolve_data_dir(data_dir)
+        self.cache_dir = resolve_cache_dir(cache_dir)
+        self.n_train = self.table2_train if n_train is None else int(n_train)
+        self.n_test = self.table2_test if n_test is None else int(n_test)
+        self.n_val = None if n_val is None else int(n_val)
+        self.data_seed = data_seed
+        self.download = download
+        self.from_cache = False
+        self.cache_path: Path | None = None
+        self.source_rows: dict[str, np.ndarray] = {}
+        self.val_source = ""
+
+    def raw_paths(self) -> list[Path]:
+        """Paths of the raw files, downloading missing ones where a public source exists."""
+        return [fetch(raw, self.data_dir, self.download) for raw in self.raw_files]
+
+    def prepare_data(self) -> None:
+        """Lightning hook (runs once per node): make sure the raw files are there."""
+        self.raw_paths()
+
+    def options(self) -> dict:
+        """The preprocessing options that the cache key depends on."""
+        return {"n_train": self.n_train, "n_test": self.n_test, "n_val": self.n_val, "data_seed": self.data_seed}
+
+    def build(self, paths: list[Path]) -> dict[str, np.ndarray]:
+        """Preprocess the raw files into the arrays that are cached (see :meth:`load_splits`)."""
+        raise NotImplementedError
+
+    def load_splits(self) -> dict:
+        """Splits from the cache, or built from the raw files and then cached."""
+        paths = self.raw_paths()
+        self.cache_path = cache_file(self.cache_dir, self.name, cache_key(self.name, paths, self.options()))
+        arrays = load_arrays(self.cache_path)
+        self.from_cache = arrays is not None
+        if arrays is None:
+            arrays = self.build(paths)
+            for split in SPLITS:
+                arrays[f"y_{split}"] = check_labels(arrays[f"y_{split}"], int(arrays["n_classes"]), self.name)
+            save_arrays(self.cache_path, arrays)
+        self.source_rows = {split: arrays[f"rows_{split}"] for split in SPLITS}
+        self.feature_mean, self.feature_scale = arrays["mean"], arrays["scale"]
+        self.val_source = str(arrays["val_source"])
+        return {**{f"{xy}_{split}": arrays[f"{xy}_{split}"] for xy in "xy" for split in SPLITS},
+                "feature_names": [str(n) for n in arrays["feature_names"]],
+                "protected": [str(n) for n in arrays["protected"]], "n_classes": int(arrays["n_classes"])}
+
+
+class TabularDataModule(RawDataModule):
+    """A table: read, optionally balance by under-sampling, split, one-hot encode, standardise.
+
+    Subclasses implement :meth:`read` and set ``categorical`` (columns to one-hot encode; all
+    other columns are standardised with training-split statistics), ``balanced`` and ``protected_features``.
+    """
+
+    categorical: tuple[str, ...] = ()
+    balanced = False
+    protected_features: tuple[str, ...] = ()
+
+    def read(self, paths: list[Path]) -> tuple[pd.DataFrame, np.ndarray]:
+        """Features (final base names; index = 0-based raw data-row position) and 0/1 labels."""
+        raise NotImplementedError
+
+    def build(self, paths: list[Path]) -> dict[str, np.ndarray]:
+        """Read, balance, split, one-hot encode and standardise; arrays ready for the cache."""
+        frame, y = self.read(paths)
+        y = check_labels(y, 2, self.name)
+        rng = np.random.default_rng(self.data_seed)
+        if self.balanced:
+            keep = undersample(y, rng)
+            frame, y = frame.iloc[keep], y[keep]
+        index, val_source = split_indices(len(y), self.n_train, self.n_test, self.n_val, rng, self.name)
+        encoded = one_hot(frame, list(self.categorical))
+        names = list(encoded.columns)
+        is_numeric = np.array([name in frame.columns and name not in self.categorical for name in names])
+        x, mean, scale = standardise(encoded.to_numpy(np.float32), index["train"], is_numeric)
+        rows = frame.index.to_numpy(np.int64)
+        arrays = {f"{key}_{split}": value[index[split]] for split in SPLITS for key, value in
+                  (("x", x), ("y", y), ("rows", rows))}
+        return {**arrays, "feature_names": np.array(names), "protected": np.array(self.protected_features),
+                "n_classes": np.array(2), "mean": mean, "scale": scale, "val_source": np.array(val_source)}
