@@ -1,9 +1,12 @@
-"""Feature-space counterfactual generators: the penalty each adds to Eq. 1.
+"""Counterfactual generators.
 
-A generator returns, per counterfactual row, the regularisation term of Eq. 1; the
-search adds the cross-entropy towards the target and takes SGD steps of size ``lr``.
-The loss is summed over rows, so each row gets exactly the gradient it would get if it
-were searched alone.
+Every generator offers ``generate(model, x, target, tau, max_steps, epsilon, mutability, lower,
+upper) -> SearchResult`` (what ``CTModule`` calls) and the hooks ``prepare(module)`` (once, when
+fitting starts, with the training data in place) and ``update(module)`` (at the start of every
+CT epoch). The feature-space generators below return, per counterfactual row, the
+regularisation term of Eq. 1; the batched search adds the cross-entropy towards the target
+and takes SGD steps of size ``lr``. The loss is summed over rows, so each row gets exactly
+the gradient it would get if it were searched alone.
 """
 
 from __future__ import annotations
@@ -11,6 +14,8 @@ from __future__ import annotations
 import math
 
 import torch
+
+from ct_lightning.search import SearchResult, search_counterfactuals
 
 
 class Generic:
@@ -30,6 +35,17 @@ class Generic:
     def config(self) -> dict:
         """Primitive settings, for logging and checkpoints."""
         return {"generator": self.name, "lambda_cost": self.lambda_cost, "lr": self.lr}
+
+    def prepare(self, module) -> None:
+        """Called once when fitting starts; feature-space generators need nothing."""
+
+    def update(self, module) -> None:
+        """Called at the start of every CT epoch; feature-space generators need nothing."""
+
+    def generate(self, model, x, target, tau=0.75, max_steps=30, epsilon=0.3, mutability=None,
+                 lower=None, upper=None) -> SearchResult:
+        """Batched gradient search in the feature space (Eq. 1)."""
+        return search_counterfactuals(model, x, target, self, tau, max_steps, epsilon, mutability, lower, upper)
 
 
 def energy_decay(step: int, max_steps: int) -> float:
@@ -57,14 +73,24 @@ class ECCo(Generic):
         return {**super().config(), "lambda_energy": self.lambda_energy}
 
 
-GENERATORS = {"generic": Generic, "ecco": ECCo}
+def _feature_space(cls):
+    def build(lambda_cost: float = 0.001, lambda_energy: float = 5.0, lr: float = 0.25, **options):
+        if options:
+            raise ValueError(f"generator_options: {cls.name} takes none, got {sorted(options)}")
+        if cls is ECCo:
+            return ECCo(lambda_cost=lambda_cost, lambda_energy=lambda_energy, lr=lr)
+        return cls(lambda_cost=lambda_cost, lr=lr)
+    return build
 
 
-def make_generator(name: str, lambda_cost: float = 0.001, lambda_energy: float = 5.0, lr: float = 0.25):
-    """Build a generator by name (``generic`` or ``ecco``)."""
+# name -> factory(lambda_cost, lambda_energy, lr, **generator_options); other modules add entries.
+GENERATORS = {"generic": _feature_space(Generic), "ecco": _feature_space(ECCo)}
+
+
+def make_generator(name: str, lambda_cost: float = 0.001, lambda_energy: float = 5.0, lr: float = 0.25,
+                   **options):
+    """Build a registered generator by name; ``options`` are generator-specific settings."""
     key = name.lower()
     if key not in GENERATORS:
         raise ValueError(f"generator: unknown {name!r}; allowed: {', '.join(GENERATORS)}")
-    if key == "ecco":
-        return ECCo(lambda_cost=lambda_cost, lambda_energy=lambda_energy, lr=lr)
-    return Generic(lambda_cost=lambda_cost, lr=lr)
+    return GENERATORS[key](lambda_cost=lambda_cost, lambda_energy=lambda_energy, lr=lr, **options)

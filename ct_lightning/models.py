@@ -1,13 +1,17 @@
-"""Default classifiers: the paper's MLP, built from primitive settings."""
+"""Classifiers built from primitive settings: the paper's MLP, a LeNet-style CNN, or a user factory."""
 
 from __future__ import annotations
 
+import importlib
+import inspect
+import math
 from collections.abc import Sequence
 
 from torch import nn
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU,
                "leaky_relu": nn.LeakyReLU, "elu": nn.ELU}
+BUILTIN_ARCHITECTURES = ("mlp", "cnn")
 
 
 def build_mlp(n_features: int, n_classes: int, hidden_sizes: Sequence[int] = (32,),
@@ -22,3 +26,68 @@ def build_mlp(n_features: int, n_classes: int, hidden_sizes: Sequence[int] = (32
         width = size
     layers.append(nn.Linear(width, n_classes))
     return nn.Sequential(*layers)
+
+
+class LeNet(nn.Module):
+    """LeNet-5-style CNN on flat square images (e.g. 784 MNIST pixels), returning logits.
+
+    It takes the same flat feature vectors as the MLP, so the counterfactual search, mutability
+    and domain work on pixels unchanged.
+    """
+
+    def __init__(self, n_features: int = 784, n_classes: int = 10, channels: int = 1):
+        super().__init__()
+        side = math.isqrt(n_features // channels)
+        if side * side * channels != n_features or side < 8:
+            raise ValueError(f"model cnn: needs square images of at least 8×8, got {n_features} features")
+        self.shape = (channels, side, side)
+        self.features = nn.Sequential(
+            nn.Conv2d(channels, 6, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+            nn.Conv2d(6, 16, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
+        )
+        flat = 16 * (side // 4) ** 2
+        self.classifier = nn.Sequential(nn.Flatten(), nn.Linear(flat, 120), nn.ReLU(), nn.Linear(120, 84),
+                                        nn.ReLU(), nn.Linear(84, n_classes))
+
+    def forward(self, x):
+        return self.classifier(self.features(x.reshape(-1, *self.shape)))
+
+
+def load_factory(spec: str):
+    """Import ``package.module:factory`` and return the factory, with a clear error if it fails."""
+    module_name, _, attribute = spec.partition(":")
+    if not module_name or not attribute:
+        raise ValueError(f"model: expected mlp, cnn or package.module:factory, got {spec!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as error:
+        raise ValueError(f"model: cannot import module {module_name!r} of {spec!r} ({error})") from None
+    if not hasattr(module, attribute):
+        raise ValueError(f"model: module {module_name!r} has no attribute {attribute!r}")
+    return getattr(module, attribute)
+
+
+def build_model(architecture: str, n_features: int, n_classes: int, hidden_sizes: Sequence[int] = (32,),
+                activation: str = "relu") -> nn.Module:
+    """Build ``mlp``, ``cnn`` or a user factory ``package.module:factory``.
+
+    A factory is called with whichever of ``n_features``, ``n_classes``, ``hidden_sizes`` and
+    ``activation`` it accepts and must return an ``nn.Module`` that maps inputs to logits.
+    """
+    if architecture == "mlp":
+        return build_mlp(n_features, n_classes, hidden_sizes, activation)
+    if architecture == "cnn":
+        return LeNet(n_features, n_classes)
+    factory = load_factory(architecture)
+    offered = {"n_features": n_features, "n_classes": n_classes, "hidden_sizes": list(hidden_sizes),
+               "activation": activation}
+    try:
+        parameters = inspect.signature(factory).parameters
+        takes_all = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+        kwargs = {k: v for k, v in offered.items() if takes_all or k in parameters}
+    except (TypeError, ValueError):
+        kwargs = {}
+    model = factory(**kwargs)
+    if not isinstance(model, nn.Module):
+        raise ValueError(f"model: factory {architecture!r} returned {type(model).__name__}, not an nn.Module")
+    return model

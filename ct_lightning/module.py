@@ -16,8 +16,8 @@ from ct_lightning.constraints import infer_domain, parse_mutability
 from ct_lightning.generators import make_generator
 from ct_lightning.losses import (adversarial_loss, check_objective, contrast_pairs, contrastive_divergence,
                                  energy_ridge)
-from ct_lightning.models import build_mlp
-from ct_lightning.search import ClassSampler, random_targets, search_counterfactuals
+from ct_lightning.models import build_model
+from ct_lightning.search import ClassSampler, random_targets
 
 POOL_MODES = ("epoch", "step")
 
@@ -47,7 +47,9 @@ class CTModule(L.LightningModule):
     """Counterfactual training (Eq. 2) around any classifier that returns logits.
 
     Pass ``model`` to wrap your own ``nn.Module`` (then also give ``n_classes``), or leave it out
-    and give ``n_features``/``n_classes`` to build the paper's MLP. The training data (for
+    and give ``n_features``/``n_classes`` to build ``architecture``: ``mlp`` (the paper's MLP,
+    ``hidden_sizes``/``activation``), ``cnn`` (LeNet-style, for images) or
+    ``package.module:factory`` (rebuilt from the name, so ``load_from_checkpoint`` works). The training data (for
     factuals and ``x⁺``) is taken from the datamodule's ``train_tensors`` or from the training
     dataloader's ``TensorDataset``.
 
@@ -61,11 +63,13 @@ class CTModule(L.LightningModule):
 
     def __init__(self, model: nn.Module | None = None, n_features: int | None = None, n_classes: int = 2,
                  hidden_sizes: tuple[int, ...] | list[int] = (32,), activation: str = "relu",
+                 architecture: str = "mlp",
                  objective: str = "full", lambda_clf: float = 1.0, lambda_div: float = 0.5,
                  lambda_reg: float = 0.1, lambda_adv: float = 0.25, generator: str = "ecco",
                  lambda_cost: float = 0.001, lambda_energy: float = 5.0, search_lr: float = 0.25,
                  max_steps: int = 30, tau: float = 0.75, epsilon: float = 0.3, nce: int = 1000,
-                 pool: str = "epoch", mutability: dict | str | None = None,
+                 pool: str = "epoch", generator_options: dict | None = None,
+                 mutability: dict | str | None = None,
                  feature_names: list[str] | None = None, domain="infer", domain_std: float = 3.0,
                  lr: float = 1e-3, seed: int = 0):
         super().__init__()
@@ -81,9 +85,9 @@ class CTModule(L.LightningModule):
         if model is None:
             if n_features is None:
                 raise ValueError("n_features: required when no model is given (to build the default MLP)")
-            model = build_mlp(n_features, n_classes, hidden_sizes, activation)
+            model = build_model(architecture, n_features, n_classes, hidden_sizes, activation)
         self.model = model
-        self.generator = make_generator(generator, lambda_cost, lambda_energy, search_lr)
+        self.generator = make_generator(generator, lambda_cost, lambda_energy, search_lr, **(generator_options or {}))
         self.ct_active = True  # switched off by the BurnIn callback during burn-in epochs
         self.pool: CounterfactualPool | None = None
         self.train_acc = MulticlassAccuracy(n_classes, average="micro")
@@ -138,6 +142,7 @@ class CTModule(L.LightningModule):
     def on_fit_start(self) -> None:
         if not self._data_ready:
             self.prepare_counterfactual_data(*self._training_tensors())
+        self.generator.prepare(self)
 
     # ----------------------------------------------------------- counterfactual pool
     def _rng(self, salt: int) -> torch.Generator:
@@ -156,8 +161,8 @@ class CTModule(L.LightningModule):
         target = random_targets(predicted, hp.n_classes, rng)
         x_pos = self.x_train[self.sampler.sample(target, rng).to(self.device)]
         started = time.perf_counter()
-        result = search_counterfactuals(self.model, x, target, self.generator, hp.tau, hp.max_steps,
-                                        hp.epsilon, self.mutability, self.lower, self.upper)
+        result = self.generator.generate(self.model, x, target, hp.tau, hp.max_steps, hp.epsilon,
+                                         self.mutability, self.lower, self.upper)
         stats = {**result.stats(), "search_seconds": time.perf_counter() - started}
         x_pos, x_neg = contrast_pairs(x_pos, result.counterfactual, result.converged, self.mutability)
         return CounterfactualPool(x_pos, x_neg, result.nascent, labels, target), stats
@@ -168,6 +173,8 @@ class CTModule(L.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self.pool = None
+        if self.uses_counterfactuals:
+            self.generator.update(self)
         if self.uses_counterfactuals and self.hparams.pool == "epoch":
             self.pool, stats = self.generate_pool(self.hparams.nce, self._rng(0))
             self._log_search(stats)

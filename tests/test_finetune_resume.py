@@ -1,0 +1,201 @@
+"""Fine-tuning from checkpoints, configuration files, the CNN, and resuming a killed run."""
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import lightning as L
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+from torch import nn
+
+from ct_lightning import CTModule
+from ct_lightning.checkpoints import read_checkpoint
+from ct_lightning.models import LeNet, build_mlp
+from ct_lightning.training import load_config_file, train
+from datamodules import get_datamodule
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"data": "moons", "max_epochs": 1, "limit_train_batches": 4, "limit_val_batches": 2, "nce": 40,
+        "progress": False, "accelerator": "cpu"}
+
+
+def load_recipe():
+    spec = importlib.util.spec_from_file_location("train_recipe", ROOT / "recipes" / "train.py")
+    recipe = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(recipe)
+    return recipe
+
+
+class FirstWeights(L.Callback):
+    """Records the model's weights when training starts."""
+
+    def on_train_start(self, trainer, pl_module):
+        self.state = {k: v.detach().clone() for k, v in pl_module.model.state_dict().items()}
+
+
+def assert_started_from(callback: FirstWeights, state: dict):
+    assert callback.state.keys() == state.keys()
+    for key, value in state.items():
+        assert torch.equal(callback.state[key], value), key
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One MLflow store for the module: creating a SQLite store takes seconds."""
+    return {"tracking_uri": f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db", "experiment": "finetune-tests"}
+
+
+def test_finetune_from_lightning_checkpoint(store):
+    vanilla = train({**TINY, **store, "objective": "vanilla", "hidden_sizes": [16]})
+    state, metadata = read_checkpoint(vanilla["checkpoints"]["last"])
+    assert metadata["hidden_sizes"] == [16]
+    first = FirstWeights()
+    tuned = train({**TINY, **store, "objective": "full", "from_checkpoint": vanilla["checkpoints"]["last"]},
+                  callbacks=[first])
+    assert tuned["config"]["hidden_sizes"] == [16], "architecture comes from the checkpoint's metadata"
+    assert_started_from(first, state)
+    assert tuned["metrics"]["train/ridge"] > 0
+
+
+def test_finetune_from_plain_state_dict(store, tmp_path):
+    model = build_mlp(2, 2, [12, 6], "relu")
+    torch.save(model.state_dict(), tmp_path / "plain.pt")
+    first = FirstWeights()
+    summary = train({**TINY, **store, "from_checkpoint": str(tmp_path / "plain.pt")}, callbacks=[first])
+    assert summary["config"]["hidden_sizes"] == [12, 6], "hidden sizes inferred from the weight shapes"
+    assert_started_from(first, model.state_dict())
+    # metadata form: {"state_dict": ..., "activation": ...}
+    tanh = build_mlp(2, 2, [8], "tanh")
+    torch.save({"state_dict": tanh.state_dict(), "activation": "tanh", "hidden_sizes": [8]}, tmp_path / "meta.pt")
+    summary = train({**TINY, **store, "from_checkpoint": str(tmp_path / "meta.pt")})
+    assert summary["config"]["activation"] == "tanh" and summary["config"]["hidden_sizes"] == [8]
+
+
+def test_finetune_own_model_from_factory(store, tmp_path, monkeypatch):
+    (tmp_path / "my_models.py").write_text(
+        "from torch import nn\n"
+        "def make(n_features, n_classes):\n"
+        "    return nn.Sequential(nn.Linear(n_features, 10), nn.Tanh(), nn.Linear(10, n_classes))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import my_models
+
+    model = my_models.make(2, 2)
+    torch.save(model.state_dict(), tmp_path / "own.pt")
+    first = FirstWeights()
+    summary = train({**TINY, **store, "model": "my_models:make", "from_checkpoint": str(tmp_path / "own.pt")},
+                    callbacks=[first])
+    assert_started_from(first, model.state_dict())
+    restored = CTModule.load_from_checkpoint(summary["checkpoints"]["last"], weights_only=True)
+    assert isinstance(restored.model[1], nn.Tanh)
+
+
+def test_wrong_checkpoint_unknown_model_and_unknown_config_key_are_clear_errors(store, tmp_path):
+    torch.save(build_mlp(2, 2, [16]).state_dict(), tmp_path / "w16.pt")
+    with pytest.raises(ValueError, match=r"does not fit the model: shape mismatch in 0\.weight: checkpoint \(16, 2\) "
+                                         r"vs model \(32, 2\)"):
+        train({**TINY, **store, "hidden_sizes": [32], "from_checkpoint": str(tmp_path / "w16.pt")})
+    torch.save(build_mlp(3, 2, [32]).state_dict(), tmp_path / "w3.pt")
+    with pytest.raises(ValueError, match=r"shape mismatch in 0\.weight"):
+        train({**TINY, **store, "from_checkpoint": str(tmp_path / "w3.pt")})
+    (tmp_path / "junk.pt").write_text("not a checkpoint")
+    with pytest.raises(ValueError, match="not a readable PyTorch checkpoint"):
+        train({**TINY, **store, "from_checkpoint": str(tmp_path / "junk.pt")})
+    with pytest.raises(ValueError, match="cannot import module 'no_such_package.models'"):
+        train({**TINY, **store, "model": "no_such_package.models:make"})
+    (tmp_path / "bad.yaml").write_text("max_epochs: 2\nlearning_rate: 0.1\n")
+    with pytest.raises(ValueError, match=r"unknown keys \['learning_rate'\] in .*bad\.yaml"):
+        load_config_file(tmp_path / "bad.yaml")
+    recipe = load_recipe()
+    with pytest.raises(SystemExit, match="learning_rate"):
+        recipe.main(["--config", str(tmp_path / "bad.yaml")])
+
+
+def test_config_file_below_command_line(store, tmp_path):
+    (tmp_path / "run.yaml").write_text(
+        "data: moons\nmax-epochs: 1\ntau: 0.6\nlambda_div: 0.3\nnce: 40\nlimit_train_batches: 3\n"
+        "limit_val_batches: 1\nprogress: false\naccelerator: cpu\n")
+    recipe = load_recipe()
+    summary = recipe.main(["--config", str(tmp_path / "run.yaml"), "--tau", "0.7", "--tracking-uri",
+                           store["tracking_uri"], "--experiment", store["experiment"]])
+    config = summary["config"]
+    assert config["tau"] == 0.7                      # command line beats the file
+    assert config["lambda_div"] == 0.3 and config["max_epochs"] == 1  # the file beats the defaults
+    assert config["lambda_reg"] == 0.25             # Table 2 value for moons where neither sets it
+    logged = MlflowClient(tracking_uri=store["tracking_uri"]).download_artifacts(
+        summary["run_id"], "config.yaml", str(tmp_path))
+    assert load_config_file(logged)["tau"] == 0.7, "the logged config can be fed back with --config"
+
+
+@pytest.mark.parametrize("name", ["ls", "circles", "moons", "ol", "adult", "california_housing", "credit",
+                                  "gmsc", "mnist"])
+def test_shipped_configs_hold_table2(name):
+    config = load_config_file(ROOT / "configs" / f"{name}.yaml")
+    from datamodules import get_datamodule_class
+
+    cls = get_datamodule_class(name)
+    assert config["data"] == name and config["batch_size"] == cls.default_batch_size
+    for key, value in cls.ct_defaults.items():
+        assert config[key] == value, key
+    assert config["max_epochs"] == 100 and config["lambda_div"] == 0.5 and config["lambda_adv"] == 0.25
+
+
+def test_cnn_trains_under_ct_on_mnist():
+    mnist = get_datamodule("mnist", batch_size=50)
+    mnist.setup()
+    assert LeNet()(mnist.x_train[:3]).shape == (3, 10)
+    module = CTModule(n_features=784, n_classes=10, architecture="cnn", nce=60, tau=0.5, lambda_reg=0.01,
+                      mutability={name: "none" for name in mnist.protected}, feature_names=mnist.feature_names)
+    trainer = L.Trainer(max_epochs=1, limit_train_batches=3, limit_val_batches=1, logger=False,
+                        enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(module, mnist)
+    assert torch.isfinite(trainer.callback_metrics["train/loss"])
+    assert trainer.callback_metrics["train/cf_steps"] >= 1
+    pool, _ = module.generate_pool(20, torch.Generator().manual_seed(0))
+    protected = module.mutability == 3
+    assert protected.sum() == 280
+    assert torch.equal(pool.x_neg[:, protected], pool.x_pos[:, protected])
+
+
+def test_resume_after_killed_process(tmp_path):
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    args = [sys.executable, str(ROOT / "recipes" / "train.py"), "--data", "moons", "--max-epochs", "5",
+            "--pool", "step", "--tracking-uri", uri, "--experiment", "resume-test", "--no-progress",
+            "--checkpoint-dir", str(tmp_path / "ckpt")]
+    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    last = tmp_path / "ckpt" / "last.ckpt"
+    deadline = time.time() + 240
+    while not last.exists() and process.poll() is None and time.time() < deadline:
+        time.sleep(0.2)
+    assert process.poll() is None, "the run must still be going when it is killed: " + process.stdout.read()[-2000:]
+    time.sleep(0.5)  # well inside the next epoch
+    os.kill(process.pid, signal.SIGKILL)
+    process.wait()
+    killed_at = torch.load(last, weights_only=False)["epoch"]
+    assert killed_at < 4
+
+    summary_path = tmp_path / "resumed.json"
+    done = subprocess.run([sys.executable, str(ROOT / "recipes" / "train.py"), "--resume", "--tracking-uri", uri,
+                           "--experiment", "resume-test", "--no-progress", "--summary-json", str(summary_path)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stderr[-3000:]
+    summary = json.loads(summary_path.read_text())
+    assert summary["metrics"]["epochs"] == 5
+    assert summary["config"]["max_epochs"] == 5 and summary["config"]["pool"] == "step"
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("resume-test").experiment_id])
+    assert len(runs) == 1 and runs[0].info.run_id == summary["run_id"], "resumed in the same MLflow run"
+    assert runs[0].info.status == "FINISHED"
+    epochs = {m.value for m in client.get_metric_history(summary["run_id"], "epoch")}
+    assert epochs == {0.0, 1.0, 2.0, 3.0, 4.0, 5.0}  # five training epochs, then the test phase logs epoch 5
+    assert len({m.step for m in client.get_metric_history(summary["run_id"], "val/acc")}) == 5
+    checkpoint = torch.load(last, weights_only=False)
+    assert checkpoint["epoch"] == 4
+    restored = CTModule.load_from_checkpoint(last, weights_only=True)
+    assert restored.hparams.pool == "step"
