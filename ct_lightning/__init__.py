@@ -9,3 +9,4 @@ from ct_lightning.search import SearchResult, random_targets, search_counterfact
 
 __all__ = ["BurnIn", "CTModule", "ECCo", "Generic", "MUTABILITY_KINDS", "SearchResult", "build_mlp",
            "infer_domain", "make_generator", "parse_mutability", "random_targets", "search_counterfactuals"]
+from ct_lightning import amortised, revise  # noqa: F401,E402  (register the revise and amortised generators)

@@ -146,7 +146,9 @@ class CTModule(L.LightningModule):
 
     # ----------------------------------------------------------- counterfactual pool
     def _rng(self, salt: int) -> torch.Generator:
-        return torch.Generator().manual_seed(hash((self.hparams.seed, self.current_epoch, salt)) % (2**63))
+        # Seeded by (seed, epoch, step, rank): reproducible, resumable, and different on each DDP rank.
+        key = (self.hparams.seed, self.current_epoch, salt, self.global_rank)
+        return torch.Generator().manual_seed(hash(key) % (2**63))
 
     def generate_pool(self, n: int, rng: torch.Generator) -> tuple[CounterfactualPool, dict]:
         """Draw ``n`` factuals, random targets and ``x⁺``, and search their counterfactuals at once."""
@@ -156,8 +158,11 @@ class CTModule(L.LightningModule):
             torch.randint(n_train, (n,), generator=rng)
         index = index.to(self.device)
         x, labels = self.x_train[index], self.y_train[index]
+        was_training = self.model.training
+        self.model.eval()
         with torch.no_grad():
             predicted = self.model(x).argmax(1)
+        self.model.train(was_training)
         target = random_targets(predicted, hp.n_classes, rng)
         x_pos = self.x_train[self.sampler.sample(target, rng).to(self.device)]
         started = time.perf_counter()

@@ -35,7 +35,7 @@ DEFAULTS = {
     "checkpoint_dir": None, "summary_json": None, "accelerator": "auto", "progress": True,
     "limit_train_batches": None, "limit_val_batches": None, "fast_dev_run": False,
     "eval_every": 0,  # > 0: CounterfactualEvaluation on the validation split every N epochs (val/ip, ...)
-    "config": None, "model": "mlp", "from_checkpoint": None, "resume": None,
+    "config": None, "model": "mlp", "from_checkpoint": None, "resume": None, "generator_options": None,
 }
 DATA_DEFAULT_KEYS = ("tau", "nce", "lambda_reg")
 
@@ -87,6 +87,30 @@ def mutability_spec(config: dict, datamodule) -> dict[str, str]:
     return spec
 
 
+def parse_generator_options(options) -> dict | None:
+    """Generator settings from a mapping, a JSON object or ``key=value,...`` (values read as JSON if they can be)."""
+    if not options:
+        return None
+    if isinstance(options, dict):
+        return dict(options)
+    text = str(options).strip()
+    if text.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"generator_options: invalid JSON {text!r} ({error})") from None
+    parsed = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if "=" not in item:
+            raise ValueError(f"generator_options: expected KEY=VALUE, got {item!r}")
+        key, value = (part.strip() for part in item.split("=", 1))
+        try:
+            parsed[key] = json.loads(value)
+        except json.JSONDecodeError:
+            parsed[key] = value
+    return parsed
+
+
 def build_module(config: dict, datamodule) -> CTModule:
     """A ``CTModule`` with the configured architecture for the configured data set."""
     return CTModule(
@@ -97,6 +121,7 @@ def build_module(config: dict, datamodule) -> CTModule:
         lambda_cost=config["lambda_cost"], lambda_energy=config["lambda_energy"],
         search_lr=config["search_lr"], max_steps=config["max_steps"], tau=config["tau"],
         epsilon=config["epsilon"], nce=config["nce"], pool=config["pool"],
+        generator_options=parse_generator_options(config["generator_options"]),
         mutability=mutability_spec(config, datamodule) or None, feature_names=list(datamodule.feature_names),
         domain="infer" if config["domain"] else None, domain_std=config["domain_std"], lr=config["lr"],
         seed=config["seed"])
@@ -213,16 +238,21 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
         client.log_dict(run_id, config, "config.yaml")
     validates = config["limit_val_batches"] != 0
     # Lightning writes checkpoints through an fsspec transaction: a temporary file renamed into place.
-    checkpoint = ModelCheckpoint(dirpath=config["checkpoint_dir"], filename="best",
-                                 monitor="val/acc" if validates else None, mode="max",
-                                 save_top_k=1 if validates else 0, save_last=True, enable_version_counter=False)
+    # Two callbacks: Lightning's own save_last only refreshes last.ckpt when a top-k file is saved.
+    last = ModelCheckpoint(dirpath=config["checkpoint_dir"], filename="last", monitor=None, save_top_k=1,
+                           enable_version_counter=False)
+    checkpoints = [last]
+    if validates:
+        best = ModelCheckpoint(dirpath=config["checkpoint_dir"], filename="best", monitor="val/acc", mode="max",
+                               save_top_k=1, enable_version_counter=False)
+        checkpoints.append(best)
     trainer_kwargs = {k: config[k] for k in ("limit_train_batches", "limit_val_batches") if config[k] is not None}
     extra_callbacks = list(callbacks or [])
     if config["eval_every"]:
         from ct_lightning.evaluation_callback import CounterfactualEvaluation
         extra_callbacks.append(CounterfactualEvaluation(int(config["eval_every"])))
     trainer = L.Trainer(max_epochs=config["max_epochs"], accelerator=config["accelerator"], logger=logger,
-                        callbacks=[checkpoint, BurnIn(config["burnin"]), *extra_callbacks], deterministic=False,
+                        callbacks=[*checkpoints, BurnIn(config["burnin"]), *extra_callbacks], deterministic=False,
                         enable_progress_bar=config["progress"], enable_model_summary=config["progress"],
                         fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, **trainer_kwargs)
     started = time.perf_counter()
@@ -237,10 +267,10 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     summary = {
         "run_id": run_id, "experiment_id": experiment_id, "tracking_uri": config["tracking_uri"],
         "config": config, "data": datamodule.summary(), "metrics": metrics,
-        "checkpoints": {"last": checkpoint.last_model_path or None, "best": checkpoint.best_model_path or None},
+        "checkpoints": {"last": last.best_model_path or None, "best": best.best_model_path if validates else None},
     }
     client.log_metric(run_id, "fit_seconds", fit_seconds)
-    for path in {checkpoint.last_model_path, checkpoint.best_model_path} - {""}:
+    for path in set(summary["checkpoints"].values()) - {None, ""}:
         client.log_artifact(run_id, path, artifact_path="checkpoints")
     if config["summary_json"]:
         write_json_atomic(config["summary_json"], summary)

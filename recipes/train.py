@@ -62,6 +62,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     search = parser.add_argument_group("counterfactual search")
     search.add_argument("--generator", choices=list(GENERATORS), help="default {DFLT}")
+    search.add_argument("--generator-options", metavar="OPTIONS",
+                        help="generator settings as KEY=VALUE,... or a JSON object, e.g. variant=gan,refit_every=5 "
+                             "(amortised) or latent_dim=4 (revise)")
     search.add_argument("--tau", type=float, help=f"target-probability threshold for convergence [Table 2] (SPEC default {d['tau']})")
     search.add_argument("--max-steps", type=int, help="maximum search steps T (default {DFLT})")
     search.add_argument("--search-lr", type=float, help="SGD step size η of the search (default {DFLT})")

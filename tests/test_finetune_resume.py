@@ -18,7 +18,7 @@ from torch import nn
 from ct_lightning import CTModule
 from ct_lightning.checkpoints import read_checkpoint
 from ct_lightning.models import LeNet, build_mlp
-from ct_lightning.training import load_config_file, train
+from ct_lightning.training import load_config_file, parse_generator_options, train
 from datamodules import get_datamodule
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -131,6 +131,17 @@ def test_config_file_below_command_line(store, tmp_path):
     logged = MlflowClient(tracking_uri=store["tracking_uri"]).download_artifacts(
         summary["run_id"], "config.yaml", str(tmp_path))
     assert load_config_file(logged)["tau"] == 0.7, "the logged config can be fed back with --config"
+
+
+def test_generator_options_forms():
+    assert parse_generator_options("variant=gan,refit_every=5,w_l1=0.1") == {"variant": "gan", "refit_every": 5,
+                                                                           "w_l1": 0.1}
+    assert parse_generator_options('{"latent_dim": 4}') == {"latent_dim": 4}
+    assert parse_generator_options(None) is None
+    with pytest.raises(ValueError, match="generator_options: expected KEY=VALUE"):
+        parse_generator_options("variant")
+    with pytest.raises(ValueError, match="generator_options: ecco takes none"):
+        CTModule(n_features=2, generator="ecco", generator_options={"latent_dim": 4})
 
 
 @pytest.mark.parametrize("name", ["ls", "circles", "moons", "ol", "adult", "california_housing", "credit",

@@ -1,0 +1,178 @@
+"""Train a conditional counterfactual generator (Van Looveren et al.) for a trained classifier.
+
+The classifier comes from an MLflow run of recipes/train.py (its checkpoints/last.ckpt artifact)
+or a checkpoint file. The generator G(x, y_M, y_T, z) is trained against the frozen classifier on
+the training split (MMD or conditional-GAN in-distribution loss), then evaluated on the test split
+like the paper: MMD² overall and per class, ℓ1, ℓ0 (one-hot groups count as one feature) and
+validity, side by side with a gradient search (ECCo by default) on the same factuals and targets.
+Everything is logged to a new MLflow run tagged with the classifier's run id.
+
+Examples:
+  python recipes/train_generator.py --data moons --run-id 1a6d42...
+  python recipes/train_generator.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --variant gan
+  python recipes/train_generator.py --run-id 1a6d42... --max-epochs 50 --summary-json gen.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
+
+from ct_lightning.amortised import VARIANTS, GeneratorModule, counterfactual_quality, one_hot_groups  # noqa: E402
+from ct_lightning.generators import make_generator  # noqa: E402
+from ct_lightning.runs import build_data, evaluation_constraints, load_checkpoint_with_config, load_run  # noqa: E402
+from ct_lightning.search import random_targets, search_counterfactuals  # noqa: E402
+from ct_lightning.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store, run_url,  # noqa: E402
+                                   ui_command, write_json_atomic)
+
+
+def _csv_ints(text: str) -> list[int]:
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The command line of ``recipes/train_generator.py``."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    source = parser.add_argument_group("classifier (one of)")
+    source.add_argument("--run-id", help="MLflow run of recipes/train.py")
+    source.add_argument("--checkpoint", help="a checkpoint file (config.json beside it, else pass --data)")
+    parser.add_argument("--data", help="data set (default: the classifier's)")
+    parser.add_argument("--which", choices=("last", "best"), default="last", help="checkpoint of the run (default %(default)s)")
+    parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow tracking URI (default %(default)s)")
+    parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default %(default)s)")
+    parser.add_argument("--run-name", help="MLflow run name (default: generator-VARIANT)")
+    gen = parser.add_argument_group("generator")
+    gen.add_argument("--variant", choices=VARIANTS, default="mmd", help="in-distribution loss (default %(default)s)")
+    gen.add_argument("--max-epochs", type=int, default=30, help="training epochs (default %(default)s)")
+    gen.add_argument("--batch-size", type=int, default=256, help="batch size (default %(default)s)")
+    gen.add_argument("--hidden-sizes", type=_csv_ints, default=[64, 64], help="hidden layers of G and D (default 64,64)")
+    gen.add_argument("--noise-dim", type=int, default=4, help="size of the injected noise z (default %(default)s)")
+    gen.add_argument("--w-m", type=float, default=1.0, help="weight of the prediction loss (default %(default)s)")
+    gen.add_argument("--w-l1", type=float, default=0.1, help="weight of the ℓ1 sparsity loss (default %(default)s)")
+    gen.add_argument("--w-chi", type=float, default=1.0, help="weight of the MMD / GAN loss (default %(default)s)")
+    gen.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of G and D (default %(default)s)")
+    gen.add_argument("--seed", type=int, default=0, help="seed (default %(default)s)")
+    gen.add_argument("--protect", action="store_true", help="make the data set's protected features immutable")
+    gen.add_argument("--all-mutable", action="store_true", help="ignore the classifier's training constraints")
+    ev = parser.add_argument_group("evaluation")
+    ev.add_argument("--n-eval", type=int, default=1000, help="test factuals evaluated (default %(default)s)")
+    ev.add_argument("--baseline", default="ecco", help="gradient search compared on the same factuals, or 'none' (default %(default)s)")
+    ev.add_argument("--summary-json", help="write the run id, settings and metrics here")
+    ev.add_argument("--accelerator", default="cpu", help="Lightning accelerator (default %(default)s)")
+    ev.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
+    return parser
+
+
+def load_classifier(args):
+    """The classifier (``LoadedModel``) named by ``--run-id`` or ``--checkpoint``."""
+    if bool(args.run_id) == bool(args.checkpoint):
+        raise ValueError("give exactly one of --run-id and --checkpoint")
+    if args.run_id:
+        loaded = load_run(args.run_id, args.tracking_uri, args.which)
+        if args.data:
+            loaded.config["data"] = args.data
+        return loaded
+    return load_checkpoint_with_config(args.checkpoint, args.data)
+
+
+def evaluate(net: GeneratorModule, classifier, datamodule, constraints, args) -> dict:
+    """Generator and baseline metrics on up to ``--n-eval`` test factuals with random targets."""
+    rng = torch.Generator().manual_seed(args.seed + 1)
+    x = datamodule.x_test[torch.randperm(len(datamodule.x_test), generator=rng)[:args.n_eval]]
+    with torch.no_grad():
+        y_model = classifier(x).argmax(1)
+    y_target = random_targets(y_model, datamodule.n_classes, rng)
+    groups = one_hot_groups(datamodule.feature_names)
+    started = time.perf_counter()
+    x_cf = net.generate(x, y_target, y_model)
+    seconds = time.perf_counter() - started
+    results = {"generator": {**counterfactual_quality(classifier, x, x_cf, y_target, groups, datamodule.n_classes),
+                             "seconds": seconds}}
+    if args.baseline.lower() != "none":
+        search = make_generator(args.baseline)
+        started = time.perf_counter()
+        found = search_counterfactuals(classifier, x, y_target, search, tau=0.95, max_steps=50, epsilon=0.0,
+                                       mutability=constraints.mutability, lower=constraints.lower,
+                                       upper=constraints.upper)
+        seconds = time.perf_counter() - started
+        results[args.baseline] = {**counterfactual_quality(classifier, x, found.counterfactual, y_target, groups,
+                                                           datamodule.n_classes), "seconds": seconds}
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Parse arguments, train and evaluate the generator, log everything to MLflow."""
+    from lightning.pytorch.callbacks import ModelCheckpoint
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    args = build_parser().parse_args(argv)
+    try:
+        loaded = load_classifier(args)
+        datamodule = build_data(loaded.config)
+    except (ValueError, FileNotFoundError) as error:
+        sys.exit(f"error: {error}")
+    classifier = loaded.module.model.eval()
+    constraints = evaluation_constraints(loaded.module, datamodule, args.protect, args.all_mutable)
+    L.seed_everything(args.seed, verbose=False)
+    net = GeneratorModule(datamodule.n_features, datamodule.n_classes, classifier, variant=args.variant,
+                          hidden_sizes=args.hidden_sizes, d_hidden_sizes=args.hidden_sizes, noise_dim=args.noise_dim,
+                          groups=one_hot_groups(datamodule.feature_names), w_m=args.w_m, w_l1=args.w_l1,
+                          w_chi=args.w_chi, lr=args.lr, lr_d=args.lr, mutability=constraints.mutability,
+                          lower=constraints.lower, upper=constraints.upper)
+    tags = {"generator": args.variant, "data": datamodule.name}
+    if loaded.run_id:
+        tags["classifier_run_id"] = loaded.run_id
+    logger = MLFlowLogger(experiment_name=args.experiment, run_name=args.run_name or f"generator-{args.variant}",
+                          tracking_uri=args.tracking_uri, artifact_location=prepare_store(args.tracking_uri), tags=tags)
+    logger.log_hyperparams({**{k: v for k, v in vars(args).items() if k not in ("summary_json",)},
+                            "classifier_checkpoint": loaded.checkpoint})
+    workdir = Path(tempfile.mkdtemp(prefix="ct-generator-"))
+    checkpoint = ModelCheckpoint(dirpath=workdir, filename="generator", save_top_k=0, save_last=True)
+    train_loader = DataLoader(TensorDataset(datamodule.x_train), batch_size=args.batch_size, shuffle=True,
+                              generator=torch.Generator().manual_seed(args.seed))
+    val_loader = DataLoader(TensorDataset(datamodule.x_val), batch_size=4096)
+    trainer = L.Trainer(max_epochs=args.max_epochs, accelerator=args.accelerator, devices=1, logger=logger,
+                        callbacks=[checkpoint], enable_progress_bar=args.progress, enable_model_summary=args.progress,
+                        log_every_n_steps=1)
+    started = time.perf_counter()
+    trainer.fit(net, train_loader, val_loader)
+    fit_seconds = time.perf_counter() - started
+    net = net.cpu().eval()
+    results = evaluate(net, classifier, datamodule, constraints, args)
+    client, run_id = logger.experiment, logger.run_id
+    client.log_metric(run_id, "fit_seconds", fit_seconds)
+    for method, metrics in results.items():
+        prefix = "eval" if method == "generator" else f"eval_{method}"
+        for key, value in metrics.items():
+            if value == value:  # skip NaN
+                client.log_metric(run_id, f"{prefix}/{key}", float(value))
+    if checkpoint.last_model_path:
+        client.log_artifact(run_id, checkpoint.last_model_path, artifact_path="checkpoints")
+    summary = {"run_id": run_id, "experiment_id": logger.experiment_id, "tracking_uri": args.tracking_uri,
+               "classifier_run_id": loaded.run_id, "classifier_checkpoint": loaded.checkpoint,
+               "data": datamodule.name, "variant": args.variant, "fit_seconds": fit_seconds,
+               "settings": {k: v for k, v in vars(args).items() if k != "summary_json"}, "metrics": results}
+    summary_path = workdir / "generator_summary.json"
+    write_json_atomic(summary_path, summary)
+    client.log_artifact(run_id, str(summary_path))
+    if args.summary_json:
+        write_json_atomic(args.summary_json, summary)
+    gen = results["generator"]
+    print(f"generator ({args.variant}): validity {gen['validity']:.3f}, MMD² {gen['mmd2']:.4f}, "
+          f"per-class mean {gen['mmd2_class_mean']:.4f}, ℓ1 {gen['l1']:.3f}, ℓ0 {gen['l0']:.2f}")
+    print(f"MLflow run id: {run_id}\nOpen the MLflow UI:  {ui_command(args.tracking_uri)}\n"
+          f"then browse to {run_url(logger.experiment_id, run_id)}")
+    return summary
+
+
+if __name__ == "__main__":
+    main()
