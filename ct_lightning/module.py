@@ -139,7 +139,8 @@ class CTModule(L.LightningModule):
         self.sampler = ClassSampler(self.y_train, hp.n_classes)
         self._data_ready = True
 
-    def on_fit_start(self) -> None:
+    def on_train_start(self) -> None:
+        # Not on_fit_start: Lightning sets trainer.train_dataloader only once training starts.
         if not self._data_ready:
             self.prepare_counterfactual_data(*self._training_tensors())
         self.generator.prepare(self)

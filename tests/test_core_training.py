@@ -180,3 +180,15 @@ def test_train_recipe_bad_input_is_a_clear_error(tmp_path):
                  "--lambda-div", "--lambda-reg", "--lambda-adv", "--tau", "--tracking-uri", "--experiment",
                  "--summary-json"):
         assert flag in help_text
+
+
+def test_plain_dataloaders_without_datamodule(synthetic):
+    from torch.utils.data import DataLoader, TensorDataset
+
+    dm = synthetic["moons"]
+    train_loader = DataLoader(TensorDataset(dm.x_train, dm.y_train), batch_size=30, shuffle=True)
+    val_loader = DataLoader(TensorDataset(dm.x_val, dm.y_val), batch_size=100)
+    module = CTModule(n_features=2, n_classes=2, nce=60, tau=0.9, lambda_reg=0.25)
+    quiet_trainer(max_epochs=1, limit_train_batches=5, limit_val_batches=1).fit(module, train_loader, val_loader)
+    assert len(module.y_train) == 3600 and module.lower is not None
+    assert module.trainer.callback_metrics["train/cf_steps"] >= 1

@@ -1,0 +1,174 @@
+"""BL vs CT comparison with bootstrap statistics (paper Table 1 and Table 3).
+
+For a metric where lower is better (IP, IP*, cost) the effect of CT is the percentage
+reduction ``100·(BL − CT)/BL`` of the means. Its standard error is the standard deviation of
+that reduction over bootstrap rounds (100 by default), in which the BL and CT samples are
+resampled with replacement independently. The difference in means ``CT − BL`` gets a
+percentile bootstrap confidence interval (99% by default, as in Table 3); the effect is
+``significant`` when that interval excludes zero (the asterisks of Table 1).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+
+import numpy as np
+
+TABLE_METRICS = ("ip", "ip_star", "cost")
+METRIC_LABELS = {"ip": "IP (−%)", "ip_star": "IP* (−%)", "cost": "Cost (−%)"}
+
+
+def reduction_pct(bl_mean: float, ct_mean: float) -> float:
+    """Percentage reduction ``100·(BL − CT)/BL``; NaN when BL's mean is zero or missing."""
+    if bl_mean is None or ct_mean is None or not math.isfinite(bl_mean) or not math.isfinite(ct_mean) or bl_mean == 0:
+        return math.nan
+    return 100.0 * (bl_mean - ct_mean) / bl_mean
+
+
+def _finite(values) -> np.ndarray:
+    values = np.asarray(values, dtype=float).reshape(-1)
+    return values[np.isfinite(values)]
+
+
+def bootstrap_comparison(bl, ct, n_boot: int = 100, confidence: float = 0.99, seed: int = 0) -> dict:
+    """Compare per-sample outcomes of BL and CT (lower is better) by bootstrap.
+
+    Returns ``bl_mean``, ``ct_mean``, ``reduction_pct`` (point estimate from the full samples),
+    ``se`` (standard deviation of the bootstrapped reductions), ``diff`` (``CT − BL``),
+    ``ci_low``/``ci_high`` (percentile interval of the bootstrapped ``CT − BL`` at ``confidence``),
+    ``significant`` (the interval excludes zero), and the sample sizes. Non-finite values are
+    dropped; with an empty side every statistic is NaN and ``significant`` is ``False``.
+    """
+    bl, ct = _finite(bl), _finite(ct)
+    out = {"bl_mean": math.nan, "ct_mean": math.nan, "reduction_pct": math.nan, "se": math.nan,
+           "diff": math.nan, "ci_low": math.nan, "ci_high": math.nan, "significant": False,
+           "n_bl": int(bl.size), "n_ct": int(ct.size), "n_boot": n_boot, "confidence": confidence}
+    if bl.size == 0 or ct.size == 0:
+        return out
+    rng = np.random.default_rng(seed)
+    bl_means = bl[rng.integers(0, bl.size, (n_boot, bl.size))].mean(1)
+    ct_means = ct[rng.integers(0, ct.size, (n_boot, ct.size))].mean(1)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        reductions = 100.0 * (bl_means - ct_means) / bl_means
+    diffs = ct_means - bl_means
+    alpha = (1.0 - confidence) / 2.0
+    ci_low, ci_high = np.quantile(diffs, [alpha, 1.0 - alpha])
+    finite = reductions[np.isfinite(reductions)]
+    out.update({
+        "bl_mean": float(bl.mean()), "ct_mean": float(ct.mean()),
+        "reduction_pct": reduction_pct(float(bl.mean()), float(ct.mean())),
+        "se": float(finite.std(ddof=1)) if finite.size > 1 else math.nan,
+        "diff": float(ct.mean() - bl.mean()), "ci_low": float(ci_low), "ci_high": float(ci_high),
+        "significant": bool(ci_low > 0 or ci_high < 0),
+    })
+    return out
+
+
+def compare_evaluations(bl, ct, metrics=TABLE_METRICS, n_boot: int = 100, confidence: float = 0.99,
+                        seed: int = 0) -> dict[str, dict]:
+    """:func:`bootstrap_comparison` of two :class:`~ct_lightning.evaluation.EvaluationResult` per metric."""
+    return {name: bootstrap_comparison(bl.metric_samples(name), ct.metric_samples(name), n_boot, confidence,
+                                       seed + i) for i, name in enumerate(metrics)}
+
+
+def _model_block(summary: dict) -> dict:
+    keys = ("ip", "ip_star", "cost", "validity", "accuracy", "robust_accuracy")
+    return {k: summary.get(k) for k in keys}
+
+
+def table_row(data: str, plausibility: dict[str, dict], actionability: dict[str, dict],
+              bl_summary: dict, ct_summary: dict, bl_protected: dict | None = None,
+              ct_protected: dict | None = None) -> dict:
+    """One Table 1 row: IP and IP* from the all-mutable pair, cost from the protected pair.
+
+    ``plausibility``/``actionability`` are :func:`compare_evaluations` outputs; the ``*_summary``
+    arguments are :meth:`EvaluationResult.summary` dicts. The ``bl``/``ct`` blocks hold the raw
+    means (``cost`` from the protected pair, ``cost_all_mutable`` from the other), accuracy and
+    robust accuracy of the all-mutable models.
+    """
+    sources = {"ip": plausibility, "ip_star": plausibility, "cost": actionability}
+    row: dict = {"data": data}
+    for name, source in sources.items():
+        stats = source.get(name, {}) if source else {}
+        row[f"{name}_reduction_pct"] = stats.get("reduction_pct", math.nan)
+        row[f"{name}_se"] = stats.get("se", math.nan)
+        row[f"{name}_ci_low"] = stats.get("ci_low", math.nan)
+        row[f"{name}_ci_high"] = stats.get("ci_high", math.nan)
+        row[f"{name}_n_bl"], row[f"{name}_n_ct"] = stats.get("n_bl", 0), stats.get("n_ct", 0)
+    row["significant"] = {name: bool((source or {}).get(name, {}).get("significant", False))
+                          for name, source in sources.items()}
+    for label, summary, protected in (("bl", bl_summary, bl_protected), ("ct", ct_summary, ct_protected)):
+        block = _model_block(summary)
+        block["cost_all_mutable"] = block.pop("cost")
+        block["cost"] = protected.get("cost") if protected else None
+        if protected:
+            block["protected"] = _model_block(protected)
+        row[label] = block
+    return row
+
+
+def _fmt(value, digits: int = 2) -> str:
+    return "n/a" if value is None or (isinstance(value, float) and not math.isfinite(value)) else f"{value:.{digits}f}"
+
+
+MIN_SAMPLES = 30
+
+
+def format_cell(row: dict, metric: str) -> str:
+    """``reduction ± se`` with an asterisk when significant, e.g. ``29.05 ± 0.67*``.
+
+    A dagger and the sample sizes are added when either side has fewer than ``MIN_SAMPLES``
+    per-sample values (valid counterfactuals; IP* has one value per run and λ_egy, so it is exempt).
+    """
+    text = f"{_fmt(row[f'{metric}_reduction_pct'])} ± {_fmt(row[f'{metric}_se'])}"
+    text += "*" if row["significant"].get(metric) else ""
+    n_bl, n_ct = row.get(f"{metric}_n_bl"), row.get(f"{metric}_n_ct")
+    if metric != "ip_star" and n_bl is not None and n_ct is not None and min(n_bl, n_ct) < MIN_SAMPLES:
+        text += f" † (n {n_bl}/{n_ct})"
+    return text
+
+
+def markdown_table(rows: list[dict]) -> str:
+    """Table 1 as Markdown, with validity (all-mutable pair), accuracy and robust accuracy (FGSM ε = 0.03) of BL and CT."""
+    header = ["Data", *(METRIC_LABELS[m] for m in TABLE_METRICS), "Val BL", "Val CT", "Acc BL", "Acc CT",
+              "Acc* BL", "Acc* CT"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        cells = [row["data"], *(format_cell(row, m) for m in TABLE_METRICS),
+                 _fmt(row["bl"].get("validity"), 3), _fmt(row["ct"].get("validity"), 3),
+                 _fmt(row["bl"].get("accuracy"), 3), _fmt(row["ct"].get("accuracy"), 3),
+                 _fmt(row["bl"].get("robust_accuracy"), 3), _fmt(row["ct"].get("robust_accuracy"), 3)]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def flat_row(row: dict) -> dict:
+    """A row with nested blocks flattened to ``bl_ip``, ``significant_cost``, ... (for CSV)."""
+    out = {}
+    for key, value in row.items():
+        if isinstance(value, dict):
+            for sub, inner in value.items():
+                if isinstance(inner, dict):
+                    for k, v in inner.items():
+                        out[f"{key}_{sub}_{k}"] = v
+                else:
+                    out[f"{key}_{sub}"] = inner
+        else:
+            out[key] = value
+    return out
+
+
+def write_csv(rows: list[dict], path) -> None:
+    """Write the flattened rows as CSV (columns: union of all rows' keys, first-seen order)."""
+    flat = [flat_row(r) for r in rows]
+    columns: list[str] = []
+    for r in flat:
+        columns += [k for k in r if k not in columns]
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(flat)

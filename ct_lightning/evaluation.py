@@ -1,0 +1,309 @@
+"""The paper's test-time evaluation protocol (SPEC §3; paper Sec. 4, App. B.5, Note 2).
+
+Counterfactuals are generated *faithfully* for the trained model with ECCo, for factuals
+drawn from a held-out split (the test split by default) and random targets (any class but
+the model's current prediction). Every run draws its own factuals and targets from its own
+seed; every energy penalty ``λ_egy`` of the grid is searched for the same factuals of a run.
+All runs of one ``λ_egy`` are searched at once with the batched
+:func:`ct_lightning.search.search_counterfactuals`.
+
+Per counterfactual: validity (predicted class == target), and for valid ones IP (Eq. 5, mean
+distance to the reference samples of the target class) and cost (ℓ1 distance to the factual).
+Per ``(run, λ_egy)`` group: IP* (Eq. 6, unbiased MMD², Gaussian kernel, length-scale 0.5).
+Per model: test accuracy, robust accuracy under FGSM (ε = 0.03) and a robust-accuracy curve
+over ε ∈ [0, 0.1].
+
+The result keeps per-sample arrays so that :mod:`ct_lightning.compare` can bootstrap them.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import torch
+from torch import nn
+
+from ct_lightning.generators import make_generator
+from ct_lightning.metrics.functional import (counterfactual_cost, implausibility, mmd_implausibility,
+                                             robust_accuracy)
+from ct_lightning.search import random_targets, search_counterfactuals
+
+LAMBDA_ENERGIES = (0.1, 0.5, 1.0, 5.0, 10.0)
+ROBUST_EPSILONS = tuple(round(0.01 * i, 2) for i in range(11))
+
+
+@dataclass
+class EvaluationConfig:
+    """Settings of the evaluation protocol; the defaults are the paper's (Note 2, App. B.5)."""
+
+    n_individuals: int = 100
+    n_runs: int = 5
+    lambda_energies: tuple[float, ...] = LAMBDA_ENERGIES
+    lambda_cost: float = 0.001
+    generator: str = "ecco"
+    lr: float = 0.25
+    tau: float = 0.95
+    max_steps: int = 50
+    seed: int = 0
+    ip_p: float = 2.0
+    length_scale: float = 0.5
+    mmd_max_samples: int | None = 1000
+    robust_epsilon: float = 0.03
+    robust_epsilons: tuple[float, ...] = ROBUST_EPSILONS
+    attack: str = "fgsm"
+
+    def __post_init__(self):
+        self.lambda_energies = tuple(float(v) for v in self.lambda_energies)
+        self.robust_epsilons = tuple(float(v) for v in self.robust_epsilons)
+        if self.n_individuals < 1 or self.n_runs < 1:
+            raise ValueError("n_individuals and n_runs: must be at least 1")
+        if not self.lambda_energies:
+            raise ValueError("lambda_energies: give at least one value")
+        if not 0.0 < self.tau <= 1.0:
+            raise ValueError(f"tau: must lie in (0, 1], got {self.tau}")
+
+    def energy_grid(self) -> tuple[float, ...]:
+        """The ``λ_egy`` values searched; Generic has no energy term, so it is searched once (λ = 0)."""
+        return self.lambda_energies if self.generator.lower() == "ecco" else (0.0,)
+
+
+@dataclass
+class EvaluationResult:
+    """Outcome of :func:`evaluate_model`.
+
+    ``samples``: one entry per counterfactual (``run``, ``lambda_energy``, ``factual_index``,
+    ``label``, ``prediction``, ``target``, ``valid``, ``converged``, ``steps``, ``ip``, ``cost``;
+    ``ip``/``cost`` are NaN for invalid counterfactuals). ``groups``: one entry per
+    ``(run, λ_egy)`` (``run``, ``lambda_energy``, ``n``, ``n_valid``, ``validity``, ``ip_star``).
+    ``factuals``/``counterfactuals`` hold the inputs in the same order as ``samples``.
+    """
+
+    samples: dict[str, np.ndarray]
+    groups: dict[str, np.ndarray]
+    accuracy: float
+    robust_accuracy: float
+    robust_curve: dict[str, list[float]]
+    config: EvaluationConfig
+    factuals: torch.Tensor = field(repr=False)
+    counterfactuals: torch.Tensor = field(repr=False)
+
+    def metric_samples(self, name: str) -> np.ndarray:
+        """Finite per-sample values of ``ip``/``cost`` (valid counterfactuals) or per-group ``ip_star``."""
+        values = self.groups["ip_star"] if name == "ip_star" else self.samples[name]
+        values = np.asarray(values, dtype=float)
+        return values[np.isfinite(values)]
+
+    @property
+    def valid(self) -> np.ndarray:
+        """Boolean validity per counterfactual."""
+        return self.samples["valid"]
+
+    def summary(self) -> dict:
+        """Means over all runs and ``λ_egy`` (pooled over valid counterfactuals), plus a per-λ breakdown."""
+        def mean(values) -> float | None:
+            values = np.asarray(values, dtype=float)
+            values = values[np.isfinite(values)]
+            return float(values.mean()) if values.size else None
+
+        per_lambda = {}
+        for lam in np.unique(self.samples["lambda_energy"]):
+            rows = self.samples["lambda_energy"] == lam
+            groups = self.groups["lambda_energy"] == lam
+            per_lambda[f"{lam:g}"] = {
+                "ip": mean(self.samples["ip"][rows]), "cost": mean(self.samples["cost"][rows]),
+                "ip_star": mean(self.groups["ip_star"][groups]),
+                "validity": float(self.samples["valid"][rows].mean()),
+            }
+        return {
+            "ip": mean(self.samples["ip"]), "ip_star": mean(self.groups["ip_star"]),
+            "cost": mean(self.samples["cost"]), "validity": float(self.samples["valid"].mean()),
+            "converged": float(self.samples["converged"].mean()),
+            "accuracy": self.accuracy, "robust_accuracy": self.robust_accuracy,
+            "n_counterfactuals": int(self.samples["valid"].size), "n_valid": int(self.samples["valid"].sum()),
+            "per_lambda": per_lambda,
+        }
+
+    def to_dict(self, include_samples: bool = True) -> dict:
+        """JSON-ready dictionary: config, summary, robust curve and (optionally) the per-sample arrays."""
+        def plain(array: np.ndarray) -> list:
+            return [None if isinstance(v, float) and not math.isfinite(v) else v for v in array.tolist()]
+
+        out = {"config": asdict(self.config), "summary": self.summary(), "robust_curve": self.robust_curve}
+        if include_samples:
+            out["samples"] = {k: plain(v) for k, v in self.samples.items()}
+            out["groups"] = {k: plain(v) for k, v in self.groups.items()}
+        return out
+
+
+def draw_factuals(n_available: int, n_individuals: int, n_runs: int, seed: int) -> torch.Tensor:
+    """Indices of the factuals, shape ``(n_runs, n_individuals)``; run ``r`` uses seed ``seed + r``.
+
+    Without replacement within a run when the split is large enough, else with replacement.
+    """
+    rows = []
+    for run in range(n_runs):
+        rng = torch.Generator().manual_seed(seed + run)
+        rows.append(torch.randperm(n_available, generator=rng)[:n_individuals] if n_individuals <= n_available
+                    else torch.randint(n_available, (n_individuals,), generator=rng))
+    return torch.stack(rows)
+
+
+def draw_targets(predicted: torch.Tensor, n_classes: int, seed: int) -> torch.Tensor:
+    """Random targets for ``predicted`` of shape ``(n_runs, n)``: run ``r`` draws with seed ``seed + r``."""
+    return torch.stack([random_targets(row, n_classes, torch.Generator().manual_seed(10_007 + seed + run))
+                        for run, row in enumerate(predicted)])
+
+
+@torch.no_grad()
+def _logits(model: nn.Module, x: torch.Tensor, batch_size: int = 8192) -> torch.Tensor:
+    was_training = model.training
+    model.eval()
+    try:
+        return torch.cat([model(x[i:i + batch_size]) for i in range(0, len(x), batch_size)])
+    finally:
+        model.train(was_training)
+
+
+def _model_device(model: nn.Module) -> torch.device:
+    parameter = next(model.parameters(), None)
+    return parameter.device if parameter is not None else torch.device("cpu")
+
+
+def accuracy_metrics(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: EvaluationConfig,
+                     domain: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
+    """Clean accuracy, robust accuracy at ``config.robust_epsilon`` and the curve over ``robust_epsilons``.
+
+    ``domain`` (optional ``(lower, upper)``) clamps the perturbed inputs.
+    """
+    device = _model_device(model)
+    x, y = x.to(device).float(), y.to(device).long()
+    accuracy = float((_logits(model, x).argmax(1) == y).float().mean())
+    epsilons = sorted(set(config.robust_epsilons) | {config.robust_epsilon})
+    curve = {}
+    for eps in epsilons:
+        curve[eps] = accuracy if eps == 0 else \
+            float(robust_accuracy(model, x, y, epsilon=eps, attack=config.attack, domain=domain))
+    return {"accuracy": accuracy, "robust_accuracy": curve[config.robust_epsilon],
+            "robust_curve": {"epsilon": list(config.robust_epsilons),
+                             "accuracy": [curve[e] for e in config.robust_epsilons]}}
+
+
+def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes: int | None = None,
+                   config: EvaluationConfig | None = None, mutability: torch.Tensor | None = None,
+                   lower: torch.Tensor | None = None, upper: torch.Tensor | None = None,
+                   reference: tuple[torch.Tensor, torch.Tensor] | None = None,
+                   robust: bool = True, attack_domain: bool = False,
+                   x_train: torch.Tensor | None = None) -> EvaluationResult:
+    """Run the evaluation protocol for ``model`` on the split ``(x, y)`` (the test split in the paper).
+
+    Factuals are drawn from ``x``; IP and IP* compare valid counterfactuals with the samples of
+    ``reference`` (default: ``(x, y)`` itself) of the target class. ``mutability`` holds per-feature
+    codes (:func:`ct_lightning.constraints.parse_mutability`), ``lower``/``upper`` the domain.
+    With ``robust=False`` the FGSM metrics are skipped (NaN); ``attack_domain`` clamps FGSM
+    inputs to the domain. Works under Lightning's inference mode (validation hooks).
+    Generators that learn from data (``revise``, ``amortised``) need the training split ``x_train``.
+    """
+    config = config or EvaluationConfig()
+    device = _model_device(model)
+    x, y = x.to(device).float(), y.to(device).long()
+    ref_x, ref_y = (x, y) if reference is None else (reference[0].to(device).float(), reference[1].to(device).long())
+    n_classes = int(n_classes or int(torch.cat([y, ref_y]).max()) + 1)
+    lower = None if lower is None else lower.to(device)
+    upper = None if upper is None else upper.to(device)
+
+    index = draw_factuals(len(x), config.n_individuals, config.n_runs, config.seed).to(device)
+    factuals = x[index.reshape(-1)]
+    predicted = _logits(model, factuals).argmax(1)
+    targets = draw_targets(predicted.reshape(index.shape).cpu(), n_classes, config.seed).reshape(-1).to(device)
+    runs = torch.arange(config.n_runs).repeat_interleave(config.n_individuals)
+
+    blocks = []
+    for lam in config.energy_grid():
+        generator = make_generator(config.generator, config.lambda_cost, lam, config.lr)
+        if hasattr(generator, "prepare_standalone"):
+            if x_train is None:
+                raise ValueError(f"generator: {config.generator} learns from data; pass x_train to evaluate_model")
+            generator.prepare_standalone(model, x_train.to(device).float(), mutability=mutability,
+                                         lower=lower, upper=upper)
+        result = generator.generate(model, factuals, targets, config.tau, config.max_steps, 0.0,
+                                    mutability, lower, upper)
+        blocks.append((lam, result))
+
+    grid = config.energy_grid()
+    n_rows = len(factuals)
+    counterfactuals = torch.cat([r.counterfactual for _, r in blocks])
+    all_targets = targets.repeat(len(grid))
+    all_factuals = factuals.repeat(len(grid), 1)
+    valid = (_logits(model, counterfactuals).argmax(1) == all_targets)
+    ip = torch.full((len(counterfactuals),), math.nan, device=device)
+    cost = torch.full_like(ip, math.nan)
+    if valid.any():
+        ip[valid] = implausibility(counterfactuals[valid], all_targets[valid], ref_x, ref_y, p=config.ip_p)
+        cost[valid] = counterfactual_cost(counterfactuals[valid], all_factuals[valid], p=1.0)
+
+    group_run, group_lambda, group_n, group_valid, group_ip_star = [], [], [], [], []
+    for g, lam in enumerate(grid):
+        for run in range(config.n_runs):
+            rows = slice(g * n_rows + run * config.n_individuals, g * n_rows + (run + 1) * config.n_individuals)
+            ok = valid[rows]
+            mmd_rng = torch.Generator().manual_seed(config.seed * 7919 + run)
+            value = mmd_implausibility(counterfactuals[rows][ok], all_targets[rows][ok], ref_x, ref_y,
+                                       length_scale=config.length_scale, max_samples=config.mmd_max_samples,
+                                       generator=mmd_rng) if int(ok.sum()) >= 2 else torch.tensor(math.nan)
+            group_run.append(run)
+            group_lambda.append(lam)
+            group_n.append(config.n_individuals)
+            group_valid.append(int(ok.sum()))
+            group_ip_star.append(float(value))
+
+    samples = {
+        "run": runs.repeat(len(grid)).numpy(),
+        "lambda_energy": np.repeat(np.asarray(grid, dtype=float), n_rows),
+        "factual_index": index.reshape(-1).repeat(len(grid)).cpu().numpy(),
+        "label": y[index.reshape(-1)].repeat(len(grid)).cpu().numpy(),
+        "prediction": predicted.repeat(len(grid)).cpu().numpy(),
+        "target": all_targets.cpu().numpy(),
+        "valid": valid.cpu().numpy(),
+        "converged": torch.cat([r.converged for _, r in blocks]).cpu().numpy(),
+        "steps": torch.cat([r.steps for _, r in blocks]).cpu().numpy(),
+        "ip": ip.cpu().double().numpy(),
+        "cost": cost.cpu().double().numpy(),
+    }
+    groups = {
+        "run": np.asarray(group_run), "lambda_energy": np.asarray(group_lambda, dtype=float),
+        "n": np.asarray(group_n), "n_valid": np.asarray(group_valid),
+        "validity": np.asarray(group_valid, dtype=float) / np.asarray(group_n, dtype=float),
+        "ip_star": np.asarray(group_ip_star, dtype=float),
+    }
+    if robust:
+        acc = accuracy_metrics(model, x, y, config, (lower, upper) if attack_domain and lower is not None else None)
+    else:
+        acc = {"accuracy": float((_logits(model, x).argmax(1) == y).float().mean()), "robust_accuracy": math.nan,
+               "robust_curve": {"epsilon": [], "accuracy": []}}
+    return EvaluationResult(samples, groups, acc["accuracy"], acc["robust_accuracy"], acc["robust_curve"], config,
+                            all_factuals.detach().cpu(), counterfactuals.detach().cpu())
+
+
+def counterfactuals_per_class(model: nn.Module, x: torch.Tensor, n_classes: int, config: EvaluationConfig | None = None,
+                              lambda_energy: float = 5.0, mutability: torch.Tensor | None = None,
+                              lower: torch.Tensor | None = None, upper: torch.Tensor | None = None) -> torch.Tensor:
+    """Counterfactuals of every factual in ``x`` for every class, in one batched search.
+
+    Returns shape ``(len(x), n_classes, n_features)``; entry ``[i, k]`` is the factual itself when
+    ``k`` is the model's prediction for ``x[i]`` (as on the diagonal of the paper's Figure 4).
+    """
+    config = config or EvaluationConfig()
+    device = _model_device(model)
+    x = x.to(device).float()
+    n, d = x.shape
+    factuals = x.repeat_interleave(n_classes, 0)
+    targets = torch.arange(n_classes, device=device).repeat(n)
+    generator = make_generator(config.generator, config.lambda_cost, lambda_energy, config.lr)
+    result = search_counterfactuals(model, factuals, targets, generator, tau=config.tau, max_steps=config.max_steps,
+                                    epsilon=0.0, mutability=mutability, lower=lower, upper=upper)
+    out = result.counterfactual.reshape(n, n_classes, d)
+    predicted = _logits(model, x).argmax(1)
+    out[torch.arange(n, device=device), predicted] = x
+    return out.detach().cpu()

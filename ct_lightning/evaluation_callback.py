@@ -1,0 +1,64 @@
+"""A lighter version of the evaluation protocol, run on the validation split during training."""
+
+from __future__ import annotations
+
+import math
+
+import lightning as L
+import torch
+
+from ct_lightning.evaluation import EvaluationConfig, evaluate_model
+
+VAL_METRICS = ("ip", "ip_star", "cost", "validity", "robust_acc")
+
+
+class CounterfactualEvaluation(L.Callback):
+    """Every ``every_n_epochs`` epochs, log ``val/ip``, ``val/ip_star``, ``val/cost``, ``val/validity``, ``val/robust_acc``.
+
+    Factuals and the IP/IP* reference come from the validation split (the datamodule's
+    ``x_val``/``y_val``, else the validation dataloader). The search uses the module's own
+    mutability constraints and domain. Defaults are the paper's protocol made lighter: one run
+    of ``n_individuals`` factuals, all ``λ_egy`` of ``config``. Runs in
+    ``on_validation_epoch_end``, i.e. under Lightning's inference mode: the search and FGSM
+    switch gradients on locally.
+    """
+
+    def __init__(self, every_n_epochs: int = 1, config: EvaluationConfig | None = None,
+                 n_individuals: int = 100, n_runs: int = 1):
+        if every_n_epochs < 1:
+            raise ValueError(f"every_n_epochs: must be at least 1, got {every_n_epochs}")
+        self.every_n_epochs = every_n_epochs
+        self.config = config or EvaluationConfig(n_individuals=n_individuals, n_runs=n_runs, robust_epsilons=(0.03,))
+        self.last: dict | None = None
+
+    def _validation_tensors(self, trainer: L.Trainer) -> tuple[torch.Tensor, torch.Tensor]:
+        datamodule = getattr(trainer, "datamodule", None)
+        if datamodule is not None and hasattr(datamodule, "x_val"):
+            return datamodule.x_val, datamodule.y_val
+        loaders = trainer.val_dataloaders
+        loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
+        dataset = loader.dataset
+        if hasattr(dataset, "tensors"):
+            return dataset.tensors[0], dataset.tensors[1]
+        xs, ys = zip(*((batch[0], batch[1]) for batch in loader))
+        return torch.cat(xs), torch.cat(ys)
+
+    def _due(self, trainer: L.Trainer) -> bool:
+        return not trainer.sanity_checking and (trainer.current_epoch + 1) % self.every_n_epochs == 0
+
+    def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        """Evaluate on the validation split when due and log the five ``val/`` metrics."""
+        if not self._due(trainer):
+            return
+        x, y = self._validation_tensors(trainer)
+        n_classes = getattr(pl_module.hparams, "n_classes", None) if hasattr(pl_module, "hparams") else None
+        config = EvaluationConfig(**{**self.config.__dict__, "seed": self.config.seed + trainer.current_epoch})
+        result = evaluate_model(pl_module, x, y, n_classes=n_classes, config=config,
+                                mutability=getattr(pl_module, "mutability", None),
+                                lower=getattr(pl_module, "lower", None), upper=getattr(pl_module, "upper", None))
+        summary = result.summary()
+        values = {"ip": summary["ip"], "ip_star": summary["ip_star"], "cost": summary["cost"],
+                  "validity": summary["validity"], "robust_acc": summary["robust_accuracy"]}
+        self.last = {k: (math.nan if v is None else float(v)) for k, v in values.items()}
+        for name, value in self.last.items():
+            pl_module.log(f"val/{name}", value, on_step=False, on_epoch=True)

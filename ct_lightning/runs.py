@@ -1,0 +1,148 @@
+"""Trained models for evaluation: load them from MLflow runs or checkpoints, with their data and constraints."""
+
+from __future__ import annotations
+
+import json
+import math
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ct_lightning.constraints import NONE, parse_mutability
+from ct_lightning.module import CTModule
+
+
+@dataclass
+class LoadedModel:
+    """A trained ``CTModule`` with the resolved training configuration (``config.json``) and its source."""
+
+    module: CTModule
+    config: dict
+    checkpoint: str
+    run_id: str | None = None
+    tracking_uri: str | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def load_checkpoint(path: str | Path, weights_only: bool = True) -> CTModule:
+    """``CTModule.load_from_checkpoint`` on the CPU, in eval mode."""
+    module = CTModule.load_from_checkpoint(str(path), map_location="cpu", weights_only=weights_only)
+    return module.eval()
+
+
+def _client(tracking_uri: str):
+    import os
+
+    from mlflow.tracking import MlflowClient
+
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+
+    return MlflowClient(tracking_uri=tracking_uri)
+
+
+def load_run(run_id: str, tracking_uri: str, which: str = "last", weights_only: bool = True,
+             dst_dir: str | Path | None = None) -> LoadedModel:
+    """Download ``checkpoints/<which>.ckpt`` and ``config.json`` of an MLflow run and load the model.
+
+    ``which`` is ``last`` (the model at the end of training, the default) or ``best`` (best val/acc).
+    """
+    client = _client(tracking_uri)
+    try:
+        client.get_run(run_id)
+    except Exception as error:  # mlflow raises MlflowException for unknown ids
+        raise ValueError(f"run-id: no run {run_id!r} in {tracking_uri}: {error}") from None
+    dst = Path(dst_dir or tempfile.mkdtemp(prefix=f"ct-eval-{run_id[:8]}-"))
+    names = [a.path for a in client.list_artifacts(run_id, "checkpoints")]
+    wanted = f"checkpoints/{which}.ckpt"
+    if wanted not in names:
+        raise FileNotFoundError(f"run {run_id}: no artifact {wanted}; found {names or 'no checkpoints'}")
+    checkpoint = client.download_artifacts(run_id, wanted, str(dst))
+    config = json.loads(Path(client.download_artifacts(run_id, "config.json", str(dst))).read_text())
+    return LoadedModel(load_checkpoint(checkpoint, weights_only), config, checkpoint, run_id, tracking_uri)
+
+
+def load_checkpoint_with_config(path: str | Path, data: str | None = None, weights_only: bool = True) -> LoadedModel:
+    """Load a checkpoint file; the configuration is ``config.json`` beside it, else built from ``data``."""
+    from ct_lightning.training import resolve_config
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"checkpoint: no file {path}")
+    sibling = path.parent / "config.json"
+    if sibling.is_file():
+        config = json.loads(sibling.read_text())
+        if data:
+            config["data"] = data
+    elif data:
+        config = resolve_config({"data": data})
+    else:
+        raise ValueError(f"data: cannot infer the data set of {path} (no config.json beside it); pass --data")
+    return LoadedModel(load_checkpoint(path, weights_only), config, str(path))
+
+
+def build_data(config: dict):
+    """The data module of a training configuration, set up."""
+    from ct_lightning.training import build_datamodule
+
+    needed = {"batch_size": None, "seed": 0, "data_dir": None, **config}
+    if needed["batch_size"] is None:
+        from datamodules import get_datamodule_class
+
+        needed["batch_size"] = get_datamodule_class(needed["data"]).default_batch_size
+    return build_datamodule(needed)
+
+
+@dataclass
+class Constraints:
+    """Mutability codes, domain bounds and the names of immutable features used at evaluation."""
+
+    mutability: torch.Tensor
+    lower: torch.Tensor | None
+    upper: torch.Tensor | None
+    immutable: list[str]
+
+    @property
+    def protected_mask(self) -> torch.Tensor:
+        """Boolean mask of features that may not move at all."""
+        return self.mutability == NONE
+
+
+def evaluation_constraints(module: CTModule, datamodule, protect: bool = False,
+                           all_mutable: bool = False) -> Constraints:
+    """Constraints for evaluating ``module`` on ``datamodule``.
+
+    By default the model's own training constraints (``hparams.mutability``) hold at test time;
+    ``protect`` makes the data set's protected features immutable in addition; ``all_mutable``
+    drops the training constraints. The domain follows ``hparams.domain``.
+    """
+    hp = module.hparams
+    names = list(datamodule.feature_names)
+    spec = {} if all_mutable or not hp.get("mutability") else dict(hp.mutability)
+    if protect:
+        spec.update({feature: "none" for feature in datamodule.protected})
+    codes = parse_mutability(spec or None, datamodule.n_features, names)
+    domain = hp.get("domain", "infer")
+    if domain is None:
+        lower = upper = None
+    elif domain == "infer":
+        lower, upper = datamodule.domain(hp.get("domain_std", 3.0))
+    else:
+        lower, upper = (torch.as_tensor(b, dtype=torch.float32).expand(datamodule.n_features) for b in domain)
+    immutable = [names[i] if i < len(names) else str(i) for i in torch.nonzero(codes == NONE).flatten().tolist()]
+    return Constraints(codes, lower, upper, immutable)
+
+
+def log_evaluation(client, run_id: str, summary: dict, prefix: str = "eval") -> dict[str, float]:
+    """Log ``{prefix}/ip, ip_star, cost, validity, acc, robust_acc`` to an MLflow run; return them."""
+    names = {"ip": "ip", "ip_star": "ip_star", "cost": "cost", "validity": "validity",
+             "accuracy": "acc", "robust_accuracy": "robust_acc"}
+    logged = {}
+    for key, name in names.items():
+        value = summary.get(key)
+        if value is None or not math.isfinite(float(value)):
+            continue
+        client.log_metric(run_id, f"{prefix}/{name}", float(value))
+        logged[f"{prefix}/{name}"] = float(value)
+    return logged
