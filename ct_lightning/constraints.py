@@ -70,30 +70,72 @@ def parse_mutability(spec, n_features: int, feature_names: Sequence[str] | None 
     return codes
 
 
-def mask_gradient(grad: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
-    """Zero gradient components that would move a feature the forbidden way.
+class Constraints:
+    """Mutability codes and domain bounds resolved once, for repeated use inside a search.
 
-    A descent step is ``x - lr * grad``: a positive gradient decreases the feature,
-    a negative one increases it.
+    The per-kind feature masks are built once (one host sync) and kinds that no feature uses are
+    left out, so a search step pays only for the constraints it has.
     """
-    forbidden = (codes == NONE) | ((codes == INCREASE) & (grad > 0)) | ((codes == DECREASE) & (grad < 0))
-    return grad.masked_fill(forbidden, 0.0)
+
+    def __init__(self, codes: torch.Tensor | None, lower: torch.Tensor | None = None,
+                 upper: torch.Tensor | None = None, device=None):
+        self.lower, self.upper = lower, upper
+        self.none = self.increase = self.decrease = None
+        if codes is not None:
+            codes = codes.to(device) if device is not None else codes
+            present = set(torch.unique(codes).tolist())
+            self.none = codes == NONE if NONE in present else None
+            self.increase = codes == INCREASE if INCREASE in present else None
+            self.decrease = codes == DECREASE if DECREASE in present else None
+
+    def mask_gradient(self, grad: torch.Tensor) -> torch.Tensor:
+        """Zero gradient components that would move a feature the forbidden way.
+
+        A descent step is ``x - lr * grad``: a positive gradient decreases the feature,
+        a negative one increases it.
+        """
+        forbidden = self.none
+        if self.increase is not None:
+            rule = self.increase & (grad > 0)
+            forbidden = rule if forbidden is None else forbidden | rule
+        if self.decrease is not None:
+            rule = self.decrease & (grad < 0)
+            forbidden = rule if forbidden is None else forbidden | rule
+        return grad if forbidden is None else grad.masked_fill(forbidden, 0.0)
+
+    def project(self, x_cf: torch.Tensor, x: torch.Tensor, in_place: bool = False) -> torch.Tensor:
+        """Project ``x_cf`` onto the domain, then restore mutability exactly.
+
+        Mutability wins over the domain: a factual outside the domain keeps its own value of a
+        feature that may not move, and ``none`` features are copied bit for bit from ``x``.
+        ``in_place`` clamps ``x_cf``'s own buffer (for callers that own it).
+        """
+        if self.lower is not None or self.upper is not None:
+            x_cf = x_cf.clamp_(self.lower, self.upper) if in_place else x_cf.clamp(self.lower, self.upper)
+        if self.increase is not None:
+            x_cf = torch.where(self.increase, torch.maximum(x_cf, x), x_cf)
+        if self.decrease is not None:
+            x_cf = torch.where(self.decrease, torch.minimum(x_cf, x), x_cf)
+        if self.none is not None:
+            x_cf = torch.where(self.none, x, x_cf)
+        return x_cf
+
+    def step(self, rows: torch.Tensor, grad: torch.Tensor, lr: float, x: torch.Tensor) -> torch.Tensor:
+        """One constrained SGD step ``project(rows - lr * mask_gradient(grad), x)`` in a fresh buffer."""
+        moved = torch.mul(self.mask_gradient(grad), lr)
+        moved = torch.sub(rows, moved, out=moved)
+        return self.project(moved, x, in_place=True)
+
+
+def mask_gradient(grad: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
+    """Zero gradient components that would move a feature the forbidden way (see :class:`Constraints`)."""
+    return Constraints(codes).mask_gradient(grad)
 
 
 def enforce(x_cf: torch.Tensor, x: torch.Tensor, codes: torch.Tensor,
             lower: torch.Tensor | None = None, upper: torch.Tensor | None = None) -> torch.Tensor:
-    """Project ``x_cf`` onto the domain, then restore mutability exactly.
-
-    Mutability wins over the domain: a factual outside the domain keeps its own value of a
-    feature that may not move, and ``none`` features are copied bit for bit from ``x``.
-    """
-    if lower is not None:
-        x_cf = torch.maximum(x_cf, lower)
-    if upper is not None:
-        x_cf = torch.minimum(x_cf, upper)
-    x_cf = torch.where(codes == INCREASE, torch.maximum(x_cf, x), x_cf)
-    x_cf = torch.where(codes == DECREASE, torch.minimum(x_cf, x), x_cf)
-    return torch.where(codes == NONE, x, x_cf)
+    """Project ``x_cf`` onto the domain ``[lower, upper]``, then restore mutability exactly."""
+    return Constraints(codes, lower, upper).project(x_cf, x)
 
 
 def protect_positive(x_pos: torch.Tensor, x_cf: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:
