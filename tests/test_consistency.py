@@ -1,9 +1,7 @@
 """The invalidation rate (functional and torchmetrics) and the RS/LOO consistency recipe."""
 
-import importlib.util
 import json
 import math
-from pathlib import Path
 
 import pytest
 import torch
@@ -12,14 +10,7 @@ from torch import nn
 
 from ct_lightning.consistency import ConsistencyConfig, InvalidationRate, flat_metrics, invalidation_rate
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def recipe(name: str):
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", ROOT / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from recipe_loader import load_recipe
 
 
 def test_invalidation_rate_is_zero_for_identical_models():
@@ -71,7 +62,7 @@ def test_config_validates():
 def test_consistency_recipe_end_to_end(tmp_path, mode):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     out = tmp_path / "consistency.json"
-    summary = recipe("consistency").main([
+    summary = load_recipe("consistency").main([
         "--data", "moons", "--mode", mode, "--n-models", "2", "--max-epochs", "1", "--limit-train-batches", "4",
         "--nce", "30", "--n-counterfactuals", "20", "--max-steps", "20", "--sns-steps", "5",
         "--tracking-uri", uri, "--summary-json", str(out), "--quiet"])

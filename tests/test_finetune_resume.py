@@ -1,6 +1,5 @@
 """Fine-tuning from checkpoints, configuration files, the CNN, and resuming a killed run."""
 
-import importlib.util
 import json
 import os
 import signal
@@ -20,17 +19,13 @@ from ct_lightning.checkpoints import read_checkpoint
 from ct_lightning.models import LeNet, build_mlp
 from ct_lightning.training import load_config_file, parse_generator_options, train
 from datamodules import get_datamodule
+from recipe_loader import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
 TINY = {"data": "moons", "max_epochs": 1, "limit_train_batches": 4, "limit_val_batches": 2, "nce": 40,
         "progress": False, "accelerator": "cpu"}
 
 
-def load_recipe():
-    spec = importlib.util.spec_from_file_location("train_recipe", ROOT / "recipes" / "train.py")
-    recipe = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(recipe)
-    return recipe
 
 
 class FirstWeights(L.Callback):
@@ -112,7 +107,7 @@ def test_wrong_checkpoint_unknown_model_and_unknown_config_key_are_clear_errors(
     (tmp_path / "bad.yaml").write_text("max_epochs: 2\nlearning_rate: 0.1\n")
     with pytest.raises(ValueError, match=r"unknown keys \['learning_rate'\] in .*bad\.yaml"):
         load_config_file(tmp_path / "bad.yaml")
-    recipe = load_recipe()
+    recipe = load_recipe("train")
     with pytest.raises(SystemExit, match="learning_rate"):
         recipe.main(["--config", str(tmp_path / "bad.yaml")])
 
@@ -121,7 +116,7 @@ def test_config_file_below_command_line(store, tmp_path):
     (tmp_path / "run.yaml").write_text(
         "data: moons\nmax-epochs: 1\ntau: 0.6\nlambda_div: 0.3\nnce: 40\nlimit_train_batches: 3\n"
         "limit_val_batches: 1\nprogress: false\naccelerator: cpu\n")
-    recipe = load_recipe()
+    recipe = load_recipe("train")
     summary = recipe.main(["--config", str(tmp_path / "run.yaml"), "--tau", "0.7", "--tracking-uri",
                            store["tracking_uri"], "--experiment", store["experiment"]])
     config = summary["config"]

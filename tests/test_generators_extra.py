@@ -1,6 +1,5 @@
 """REVISE (VAE + latent search), conditional generative counterfactuals, SNS, and their recipes."""
 
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
@@ -21,14 +20,7 @@ from ct_lightning.sns import SNSRefined, path_probability, stable_neighbor_searc
 from ct_lightning.vae import VAEModule, VAESettings, cache_path, default_cache_dir, load_or_train_vae
 from datamodules import get_datamodule
 
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def recipe(name: str):
-    spec = importlib.util.spec_from_file_location(f"recipe_{name}", ROOT / "recipes" / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from recipe_loader import load_recipe
 
 
 def linear_model(n_features: int, scale: float = 3.0) -> nn.Module:
@@ -240,7 +232,7 @@ def test_train_generator_recipe_end_to_end(tmp_path):
     classifier = train({"data": "moons", "objective": "vanilla", "max_epochs": 1, "limit_train_batches": 5,
                         "limit_val_batches": 1, "tracking_uri": uri, "progress": False})
     out = tmp_path / "generator.json"
-    summary = recipe("train_generator").main([
+    summary = load_recipe("train_generator").main([
         "--run-id", classifier["run_id"], "--tracking-uri", uri, "--max-epochs", "2", "--n-eval", "100",
         "--variant", "mmd", "--summary-json", str(out), "--no-progress"])
     saved = json.loads(out.read_text())
