@@ -40,6 +40,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ct_lightning.constraints import enforce
+from ct_lightning.generators import register_generator
 from ct_lightning.search import SearchResult, random_targets
 
 VARIANTS = ("mmd", "gan")
@@ -471,21 +472,7 @@ class Amortised:
         return SearchResult(x_cf, nascent, converged, steps, moved.long())
 
 
-def build_amortised(lambda_cost: float = 0.001, lambda_energy: float = 5.0, lr: float = 0.25, **options) -> Amortised:
-    """Registry factory: ``generator_options`` are :class:`Amortised` keyword arguments (``lambda_energy`` unused)."""
-    try:
-        return Amortised(lambda_cost=lambda_cost, lr=lr, **options)
-    except TypeError as error:
-        raise ValueError(f"generator_options: amortised: {error}") from None
-
-
-def _register() -> None:
-    from ct_lightning.generators import GENERATORS
-
-    GENERATORS["amortised"] = build_amortised
-
-
-_register()
+register_generator("amortised", Amortised)
 
 
 def sparsity(x_cf: torch.Tensor, x: torch.Tensor, groups: Sequence[Sequence[int]] = (), tol: float = 1e-4) -> dict[str, torch.Tensor]:

@@ -34,6 +34,18 @@ def _resolve_feature(key, feature_names: Sequence[str] | None, n_features: int, 
     raise ValueError(f"{argument}: unknown feature {key!r}; known features: {shown or '(none named)'}")
 
 
+def mutability_pairs(text: str, argument: str = "mutability") -> dict[str, str]:
+    """Split ``"age=none,hours_per_week=increase"`` into ``{feature: kind}`` (kinds checked later)."""
+    pairs = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if "=" not in item:
+            raise ValueError(f"{argument}: expected FEATURE=KIND, got {item!r} "
+                             f"(KIND one of {', '.join(MUTABILITY_KINDS)})")
+        name, kind = item.rsplit("=", 1)
+        pairs[name.strip()] = kind.strip()
+    return pairs
+
+
 def parse_mutability(spec, n_features: int, feature_names: Sequence[str] | None = None,
                      argument: str = "mutability") -> torch.Tensor:
     """Turn a mutability spec into a tensor of codes (0 both, 1 increase, 2 decrease, 3 none).
@@ -46,14 +58,7 @@ def parse_mutability(spec, n_features: int, feature_names: Sequence[str] | None 
     if spec is None or spec == "" or spec == {}:
         return codes
     if isinstance(spec, str):
-        pairs = {}
-        for item in filter(None, (part.strip() for part in spec.split(","))):
-            if "=" not in item:
-                raise ValueError(f"{argument}: expected FEATURE=KIND, got {item!r} "
-                                 f"(KIND one of {', '.join(MUTABILITY_KINDS)})")
-            name, kind = item.rsplit("=", 1)
-            pairs[name.strip()] = kind.strip()
-        spec = pairs
+        spec = mutability_pairs(spec, argument)
     if isinstance(spec, Mapping):
         items = spec.items()
     else:

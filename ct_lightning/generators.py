@@ -87,6 +87,18 @@ def _feature_space(cls):
 GENERATORS = {"generic": _feature_space(Generic), "ecco": _feature_space(ECCo)}
 
 
+def register_generator(name: str, cls) -> None:
+    """Make ``cls`` available as ``generator=name``; ``generator_options`` become its keyword arguments."""
+
+    def build(lambda_cost: float = 0.001, lambda_energy: float = 5.0, lr: float = 0.25, **options):
+        try:
+            return cls(lambda_cost=lambda_cost, lr=lr, **options)
+        except TypeError as error:
+            raise ValueError(f"generator_options: {name}: {error}") from None
+
+    GENERATORS[name] = build
+
+
 def make_generator(name: str, lambda_cost: float = 0.001, lambda_energy: float = 5.0, lr: float = 0.25,
                    **options):
     """Build a registered generator by name; ``options`` are generator-specific settings."""

@@ -19,7 +19,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ct_lightning.constraints import enforce
+from ct_lightning.constraints import Constraints
+from ct_lightning.generators import register_generator
 from ct_lightning.search import SearchResult
 from ct_lightning.vae import VAESettings, load_or_train_vae
 
@@ -51,13 +52,14 @@ def latent_search(model: nn.Module, vae: nn.Module, x: torch.Tensor, target: tor
             nascent_steps = torch.zeros(n, dtype=torch.long, device=device)
             converged = torch.zeros(n, dtype=torch.bool, device=device)
             active = torch.arange(n, device=device)
+            limits = Constraints(codes, lower, upper, device)
             for step in range(max_steps + 1):
                 if active.numel() == 0:
                     break
                 rows_z = z[active].requires_grad_(step < max_steps)
                 rows_x, rows_target = x[active], target[active]
                 decoded = vae.decode(rows_z)
-                rows_cf = enforce(decoded, rows_x, codes, lower, upper)
+                rows_cf = limits.project(decoded, rows_x)
                 logits = model(rows_cf)
                 x_cf[active] = rows_cf.detach()
                 inside = (rows_cf.detach() - rows_x).abs().amax(1) <= epsilon
@@ -145,18 +147,4 @@ class Revise:
                              mutability, lower, upper)
 
 
-def build_revise(lambda_cost: float = 0.001, lambda_energy: float = 5.0, lr: float = 0.25, **options) -> Revise:
-    """Registry factory: ``generator_options`` are :class:`Revise` keyword arguments (``lambda_energy`` unused)."""
-    try:
-        return Revise(lambda_cost=lambda_cost, lr=lr, **options)
-    except TypeError as error:
-        raise ValueError(f"generator_options: revise: {error}") from None
-
-
-def _register() -> None:
-    from ct_lightning.generators import GENERATORS
-
-    GENERATORS["revise"] = build_revise
-
-
-_register()
+register_generator("revise", Revise)

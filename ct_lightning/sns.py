@@ -25,7 +25,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
-from ct_lightning.constraints import enforce, mask_gradient
+from ct_lightning.constraints import Constraints
 
 
 @dataclass
@@ -93,14 +93,15 @@ def stable_neighbor_search(model: nn.Module, x_cf: torch.Tensor, target: torch.T
                     start_valid = model(center).argmax(1) == target
                 best, best_score = center.clone(), start_score.clone()
                 x = center.clone()
+                limits = Constraints(codes, lower, upper, device)
                 for _ in range(steps):
                     x.requires_grad_(True)
                     score, _ = path_probability(model, x, target, n_grid, baseline)
                     (grad,) = torch.autograd.grad(score.sum(), x)
-                    ascent = -mask_gradient(-grad, codes)
+                    ascent = -limits.mask_gradient(-grad)
                     norm = ascent.norm(dim=1, keepdim=True)
                     x = x.detach() + lr * ascent / norm.clamp_min(1e-12)
-                    x = _project_ball(enforce(x, center, codes, lower, upper), center, delta)
+                    x = _project_ball(limits.project(x, center), center, delta)
                     with torch.no_grad():
                         score, prob = path_probability(model, x, target, n_grid, baseline)
                         on_target = model(x).argmax(1) == target

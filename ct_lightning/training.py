@@ -18,7 +18,7 @@ from mlflow.tracking import MlflowClient
 
 from ct_lightning.callbacks import BurnIn
 from ct_lightning.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
-from ct_lightning.constraints import MUTABILITY_KINDS, parse_mutability
+from ct_lightning.constraints import mutability_pairs, parse_mutability
 from ct_lightning.module import CTModule
 from ct_lightning.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, local_store_dir, prepare_store,
                                    run_url, ui_command, write_json_atomic)
@@ -73,14 +73,7 @@ def build_datamodule(config: dict):
 
 def mutability_spec(config: dict, datamodule) -> dict[str, str]:
     """Merge ``mutability``, ``immutable`` and ``protect`` into one ``{feature: kind}`` mapping, validated."""
-    spec: dict[str, str] = {}
-    if config["mutability"]:
-        for item in str(config["mutability"]).split(","):
-            if "=" not in item:
-                raise ValueError(f"mutability: expected FEATURE=KIND, got {item!r} "
-                                 f"(KIND one of {', '.join(MUTABILITY_KINDS)})")
-            name, kind = item.rsplit("=", 1)
-            spec[name.strip()] = kind.strip()
+    spec = mutability_pairs(str(config["mutability"] or ""))
     features = list(config["immutable"]) + (list(datamodule.protected) if config["protect"] else [])
     spec.update({feature: "none" for feature in features})
     parse_mutability(spec, datamodule.n_features, datamodule.feature_names, argument="mutability/immutable")
