@@ -125,6 +125,30 @@ def plot_robust_accuracy(curves: dict[str, dict], path, title: str = "Accuracy u
     return _save(fig, path)
 
 
+def plot_robust_accuracy_panels(rows: list[dict], path, roles=("bl", "ct")) -> Path | None:
+    """Figure 3: one panel per data set with BL and CT accuracy under FGSM over ε (from Table 1 rows)."""
+    rows = [row for row in rows if all(row.get("robust_curves", {}).get(r, {}).get("epsilon") for r in roles)]
+    if not rows:
+        return None
+    columns = min(5, len(rows))
+    n_rows = math.ceil(len(rows) / columns)
+    fig, axes = plt.subplots(n_rows, columns, figsize=(3.2 * columns, 2.8 * n_rows), squeeze=False)
+    for ax, row in zip(axes.flat, rows):
+        for role in roles:
+            curve = row["robust_curves"][role]
+            ax.plot(curve["epsilon"], curve["accuracy"], marker="o", ms=3, label=role.upper())
+        ax.set_title(row["data"])
+        ax.set_ylim(-0.02, 1.02)
+        ax.set_xlabel("ε (FGSM)")
+        ax.grid(alpha=0.3)
+    for ax in list(axes.flat)[len(rows):]:
+        ax.axis("off")
+    axes[0][0].set_ylabel("test accuracy")
+    axes[0][0].legend()
+    fig.suptitle("Accuracy under FGSM, BL vs CT")
+    return _save(fig, path)
+
+
 def metric_history(client, run_id: str, key: str = "train/cf_converged") -> list[float]:
     """Values of an MLflow metric in step order (one per epoch for CT's search statistics)."""
     history = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))

@@ -12,8 +12,14 @@ Outputs in --out-dir (default outputs/compare/): table.md, table.csv, summary.js
 --summary-json) and plots/; all are also logged to an MLflow parent run whose children are the
 training runs (tag mlflow.parentRunId).
 
+Every model is keyed by its fully resolved training configuration; a re-run of the same command
+reuses finished trainings and evaluations from the MLflow store and continues where it stopped,
+so an interrupted reproduction loses at most the models in progress. Rows are written as soon as
+their four models are evaluated.
+
 Examples:
-  python recipes/compare.py --data ls,circles,moons,ol                 # the paper's budget
+  python recipes/compare.py --data all --jobs 2                        # all nine rows, the paper's budget
+  python recipes/compare.py --data ls,circles,moons,ol                 # the synthetic rows
   python recipes/compare.py --data circles --max-epochs 5 --n-runs 1 --n-individuals 20
   python recipes/compare.py --data circles --bl-run-id ID1 --ct-run-id ID2 --no-actionability
 """
@@ -23,22 +29,23 @@ from __future__ import annotations
 import argparse
 import shlex
 import sys
-import time
+from dataclasses import asdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+import torch  # noqa: E402
+
 from ct_lightning.compare import compare_evaluations, markdown_table, table_row, write_csv  # noqa: E402
-from ct_lightning.evaluation import evaluate_model  # noqa: E402
-from ct_lightning.plots import evaluation_figures, metric_history  # noqa: E402
-from ct_lightning.runs import build_data, evaluation_constraints, load_run, log_evaluation  # noqa: E402
-from ct_lightning.tracking import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store, write_json_atomic  # noqa: E402
-from ct_lightning.training import train  # noqa: E402
+from ct_lightning.experiment.reproduce import (ROLES, Task, find_evaluation, find_or_create_parent,  # noqa: E402
+                                               run_tasks, stable_key, training_key)
+from ct_lightning.plots import evaluation_figures, metric_history, plot_robust_accuracy_panels  # noqa: E402
+from ct_lightning.runs import build_data, evaluation_constraints, load_run  # noqa: E402
+from ct_lightning.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store,  # noqa: E402
+                                   write_json_atomic, write_text_atomic)
 from datamodules import available, canonical_name  # noqa: E402
 from recipes.evaluate import add_protocol_arguments, protocol_config  # noqa: E402
 
-ROLES = (  # (key, objective, protected)
-    ("bl", "vanilla", False), ("ct", "full", False), ("bl_protected", "vanilla", True), ("ct_protected", "full", True))
 LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
 
 
@@ -49,7 +56,12 @@ def _csv_list(text: str | None) -> list[str]:
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/compare.py``."""
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", required=True, help=f"data set(s), comma-separated: {', '.join(available())}")
+    parser.add_argument("--data", required=True,
+                        help=f"data set(s), comma-separated, or all: {', '.join(available())}")
+    parser.add_argument("--jobs", type=int, default=1,
+                        help="train and evaluate this many models at once in separate processes (default %(default)s)")
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads per process (default %(default)s: best for the paper's small models)")
     budget = parser.add_argument_group("training")
     budget.add_argument("--max-epochs", type=int, default=100, help="training epochs (default %(default)s)")
     budget.add_argument("--seed", type=int, default=0, help="training seed, the same for BL and CT (default %(default)s)")
@@ -74,47 +86,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _parent_run(client, args, names: list[str]) -> str:
-    artifact_location = prepare_store(args.tracking_uri)
-    experiment = client.get_experiment_by_name(args.experiment)
-    experiment_id = experiment.experiment_id if experiment else \
-        client.create_experiment(args.experiment, artifact_location=artifact_location)
-    run = client.create_run(experiment_id, run_name=f"compare {','.join(names)}", tags={"ct.role": "compare"})
-    return run.info.run_id
+def _resolve_names(text: str) -> list[str]:
+    """``all`` or a comma-separated list of data set names, canonicalised."""
+    parts = _csv_list(text)
+    if parts == ["all"]:
+        return list(dict.fromkeys(canonical_name(name) for name in available()))
+    return [canonical_name(name) for name in parts if name]
 
 
-def _train_or_reuse(role: str, objective: str, protected: bool, data: str, reuse: str | None, args, parent: str) -> str:
-    if reuse:
-        return reuse
-    overrides = {"data": data, "objective": objective, "protect": protected, "max_epochs": args.max_epochs,
-                 "seed": args.seed, "nce": args.nce, "tracking_uri": args.tracking_uri, "experiment": args.experiment,
-                 "run_name": f"{data}-{role}", "progress": args.progress, "data_dir": args.data_dir,
-                 "limit_train_batches": args.limit_train_batches}
-    summary = train(overrides, tags={"mlflow.parentRunId": parent, "ct.compare.role": role})
-    return summary["run_id"]
-
-
-def compare_data(data: str, reuse: dict[str, str | None], args, client, parent: str, out_dir: Path) -> tuple[dict, list]:
-    """Train/reuse, evaluate and compare the models of one data set; returns the table row and plot paths."""
-    config = protocol_config(args)
+def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, parent: str | None) -> list[Task]:
+    """One task per data set and role, with the shared training budget and evaluation protocol."""
+    protocol = asdict(protocol_config(args))
+    training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "data_dir": args.data_dir,
+                "limit_train_batches": args.limit_train_batches}
     roles = ROLES if args.actionability else ROLES[:2]
+    tasks = []
+    for i, data in enumerate(names):
+        for role, objective, protected in roles:
+            ids = reuse_lists.get(role) or []
+            tasks.append(Task(data, role, objective, protected, training, protocol, args.tracking_uri,
+                              args.experiment, parent, (ids[i] or None) if ids else None, args.threads))
+    return tasks
+
+
+def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, client, parent: str,
+                 out_dir: Path) -> tuple[dict, list]:
+    """Compare the evaluated models of one data set; returns the Table 1 row and plot paths."""
     entries, summaries, results = {}, {}, {}
     datamodule = None
-    for role, objective, protected in roles:
-        started = time.perf_counter()
-        run_id = _train_or_reuse(role, objective, protected, data, reuse.get(role), args, parent)
+    for task in (t for t in tasks if t.data == data):
+        run_id = outcomes[task.label]["run_id"]
         loaded = load_run(run_id, args.tracking_uri)
         datamodule = datamodule or build_data(loaded.config)
-        constraints = evaluation_constraints(loaded.module, datamodule, protect=protected, all_mutable=not protected)
-        result = evaluate_model(loaded.module, datamodule.x_test, datamodule.y_test, datamodule.n_classes, config,
-                                constraints.mutability, constraints.lower, constraints.upper,
-                                x_train=datamodule.x_train)
-        results[role], summaries[role] = result, result.summary()
-        log_evaluation(client, run_id, summaries[role])
-        entries[role] = {"module": loaded.module, "result": result, "constraints": constraints, "run_id": run_id}
-        print(f"[{data}] {role}: run {run_id}, {time.perf_counter() - started:.0f}s, "
-              f"ip {summaries[role]['ip']}, cost {summaries[role]['cost']}, validity {summaries[role]['validity']:.3f}",
-              flush=True)
+        constraints = evaluation_constraints(loaded.module, datamodule, protect=task.protected,
+                                             all_mutable=not task.protected)
+        result = find_evaluation(client, run_id, task.eval_key())
+        results[task.role], summaries[task.role] = result, result.summary()
+        entries[task.role] = {"module": loaded.module, "result": result, "constraints": constraints, "run_id": run_id}
     plausibility = compare_evaluations(results["bl"], results["ct"], ("ip", "ip_star"), args.n_boot, args.confidence,
                                        args.seed)
     actionability = compare_evaluations(results["bl_protected"], results["ct_protected"], ("cost",), args.n_boot,
@@ -122,14 +130,33 @@ def compare_data(data: str, reuse: dict[str, str | None], args, client, parent: 
     row = table_row(datamodule.name, plausibility, actionability, summaries["bl"], summaries["ct"],
                     summaries.get("bl_protected"), summaries.get("ct_protected"))
     row["runs"] = {role: entry["run_id"] for role, entry in entries.items()}
+    row["robust_curves"] = {role: entry["result"].robust_curve for role, entry in entries.items()}
     row["details"] = {"plausibility": plausibility, "actionability": actionability,
-                      "per_lambda": {role: s["per_lambda"] for role, s in summaries.items()}}
+                      "per_lambda": {role: s["per_lambda"] for role, s in summaries.items()},
+                      "converged": {role: s.get("converged") for role, s in summaries.items()},
+                      "n_valid": {role: s.get("n_valid") for role, s in summaries.items()}}
     convergence = {f"{LABELS[role]}{' protected' if 'protected' in role else ''}":
                    metric_history(client, entry["run_id"]) for role, entry in entries.items() if role.startswith("ct")}
     figures = {f"{LABELS[role]}{' protected' if 'protected' in role else ''}": {**entry, "title": LABELS[role]}
                for role, entry in entries.items()}
     plots = evaluation_figures(figures, datamodule, out_dir / "plots", convergence, prefix=f"{datamodule.name}_")
     return row, plots
+
+
+def _write_outputs(rows: list[dict], plots: list, args, client, parent: str, command: str, out_dir: Path,
+                   final: bool) -> dict:
+    table = markdown_table(rows)
+    summary = {"parent_run_id": parent, "tracking_uri": args.tracking_uri, "command": command, "complete": final,
+               "evaluation": asdict(protocol_config(args)),
+               "training": {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce},
+               "rows": rows, "table_markdown": table, "plots": [str(p) for p in plots]}
+    write_text_atomic(out_dir / "table.md", table)
+    write_csv(rows, out_dir / "table.csv")
+    summary_path = Path(args.summary_json or out_dir / "summary.json")
+    write_json_atomic(summary_path, summary)
+    for path in (out_dir / "table.md", out_dir / "table.csv", summary_path):
+        client.log_artifact(parent, str(path))
+    return summary
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -141,9 +168,11 @@ def main(argv: list[str] | None = None) -> dict:
             and args.limit_train_batches >= 1:
         args.limit_train_batches = int(args.limit_train_batches)
     try:
-        names = [canonical_name(name) for name in _csv_list(args.data) if name]
+        names = _resolve_names(args.data)
         if not names:
-            raise ValueError("data: give at least one data set")
+            raise ValueError("data: give at least one data set, or all")
+        if args.jobs < 1:
+            raise ValueError(f"jobs: must be at least 1, got {args.jobs}")
         reuse_lists = {key: _csv_list(getattr(args, f"{key}_run_id")) for key, _, _ in ROLES}
         for key, ids in reuse_lists.items():
             if ids and len(ids) != len(names):
@@ -152,45 +181,61 @@ def main(argv: list[str] | None = None) -> dict:
         protocol_config(args)
     except ValueError as error:
         sys.exit(f"error: {error}")
+    torch.set_num_threads(max(1, args.threads))
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
+    artifact_location = prepare_store(args.tracking_uri)
     client = MlflowClient(tracking_uri=args.tracking_uri)
-    parent = _parent_run(client, args, names)
+    key_tasks = build_tasks(names, reuse_lists, args, None)
+    reproduction_key = stable_key({"tasks": [(t.label, training_key(t.resolved_config()), t.eval_key())
+                                             for t in key_tasks], "n_boot": args.n_boot,
+                                   "confidence": args.confidence})
+    parent = find_or_create_parent(client, args.experiment, artifact_location, reproduction_key,
+                                   f"compare {','.join(names)}")
+    tasks = build_tasks(names, reuse_lists, args, parent)
     command = "python recipes/compare.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     client.log_param(parent, "data", ",".join(names))
     for key in ("max_epochs", "seed", "n_individuals", "n_runs", "n_boot", "confidence"):
         client.log_param(parent, key, getattr(args, key))
     client.log_param(parent, "lambda_energy", ",".join(f"{v:g}" for v in args.lambda_energy))
+    print(f"MLflow parent run: {parent} (re-run the same command to resume; finished trainings and evaluations "
+          f"are reused)", flush=True)
     status = "FAILED"
-    try:
-        rows, plots = [], []
-        for i, data in enumerate(names):
-            reuse = {key: (ids[i] or None) if ids else None for key, ids in reuse_lists.items()}
-            row, row_plots = compare_data(data, reuse, args, client, parent, out_dir)
-            rows.append(row)
-            plots += row_plots
+    rows: dict[str, dict] = {}
+    plots: list = []
+    outcomes: dict[str, dict] = {}
+
+    def on_done(outcome: dict) -> None:
+        outcomes[outcome["label"]] = outcome
+        data = outcome["label"].split("/")[0]
+        if all(t.label in outcomes for t in tasks if t.data == data):
+            row, row_plots = compare_data(data, outcomes, tasks, args, client, parent, out_dir)
+            rows[data] = row
+            plots.extend(row_plots)
+            for path in row_plots:
+                client.log_artifact(parent, str(path), artifact_path="plots")
             for key in ("ip", "ip_star", "cost"):
                 for suffix in ("reduction_pct", "se"):
                     value = row[f"{key}_{suffix}"]
                     if value == value:  # not NaN
                         client.log_metric(parent, f"{row['data']}/{key}_{suffix}", float(value))
-        table = markdown_table(rows)
-        summary = {"parent_run_id": parent, "tracking_uri": args.tracking_uri, "command": command,
-                   "evaluation": protocol_config(args).__dict__, "training": {"max_epochs": args.max_epochs,
-                                                                              "seed": args.seed, "nce": args.nce},
-                   "rows": rows, "table_markdown": table, "plots": [str(p) for p in plots]}
-        (out_dir / "table.md").write_text(table)
-        write_csv(rows, out_dir / "table.csv")
-        summary_path = Path(args.summary_json or out_dir / "summary.json")
-        write_json_atomic(summary_path, summary)
-        for path in (out_dir / "table.md", out_dir / "table.csv", summary_path):
-            client.log_artifact(parent, str(path))
-        for path in plots:
-            client.log_artifact(parent, str(path), artifact_path="plots")
+            _write_outputs([rows[n] for n in names if n in rows], plots, args, client, parent, command, out_dir,
+                           final=False)
+            print(f"table row {data} written to {out_dir / 'table.md'}", flush=True)
+
+    try:
+        run_tasks(tasks, args.jobs, client, on_done)
+        ordered = [rows[n] for n in names]
+        if len(names) > 1:
+            figure = plot_robust_accuracy_panels(ordered, out_dir / "plots" / "robust_accuracy_all.png")
+            if figure:
+                plots.append(figure)
+                client.log_artifact(parent, str(figure), artifact_path="plots")
+        summary = _write_outputs(ordered, plots, args, client, parent, command, out_dir, final=True)
         status = "FINISHED"
     finally:
         client.set_terminated(parent, status)
-    print(table)
+    print(summary["table_markdown"])
     print("IP/IP*: all features mutable; Cost: protected features immutable in training and evaluation.")
     print("± bootstrap standard error; * 99% bootstrap interval of the difference in means excludes zero;")
     print("† fewer than 30 valid counterfactuals on one side (n BL/CT): not a reliable comparison.")

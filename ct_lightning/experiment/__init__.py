@@ -1,0 +1,1 @@
+"""The experiment layer: runs, reproductions and tracking."""

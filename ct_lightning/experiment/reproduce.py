@@ -1,0 +1,325 @@
+"""Resumable reproduction of the paper's Table 1: train, evaluate and compare BL and CT on many data sets.
+
+Every trained model is keyed by its fully resolved training configuration (tag ``ct.config_key``)
+and every evaluation by the evaluation protocol and constraints (artifact
+``evaluations/<key>.pt`` on the training run). A re-run finds finished trainings and
+evaluations in the MLflow store and does only what is missing, so a killed reproduction loses
+at most the work in progress. Independent trainings run in ``jobs`` processes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import tempfile
+import time
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import asdict, dataclass
+from multiprocessing import get_context
+from pathlib import Path
+
+import torch
+
+# Settings that say where a run writes or how it shows progress, not what it trains.
+NON_DEFINING_KEYS = frozenset({"tracking_uri", "experiment", "run_name", "checkpoint_dir", "summary_json",
+                               "progress", "resume", "config", "data_dir", "accelerator", "threads",
+                               "overwrite"})
+CONFIG_KEY_TAG = "ct.config_key"
+ROLES = (  # (role, objective, protected)
+    ("bl", "vanilla", False), ("ct", "full", False), ("bl_protected", "vanilla", True), ("ct_protected", "full", True))
+# Rough cost of one training relative to circles at the paper's budget, to schedule long tasks first.
+COST_HINT = {"mnist": 40.0, "adult": 6.0, "california_housing": 3.0, "gmsc": 3.0, "credit": 2.5}
+
+
+def stable_key(payload: dict) -> str:
+    """A short, order-independent hash of a JSON-able mapping."""
+    text = json.dumps(payload, sort_keys=True, default=str)
+    return hashlib.sha256(text.encode()).hexdigest()[:20]
+
+
+def training_key(config: dict) -> str:
+    """Key of a resolved training configuration: everything that shapes the trained model."""
+    return stable_key({k: v for k, v in config.items() if k not in NON_DEFINING_KEYS})
+
+
+def evaluation_key(protocol: dict, protect: bool, all_mutable: bool, split: str = "test") -> str:
+    """Key of one evaluation of a trained model."""
+    return stable_key({"protocol": protocol, "protect": protect, "all_mutable": all_mutable, "split": split})
+
+
+def find_finished_training(client, experiment: str, key: str) -> str | None:
+    """The newest FINISHED run of ``experiment`` tagged with training key ``key`` that has a checkpoint."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return None
+    runs = client.search_runs([found.experiment_id],
+                              f"tags.`{CONFIG_KEY_TAG}` = '{key}' and attributes.status = 'FINISHED'",
+                              order_by=["attributes.start_time DESC"], max_results=5)
+    for run in runs:
+        names = {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")}
+        if "checkpoints/last.ckpt" in names:
+            return run.info.run_id
+    return None
+
+
+# ------------------------------------------------------------------ evaluation results on disk
+def save_evaluation(result, path: str | Path) -> Path:
+    """Write an :class:`EvaluationResult` atomically as a ``weights_only``-loadable torch file."""
+    payload = {
+        "samples": {k: torch.as_tensor(v) for k, v in result.samples.items()},
+        "groups": {k: torch.as_tensor(v) for k, v in result.groups.items()},
+        "accuracy": float(result.accuracy), "robust_accuracy": float(result.robust_accuracy),
+        "robust_curve": {k: list(v) for k, v in result.robust_curve.items()},
+        "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(result.config).items()},
+        "factuals": result.factuals, "counterfactuals": result.counterfactuals,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    try:
+        torch.save(payload, tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def load_evaluation(path: str | Path):
+    """Read an :class:`EvaluationResult` written by :func:`save_evaluation`."""
+    from ct_lightning.evaluation import EvaluationConfig, EvaluationResult
+
+    payload = torch.load(str(path), map_location="cpu", weights_only=True)
+    return EvaluationResult(
+        samples={k: v.numpy() for k, v in payload["samples"].items()},
+        groups={k: v.numpy() for k, v in payload["groups"].items()},
+        accuracy=payload["accuracy"], robust_accuracy=payload["robust_accuracy"],
+        robust_curve=payload["robust_curve"], config=EvaluationConfig(**payload["config"]),
+        factuals=payload["factuals"], counterfactuals=payload["counterfactuals"])
+
+
+def find_evaluation(client, run_id: str, key: str):
+    """The stored evaluation ``key`` of training run ``run_id``, or ``None`` (also when unreadable)."""
+    wanted = f"evaluations/{key}.pt"
+    if wanted not in {a.path for a in client.list_artifacts(run_id, "evaluations")}:
+        return None
+    try:
+        return load_evaluation(client.download_artifacts(run_id, wanted, tempfile.mkdtemp(prefix="ct-eval-")))
+    except Exception:  # noqa: BLE001 - a torn or foreign file is recomputed, never trusted
+        return None
+
+
+# ------------------------------------------------------------------------------ one task
+@dataclass
+class Task:
+    """One model of a comparison: train (or reuse) it, then evaluate it with the protocol."""
+
+    data: str
+    role: str
+    objective: str
+    protected: bool
+    training: dict          # training overrides (without objective/protect)
+    protocol: dict          # EvaluationConfig as a dict
+    tracking_uri: str
+    experiment: str
+    parent_run_id: str | None = None
+    reuse_run_id: str | None = None
+    threads: int = 1
+
+    @property
+    def label(self) -> str:
+        return f"{self.data}/{self.role}"
+
+    def overrides(self) -> dict:
+        """The training overrides of this task."""
+        return {**self.training, "data": self.data, "objective": self.objective, "protect": self.protected,
+                "tracking_uri": self.tracking_uri, "experiment": self.experiment,
+                "run_name": f"{self.data}-{self.role}", "progress": False}
+
+    def resolved_config(self) -> dict:
+        """The fully resolved training configuration (what the key is computed from)."""
+        from ct_lightning.training import resolve_config
+
+        return resolve_config(self.overrides())
+
+    def eval_key(self) -> str:
+        return evaluation_key(self.protocol, self.protected, not self.protected)
+
+
+def task_state(task: Task, client) -> tuple[str | None, bool]:
+    """``(run id of a finished training or None, whether its evaluation is stored)``."""
+    run_id = task.reuse_run_id or find_finished_training(client, task.experiment, training_key(task.resolved_config()))
+    if run_id is None:
+        return None, False
+    names = {a.path for a in client.list_artifacts(run_id, "evaluations")}
+    return run_id, f"evaluations/{task.eval_key()}.pt" in names
+
+
+def run_task(task: Task) -> dict:
+    """Train (unless a finished run with the same key exists) and evaluate one model; safe to repeat."""
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.evaluation import EvaluationConfig, evaluate_model
+    from ct_lightning.runs import build_data, evaluation_constraints, load_run, log_evaluation
+    from ct_lightning.training import train
+
+    torch.set_num_threads(max(1, task.threads))
+    client = MlflowClient(tracking_uri=task.tracking_uri)
+    started = time.perf_counter()
+    config = task.resolved_config()
+    key = training_key(config)
+    run_id = task.reuse_run_id or find_finished_training(client, task.experiment, key)
+    trained = run_id is None
+    if trained:
+        tags = {CONFIG_KEY_TAG: key, "ct.compare.role": task.role, "role": task.role}
+        if task.parent_run_id:
+            tags["mlflow.parentRunId"] = task.parent_run_id
+        run_id = train(task.overrides(), tags=tags)["run_id"]
+    train_seconds = time.perf_counter() - started
+    eval_key = task.eval_key()
+    evaluated = find_evaluation(client, run_id, eval_key) is None
+    if evaluated:
+        loaded = load_run(run_id, task.tracking_uri)
+        datamodule = build_data(loaded.config)
+        constraints = evaluation_constraints(loaded.module, datamodule, protect=task.protected,
+                                             all_mutable=not task.protected)
+        result = evaluate_model(loaded.module, datamodule.x_test, datamodule.y_test, datamodule.n_classes,
+                                EvaluationConfig(**task.protocol), constraints.mutability, constraints.lower,
+                                constraints.upper, x_train=datamodule.x_train)
+        prefix = "eval" if not task.protected else "eval_protected"
+        log_evaluation(client, run_id, result.summary(), prefix=prefix)
+        with tempfile.TemporaryDirectory(prefix="ct-eval-") as folder:
+            path = save_evaluation(result, Path(folder) / f"{eval_key}.pt")
+            client.log_artifact(run_id, str(path), artifact_path="evaluations")
+    return {"label": task.label, "run_id": run_id, "trained": trained, "evaluated": evaluated,
+            "train_seconds": train_seconds, "seconds": time.perf_counter() - started}
+
+
+# ----------------------------------------------------------------------------- progress
+class Progress:
+    """Prints which task runs, what is done and an estimate of the time left (from measured task times)."""
+
+    def __init__(self, tasks: list[Task], done: set[str], echo=print):
+        self.tasks = {t.label: t for t in tasks}
+        self.done = set(done)
+        self.durations: dict[str, float] = {}
+        self.started = time.perf_counter()
+        self.echo = echo
+
+    def _estimate(self, label: str) -> float | None:
+        if not self.durations:
+            return None
+        unit = sum(self.durations[k] / COST_HINT.get(self.tasks[k].data, 1.0) for k in self.durations) \
+            / len(self.durations)
+        return unit * COST_HINT.get(self.tasks[label].data, 1.0)
+
+    def eta(self) -> str:
+        remaining = [label for label in self.tasks if label not in self.done]
+        estimates = [self._estimate(label) for label in remaining]
+        if not remaining:
+            return "0s"
+        if any(e is None for e in estimates):
+            return "unknown until the first task finishes"
+        return _duration(sum(estimates))
+
+    def start(self, task: Task) -> None:
+        self.echo(f"[{len(self.done)}/{len(self.tasks)} done] started {task.label} "
+                  f"({'protected features immutable' if task.protected else 'all features mutable'}, "
+                  f"objective {task.objective})", flush=True)
+
+    def finish(self, outcome: dict, jobs: int = 1) -> None:
+        self.done.add(outcome["label"])
+        if outcome["trained"] or outcome["evaluated"]:
+            self.durations[outcome["label"]] = outcome["seconds"]
+        what = "trained+evaluated" if outcome["trained"] else ("evaluated" if outcome["evaluated"] else "reused")
+        eta = self.eta()
+        if jobs > 1 and eta[0].isdigit():
+            eta += f" of work on {jobs} processes"
+        self.echo(f"[{len(self.done)}/{len(self.tasks)} done] {outcome['label']} {what} in "
+                  f"{_duration(outcome['seconds'])} (run {outcome['run_id']}); elapsed "
+                  f"{_duration(time.perf_counter() - self.started)}, estimated time left {eta}", flush=True)
+
+
+def _duration(seconds: float) -> str:
+    seconds = int(round(seconds))
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
+
+
+def _worker_init(threads: int) -> None:
+    torch.set_num_threads(max(1, threads))
+
+
+def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print) -> dict[str, dict]:
+    """Run every task (longest first), ``jobs`` at a time in separate processes; returns outcomes by label.
+
+    ``on_done(outcome)`` is called in this process as each task finishes, so callers can write
+    results as they come. A failed task raises after the others have finished.
+    """
+    done = {t.label for t in tasks if task_state(t, client)[1]}
+    progress = Progress(tasks, set(), echo)
+    echo(f"reproduction: {len(tasks)} models, {len(done)} already trained and evaluated in the store; "
+         f"{len(tasks) - len(done)} to do with {jobs} process(es)", flush=True)
+    order = sorted(tasks, key=lambda t: (t.label in done, -COST_HINT.get(t.data, 1.0)))
+    outcomes: dict[str, dict] = {}
+    failures: list[str] = []
+
+    def finished(outcome: dict) -> None:
+        outcomes[outcome["label"]] = outcome
+        progress.finish(outcome, jobs)
+        if on_done:
+            on_done(outcome)
+
+    if jobs <= 1:
+        for task in order:
+            if task.label not in done:
+                progress.start(task)
+            finished(run_task(task))
+        return outcomes
+    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_worker_init,
+                             initargs=(order[0].threads if order else 1,)) as pool:
+        pending = {}
+        for task in order:
+            if task.label not in done:
+                progress.start(task)
+            pending[pool.submit(run_task, task)] = task
+        while pending:
+            completed, _ = wait(pending, return_when=FIRST_COMPLETED)
+            for future in completed:
+                task = pending.pop(future)
+                try:
+                    finished(future.result())
+                except Exception as error:  # noqa: BLE001 - report, let the other tasks finish
+                    failures.append(f"{task.label}: {error}")
+                    echo(f"FAILED {task.label}: {error}", flush=True)
+    if failures:
+        raise RuntimeError("tasks failed: " + "; ".join(failures))
+    return outcomes
+
+
+def find_or_create_parent(client, experiment: str, artifact_location: str | None, key: str, name: str) -> str:
+    """The parent run of a reproduction with this key (reopened), or a new one."""
+    found = client.get_experiment_by_name(experiment)
+    experiment_id = found.experiment_id if found else client.create_experiment(experiment,
+                                                                              artifact_location=artifact_location)
+    runs = client.search_runs([experiment_id], f"tags.`ct.reproduction_key` = '{key}'",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    if runs:
+        client.update_run(runs[0].info.run_id, status="RUNNING")
+        return runs[0].info.run_id
+    run = client.create_run(experiment_id, run_name=name, tags={"ct.role": "compare", "ct.reproduction_key": key,
+                                                                "role": "compare"})
+    return run.info.run_id
+
+
+def finite_or_none(value):
+    """``value`` as float, or ``None`` when missing or not finite (for JSON)."""
+    try:
+        value = float(value)
+    except (TypeError, ValueError):
+        return None
+    return value if math.isfinite(value) else None
