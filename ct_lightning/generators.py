@@ -65,7 +65,8 @@ class ECCo(Generic):
 
     def penalty(self, x_cf, x, logits, target, step, max_steps):
         energy = -logits.gather(1, target[:, None]).squeeze(1)
-        phi = energy_decay(step, max_steps)
+        # The reference counts search steps from 1 (its iteration count + 1), so step 0 has t = 1.
+        phi = energy_decay(step + 1, max_steps)
         return super().penalty(x_cf, x, logits, target, step, max_steps) + \
             self.lambda_energy * phi * (energy + 1e-3 * energy.square())
 

@@ -66,6 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--max-epochs", type=int, default=100, help="training epochs (default %(default)s)")
     budget.add_argument("--seed", type=int, default=0, help="training seed, the same for BL and CT (default %(default)s)")
     budget.add_argument("--nce", type=int, help="counterfactuals per epoch for CT [Table 2]")
+    budget.add_argument("--search-lr", type=float,
+                        help="SGD step size η of the training-time search (default: train.py's)")
     budget.add_argument("--limit-train-batches", type=float, help="Lightning limit_train_batches (quick runs)")
     budget.add_argument("--data-dir", help="folder with the raw data files of the real data sets")
     reuse = parser.add_argument_group("reuse trained runs (comma-separated, aligned with --data; empty = train)")
@@ -97,7 +99,8 @@ def _resolve_names(text: str) -> list[str]:
 def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, parent: str | None) -> list[Task]:
     """One task per data set and role, with the shared training budget and evaluation protocol."""
     protocol = asdict(protocol_config(args))
-    training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "data_dir": args.data_dir,
+    training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "search_lr": args.search_lr,
+                "data_dir": args.data_dir,
                 "limit_train_batches": args.limit_train_batches}
     roles = ROLES if args.actionability else ROLES[:2]
     tasks = []
@@ -148,7 +151,8 @@ def _write_outputs(rows: list[dict], plots: list, args, client, parent: str, com
     table = markdown_table(rows)
     summary = {"parent_run_id": parent, "tracking_uri": args.tracking_uri, "command": command, "complete": final,
                "evaluation": asdict(protocol_config(args)),
-               "training": {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce},
+               "training": {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce,
+                            "search_lr": args.search_lr},
                "rows": rows, "table_markdown": table, "plots": [str(p) for p in plots]}
     write_text_atomic(out_dir / "table.md", table)
     write_csv(rows, out_dir / "table.csv")

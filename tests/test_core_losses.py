@@ -132,7 +132,7 @@ def test_generic_and_ecco_penalties_by_hand():
     generic = Generic(lambda_cost=0.1)
     assert generic.penalty(x_cf, x, logits, target, 0, 30).item() == pytest.approx(0.1 * 3)
     ecco = ECCo(lambda_cost=0.1, lambda_energy=5.0)
-    phi = 0.1 * 1 ** -0.9  # T = 30: b = round(30/25) = 1, a = 0.1, t = 0
+    phi = 0.1 * (1 + 1) ** -0.9  # T = 30: b = round(30/25) = 1, a = 0.1; step 0 is t = 1 (as in the reference)
     assert ecco.penalty(x_cf, x, logits, target, 0, 30).item() == pytest.approx(0.3 + 5 * phi * (4 + 1e-3 * 16))
     # T = 100: b = 4, a = 0.4; t = 6 → 0.4 · 10^−0.9
     assert energy_decay(6, 100) == pytest.approx(0.4 * 10 ** -0.9)

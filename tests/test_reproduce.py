@@ -1,0 +1,94 @@
+"""The resumable reproduction behind ``recipes/compare.py --data``: keys, stored evaluations, kill and resume."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from ct_lightning.experiment.reproduce import (CONFIG_KEY_TAG, load_evaluation, save_evaluation, stable_key,
+                                               training_key)
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_training_key_ignores_where_a_run_writes_but_not_what_it_trains():
+    config = {"data": "moons", "objective": "full", "lambda_reg": 0.25, "tracking_uri": "sqlite:///a.db",
+              "run_name": "x", "checkpoint_dir": "/tmp/a", "progress": True}
+    moved = {**config, "tracking_uri": "sqlite:///b.db", "run_name": "y", "checkpoint_dir": "/tmp/b",
+             "progress": False}
+    assert training_key(config) == training_key(moved)
+    assert training_key(config) != training_key({**config, "lambda_reg": 0.5})
+    assert training_key(config) != training_key({**config, "objective": "vanilla"})
+    assert stable_key({"a": 1, "b": 2}) == stable_key({"b": 2, "a": 1})
+
+
+def test_evaluation_round_trip(tmp_path):
+    from ct_lightning.evaluation import EvaluationConfig, evaluate_model
+
+    torch.manual_seed(0)
+    x = torch.randn(60, 2)
+    y = (x[:, 0] > 0).long()
+    model = torch.nn.Sequential(torch.nn.Linear(2, 8), torch.nn.ReLU(), torch.nn.Linear(8, 2))
+    config = EvaluationConfig(n_individuals=10, n_runs=2, lambda_energies=(0.5, 5.0), max_steps=5)
+    result = evaluate_model(model, x, y, 2, config)
+    loaded = load_evaluation(save_evaluation(result, tmp_path / "e.pt"))
+    assert loaded.config == result.config
+    for key, values in result.samples.items():
+        np.testing.assert_array_equal(loaded.samples[key], values)
+    for key, values in result.groups.items():
+        np.testing.assert_array_equal(loaded.groups[key], values)
+    assert torch.equal(loaded.counterfactuals, result.counterfactuals)
+    assert loaded.summary() == result.summary()
+
+
+def _compare_command(store: Path, out: Path) -> list[str]:
+    return [sys.executable, str(ROOT / "recipes" / "compare.py"), "--data", "circles,moons", "--max-epochs", "2",
+            "--n-runs", "1", "--n-individuals", "10", "--lambda-energy", "1", "--n-boot", "10",
+            "--tracking-uri", f"sqlite:///{store}", "--out-dir", str(out)]
+
+
+def _finished_training_keys(store: Path) -> Counter:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    experiment = client.get_experiment_by_name("ct-lightning")
+    runs = client.search_runs([experiment.experiment_id], "attributes.status = 'FINISHED'")
+    return Counter(run.data.tags[CONFIG_KEY_TAG] for run in runs if CONFIG_KEY_TAG in run.data.tags)
+
+
+def test_killed_reproduction_resumes_without_retraining(tmp_path):
+    store, out = tmp_path / "mlflow.db", tmp_path / "out"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    process = subprocess.Popen(_compare_command(store, out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env=env, cwd=tmp_path, start_new_session=True)
+    done_lines = 0
+    deadline = time.monotonic() + 300
+    for line in process.stdout:
+        done_lines += "done]" in line and "trained+evaluated" in line
+        if done_lines >= 3 or time.monotonic() > deadline:
+            break
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    assert done_lines >= 3, "the reproduction did not finish three models before the deadline"
+    before = _finished_training_keys(store)
+    assert 3 <= len(before) < 8 and set(before.values()) == {1}
+
+    second = subprocess.run(_compare_command(store, out), capture_output=True, text=True, env=env, cwd=tmp_path,
+                            timeout=600)
+    assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
+    after = _finished_training_keys(store)
+    assert len(after) == 8 and set(after.values()) == {1}, "a finished training was repeated"
+    outcomes = Counter(re.findall(r"done\] \S+ (trained\+evaluated|evaluated|reused) in ", second.stdout))
+    assert outcomes["trained+evaluated"] == 8 - len(before)
+    assert outcomes["reused"] + outcomes["evaluated"] == len(before)
+    table = (out / "table.md").read_text()
+    assert "| circles |" in table and "| moons |" in table
