@@ -32,6 +32,41 @@ from ct_lightning.search import random_targets, search_counterfactuals
 
 LAMBDA_ENERGIES = (0.1, 0.5, 1.0, 5.0, 10.0)
 ROBUST_EPSILONS = tuple(round(0.01 * i, 2) for i in range(11))
+FACTUAL_SAMPLING = ("uniform", "balanced")
+
+# Two readings of the protocol (docs/results.md, "Settling the protocol", has the file references).
+# "reference": what the authors' code ran to produce Table 1 (CounterfactualTraining.jl satml runs):
+#   Descent() with its default η = 0.1 (the configured 0.25 is never read), λ_cst = 0, IP as mean ℓ1
+#   distance, IP* with length-scale 5 on ≤ 100 samples per side, 100 runs, factuals balanced over the
+#   model's predicted classes and drawn per model, τ = 0.5 for the cost comparison.
+# "paper": the values the paper's text states (Note 2, App. A.1): η = 0.25, λ_cst = 0.001, ℓ2 distance,
+#   length-scale 0.5, 5 runs × 100 individuals, uniform factuals, τ = 0.95 throughout.
+PROTOCOLS = {
+    "reference": {"lr": 0.1, "lambda_cost": 0.0, "ip_p": 1.0, "length_scale": 5.0, "mmd_max_samples": 100,
+                  "mmd_max_counterfactuals": 100, "n_runs": 100, "factuals": "balanced", "tau": 0.95,
+                  "cost_tau": 0.5},
+    "paper": {"lr": 0.25, "lambda_cost": 0.001, "ip_p": 2.0, "length_scale": 0.5, "mmd_max_samples": 1000,
+              "mmd_max_counterfactuals": None, "n_runs": 5, "factuals": "uniform", "tau": 0.95, "cost_tau": 0.95},
+}
+
+
+SYNTHETIC_DATA = ("ls", "ol", "circles", "moons")
+
+
+def reference_individuals(data: str) -> int:
+    """Individuals per run in the authors' Table 1 runs: 250 synthetic, 25 MNIST, 100 tabular."""
+    return 250 if data in SYNTHETIC_DATA else (25 if data == "mnist" else 100)
+
+
+def protocol_settings(name: str, cost_pair: bool = False) -> dict:
+    """The :class:`EvaluationConfig` fields of protocol ``name`` (``cost_pair``: the protected comparison)."""
+    if name not in PROTOCOLS:
+        raise ValueError(f"protocol: unknown {name!r}; allowed: {', '.join(PROTOCOLS)}")
+    settings = dict(PROTOCOLS[name])
+    cost_tau = settings.pop("cost_tau")
+    if cost_pair:
+        settings["tau"] = cost_tau
+    return settings
 
 
 @dataclass
@@ -50,6 +85,8 @@ class EvaluationConfig:
     ip_p: float = 2.0
     length_scale: float = 0.5
     mmd_max_samples: int | None = 1000
+    mmd_max_counterfactuals: int | None = None
+    factuals: str = "uniform"
     robust_epsilon: float = 0.03
     robust_epsilons: tuple[float, ...] = ROBUST_EPSILONS
     attack: str = "fgsm"
@@ -63,6 +100,8 @@ class EvaluationConfig:
             raise ValueError("lambda_energies: give at least one value")
         if not 0.0 < self.tau <= 1.0:
             raise ValueError(f"tau: must lie in (0, 1], got {self.tau}")
+        if self.factuals not in FACTUAL_SAMPLING:
+            raise ValueError(f"factuals: unknown {self.factuals!r}; allowed: {', '.join(FACTUAL_SAMPLING)}")
 
     def energy_grid(self) -> tuple[float, ...]:
         """The ``λ_egy`` values searched; Generic has no energy term, so it is searched once (λ = 0)."""
@@ -150,6 +189,29 @@ def draw_factuals(n_available: int, n_individuals: int, n_runs: int, seed: int) 
     return torch.stack(rows)
 
 
+def draw_balanced(predicted: torch.Tensor, n_classes: int, n_individuals: int, n_runs: int,
+                  seed: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Factual indices and targets, shape ``(n_runs, n_individuals)``, balanced over predicted classes.
+
+    As in the authors' benchmark: individual ``i`` gets a class ``c_i`` (uniform) and a target
+    (uniform among the other classes) once, for all runs; each run then picks, for each ``i``, a
+    random row whose *predicted* class is ``c_i``. A class the model never predicts is replaced by
+    one it does.
+    """
+    rng = torch.Generator().manual_seed(seed)
+    present = torch.unique(predicted)
+    classes = present[torch.randint(len(present), (n_individuals,), generator=rng)]
+    targets = random_targets(classes, n_classes, rng)
+    rows_by_class = {int(c): torch.nonzero(predicted == c).flatten() for c in present.tolist()}
+    index = torch.empty(n_runs, n_individuals, dtype=torch.long)
+    for run in range(n_runs):
+        run_rng = torch.Generator().manual_seed(seed + 1 + run)
+        for c, rows in rows_by_class.items():
+            chosen = torch.nonzero(classes == c).flatten()
+            index[run, chosen] = rows[torch.randint(len(rows), (len(chosen),), generator=run_rng)]
+    return index, targets.expand(n_runs, n_individuals).clone()
+
+
 def draw_targets(predicted: torch.Tensor, n_classes: int, seed: int) -> torch.Tensor:
     """Random targets for ``predicted`` of shape ``(n_runs, n)``: run ``r`` draws with seed ``seed + r``."""
     return torch.stack([random_targets(row, n_classes, torch.Generator().manual_seed(10_007 + seed + run))
@@ -213,10 +275,17 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
     lower = None if lower is None else lower.to(device)
     upper = None if upper is None else upper.to(device)
 
-    index = draw_factuals(len(x), config.n_individuals, config.n_runs, config.seed).to(device)
-    factuals = x[index.reshape(-1)]
-    predicted = _logits(model, factuals).argmax(1)
-    targets = draw_targets(predicted.reshape(index.shape).cpu(), n_classes, config.seed).reshape(-1).to(device)
+    if config.factuals == "balanced":
+        index, targets = draw_balanced(_logits(model, x).argmax(1).cpu(), n_classes, config.n_individuals,
+                                       config.n_runs, config.seed)
+        index, targets = index.to(device), targets.reshape(-1).to(device)
+        factuals = x[index.reshape(-1)]
+        predicted = _logits(model, factuals).argmax(1)
+    else:
+        index = draw_factuals(len(x), config.n_individuals, config.n_runs, config.seed).to(device)
+        factuals = x[index.reshape(-1)]
+        predicted = _logits(model, factuals).argmax(1)
+        targets = draw_targets(predicted.reshape(index.shape).cpu(), n_classes, config.seed).reshape(-1).to(device)
     runs = torch.arange(config.n_runs).repeat_interleave(config.n_individuals)
 
     blocks = []
@@ -251,7 +320,7 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
             mmd_rng = torch.Generator().manual_seed(config.seed * 7919 + run)
             value = mmd_implausibility(counterfactuals[rows][ok], all_targets[rows][ok], ref_x, ref_y,
                                        length_scale=config.length_scale, max_samples=config.mmd_max_samples,
-                                       generator=mmd_rng) if int(ok.sum()) >= 2 else torch.tensor(math.nan)
+                                       generator=mmd_rng, max_counterfactuals=config.mmd_max_counterfactuals) if int(ok.sum()) >= 2 else torch.tensor(math.nan)
             group_run.append(run)
             group_lambda.append(lam)
             group_n.append(config.n_individuals)

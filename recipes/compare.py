@@ -38,7 +38,7 @@ import torch  # noqa: E402
 
 from ct_lightning.compare import compare_evaluations, markdown_table, table_row, write_csv  # noqa: E402
 from ct_lightning.experiment.reproduce import (ROLES, Task, find_evaluation, find_or_create_parent,  # noqa: E402
-                                               run_tasks, stable_key, training_key)
+                                               role_training_overrides, run_tasks, stable_key, training_key)
 from ct_lightning.plots import evaluation_figures, metric_history, plot_robust_accuracy_panels  # noqa: E402
 from ct_lightning.runs import build_data, evaluation_constraints, load_run  # noqa: E402
 from ct_lightning.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store,  # noqa: E402
@@ -67,7 +67,8 @@ def build_parser() -> argparse.ArgumentParser:
     budget.add_argument("--seed", type=int, default=0, help="training seed, the same for BL and CT (default %(default)s)")
     budget.add_argument("--nce", type=int, help="counterfactuals per epoch for CT [Table 2]")
     budget.add_argument("--search-lr", type=float,
-                        help="SGD step size η of the training-time search (default: train.py's)")
+                        help="SGD step size η of the training-time search (default: 0.1 with --protocol "
+                             "reference, as the authors' code ran; train.py's 0.25 with --protocol paper)")
     budget.add_argument("--limit-train-batches", type=float, help="Lightning limit_train_batches (quick runs)")
     budget.add_argument("--data-dir", help="folder with the raw data files of the real data sets")
     reuse = parser.add_argument_group("reuse trained runs (comma-separated, aligned with --data; empty = train)")
@@ -78,6 +79,10 @@ def build_parser() -> argparse.ArgumentParser:
     stats = parser.add_argument_group("bootstrap")
     stats.add_argument("--n-boot", type=int, default=100, help="bootstrap rounds (default %(default)s)")
     stats.add_argument("--confidence", type=float, default=0.99, help="confidence of the interval (default %(default)s)")
+    stats.add_argument("--statistic", choices=("runs", "bootstrap"),
+                       help="runs: per-run ratios and the quantile interval of per-run differences (the authors' "
+                            "code; default with --protocol reference); bootstrap: pooled per-sample bootstrap "
+                            "(the paper's text; default with --protocol paper)")
     out = parser.add_argument_group("tracking and output")
     out.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow tracking URI (default %(default)s)")
     out.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default %(default)s)")
@@ -98,7 +103,6 @@ def _resolve_names(text: str) -> list[str]:
 
 def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, parent: str | None) -> list[Task]:
     """One task per data set and role, with the shared training budget and evaluation protocol."""
-    protocol = asdict(protocol_config(args))
     training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "search_lr": args.search_lr,
                 "data_dir": args.data_dir,
                 "limit_train_batches": args.limit_train_batches}
@@ -107,7 +111,10 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
     for i, data in enumerate(names):
         for role, objective, protected in roles:
             ids = reuse_lists.get(role) or []
-            tasks.append(Task(data, role, objective, protected, training, protocol, args.tracking_uri,
+            protocol = asdict(protocol_config(args, data, cost_pair=protected))
+            given = {k: v for k, v in training.items() if v is not None}  # explicit flags beat the preset
+            role_training = {**role_training_overrides(args.protocol, data, role), **given}
+            tasks.append(Task(data, role, objective, protected, role_training, protocol, args.tracking_uri,
                               args.experiment, parent, (ids[i] or None) if ids else None, args.threads))
     return tasks
 
@@ -126,13 +133,15 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
         result = find_evaluation(client, run_id, task.eval_key())
         results[task.role], summaries[task.role] = result, result.summary()
         entries[task.role] = {"module": loaded.module, "result": result, "constraints": constraints, "run_id": run_id}
+    statistic = args.statistic or ("runs" if args.protocol == "reference" else "bootstrap")
     plausibility = compare_evaluations(results["bl"], results["ct"], ("ip", "ip_star"), args.n_boot, args.confidence,
-                                       args.seed)
+                                       args.seed, statistic)
     actionability = compare_evaluations(results["bl_protected"], results["ct_protected"], ("cost",), args.n_boot,
-                                        args.confidence, args.seed + 10) if args.actionability else {}
+                                        args.confidence, args.seed + 10, statistic) if args.actionability else {}
     row = table_row(datamodule.name, plausibility, actionability, summaries["bl"], summaries["ct"],
                     summaries.get("bl_protected"), summaries.get("ct_protected"))
     row["runs"] = {role: entry["run_id"] for role, entry in entries.items()}
+    row["protocol"] = {task.role: task.protocol for task in tasks if task.data == data}
     row["robust_curves"] = {role: entry["result"].robust_curve for role, entry in entries.items()}
     row["details"] = {"plausibility": plausibility, "actionability": actionability,
                       "per_lambda": {role: s["per_lambda"] for role, s in summaries.items()},
@@ -150,7 +159,9 @@ def _write_outputs(rows: list[dict], plots: list, args, client, parent: str, com
                    final: bool) -> dict:
     table = markdown_table(rows)
     summary = {"parent_run_id": parent, "tracking_uri": args.tracking_uri, "command": command, "complete": final,
-               "evaluation": asdict(protocol_config(args)),
+               "protocol": args.protocol, "statistic": args.statistic or ("runs" if args.protocol == "reference"
+                                                                         else "bootstrap"),
+               "evaluation": {row["data"]: row["protocol"] for row in rows},
                "training": {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce,
                             "search_lr": args.search_lr},
                "rows": rows, "table_markdown": table, "plots": [str(p) for p in plots]}
@@ -182,7 +193,8 @@ def main(argv: list[str] | None = None) -> dict:
             if ids and len(ids) != len(names):
                 raise ValueError(f"--{key.replace('_', '-')}-run-id: give one id per data set ({len(names)}), "
                                  f"empty entries to train")
-        protocol_config(args)
+        for name in names:
+            protocol_config(args, name)
     except ValueError as error:
         sys.exit(f"error: {error}")
     torch.set_num_threads(max(1, args.threads))
@@ -199,7 +211,7 @@ def main(argv: list[str] | None = None) -> dict:
     tasks = build_tasks(names, reuse_lists, args, parent)
     command = "python recipes/compare.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     client.log_param(parent, "data", ",".join(names))
-    for key in ("max_epochs", "seed", "n_individuals", "n_runs", "n_boot", "confidence"):
+    for key in ("max_epochs", "seed", "protocol", "n_boot", "confidence"):
         client.log_param(parent, key, getattr(args, key))
     client.log_param(parent, "lambda_energy", ",".join(f"{v:g}" for v in args.lambda_energy))
     print(f"MLflow parent run: {parent} (re-run the same command to resume; finished trainings and evaluations "
@@ -241,7 +253,11 @@ def main(argv: list[str] | None = None) -> dict:
         client.set_terminated(parent, status)
     print(summary["table_markdown"])
     print("IP/IP*: all features mutable; Cost: protected features immutable in training and evaluation.")
-    print("± bootstrap standard error; * 99% bootstrap interval of the difference in means excludes zero;")
+    if summary["statistic"] == "runs":
+        print("± 100·sd of the per-run CT/BL ratios over the evaluation runs; * the central 99% quantile interval "
+              "of the per-run differences excludes zero (the authors' Table 1 arithmetic);")
+    else:
+        print("± bootstrap standard error; * 99% bootstrap interval of the difference in means excludes zero;")
     print("† fewer than 30 valid counterfactuals on one side (n BL/CT): not a reliable comparison.")
     print(f"MLflow parent run: {parent}; outputs in {out_dir}")
     return summary

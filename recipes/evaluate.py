@@ -20,7 +20,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ct_lightning.evaluation import LAMBDA_ENERGIES, EvaluationConfig, evaluate_model  # noqa: E402
+from ct_lightning.evaluation import (LAMBDA_ENERGIES, PROTOCOLS, EvaluationConfig, evaluate_model,  # noqa: E402
+                                     protocol_settings, reference_individuals)
 from ct_lightning.generators import GENERATORS  # noqa: E402
 from ct_lightning.plots import evaluation_figures, metric_history  # noqa: E402
 from ct_lightning.runs import (build_data, evaluation_constraints, load_checkpoint_with_config, load_run,  # noqa: E402
@@ -40,25 +41,40 @@ def csv_floats(text: str) -> tuple[float, ...]:
 
 
 def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of the evaluation protocol shared by evaluate.py and compare.py."""
-    d = EvaluationConfig()
-    group = parser.add_argument_group("evaluation protocol (defaults: paper, Note 2)")
-    group.add_argument("--n-individuals", type=int, default=d.n_individuals, help="factuals per run (default %(default)s)")
-    group.add_argument("--n-runs", type=int, default=d.n_runs, help="runs with different seeds (default %(default)s)")
+    """Flags of the evaluation protocol shared by evaluate.py and compare.py (unset: from --protocol)."""
+    group = parser.add_argument_group("evaluation protocol (unset flags take the --protocol preset)")
+    group.add_argument("--protocol", default="reference", choices=list(PROTOCOLS),
+                       help="reference: what the authors' code ran for Table 1 (η 0.1, λ_cst 0, ℓ1 IP, IP* "
+                            "length-scale 5, 100 runs, factuals balanced over predicted classes, τ 0.5 for "
+                            "the cost pair); paper: the values stated in the paper's text (η 0.25, λ_cst 0.001, "
+                            "ℓ2 IP, length-scale 0.5, 5 runs × 100) (default %(default)s)")
+    group.add_argument("--n-individuals", type=int,
+                       help="factuals per run (reference: 250 synthetic, 100 tabular, 25 MNIST; paper: 100)")
+    group.add_argument("--n-runs", type=int, help="runs with different seeds (reference 100, paper 5)")
     group.add_argument("--lambda-energy", type=csv_floats, default=LAMBDA_ENERGIES,
                        help="ECCo energy penalties, results averaged over them (default 0.1,0.5,1,5,10)")
-    group.add_argument("--generator", default=d.generator, choices=list(GENERATORS),
+    group.add_argument("--generator", default="ecco", choices=list(GENERATORS),
                        help="test-time generator (default %(default)s; revise/amortised are fitted on the training split)")
-    group.add_argument("--eval-tau", type=float, default=d.tau, help="decision threshold τ (default %(default)s)")
-    group.add_argument("--eval-steps", type=int, default=d.max_steps, help="maximum search steps T (default %(default)s)")
-    group.add_argument("--eval-lr", type=float, default=d.lr, help="SGD step size η of the search (default %(default)s)")
-    group.add_argument("--eval-seed", type=int, default=d.seed, help="seed of the first run (default %(default)s)")
+    group.add_argument("--eval-tau", type=float, help="decision threshold τ (default 0.95; reference cost pair 0.5)")
+    group.add_argument("--eval-steps", type=int, default=50, help="maximum search steps T (default %(default)s)")
+    group.add_argument("--eval-lr", type=float, help="SGD step size η of the search (reference 0.1, paper 0.25)")
+    group.add_argument("--eval-lambda-cost", type=float, help="ℓ1 penalty λ_cst of the search (reference 0, paper 0.001)")
+    group.add_argument("--ip-norm", type=float, help="p of the ℓp distance in IP (reference 1, paper 2)")
+    group.add_argument("--length-scale", type=float, help="Gaussian kernel length-scale of IP* (reference 5, paper 0.5)")
+    group.add_argument("--eval-seed", type=int, default=0, help="seed of the first run (default %(default)s)")
 
 
-def protocol_config(args: argparse.Namespace) -> EvaluationConfig:
-    """The :class:`EvaluationConfig` of parsed protocol flags."""
-    return EvaluationConfig(n_individuals=args.n_individuals, n_runs=args.n_runs, lambda_energies=args.lambda_energy,
-                            generator=args.generator, tau=args.eval_tau, max_steps=args.eval_steps, lr=args.eval_lr, seed=args.eval_seed)
+def protocol_config(args: argparse.Namespace, data: str | None = None, cost_pair: bool = False) -> EvaluationConfig:
+    """The :class:`EvaluationConfig` of parsed protocol flags for data set ``data`` (explicit flags win)."""
+    settings = protocol_settings(args.protocol, cost_pair)
+    if args.protocol == "reference":
+        settings["n_individuals"] = reference_individuals(data or "")
+    explicit = {"n_individuals": args.n_individuals, "n_runs": args.n_runs, "tau": args.eval_tau,
+                "lr": args.eval_lr, "lambda_cost": args.eval_lambda_cost, "ip_p": args.ip_norm,
+                "length_scale": args.length_scale}
+    settings.update({k: v for k, v in explicit.items() if v is not None})
+    return EvaluationConfig(**settings, lambda_energies=args.lambda_energy, generator=args.generator,
+                            max_steps=args.eval_steps, seed=args.eval_seed)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -90,7 +106,6 @@ def main(argv: list[str] | None = None) -> dict:
     if args.seed is not None:
         args.eval_seed = args.seed
     try:
-        config = protocol_config(args)
         if args.run_id:
             loaded = load_run(args.run_id, args.tracking_uri, args.which, weights_only=not args.unsafe_load)
             if args.data:
@@ -98,6 +113,7 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             loaded = load_checkpoint_with_config(args.checkpoint, args.data, weights_only=not args.unsafe_load)
         datamodule = build_data(loaded.config)
+        config = protocol_config(args, datamodule.name, cost_pair=args.protect)
         constraints = evaluation_constraints(loaded.module, datamodule, args.protect, args.all_mutable)
     except (ValueError, FileNotFoundError) as error:
         sys.exit(f"error: {error}")

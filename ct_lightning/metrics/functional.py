@@ -93,6 +93,7 @@ def mmd_implausibility(
     length_scale: float = 0.5,
     max_samples: Optional[int] = 1000,
     generator: Optional[torch.Generator] = None,
+    max_counterfactuals: Optional[int] = None,
 ) -> Tensor:
     """Divergence-based implausibility IP* (Eq. 6), a scalar.
 
@@ -100,7 +101,8 @@ def mmd_implausibility(
     ``mmd2_unbiased(counterfactuals[targets == c], reference_x[reference_y == c])``.
     If a class has more than ``max_samples`` reference samples, they are subsampled
     without replacement (``torch.randperm`` with ``generator``, classes in ascending
-    order); ``max_samples=None`` uses all. Counterfactuals are never subsampled. The
+    order); ``max_samples=None`` uses all. Counterfactuals of a class are subsampled the
+    same way (after the reference) when there are more than ``max_counterfactuals``. The
     per-class values are averaged with weights equal to the number of counterfactuals
     per class (i.e. every counterfactual counts equally). Classes with fewer than 2
     counterfactuals are skipped; returns NaN if none remain. Raises ``ValueError`` if
@@ -120,8 +122,12 @@ def mmd_implausibility(
             gen_device = generator.device if generator is not None else "cpu"
             idx = torch.randperm(ref_c.shape[0], generator=generator, device=gen_device)[:max_samples]
             ref_c = ref_c[idx.to(ref_c.device)]
+        if max_counterfactuals is not None and cf_c.shape[0] > max_counterfactuals:
+            gen_device = generator.device if generator is not None else "cpu"
+            idx = torch.randperm(cf_c.shape[0], generator=generator, device=gen_device)[:max_counterfactuals]
+            cf_c = cf_c[idx.to(cf_c.device)]
         values.append(mmd2_unbiased(cf_c, ref_c, length_scale=length_scale))
-        weights.append(cf_c.shape[0])
+        weights.append(int((targets == c).sum()))
     if not values:
         return torch.tensor(math.nan, dtype=cf.dtype, device=cf.device)
     w = torch.tensor(weights, dtype=cf.dtype, device=cf.device)
