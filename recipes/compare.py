@@ -26,16 +26,14 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ct_lightning.compare import compare_evaluations, markdown_table, table_row, write_csv  # noqa: E402
-from ct_lightning.evaluation import evaluate_model  # noqa: E402
-from ct_lightning.plots import evaluation_figures, metric_history  # noqa: E402
-from ct_lightning.runs import build_data, evaluation_constraints, load_run, log_evaluation  # noqa: E402
-from ct_lightning.tracking import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store, write_json_atomic  # noqa: E402
-from ct_lightning.training import train  # noqa: E402
-from datamodules import available, canonical_name  # noqa: E402
-from recipes.evaluate import add_protocol_arguments, protocol_config  # noqa: E402
+from ct_lightning.evaluation import evaluate_model, evaluation_constraints
+from ct_lightning.evaluation.compare import compare_evaluations, markdown_table, table_row, write_csv
+from ct_lightning.evaluation.plots import evaluation_figures, metric_history
+from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
+from ct_lightning.experiment.runs import build_data, load_run, log_evaluation
+from ct_lightning.experiment.tracking import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store, write_json_atomic
+from ct_lightning.experiment.train import train
+from datamodules import available, canonical_name
 
 ROLES = (  # (key, objective, protected)
     ("bl", "vanilla", False), ("ct", "full", False), ("bl_protected", "vanilla", True), ("ct_protected", "full", True))
@@ -108,7 +106,8 @@ def compare_data(data: str, reuse: dict[str, str | None], args, client, parent: 
         constraints = evaluation_constraints(loaded.module, datamodule, protect=protected, all_mutable=not protected)
         result = evaluate_model(loaded.module, datamodule.x_test, datamodule.y_test, datamodule.n_classes, config,
                                 constraints.mutability, constraints.lower, constraints.upper,
-                                x_train=datamodule.x_train)
+                                x_train=datamodule.x_train, feature_names=list(datamodule.feature_names),
+                                y_train=datamodule.y_train, data_name=datamodule.name)
         results[role], summaries[role] = result, result.summary()
         log_evaluation(client, run_id, summaries[role])
         entries[role] = {"module": loaded.module, "result": result, "constraints": constraints, "run_id": run_id}

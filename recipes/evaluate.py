@@ -18,47 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ct_lightning.evaluation import LAMBDA_ENERGIES, EvaluationConfig, evaluate_model  # noqa: E402
-from ct_lightning.generators import GENERATORS  # noqa: E402
-from ct_lightning.plots import evaluation_figures, metric_history  # noqa: E402
-from ct_lightning.runs import (build_data, evaluation_constraints, load_checkpoint_with_config, load_run,  # noqa: E402
-                               log_evaluation)
-from ct_lightning.tracking import DEFAULT_TRACKING_URI, write_json_atomic  # noqa: E402
-
-
-def csv_floats(text: str) -> tuple[float, ...]:
-    """``"0.1,0.5,1"`` → ``(0.1, 0.5, 1.0)``."""
-    try:
-        values = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return values
-
-
-def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of the evaluation protocol shared by evaluate.py and compare.py."""
-    d = EvaluationConfig()
-    group = parser.add_argument_group("evaluation protocol (defaults: paper, Note 2)")
-    group.add_argument("--n-individuals", type=int, default=d.n_individuals, help="factuals per run (default %(default)s)")
-    group.add_argument("--n-runs", type=int, default=d.n_runs, help="runs with different seeds (default %(default)s)")
-    group.add_argument("--lambda-energy", type=csv_floats, default=LAMBDA_ENERGIES,
-                       help="ECCo energy penalties, results averaged over them (default 0.1,0.5,1,5,10)")
-    group.add_argument("--generator", default=d.generator, choices=list(GENERATORS),
-                       help="test-time generator (default %(default)s; revise/amortised are fitted on the training split)")
-    group.add_argument("--eval-tau", type=float, default=d.tau, help="decision threshold τ (default %(default)s)")
-    group.add_argument("--eval-steps", type=int, default=d.max_steps, help="maximum search steps T (default %(default)s)")
-    group.add_argument("--eval-lr", type=float, default=d.lr, help="SGD step size η of the search (default %(default)s)")
-    group.add_argument("--eval-seed", type=int, default=d.seed, help="seed of the first run (default %(default)s)")
-
-
-def protocol_config(args: argparse.Namespace) -> EvaluationConfig:
-    """The :class:`EvaluationConfig` of parsed protocol flags."""
-    return EvaluationConfig(n_individuals=args.n_individuals, n_runs=args.n_runs, lambda_energies=args.lambda_energy,
-                            generator=args.generator, tau=args.eval_tau, max_steps=args.eval_steps, lr=args.eval_lr, seed=args.eval_seed)
+from ct_lightning.evaluation import evaluate_model, evaluation_constraints
+from ct_lightning.evaluation.plots import evaluation_figures, metric_history
+from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
+from ct_lightning.experiment.runs import build_data, load_checkpoint_with_config, load_run, log_evaluation
+from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, write_json_atomic
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -103,7 +67,9 @@ def main(argv: list[str] | None = None) -> dict:
         sys.exit(f"error: {error}")
     x, y = (datamodule.x_test, datamodule.y_test) if args.split == "test" else (datamodule.x_val, datamodule.y_val)
     result = evaluate_model(loaded.module, x, y, datamodule.n_classes, config, constraints.mutability,
-                            constraints.lower, constraints.upper, x_train=datamodule.x_train)
+                            constraints.lower, constraints.upper, x_train=datamodule.x_train,
+                            feature_names=list(datamodule.feature_names), y_train=datamodule.y_train,
+                            data_name=datamodule.name)
     summary = result.summary()
 
     client = None
