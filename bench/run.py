@@ -242,7 +242,7 @@ def threads_check(name, datamodule, model, device, repeats: int, log) -> dict:
     from bench.common import Clock, median
     from bench.search_bench import EPSILON, MAX_STEPS, draw_pool
     from ct_lightning.generators import make_generator
-    from ct_lightning.search import search_counterfactuals
+    from ct_lightning.generators.search import search_counterfactuals
 
     before = torch.get_num_threads()
     x, target = draw_pool(datamodule, model, 1000, seed=1000, device=device)

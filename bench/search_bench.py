@@ -3,7 +3,7 @@
 A *counterfactual step* is one SGD step of one row; a search of ``n`` rows takes
 ``sum(result.steps)`` of them. Three ways to do the same work are timed:
 
-* ``batched``: :func:`ct_lightning.search.search_counterfactuals` on the whole pool;
+* ``batched``: :func:`ct_lightning.generators.search.search_counterfactuals` on the whole pool;
 * ``loop``: the same function called once per factual (the reference/DiCE design), timed on
   the first ``loop_subset`` factuals of the pool and extrapolated per instance;
 * ``bare``: only the forward and backward passes of the model w.r.t. its inputs that the
@@ -23,7 +23,8 @@ import torch.nn.functional as F
 from bench.common import Clock, median, sync
 from ct_lightning.generators import make_generator
 from ct_lightning.constraints import Constraints
-from ct_lightning.search import random_targets, search_counterfactuals
+from ct_lightning.generators.search import search_counterfactuals
+from ct_lightning.pool import random_targets
 
 MAX_STEPS = 30
 EPSILON = 0.3

@@ -9,29 +9,18 @@ differentiate w.r.t. the input, so no ``.grad`` is accumulated on parameters.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-from typing import Iterator, Optional, Sequence, Tuple, Union
+from typing import Optional, Sequence, Tuple, Union
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ct_lightning.eval_mode import eval_mode
+
 Bound = Union[Tensor, float]
 Domain = Optional[Tuple[Bound, Bound]]
 
 ATTACKS = ("fgsm", "pgd")
-
-
-@contextmanager
-def _eval_mode(model: nn.Module) -> Iterator[None]:
-    """Put ``model`` in eval mode and restore every submodule's previous mode on exit."""
-    modes = [(m, m.training) for m in model.modules()]
-    model.eval()
-    try:
-        yield
-    finally:
-        for m, training in modes:
-            m.training = training
 
 
 def _copy(t: Bound, like: Tensor) -> Tensor:
@@ -65,7 +54,7 @@ def fgsm(model: nn.Module, x: Tensor, y: Tensor, epsilon: float, domain: Domain 
     ``domain=(lower, upper)`` if given. The loss is summed over the batch, so each
     sample's perturbation is independent of the batch size. Returns a detached tensor.
     """
-    with torch.inference_mode(False), torch.enable_grad(), _eval_mode(model):
+    with torch.inference_mode(False), torch.enable_grad(), eval_mode(model):
         x0, y0 = x.detach().clone(), y.detach().clone()
         x_adv = x0 + epsilon * _input_grad(model, x0, y0).sign()
         return _clamp(x_adv, domain).detach()
@@ -92,7 +81,7 @@ def pgd(
     """
     if step_size is None:
         step_size = 2.5 * epsilon / max(steps, 1)
-    with torch.inference_mode(False), torch.enable_grad(), _eval_mode(model):
+    with torch.inference_mode(False), torch.enable_grad(), eval_mode(model):
         x0, y0 = x.detach().clone(), y.detach().clone()
         x_adv = x0
         if random_start:

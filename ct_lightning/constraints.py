@@ -11,6 +11,8 @@ from collections.abc import Mapping, Sequence
 
 import torch
 
+from datamodules.domain import infer_domain  # noqa: F401  (re-exported: the SPEC §2 formula lives with the data)
+
 MUTABILITY_KINDS = ("both", "increase", "decrease", "none")
 BOTH, INCREASE, DECREASE, NONE = range(4)
 
@@ -154,9 +156,22 @@ def protect_positive(x_pos: torch.Tensor, x_cf: torch.Tensor, codes: torch.Tenso
     return torch.where(codes == DECREASE, torch.minimum(x_cf, x_pos), out)
 
 
-def infer_domain(x_train: torch.Tensor, n_std: float = 3.0) -> tuple[torch.Tensor, torch.Tensor]:
-    """Per-feature bounds ``lb = min(μ − nσ, min x)``, ``ub = max(μ + nσ, max x)`` (SPEC §2)."""
-    mean, std = x_train.mean(0), x_train.std(0)
-    lower = torch.minimum(mean - n_std * std, x_train.min(0).values)
-    upper = torch.maximum(mean + n_std * std, x_train.max(0).values)
+def resolve_domain(domain, x_train: torch.Tensor, n_std: float = 3.0,
+                   datamodule=None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Domain bounds from a ``domain`` setting: ``None`` (unbounded), ``"infer"`` or ``[lower, upper]``.
+
+    ``"infer"`` asks ``datamodule.domain(n_std)`` when a datamodule with one is given (it knows fixed
+    ranges such as image pixels), else infers the SPEC §2 bounds from ``x_train``. Scalar or
+    per-feature ``[lower, upper]`` values are expanded to one bound per feature.
+    """
+    if domain is None:
+        return None, None
+    if isinstance(domain, str):
+        if domain != "infer":
+            raise ValueError(f"domain: allowed 'infer', None or [lower, upper], got {domain!r}")
+        if datamodule is not None and hasattr(datamodule, "domain"):
+            return datamodule.domain(n_std)
+        return infer_domain(x_train, n_std)
+    n_features = x_train.shape[1]
+    lower, upper = (torch.as_tensor(b, dtype=torch.float32).expand(n_features) for b in domain)
     return lower, upper

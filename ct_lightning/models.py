@@ -5,7 +5,9 @@ from __future__ import annotations
 import importlib
 import inspect
 import math
-from collections.abc import Sequence
+import os
+import sys
+from collections.abc import Callable, Sequence
 
 from torch import nn
 
@@ -15,14 +17,20 @@ BUILTIN_ARCHITECTURES = ("mlp", "cnn")
 
 
 def build_mlp(n_features: int, n_classes: int, hidden_sizes: Sequence[int] = (32,),
-              activation: str = "relu") -> nn.Sequential:
-    """MLP returning logits; the paper's default is one hidden layer of 32 ReLU units."""
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"activation: unknown {activation!r}; allowed: {', '.join(ACTIVATIONS)}")
+              activation: str | Callable[[], nn.Module] = "relu") -> nn.Sequential:
+    """MLP ``Linear, act, ..., Linear`` (the one MLP builder of the project); as a classifier it returns logits.
+
+    The paper's default is one hidden layer of 32 ReLU units. ``activation`` is a name of
+    ``ACTIVATIONS`` or a callable returning a fresh activation module (e.g. ``lambda: nn.LeakyReLU(0.2)``).
+    """
+    if isinstance(activation, str):
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation: unknown {activation!r}; allowed: {', '.join(ACTIVATIONS)}")
+        activation = ACTIVATIONS[activation]
     layers: list[nn.Module] = []
     width = n_features
     for size in hidden_sizes:
-        layers += [nn.Linear(width, size), ACTIVATIONS[activation]()]
+        layers += [nn.Linear(width, size), activation()]
         width = size
     layers.append(nn.Linear(width, n_classes))
     return nn.Sequential(*layers)
@@ -53,13 +61,28 @@ class LeNet(nn.Module):
         return self.classifier(self.features(x.reshape(-1, *self.shape)))
 
 
+def _import_from_path_or_cwd(module_name: str):
+    """Import ``module_name`` from ``sys.path``, else from the current directory (a user's own ``my_models.py``)."""
+    try:
+        return importlib.import_module(module_name)
+    except ModuleNotFoundError as error:
+        cwd = os.getcwd()
+        if cwd in sys.path or error.name != module_name.split(".")[0]:
+            raise
+        sys.path.insert(0, cwd)
+        try:
+            return importlib.import_module(module_name)
+        finally:
+            sys.path.remove(cwd)
+
+
 def load_factory(spec: str):
     """Import ``package.module:factory`` and return the factory, with a clear error if it fails."""
     module_name, _, attribute = spec.partition(":")
     if not module_name or not attribute:
         raise ValueError(f"model: expected mlp, cnn or package.module:factory, got {spec!r}")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_from_path_or_cwd(module_name)
     except ImportError as error:
         raise ValueError(f"model: cannot import module {module_name!r} of {spec!r} ({error})") from None
     if not hasattr(module, attribute):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import dataclass
 
 import lightning as L
 import torch
@@ -12,35 +11,16 @@ import torch.nn.functional as F
 from torch import nn
 from torchmetrics.classification import MulticlassAccuracy
 
-from ct_lightning.constraints import infer_domain, parse_mutability
-from ct_lightning.generators import make_generator
+from ct_lightning.constraints import parse_mutability, resolve_domain
+from ct_lightning.eval_mode import eval_mode
+from ct_lightning.generators import FitContext, make_generator
 from ct_lightning.losses import (adversarial_loss, check_objective, contrast_pairs, contrastive_divergence,
                                  energy_ridge)
 from ct_lightning.models import build_model
-from ct_lightning.search import ClassSampler, random_targets
+from ct_lightning.pool import ClassSampler, CounterfactualPool, random_targets
+from ct_lightning.trainer_data import trainer_tensors
 
 POOL_MODES = ("epoch", "step")
-
-
-@dataclass
-class CounterfactualPool:
-    """Counterfactuals ready for Eq. 2: positives, negatives, nascent CEs and their labels."""
-
-    x_pos: torch.Tensor
-    x_neg: torch.Tensor
-    nascent: torch.Tensor
-    labels: torch.Tensor
-    target: torch.Tensor
-
-    def __len__(self) -> int:
-        return len(self.target)
-
-    def chunk(self, index: int, n_chunks: int) -> "CounterfactualPool":
-        """The ``index``-th of ``n_chunks`` near-equal slices (empty past the end)."""
-        bounds = torch.linspace(0, len(self), n_chunks + 1).round().long().tolist()
-        lo, hi = (bounds[index], bounds[index + 1]) if index < n_chunks else (0, 0)
-        return CounterfactualPool(*(t[lo:hi] for t in
-                                    (self.x_pos, self.x_neg, self.nascent, self.labels, self.target)))
 
 
 class CTModule(L.LightningModule):
@@ -94,6 +74,7 @@ class CTModule(L.LightningModule):
         self.val_acc = MulticlassAccuracy(n_classes, average="micro")
         self.test_acc = MulticlassAccuracy(n_classes, average="micro")
         self._data_ready = False
+        self._generator_fitted = False
 
     @property
     def uses_counterfactuals(self) -> bool:
@@ -104,46 +85,39 @@ class CTModule(L.LightningModule):
         return self.model(x)
 
     # ----------------------------------------------------------------- training data
-    def _training_tensors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        datamodule = getattr(self.trainer, "datamodule", None)
-        if datamodule is not None and hasattr(datamodule, "train_tensors"):
-            return datamodule.train_tensors
-        dataset = self.trainer.train_dataloader.dataset
-        if hasattr(dataset, "tensors"):
-            return dataset.tensors[0], dataset.tensors[1]
-        xs, ys = zip(*((batch[0], batch[1]) for batch in self.trainer.train_dataloader))
-        return torch.cat(xs), torch.cat(ys)
+    def _datamodule(self):
+        return getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
 
     def prepare_counterfactual_data(self, x_train: torch.Tensor, y_train: torch.Tensor) -> None:
         """Store the training data for factuals and ``x⁺``; resolve mutability and the domain."""
         hp = self.hparams
         self.x_train, self.y_train = x_train.to(self.device).float(), y_train.to(self.device).long()
-        names = hp.feature_names
-        datamodule = getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
-        if names is None and datamodule is not None:
-            names = getattr(datamodule, "feature_names", None) or None
+        datamodule = self._datamodule()
+        self.feature_names = hp.feature_names
+        if self.feature_names is None and datamodule is not None:
+            self.feature_names = getattr(datamodule, "feature_names", None) or None
         n_features = self.x_train.shape[1]
-        self.mutability = parse_mutability(hp.mutability, n_features, names).to(self.device)
-        if hp.domain is None:
-            self.lower = self.upper = None
-        elif hp.domain == "infer":
-            if datamodule is not None and hasattr(datamodule, "domain"):
-                self.lower, self.upper = datamodule.domain(hp.domain_std)
-            else:
-                self.lower, self.upper = infer_domain(self.x_train, hp.domain_std)
-        else:
-            lower, upper = (torch.as_tensor(b, dtype=torch.float32) for b in hp.domain)
-            self.lower, self.upper = lower.expand(n_features), upper.expand(n_features)
+        self.mutability = parse_mutability(hp.mutability, n_features, self.feature_names).to(self.device)
+        self.lower, self.upper = resolve_domain(hp.domain, self.x_train, hp.domain_std, datamodule)
         if self.lower is not None:
             self.lower, self.upper = self.lower.to(self.device), self.upper.to(self.device)
         self.sampler = ClassSampler(self.y_train, hp.n_classes)
         self._data_ready = True
 
+    def fit_context(self) -> FitContext:
+        """What the generator learns from: this model, the training data, feature names and constraints."""
+        datamodule = self._datamodule()
+        return FitContext(model=self.model, x_train=self.x_train, y_train=self.y_train, n_classes=self.hparams.n_classes,
+                          feature_names=self.feature_names, mutability=self.mutability, lower=self.lower,
+                          upper=self.upper, name=str(getattr(datamodule, "name", None) or "data"))
+
     def on_train_start(self) -> None:
         # Not on_fit_start: Lightning sets trainer.train_dataloader only once training starts.
         if not self._data_ready:
-            self.prepare_counterfactual_data(*self._training_tensors())
-        self.generator.prepare(self)
+            self.prepare_counterfactual_data(*trainer_tensors(self.trainer, "train"))
+        if self.uses_energy or self.uses_adversarial:
+            self.generator.fit(self.fit_context())
+            self._generator_fitted = True
 
     # ----------------------------------------------------------- counterfactual pool
     def _rng(self, salt: int) -> torch.Generator:
@@ -159,11 +133,8 @@ class CTModule(L.LightningModule):
             torch.randint(n_train, (n,), generator=rng)
         index = index.to(self.device)
         x, labels = self.x_train[index], self.y_train[index]
-        was_training = self.model.training
-        self.model.eval()
-        with torch.no_grad():
+        with eval_mode(self.model), torch.no_grad():
             predicted = self.model(x).argmax(1)
-        self.model.train(was_training)
         target = random_targets(predicted, hp.n_classes, rng)
         x_pos = self.x_train[self.sampler.sample(target, rng).to(self.device)]
         started = time.perf_counter()
@@ -180,7 +151,10 @@ class CTModule(L.LightningModule):
     def on_train_epoch_start(self) -> None:
         self.pool = None
         if self.uses_counterfactuals:
-            self.generator.update(self)
+            if not self._generator_fitted:
+                self.generator.fit(self.fit_context())
+                self._generator_fitted = True
+            self.generator.update(self.fit_context(), int(self.current_epoch))
         if self.uses_counterfactuals and self.hparams.pool == "epoch":
             self.pool, stats = self.generate_pool(self.hparams.nce, self._rng(0))
             self._log_search(stats)

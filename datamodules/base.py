@@ -6,7 +6,7 @@ import lightning as L
 import torch
 from torch.utils.data import DataLoader, TensorDataset
 
-from ct_lightning.constraints import infer_domain
+from datamodules.domain import infer_domain
 
 
 class TensorDataModule(L.LightningDataModule):

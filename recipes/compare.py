@@ -32,19 +32,18 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import torch
 
-import torch  # noqa: E402
-
-from ct_lightning.compare import compare_evaluations, markdown_table, table_row, write_csv  # noqa: E402
-from ct_lightning.experiment.reproduce import (ROLES, Task, find_evaluation, find_or_create_parent,  # noqa: E402
+from ct_lightning.evaluation import evaluation_constraints
+from ct_lightning.evaluation.compare import compare_evaluations, markdown_table, table_row, write_csv
+from ct_lightning.evaluation.plots import evaluation_figures, metric_history, plot_robust_accuracy_panels
+from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
+from ct_lightning.experiment.reproduce import (ROLES, Task, find_evaluation, find_or_create_parent,
                                                role_training_overrides, run_tasks, stable_key, training_key)
-from ct_lightning.plots import evaluation_figures, metric_history, plot_robust_accuracy_panels  # noqa: E402
-from ct_lightning.runs import build_data, evaluation_constraints, load_run  # noqa: E402
-from ct_lightning.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store,  # noqa: E402
-                                   write_json_atomic, write_text_atomic)
-from datamodules import available, canonical_name  # noqa: E402
-from recipes.evaluate import add_protocol_arguments, protocol_config  # noqa: E402
+from ct_lightning.experiment.runs import build_data, load_run
+from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store,
+                                              write_json_atomic, write_text_atomic)
+from datamodules import available, canonical_name
 
 LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
 

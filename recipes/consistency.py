@@ -21,11 +21,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ct_lightning.consistency import KINDS, MODES, ConsistencyConfig, flat_metrics, run_consistency  # noqa: E402
-from ct_lightning.generators import GENERATORS  # noqa: E402
-from ct_lightning.tracking import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store, write_json_atomic  # noqa: E402
+from ct_lightning.experiment.consistency import KINDS, MODES, ConsistencyConfig, flat_metrics, run_consistency
+from ct_lightning.experiment.tracking import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store, write_json_atomic
+from ct_lightning.generators import GENERATORS
 
 
 def build_parser() -> argparse.ArgumentParser:

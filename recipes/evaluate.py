@@ -18,63 +18,11 @@ import sys
 import tempfile
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ct_lightning.evaluation import (LAMBDA_ENERGIES, PROTOCOLS, EvaluationConfig, evaluate_model,  # noqa: E402
-                                     protocol_settings, reference_individuals)
-from ct_lightning.generators import GENERATORS  # noqa: E402
-from ct_lightning.plots import evaluation_figures, metric_history  # noqa: E402
-from ct_lightning.runs import (build_data, evaluation_constraints, load_checkpoint_with_config, load_run,  # noqa: E402
-                               log_evaluation)
-from ct_lightning.tracking import DEFAULT_TRACKING_URI, write_json_atomic  # noqa: E402
-
-
-def csv_floats(text: str) -> tuple[float, ...]:
-    """``"0.1,0.5,1"`` → ``(0.1, 0.5, 1.0)``."""
-    try:
-        values = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return values
-
-
-def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
-    """Flags of the evaluation protocol shared by evaluate.py and compare.py (unset: from --protocol)."""
-    group = parser.add_argument_group("evaluation protocol (unset flags take the --protocol preset)")
-    group.add_argument("--protocol", default="reference", choices=list(PROTOCOLS),
-                       help="reference: what the authors' code ran for Table 1 (η 0.1, λ_cst 0, ℓ1 IP, IP* "
-                            "length-scale 5, 100 runs, factuals balanced over predicted classes, τ 0.5 for "
-                            "the cost pair); paper: the values stated in the paper's text (η 0.25, λ_cst 0.001, "
-                            "ℓ2 IP, length-scale 0.5, 5 runs × 100) (default %(default)s)")
-    group.add_argument("--n-individuals", type=int,
-                       help="factuals per run (reference: 250 synthetic, 100 tabular, 25 MNIST; paper: 100)")
-    group.add_argument("--n-runs", type=int, help="runs with different seeds (reference 100, paper 5)")
-    group.add_argument("--lambda-energy", type=csv_floats, default=LAMBDA_ENERGIES,
-                       help="ECCo energy penalties, results averaged over them (default 0.1,0.5,1,5,10)")
-    group.add_argument("--generator", default="ecco", choices=list(GENERATORS),
-                       help="test-time generator (default %(default)s; revise/amortised are fitted on the training split)")
-    group.add_argument("--eval-tau", type=float, help="decision threshold τ (default 0.95; reference cost pair 0.5)")
-    group.add_argument("--eval-steps", type=int, default=50, help="maximum search steps T (default %(default)s)")
-    group.add_argument("--eval-lr", type=float, help="SGD step size η of the search (reference 0.1, paper 0.25)")
-    group.add_argument("--eval-lambda-cost", type=float, help="ℓ1 penalty λ_cst of the search (reference 0, paper 0.001)")
-    group.add_argument("--ip-norm", type=float, help="p of the ℓp distance in IP (reference 1, paper 2)")
-    group.add_argument("--length-scale", type=float, help="Gaussian kernel length-scale of IP* (reference 5, paper 0.5)")
-    group.add_argument("--eval-seed", type=int, default=0, help="seed of the first run (default %(default)s)")
-
-
-def protocol_config(args: argparse.Namespace, data: str | None = None, cost_pair: bool = False) -> EvaluationConfig:
-    """The :class:`EvaluationConfig` of parsed protocol flags for data set ``data`` (explicit flags win)."""
-    settings = protocol_settings(args.protocol, cost_pair)
-    if args.protocol == "reference":
-        settings["n_individuals"] = reference_individuals(data or "")
-    explicit = {"n_individuals": args.n_individuals, "n_runs": args.n_runs, "tau": args.eval_tau,
-                "lr": args.eval_lr, "lambda_cost": args.eval_lambda_cost, "ip_p": args.ip_norm,
-                "length_scale": args.length_scale}
-    settings.update({k: v for k, v in explicit.items() if v is not None})
-    return EvaluationConfig(**settings, lambda_energies=args.lambda_energy, generator=args.generator,
-                            max_steps=args.eval_steps, seed=args.eval_seed)
+from ct_lightning.evaluation import evaluate_model, evaluation_constraints
+from ct_lightning.evaluation.plots import evaluation_figures, metric_history
+from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
+from ct_lightning.experiment.runs import build_data, load_checkpoint_with_config, load_run, log_evaluation
+from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, write_json_atomic
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -119,7 +67,9 @@ def main(argv: list[str] | None = None) -> dict:
         sys.exit(f"error: {error}")
     x, y = (datamodule.x_test, datamodule.y_test) if args.split == "test" else (datamodule.x_val, datamodule.y_val)
     result = evaluate_model(loaded.module, x, y, datamodule.n_classes, config, constraints.mutability,
-                            constraints.lower, constraints.upper, x_train=datamodule.x_train)
+                            constraints.lower, constraints.upper, x_train=datamodule.x_train,
+                            feature_names=list(datamodule.feature_names), y_train=datamodule.y_train,
+                            data_name=datamodule.name)
     summary = result.summary()
 
     client = None

@@ -21,18 +21,18 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+import lightning as L
+import torch
+from torch.utils.data import DataLoader, TensorDataset
 
-import lightning as L  # noqa: E402
-import torch  # noqa: E402
-from torch.utils.data import DataLoader, TensorDataset  # noqa: E402
-
-from ct_lightning.amortised import VARIANTS, GeneratorModule, counterfactual_quality, one_hot_groups  # noqa: E402
-from ct_lightning.generators import make_generator  # noqa: E402
-from ct_lightning.runs import build_data, evaluation_constraints, load_checkpoint_with_config, load_run  # noqa: E402
-from ct_lightning.search import random_targets, search_counterfactuals  # noqa: E402
-from ct_lightning.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store, run_url,  # noqa: E402
-                                   ui_command, write_json_atomic)
+from ct_lightning.evaluation import evaluation_constraints
+from ct_lightning.experiment.runs import build_data, load_checkpoint_with_config, load_run
+from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store, run_url,
+                                              ui_command, write_json_atomic)
+from ct_lightning.generators import make_generator, search_counterfactuals
+from ct_lightning.generators.amortised import VARIANTS, CounterfactualNetworkModule, one_hot_groups
+from ct_lightning.metrics.quality import counterfactual_quality
+from ct_lightning.pool import random_targets
 
 
 def _csv_ints(text: str) -> list[int]:
@@ -84,7 +84,7 @@ def load_classifier(args):
     return load_checkpoint_with_config(args.checkpoint, args.data)
 
 
-def evaluate(net: GeneratorModule, classifier, datamodule, constraints, args) -> dict:
+def evaluate(net: CounterfactualNetworkModule, classifier, datamodule, constraints, args) -> dict:
     """Generator and baseline metrics on up to ``--n-eval`` test factuals with random targets."""
     rng = torch.Generator().manual_seed(args.seed + 1)
     x = datamodule.x_test[torch.randperm(len(datamodule.x_test), generator=rng)[:args.n_eval]]
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> dict:
     classifier = loaded.module.model.eval()
     constraints = evaluation_constraints(loaded.module, datamodule, args.protect, args.all_mutable)
     L.seed_everything(args.seed, verbose=False)
-    net = GeneratorModule(datamodule.n_features, datamodule.n_classes, classifier, variant=args.variant,
+    net = CounterfactualNetworkModule(datamodule.n_features, datamodule.n_classes, classifier, variant=args.variant,
                           hidden_sizes=args.hidden_sizes, d_hidden_sizes=args.hidden_sizes, noise_dim=args.noise_dim,
                           groups=one_hot_groups(datamodule.feature_names), w_m=args.w_m, w_l1=args.w_l1,
                           w_chi=args.w_chi, lr=args.lr, lr_d=args.lr, mutability=constraints.mutability,

@@ -8,7 +8,8 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch import nn
 
-from ct_lightning.consistency import ConsistencyConfig, InvalidationRate, flat_metrics, invalidation_rate
+from ct_lightning.experiment.consistency import ConsistencyConfig, flat_metrics
+from ct_lightning.metrics import InvalidationRate, invalidation_rate
 
 from recipe_loader import load_recipe
 

@@ -6,7 +6,7 @@ from torch import nn
 
 from ct_lightning.constraints import parse_mutability
 from ct_lightning.generators import ECCo, Generic
-from ct_lightning.search import search_counterfactuals
+from ct_lightning.generators.search import search_counterfactuals
 
 
 def linear_model(weight, bias=(0.0, 0.0)) -> nn.Linear:

@@ -18,14 +18,15 @@ from torch.utils.data import DataLoader, TensorDataset
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ct_lightning.compare import bootstrap_comparison, format_cell, markdown_table, reduction_pct, table_row  # noqa: E402
+from ct_lightning.evaluation.compare import bootstrap_comparison, format_cell, markdown_table, reduction_pct, table_row  # noqa: E402
 from ct_lightning.constraints import parse_mutability  # noqa: E402
 from ct_lightning.evaluation import EvaluationConfig, counterfactuals_per_class, evaluate_model  # noqa: E402
-from ct_lightning.evaluation_callback import VAL_METRICS, CounterfactualEvaluation  # noqa: E402
+from ct_lightning.callbacks import VAL_METRICS, CounterfactualEvaluation  # noqa: E402
 from ct_lightning.module import CTModule  # noqa: E402
-from ct_lightning.plots import evaluation_figures, integrated_gradients_by_class  # noqa: E402
-from ct_lightning.runs import build_data, evaluation_constraints, load_run  # noqa: E402
-from ct_lightning.training import train  # noqa: E402
+from ct_lightning.evaluation.plots import evaluation_figures, integrated_gradients_by_class  # noqa: E402
+from ct_lightning.evaluation import evaluation_constraints  # noqa: E402
+from ct_lightning.experiment.runs import build_data, load_run  # noqa: E402
+from ct_lightning.experiment.train import train  # noqa: E402
 
 TINY = EvaluationConfig(n_individuals=20, n_runs=2, lambda_energies=(1.0, 5.0), robust_epsilons=(0.0, 0.03, 0.1))
 

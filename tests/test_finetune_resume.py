@@ -15,9 +15,10 @@ from mlflow.tracking import MlflowClient
 from torch import nn
 
 from ct_lightning import CTModule
-from ct_lightning.checkpoints import read_checkpoint
+from ct_lightning.experiment.checkpoints import read_checkpoint
 from ct_lightning.models import LeNet, build_mlp
-from ct_lightning.training import load_config_file, parse_generator_options, train
+from ct_lightning.experiment.settings import load_config_file, parse_generator_options
+from ct_lightning.experiment.train import train
 from datamodules import get_datamodule
 from recipe_loader import load_recipe
 

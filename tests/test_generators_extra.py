@@ -2,7 +2,6 @@
 
 import json
 from pathlib import Path
-from types import SimpleNamespace
 
 import lightning as L
 import pytest
@@ -11,13 +10,14 @@ from mlflow.tracking import MlflowClient
 from torch import nn
 
 from ct_lightning import CTModule
-from ct_lightning.amortised import Amortised, GeneratorModule, one_hot_groups, sparsity
+from ct_lightning.generators.amortised import Amortised, CounterfactualNetworkModule, one_hot_groups
+from ct_lightning.metrics.functional import sparsity
 from ct_lightning.constraints import parse_mutability
-from ct_lightning.generators import GENERATORS, make_generator
-from ct_lightning.revise import Revise, latent_search
-from ct_lightning.search import search_counterfactuals
-from ct_lightning.sns import SNSRefined, path_probability, stable_neighbor_search
-from ct_lightning.vae import VAEModule, VAESettings, cache_path, default_cache_dir, load_or_train_vae
+from ct_lightning.generators import GENERATORS, FitContext, make_generator, prepare_standalone
+from ct_lightning.generators.revise import Revise, latent_search
+from ct_lightning.generators.search import search_counterfactuals
+from ct_lightning.generators.sns import SNSRefined, path_probability, stable_neighbor_search
+from ct_lightning.generators.revise.vae import VAEModule, VAESettings, cache_path, default_cache_dir, load_or_train_vae
 from datamodules import get_datamodule
 
 from recipe_loader import load_recipe
@@ -88,7 +88,7 @@ def test_revise_finds_valid_counterfactuals_with_a_trained_vae(tmp_path, moons):
     x = moons.x_train[:1000]
     generator = Revise(lambda_cost=0.01, lr=0.5, latent_dim=2, vae_hidden_sizes=(32,), vae_epochs=2,
                        vae_batch_size=100, cache_dir=str(tmp_path))
-    assert generator.fit(x, "moons")["loaded"] is False
+    assert generator.fit_vae(x, "moons")["loaded"] is False
     factuals = moons.x_test[:100]
     target = 1 - model(factuals).argmax(1)
     result = generator.generate(model, factuals, target, tau=0.9, max_steps=60)
@@ -99,15 +99,15 @@ def test_revise_finds_valid_counterfactuals_with_a_trained_vae(tmp_path, moons):
 def test_vae_cache_is_reused(tmp_path, monkeypatch):
     torch.manual_seed(0)
     x = torch.randn(64, 3)
-    module = SimpleNamespace(uses_energy=True, uses_adversarial=True, x_train=x, _trainer=None)
+    context = FitContext(model=linear_model(3), x_train=x, y_train=None, n_classes=2, feature_names=None)
     options = dict(latent_dim=2, vae_hidden_sizes=(8,), vae_epochs=1, vae_batch_size=32, cache_dir=str(tmp_path))
     first = Revise(**options)
-    first.prepare(module)
+    first.fit(context)
     path = Path(first.vae_info["path"])
     assert first.vae_info["loaded"] is False and path.is_file() and path.parent == tmp_path
     mtime = path.stat().st_mtime_ns
     second = Revise(**options)
-    second.prepare(module)
+    second.fit(context)
     assert second.vae_info["loaded"] is True and path.stat().st_mtime_ns == mtime
     for a, b in zip(first.vae.state_dict().values(), second.vae.state_dict().values()):
         assert torch.equal(a, b)
@@ -115,10 +115,13 @@ def test_vae_cache_is_reused(tmp_path, monkeypatch):
     assert cache_path("data", x + 1, VAESettings(latent_dim=2, hidden_sizes=[8], epochs=1, batch_size=32), tmp_path) != path
     assert cache_path("data", x, VAESettings(latent_dim=3, hidden_sizes=[8], epochs=1, batch_size=32), tmp_path) != path
     assert [p.name for p in tmp_path.iterdir()] == [path.name]
-    # No counterfactual terms (the baseline), no VAE.
-    idle = Revise(**options)
-    idle.prepare(SimpleNamespace(uses_energy=False, uses_adversarial=False, x_train=x, _trainer=None))
-    assert idle.vae is None
+    # No counterfactual terms (the baseline): CTModule does not fit the generator, so no VAE.
+    idle = CTModule(n_features=3, n_classes=2, objective="vanilla", generator="revise", generator_options=options)
+    labels = (x[:, 0] > 0).long()
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x, labels), batch_size=32)
+    L.Trainer(max_epochs=1, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+              enable_model_summary=False, limit_val_batches=0).fit(idle, loader)
+    assert idle.generator.vae is None
     # Default folder: $CT_CACHE_DIR/vae, else $XDG_CACHE_HOME/ct-lightning/vae.
     monkeypatch.setenv("CT_CACHE_DIR", str(tmp_path / "ct"))
     assert default_cache_dir() == tmp_path / "ct" / "vae"
@@ -135,12 +138,12 @@ def test_conditional_generator_is_valid_in_one_forward_pass(variant):
     torch.manual_seed(0)
     x = torch.randn(1024, 2)
     model = linear_model(2)
-    net = GeneratorModule(2, 2, model, variant=variant, hidden_sizes=(32, 32), d_hidden_sizes=(32,), lr=3e-3, lr_d=3e-3)
-    net.fit_epochs(x, epochs=8, batch_size=128, generator=torch.Generator().manual_seed(0))
+    net = CounterfactualNetworkModule(2, 2, model, variant=variant, hidden_sizes=(32, 32), d_hidden_sizes=(32,), lr=3e-3, lr_d=3e-3)
+    net.fit_epochs(x, epochs=8, batch_size=128, rng=torch.Generator().manual_seed(0))
     factuals = torch.randn(500, 2)
     target = 1 - model(factuals).argmax(1)
     calls = []
-    handle = net.generator.register_forward_hook(lambda *args: calls.append(1))
+    handle = net.network.register_forward_hook(lambda *args: calls.append(1))
     x_cf = net.generate(factuals, target)
     handle.remove()
     assert len(calls) == 1, "the whole batch is generated by one forward pass"
@@ -157,7 +160,7 @@ def test_conditional_generator_keeps_one_hot_groups_and_constraints():
     x = torch.cat([torch.randn(256, 1), torch.eye(3)[torch.randint(3, (256,))], torch.randn(256, 1)], 1)
     model = linear_model(5)
     codes = parse_mutability({"age": "none", "hours": "increase"}, 5, names)
-    net = GeneratorModule(5, 2, model, groups=groups, mutability=codes, lower=[-2.0] * 5, upper=[2.0] * 5)
+    net = CounterfactualNetworkModule(5, 2, model, groups=groups, mutability=codes, lower=[-2.0] * 5, upper=[2.0] * 5)
     net.fit_epochs(x, epochs=2, batch_size=64)
     target = 1 - model(x).argmax(1)
     x_cf = net.generate(x, target)
@@ -226,7 +229,7 @@ def test_ctmodule_trains_with_extra_generators(moons, tmp_path, generator, optio
 
 # --------------------------------------------------------------------------------- recipes
 def test_train_generator_recipe_end_to_end(tmp_path):
-    from ct_lightning.training import train
+    from ct_lightning.experiment.train import train
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     classifier = train({"data": "moons", "objective": "vanilla", "max_epochs": 1, "limit_train_batches": 5,
@@ -255,11 +258,12 @@ def test_generators_prepare_standalone_for_evaluation(tmp_path):
     model = linear_model(2)
     target = 1 - model(x[:100]).argmax(1)
     amortised = make_generator("amortised", initial_epochs=10, batch_size=64, gen_lr=3e-3)
-    amortised.prepare_standalone(model, x)
+    prepare_standalone(amortised, FitContext(model=model, x_train=x, y_train=None, n_classes=2, feature_names=None))
     result = amortised.generate(model, x[:100], target, tau=0.5, epsilon=0.3)
     assert (model(result.counterfactual).argmax(1) == target).float().mean() >= 0.9
     assert ((result.nascent - x[:100]).abs().amax(1) <= 0.3 + 1e-6).all() and (result.steps == 1).all()
     revise = make_generator("revise", latent_dim=2, vae_hidden_sizes=[8], vae_epochs=1, cache_dir=str(tmp_path))
-    revise.prepare_standalone(model, x, name="blobs")
+    prepare_standalone(revise, FitContext(model=model, x_train=x, y_train=None, n_classes=2, feature_names=None,
+                                          name="blobs"))
     assert revise.vae_info["path"].startswith(str(tmp_path / "blobs-2f-"))
     assert revise.generate(model, x[:100], target, max_steps=5).counterfactual.shape == (100, 2)

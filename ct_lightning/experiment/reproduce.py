@@ -158,7 +158,7 @@ class Task:
 
     def resolved_config(self) -> dict:
         """The fully resolved training configuration (what the key is computed from)."""
-        from ct_lightning.training import resolve_config
+        from ct_lightning.experiment.settings import resolve_config
 
         return resolve_config(self.overrides())
 
@@ -179,9 +179,9 @@ def run_task(task: Task) -> dict:
     """Train (unless a finished run with the same key exists) and evaluate one model; safe to repeat."""
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.evaluation import EvaluationConfig, evaluate_model
-    from ct_lightning.runs import build_data, evaluation_constraints, load_run, log_evaluation
-    from ct_lightning.training import train
+    from ct_lightning.evaluation import EvaluationConfig, evaluate_model, evaluation_constraints
+    from ct_lightning.experiment.runs import build_data, load_run, log_evaluation
+    from ct_lightning.experiment.train import train
 
     torch.set_num_threads(max(1, task.threads))
     client = MlflowClient(tracking_uri=task.tracking_uri)
@@ -210,7 +210,9 @@ def run_task(task: Task) -> dict:
                                              all_mutable=not task.protected)
         result = evaluate_model(loaded.module, datamodule.x_test, datamodule.y_test, datamodule.n_classes,
                                 EvaluationConfig(**task.protocol), constraints.mutability, constraints.lower,
-                                constraints.upper, x_train=datamodule.x_train)
+                                constraints.upper, x_train=datamodule.x_train,
+                                feature_names=list(datamodule.feature_names), y_train=datamodule.y_train,
+                                data_name=datamodule.name)
         log_evaluation(client, run_id, result.summary())
         with tempfile.TemporaryDirectory(prefix="ct-eval-") as folder:
             path = save_evaluation(result, Path(folder) / f"{eval_key}.pt")

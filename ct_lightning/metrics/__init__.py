@@ -1,12 +1,16 @@
-"""CT evaluation metrics: functional forms and torchmetrics classes (SPEC §3)."""
+"""CT evaluation metrics: functional forms and torchmetrics classes (SPEC §3), and the table of their names."""
 
-from .classes import CounterfactualCost, Implausibility, MMDImplausibility, RobustAccuracy, Validity
+from .classes import (CounterfactualCost, Implausibility, InvalidationRate, MMDImplausibility, RobustAccuracy, Sparsity,
+                      Validity)
 from .functional import (
     counterfactual_cost,
     implausibility,
+    invalidation_rate,
+    mmd2_biased,
     mmd2_unbiased,
     mmd_implausibility,
     robust_accuracy,
+    sparsity,
     validity,
 )
 
@@ -16,10 +20,15 @@ __all__ = [
     "CounterfactualCost",
     "Validity",
     "RobustAccuracy",
+    "InvalidationRate",
+    "Sparsity",
     "implausibility",
+    "invalidation_rate",
+    "mmd2_biased",
     "mmd2_unbiased",
     "mmd_implausibility",
     "counterfactual_cost",
+    "sparsity",
     "validity",
     "robust_accuracy",
 ]

@@ -8,6 +8,7 @@ They can be logged directly with ``self.log("val/ip", metric)`` in a LightningMo
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Any, Optional
 
 import torch
@@ -173,3 +174,51 @@ class RobustAccuracy(_ArgmaxAccuracy):
 
 
 __all__ = ["Implausibility", "MMDImplausibility", "CounterfactualCost", "Validity", "RobustAccuracy"]
+
+
+class InvalidationRate(Metric):
+    """torchmetrics form of :func:`~ct_lightning.metrics.functional.invalidation_rate`: accumulates over ``update`` calls, ``compute`` → scalar."""
+
+    higher_is_better = False
+    is_differentiable = False
+    full_state_update = False
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.add_state("changed", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+
+    def update(self, base_predictions: Tensor, predictions: Tensor, valid: Tensor | None = None) -> None:
+        """Add the pairs of one batch of counterfactuals (shapes as in :func:`~ct_lightning.metrics.functional.invalidation_rate`)."""
+        indicators = F.invalidation_rate(base_predictions, predictions, valid, reduction="none")
+        self.changed += indicators.sum().double()
+        self.total += indicators.numel()
+
+    def compute(self) -> Tensor:
+        """Share of changed predictions over all pairs seen (NaN if none)."""
+        return (self.changed / self.total).float() if self.total > 0 else torch.tensor(math.nan)
+
+
+class Sparsity(Metric):
+    """Mean ℓ0 (changed features, a one-hot group counting as one) of counterfactuals, see
+    :func:`~ct_lightning.metrics.functional.sparsity`; ``update(counterfactuals, factuals)``."""
+
+    full_state_update = False
+    is_differentiable = False
+    higher_is_better = False
+
+    def __init__(self, groups: Sequence[Sequence[int]] = (), tol: float = 1e-4, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.groups, self.tol = [list(g) for g in groups], tol
+        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
+        self.add_state("count", default=torch.tensor(0), dist_reduce_fx="sum")
+
+    def update(self, counterfactuals: Tensor, factuals: Tensor) -> None:
+        """Accumulate the ℓ0 of a batch."""
+        l0 = F.sparsity(counterfactuals.detach(), factuals.detach(), self.groups, self.tol)["l0"]
+        self.total += l0.sum().double()
+        self.count += l0.numel()
+
+    def compute(self) -> Tensor:
+        """Mean ℓ0 (NaN if nothing collected)."""
+        return (self.total / self.count).float() if self.count > 0 else torch.tensor(math.nan)

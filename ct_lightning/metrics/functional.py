@@ -7,12 +7,14 @@ two dimensions (e.g. images) are flattened to ``(N, features)``.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import Optional
 
 import torch
 from torch import Tensor, nn
 
-from ..attacks import Domain, _eval_mode, adversarial_examples
+from ct_lightning.attacks import Domain, adversarial_examples
+from ct_lightning.eval_mode import eval_mode
 
 
 def _flat(x: Tensor) -> Tensor:
@@ -161,7 +163,7 @@ def robust_accuracy(
     gives clean accuracy. The model's train/eval modes are restored afterwards.
     """
     x_adv = adversarial_examples(model, x, y, epsilon, attack=attack, steps=steps, step_size=step_size, domain=domain)
-    with torch.no_grad(), _eval_mode(model):
+    with torch.no_grad(), eval_mode(model):
         return validity(model(x_adv), y)
 
 
@@ -173,3 +175,75 @@ __all__ = [
     "validity",
     "robust_accuracy",
 ]
+
+
+def median_length_scale(x: torch.Tensor, max_samples: int = 1000) -> float:
+    """Median pairwise Euclidean distance of (up to ``max_samples`` rows of) ``x``: a Gaussian-kernel bandwidth."""
+    sample = x[:max_samples]
+    distances = torch.cdist(sample, sample)
+    positive = distances[distances > 0]
+    return float(positive.median()) if positive.numel() else 1.0
+
+
+def squared_distances(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """Pairwise squared Euclidean distances via one matrix product (cheaper to differentiate than cdist)."""
+    return (a.square().sum(1, keepdim=True) + b.square().sum(1)[None, :] - 2.0 * a @ b.T).clamp_min(0.0)
+
+
+def mmd2_biased(a: torch.Tensor, b: torch.Tensor, length_scale: float | torch.Tensor) -> torch.Tensor:
+    """Biased (V-statistic) MMD² between samples ``a`` and ``b`` with a Gaussian kernel; differentiable in ``a``."""
+    gamma = 1.0 / (2.0 * length_scale ** 2)
+    kaa = torch.exp(-gamma * squared_distances(a, a)).mean()
+    with torch.no_grad():
+        kbb = torch.exp(-gamma * squared_distances(b, b)).mean()
+    kab = torch.exp(-gamma * squared_distances(a, b)).mean()
+    return kaa + kbb - 2.0 * kab
+
+
+def sparsity(x_cf: torch.Tensor, x: torch.Tensor, groups: Sequence[Sequence[int]] = (), tol: float = 1e-4) -> dict[str, torch.Tensor]:
+    """Per-row ``l1`` (all columns), ``l1_numeric`` (columns outside one-hot groups), ``l0`` (changed features,
+    a one-hot group counting as one) and ``l0_categorical`` (changed groups); a change is ``|Δ| > tol``."""
+    delta = (x_cf - x).abs()
+    numeric = torch.ones(x.shape[1], dtype=torch.bool, device=x.device)
+    changed_groups = torch.zeros(len(x), device=x.device)
+    for columns in groups:
+        numeric[list(columns)] = False
+        changed_groups += (delta[:, list(columns)] > tol).any(1).float()
+    changed_numeric = (delta[:, numeric] > tol).sum(1).float()
+    return {"l1": delta.sum(1), "l1_numeric": delta[:, numeric].sum(1),
+            "l0": changed_numeric + changed_groups, "l0_categorical": changed_groups}
+
+
+def _classes(values: Tensor) -> Tensor:
+    """Class indices from labels (any shape) or from logits/probabilities (last dim = classes, float)."""
+    return values.argmax(-1) if values.is_floating_point() else values.long()
+
+
+def invalidation_rate(base_predictions: Tensor, predictions: Tensor, valid: Tensor | None = None,
+                      reduction: str = "mean") -> Tensor:
+    """Share of (model, counterfactual) pairs whose predicted class differs from the base model's.
+
+    ``base_predictions``: shape ``(N,)`` classes or ``(N, K)`` logits of the base model at the N
+    counterfactuals. ``predictions``: ``(M, N)`` classes or ``(M, N, K)`` logits of M related models
+    (``(N,)``/``(N, K)`` for one model). ``valid`` (bool ``(N,)``) restricts the counterfactuals
+    counted. ``reduction``: ``mean`` (scalar; NaN if nothing is counted), ``per_model`` ``(M,)``,
+    ``per_counterfactual`` ``(N,)`` or ``none`` ``(M, N)`` indicators.
+    """
+    base = _classes(base_predictions)
+    other = _classes(predictions)
+    if other.dim() == base.dim():
+        other = other.unsqueeze(0)
+    if other.shape[1:] != base.shape:
+        raise ValueError(f"invalidation_rate: predictions {tuple(other.shape)} do not match base {tuple(base.shape)}")
+    changed = (other != base.unsqueeze(0)).float()
+    if valid is not None:
+        changed = changed[:, valid.bool()]
+    if reduction == "none":
+        return changed
+    if reduction == "per_model":
+        return changed.mean(1)
+    if reduction == "per_counterfactual":
+        return changed.mean(0)
+    if reduction == "mean":
+        return changed.mean() if changed.numel() else torch.tensor(math.nan)
+    raise ValueError(f"reduction: unknown {reduction!r}; allowed: mean, per_model, per_counterfactual, none")

@@ -5,11 +5,13 @@ from __future__ import annotations
 import math
 
 import lightning as L
-import torch
 
-from ct_lightning.evaluation import EvaluationConfig, evaluate_model
+from ct_lightning.evaluation.protocol import EvaluationConfig, evaluate_model
+from ct_lightning.metrics.names import METRICS
+from ct_lightning.trainer_data import trainer_tensors
 
-VAL_METRICS = ("ip", "ip_star", "cost", "validity", "robust_acc")
+VAL_KEYS = ("ip", "ip_star", "cost", "validity", "robust_accuracy")
+VAL_METRICS = tuple(METRICS[key].logged for key in VAL_KEYS)  # names under val/
 
 
 class CounterfactualEvaluation(L.Callback):
@@ -31,18 +33,6 @@ class CounterfactualEvaluation(L.Callback):
         self.config = config or EvaluationConfig(n_individuals=n_individuals, n_runs=n_runs, robust_epsilons=(0.03,))
         self.last: dict | None = None
 
-    def _validation_tensors(self, trainer: L.Trainer) -> tuple[torch.Tensor, torch.Tensor]:
-        datamodule = getattr(trainer, "datamodule", None)
-        if datamodule is not None and hasattr(datamodule, "x_val"):
-            return datamodule.x_val, datamodule.y_val
-        loaders = trainer.val_dataloaders
-        loader = loaders[0] if isinstance(loaders, (list, tuple)) else loaders
-        dataset = loader.dataset
-        if hasattr(dataset, "tensors"):
-            return dataset.tensors[0], dataset.tensors[1]
-        xs, ys = zip(*((batch[0], batch[1]) for batch in loader))
-        return torch.cat(xs), torch.cat(ys)
-
     def _due(self, trainer: L.Trainer) -> bool:
         return not trainer.sanity_checking and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
@@ -50,15 +40,13 @@ class CounterfactualEvaluation(L.Callback):
         """Evaluate on the validation split when due and log the five ``val/`` metrics."""
         if not self._due(trainer):
             return
-        x, y = self._validation_tensors(trainer)
+        x, y = trainer_tensors(trainer, "val")
         n_classes = getattr(pl_module.hparams, "n_classes", None) if hasattr(pl_module, "hparams") else None
         config = EvaluationConfig(**{**self.config.__dict__, "seed": self.config.seed + trainer.current_epoch})
         result = evaluate_model(pl_module, x, y, n_classes=n_classes, config=config,
                                 mutability=getattr(pl_module, "mutability", None),
                                 lower=getattr(pl_module, "lower", None), upper=getattr(pl_module, "upper", None))
         summary = result.summary()
-        values = {"ip": summary["ip"], "ip_star": summary["ip_star"], "cost": summary["cost"],
-                  "validity": summary["validity"], "robust_acc": summary["robust_accuracy"]}
-        self.last = {k: (math.nan if v is None else float(v)) for k, v in values.items()}
+        self.last = {METRICS[key].logged: (math.nan if summary[key] is None else float(summary[key])) for key in VAL_KEYS}
         for name, value in self.last.items():
             pl_module.log(f"val/{name}", value, on_step=False, on_epoch=True)

@@ -26,6 +26,10 @@ import torch
 from torch import nn
 
 from ct_lightning.constraints import Constraints
+from ct_lightning.eval_mode import frozen
+from ct_lightning.generators.base import CounterfactualGenerator, FitContext, SearchResult
+from ct_lightning.generators.registry import make_generator, register_generator
+from ct_lightning.generators.search import gradient_scope, target_reached
 
 
 @dataclass
@@ -78,78 +82,80 @@ def stable_neighbor_search(model: nn.Module, x_cf: torch.Tensor, target: torch.T
     n_features = x_cf.shape[1]
     device = x_cf.device
     codes = torch.zeros(n_features, dtype=torch.long, device=device) if mutability is None else mutability.to(device)
-    was_training = model.training
-    model.eval()
-    try:
-        with torch.inference_mode(False), torch.enable_grad():
-            center = x_cf.detach().clone()
-            target = target.detach().clone()
-            flags = [p.requires_grad for p in model.parameters()]
-            for p in model.parameters():
-                p.requires_grad_(False)
-            try:
-                with torch.no_grad():
-                    start_score, start_prob = path_probability(model, center, target, n_grid, baseline)
-                    start_valid = model(center).argmax(1) == target
-                best, best_score = center.clone(), start_score.clone()
-                x = center.clone()
-                limits = Constraints(codes, lower, upper, device)
-                for _ in range(steps):
-                    x.requires_grad_(True)
-                    score, _ = path_probability(model, x, target, n_grid, baseline)
-                    (grad,) = torch.autograd.grad(score.sum(), x)
-                    ascent = -limits.mask_gradient(-grad)
-                    norm = ascent.norm(dim=1, keepdim=True)
-                    x = x.detach() + lr * ascent / norm.clamp_min(1e-12)
-                    x = _project_ball(limits.project(x, center), center, delta)
-                    with torch.no_grad():
-                        score, prob = path_probability(model, x, target, n_grid, baseline)
-                        on_target = model(x).argmax(1) == target
-                    admissible = (prob >= start_prob) & (on_target | ~start_valid) & (score > best_score)
-                    best[admissible] = x[admissible]
-                    best_score[admissible] = score[admissible]
-            finally:
-                for p, flag in zip(model.parameters(), flags):
-                    p.requires_grad_(flag)
-    finally:
-        model.train(was_training)
+    with gradient_scope(model), frozen(model):
+        center = x_cf.detach().clone()
+        target = target.detach().clone()
+        with torch.no_grad():
+            start_score, start_prob = path_probability(model, center, target, n_grid, baseline)
+            start_valid = model(center).argmax(1) == target
+        best, best_score = center.clone(), start_score.clone()
+        x = center.clone()
+        limits = Constraints(codes, lower, upper, device)
+        for _ in range(steps):
+            x.requires_grad_(True)
+            score, _ = path_probability(model, x, target, n_grid, baseline)
+            (grad,) = torch.autograd.grad(score.sum(), x)
+            ascent = -limits.mask_gradient(-grad)
+            norm = ascent.norm(dim=1, keepdim=True)
+            x = x.detach() + lr * ascent / norm.clamp_min(1e-12)
+            x = _project_ball(limits.project(x, center), center, delta)
+            with torch.no_grad():
+                score, prob = path_probability(model, x, target, n_grid, baseline)
+                on_target = model(x).argmax(1) == target
+            admissible = (prob >= start_prob) & (on_target | ~start_valid) & (score > best_score)
+            best[admissible] = x[admissible]
+            best_score[admissible] = score[admissible]
     if return_result:
         return SNSResult(best, best_score, start_score, best_score > start_score)
     return best
 
 
-class SNSRefined:
+class SNSRefined(CounterfactualGenerator):
     """Wrap any generator so that its counterfactuals are refined by :func:`stable_neighbor_search`.
 
-    The wrapped generator's ``prepare``/``update`` hooks are forwarded; ``converged`` is recomputed
+    The wrapped generator's ``fit``/``update`` hooks are forwarded; ``converged`` is recomputed
     on the refined points (target probability ≥ τ). The nascent counterfactuals are kept.
+    Registered as ``sns`` (options ``base``, ``delta``, ``steps``, ``sns_lr``, ``n_grid``).
     """
 
-    def __init__(self, generator, delta: float = 0.5, steps: int = 50, lr: float | None = None, n_grid: int = 10):
+    def __init__(self, generator: CounterfactualGenerator, delta: float = 0.5, steps: int = 50,
+                 lr: float | None = None, n_grid: int = 10):
         self.generator, self.delta, self.steps, self.lr, self.n_grid = generator, delta, steps, lr, n_grid
         self.name = f"{getattr(generator, 'name', 'generator')}+sns"
+        self.energy_weighted = getattr(generator, "energy_weighted", False)
+        self.needs_fit = getattr(generator, "needs_fit", False)
 
     def config(self) -> dict:
         """The wrapped generator's settings plus SNS's."""
-        base = self.generator.config() if hasattr(self.generator, "config") else {}
-        return {**base, "generator": self.name, "sns_delta": self.delta, "sns_steps": self.steps,
+        return {**self.generator.config(), "generator": self.name, "sns_delta": self.delta, "sns_steps": self.steps,
                 "sns_lr": self.lr, "sns_n_grid": self.n_grid}
 
-    def prepare(self, module) -> None:
+    def fit(self, context: FitContext) -> None:
         """Forwarded to the wrapped generator."""
-        self.generator.prepare(module)
+        self.generator.fit(context)
 
-    def update(self, module) -> None:
+    def update(self, context: FitContext, epoch: int) -> None:
         """Forwarded to the wrapped generator."""
-        self.generator.update(module)
+        self.generator.update(context, epoch)
 
     def generate(self, model, x, target, tau=0.75, max_steps=30, epsilon=0.3, mutability=None,
-                 lower=None, upper=None):
+                 lower=None, upper=None) -> SearchResult:
         """The wrapped generator's search, then SNS on its counterfactuals."""
         result = self.generator.generate(model, x, target, tau, max_steps, epsilon, mutability, lower, upper)
         refined = stable_neighbor_search(model, result.counterfactual, target, self.delta, self.steps, self.lr,
                                          self.n_grid, mutability, lower, upper)
         with torch.no_grad():
-            converged = model(refined).softmax(1).gather(1, target[:, None]).squeeze(1) >= tau
+            converged = target_reached(model(refined), target, tau)
         result.counterfactual, result.converged = refined, converged
         return result
+
+
+@register_generator("sns")
+def sns_refined(lambda_cost: float = 0.001, lambda_energy: float = 5.0, lr: float = 0.25, base: str = "ecco",
+                delta: float = 0.5, steps: int = 50, sns_lr: float | None = None, n_grid: int = 10,
+                **base_options) -> SNSRefined:
+    """The generator ``sns``: the registered generator ``base`` (with ``base_options``) refined by SNS."""
+    if base.lower() == "sns":
+        raise ValueError("generator_options: sns: base cannot be sns itself")
+    inner = make_generator(base, lambda_cost, lambda_energy, lr, **base_options)
+    return SNSRefined(inner, delta, steps, sns_lr, n_grid)

@@ -21,6 +21,8 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 from torch import nn  # noqa: E402
 
+from ct_lightning.eval_mode import eval_mode  # noqa: E402
+
 CLASS_COLOURS = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f",
                  "#bcbd22", "#17becf")
 
@@ -37,12 +39,8 @@ def _save(fig, path) -> Path:
 def _probability_grid(model: nn.Module, xx: np.ndarray, yy: np.ndarray, positive_class: int = 1) -> np.ndarray:
     device = next(model.parameters()).device
     points = torch.as_tensor(np.c_[xx.ravel(), yy.ravel()], dtype=torch.float32, device=device)
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         probability = model(points).softmax(1)[:, positive_class]
-    finally:
-        model.train(was_training)
     return probability.reshape(xx.shape).cpu().numpy()
 
 
@@ -221,24 +219,19 @@ def integrated_gradients_by_class(model: nn.Module, x: torch.Tensor, y: torch.Te
     from captum.attr import IntegratedGradients
 
     device = next(model.parameters()).device
-    was_training = model.training
-    model.eval()
     out = torch.zeros(n_classes, x.shape[1])
-    try:
-        with torch.inference_mode(False), torch.enable_grad():
-            ig = IntegratedGradients(model)
-            for k in range(n_classes):
-                xs = x[y == k][:max_per_class].to(device).float().clone()
-                if len(xs) == 0:
-                    continue
-                parts = []
-                for i in range(0, len(xs), batch_size):
-                    chunk = xs[i:i + batch_size]
-                    parts.append(ig.attribute(chunk, baselines=torch.full_like(chunk, baseline), target=k,
-                                              n_steps=n_steps, internal_batch_size=batch_size).detach())
-                out[k] = torch.cat(parts).mean(0).cpu()
-    finally:
-        model.train(was_training)
+    with eval_mode(model), torch.inference_mode(False), torch.enable_grad():
+        ig = IntegratedGradients(model)
+        for k in range(n_classes):
+            xs = x[y == k][:max_per_class].to(device).float().clone()
+            if len(xs) == 0:
+                continue
+            parts = []
+            for i in range(0, len(xs), batch_size):
+                chunk = xs[i:i + batch_size]
+                parts.append(ig.attribute(chunk, baselines=torch.full_like(chunk, baseline), target=k,
+                                          n_steps=n_steps, internal_batch_size=batch_size).detach())
+            out[k] = torch.cat(parts).mean(0).cpu()
     return out
 
 
@@ -309,7 +302,7 @@ def evaluation_figures(models: dict[str, dict], datamodule, out_dir, convergence
 
     ``models`` maps a label (``BL``, ``CT``, ...) to ``{"module", "result", "constraints"}`` (optional
     ``"title"``: the panel's model name when the label must differ, e.g. for a protected pair) with an
-    :class:`~ct_lightning.evaluation.EvaluationResult` and :class:`~ct_lightning.runs.Constraints`.
+    :class:`~ct_lightning.evaluation.EvaluationResult` and :class:`~ct_lightning.evaluation.EvaluationConstraints`.
     Writes the 2-D decision boundaries (2-feature data), robust accuracy curves, the convergence
     shares (when ``convergence`` has histories) and, for square-image data, counterfactual grids
     and class-averaged integrated gradients.

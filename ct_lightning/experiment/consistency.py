@@ -1,6 +1,6 @@
-"""Counterfactual consistency: the invalidation rate (Black et al., Def. 2) and the RS/LOO experiment.
+"""Counterfactual consistency: the RS/LOO experiment around the invalidation rate (Black et al., Def. 2).
 
-The invalidation rate of a counterfactual ``x_c`` found on a base model ``θ`` is the share of related
+The invalidation rate (:func:`ct_lightning.metrics.functional.invalidation_rate`) of a counterfactual ``x_c`` found on a base model ``θ`` is the share of related
 models ``θ'`` (retrained with another random seed, RS, or with one training point left out, LOO)
 whose prediction at ``x_c`` differs from the base model's: ``IV = E_θ' 1[F(x_c; θ') ≠ F(x_c; θ)]``.
 
@@ -20,79 +20,24 @@ from dataclasses import asdict, dataclass, field
 import lightning as L
 import numpy as np
 import torch
-from torch import Tensor
-from torchmetrics import Metric
 
-from ct_lightning.search import random_targets
+from ct_lightning.experiment.data import build_datamodule
+from ct_lightning.experiment.settings import resolve_config
+from ct_lightning.experiment.train import build_module
+from ct_lightning.generators import FitContext, make_generator, prepare_standalone, stable_neighbor_search
+from ct_lightning.metrics.functional import invalidation_rate
+from ct_lightning.pool import random_targets
 
 KINDS = {"BL": "vanilla", "CT": "full"}
 MODES = ("rs", "loo")
 
 
-def _classes(values: Tensor) -> Tensor:
-    """Class indices from labels (any shape) or from logits/probabilities (last dim = classes, float)."""
-    return values.argmax(-1) if values.is_floating_point() else values.long()
-
-
-def invalidation_rate(base_predictions: Tensor, predictions: Tensor, valid: Tensor | None = None,
-                      reduction: str = "mean") -> Tensor:
-    """Share of (model, counterfactual) pairs whose predicted class differs from the base model's.
-
-    ``base_predictions``: shape ``(N,)`` classes or ``(N, K)`` logits of the base model at the N
-    counterfactuals. ``predictions``: ``(M, N)`` classes or ``(M, N, K)`` logits of M related models
-    (``(N,)``/``(N, K)`` for one model). ``valid`` (bool ``(N,)``) restricts the counterfactuals
-    counted. ``reduction``: ``mean`` (scalar; NaN if nothing is counted), ``per_model`` ``(M,)``,
-    ``per_counterfactual`` ``(N,)`` or ``none`` ``(M, N)`` indicators.
-    """
-    base = _classes(base_predictions)
-    other = _classes(predictions)
-    if other.dim() == base.dim():
-        other = other.unsqueeze(0)
-    if other.shape[1:] != base.shape:
-        raise ValueError(f"invalidation_rate: predictions {tuple(other.shape)} do not match base {tuple(base.shape)}")
-    changed = (other != base.unsqueeze(0)).float()
-    if valid is not None:
-        changed = changed[:, valid.bool()]
-    if reduction == "none":
-        return changed
-    if reduction == "per_model":
-        return changed.mean(1)
-    if reduction == "per_counterfactual":
-        return changed.mean(0)
-    if reduction == "mean":
-        return changed.mean() if changed.numel() else torch.tensor(math.nan)
-    raise ValueError(f"reduction: unknown {reduction!r}; allowed: mean, per_model, per_counterfactual, none")
-
-
-class InvalidationRate(Metric):
-    """torchmetrics form of :func:`invalidation_rate`: accumulates over ``update`` calls, ``compute`` → scalar."""
-
-    higher_is_better = False
-    is_differentiable = False
-    full_state_update = False
-
-    def __init__(self, **kwargs):
-        super().__init__(**kwargs)
-        self.add_state("changed", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-        self.add_state("total", default=torch.tensor(0.0, dtype=torch.float64), dist_reduce_fx="sum")
-
-    def update(self, base_predictions: Tensor, predictions: Tensor, valid: Tensor | None = None) -> None:
-        """Add the pairs of one batch of counterfactuals (shapes as in :func:`invalidation_rate`)."""
-        indicators = invalidation_rate(base_predictions, predictions, valid, reduction="none")
-        self.changed += indicators.sum().double()
-        self.total += indicators.numel()
-
-    def compute(self) -> Tensor:
-        """Share of changed predictions over all pairs seen (NaN if none)."""
-        return (self.changed / self.total).float() if self.total > 0 else torch.tensor(math.nan)
-
-
 # ------------------------------------------------------------------------------ the experiment
 @dataclass
 class ConsistencyConfig:
-    """Settings of the RS/LOO experiment; training settings not listed come from ``training.DEFAULTS``.
+    """Settings of the RS/LOO experiment; training settings not listed come from ``experiment.settings.DEFAULTS``.
 
-    ``train`` holds extra :func:`ct_lightning.training.resolve_config` overrides (e.g. ``nce``,
+    ``train`` holds extra :func:`ct_lightning.experiment.settings.resolve_config` overrides (e.g. ``nce``,
     ``batch_size``, ``limit_train_batches``, ``data_dir``, ``mutability``). Counterfactuals: ``generator``
     (``ecco`` by default, evaluation settings of SPEC Note 2 with one ``λ_egy``) on
     ``n_counterfactuals`` test factuals; SNS with ``sns_delta``, ``sns_steps``, ``sns_lr``, ``sns_n_grid``.
@@ -131,8 +76,6 @@ class ConsistencyConfig:
 
 
 def _training_config(config: ConsistencyConfig, kind: str, seed: int) -> dict:
-    from ct_lightning.training import resolve_config
-
     overrides = {**config.train, "data": config.data, "objective": KINDS[kind], "max_epochs": config.max_epochs,
                  "seed": seed, "accelerator": config.accelerator, "progress": False}
     return resolve_config(overrides)
@@ -140,8 +83,6 @@ def _training_config(config: ConsistencyConfig, kind: str, seed: int) -> dict:
 
 def train_related_model(training_config: dict, datamodule, exclude: int | None = None):
     """Train one ``CTModule`` as configured on ``datamodule`` (minus training row ``exclude``), without logging."""
-    from ct_lightning.training import build_module
-
     L.seed_everything(training_config["seed"], workers=True, verbose=False)
     dm = copy.copy(datamodule)
     dm.seed = training_config["seed"]
@@ -159,14 +100,12 @@ def train_related_model(training_config: dict, datamodule, exclude: int | None =
 
 
 def _generator_for(config: ConsistencyConfig, module, datamodule):
-    from ct_lightning.generators import make_generator
-
     generator = make_generator(config.generator, config.lambda_cost, config.lambda_energy, config.search_lr)
-    if hasattr(generator, "prepare_standalone"):  # revise (VAE) and amortised (generator network)
-        generator.prepare_standalone(module.model, module.x_train, name=getattr(datamodule, "name", "data"),
-                                     feature_names=list(datamodule.feature_names), mutability=module.mutability,
-                                     lower=module.lower, upper=module.upper)
-    return generator
+    context = FitContext(model=module.model, x_train=module.x_train, y_train=module.y_train,
+                         n_classes=datamodule.n_classes, feature_names=list(datamodule.feature_names),
+                         mutability=module.mutability, lower=module.lower, upper=module.upper,
+                         name=getattr(datamodule, "name", "data"))
+    return prepare_standalone(generator, context)
 
 
 def base_counterfactuals(config: ConsistencyConfig, module, datamodule) -> dict[str, dict]:
@@ -175,8 +114,6 @@ def base_counterfactuals(config: ConsistencyConfig, module, datamodule) -> dict[
     Returns ``{name: {"counterfactual", "valid", "target", "factual"}}`` for ``name`` in
     ``(generator, generator+sns)``; validity is judged by the base model.
     """
-    from ct_lightning.sns import stable_neighbor_search
-
     model = module.model.eval()
     rng = torch.Generator().manual_seed(config.seed + 17)
     n_test = len(datamodule.y_test)
@@ -214,8 +151,6 @@ def run_consistency(config: ConsistencyConfig, log=print) -> dict:
     counterfactuals), ``validity``, ``n_valid``, ``accuracy`` (base and related models, test split),
     ``seconds`` (training and evaluation per kind) and the configuration.
     """
-    from ct_lightning.training import build_datamodule
-
     started = time.perf_counter()
     first = _training_config(config, config.kinds[0], config.seed)
     datamodule = build_datamodule(first)

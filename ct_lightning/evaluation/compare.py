@@ -16,8 +16,9 @@ from pathlib import Path
 
 import numpy as np
 
-TABLE_METRICS = ("ip", "ip_star", "cost")
-METRIC_LABELS = {"ip": "IP (−%)", "ip_star": "IP* (−%)", "cost": "Cost (−%)"}
+from ct_lightning.metrics.names import EVALUATION_METRICS, METRICS, TABLE_METRICS
+
+METRIC_LABELS = {key: f"{METRICS[key].label} (−%)" for key in TABLE_METRICS}
 
 
 def reduction_pct(bl_mean: float, ct_mean: float) -> float:
@@ -138,8 +139,7 @@ def compare_evaluations(bl, ct, metrics=TABLE_METRICS, n_boot: int = 100, confid
 
 
 def _model_block(summary: dict) -> dict:
-    keys = ("ip", "ip_star", "cost", "validity", "accuracy", "robust_accuracy")
-    return {k: summary.get(k) for k in keys}
+    return {k: summary.get(k) for k in EVALUATION_METRICS}
 
 
 def table_row(data: str, plausibility: dict[str, dict], actionability: dict[str, dict],

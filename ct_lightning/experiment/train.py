@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import inspect
 import json
 import math
 import tempfile
@@ -11,128 +10,22 @@ from pathlib import Path
 
 import lightning as L
 import torch
-import yaml
 from lightning.pytorch.callbacks import ModelCheckpoint
 from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.callbacks import BurnIn
-from ct_lightning.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
-from ct_lightning.constraints import mutability_pairs, parse_mutability
+from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation
+from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
+from ct_lightning.experiment.data import build_datamodule, mutability_spec
+from ct_lightning.experiment.settings import DEFAULTS, load_config_file, module_kwargs, resolve_config
+from ct_lightning.experiment.tracking import local_store_dir, prepare_store, run_url, ui_command, write_json_atomic
 from ct_lightning.module import CTModule
-from ct_lightning.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, local_store_dir, prepare_store,
-                                   run_url, ui_command, write_json_atomic)
-
-# SPEC §4 (Note 1): defaults shared by all data sets; Table 2 values override per data set.
-DEFAULTS = {
-    "data": "circles", "objective": "full", "generator": "ecco", "max_epochs": 100, "seed": 0,
-    "nce": 1000, "burnin": 0.0, "immutable": [], "protect": False, "mutability": "",
-    "lambda_clf": 1.0, "lambda_div": 0.5, "lambda_reg": 0.1, "lambda_adv": 0.25,
-    "lambda_cost": 0.001, "lambda_energy": 5.0, "search_lr": 0.25, "max_steps": 30, "tau": 0.75,
-    "epsilon": 0.3, "pool": "epoch", "domain": True, "domain_std": 3.0,
-    "hidden_sizes": [32], "activation": "relu", "lr": 1e-3, "batch_size": None, "data_dir": None,
-    "tracking_uri": DEFAULT_TRACKING_URI, "experiment": DEFAULT_EXPERIMENT, "run_name": None,
-    "checkpoint_dir": None, "summary_json": None, "accelerator": "auto", "progress": True,
-    "limit_train_batches": None, "limit_val_batches": None, "fast_dev_run": False,
-    "eval_every": 0,  # > 0: CounterfactualEvaluation on the validation split every N epochs (val/ip, ...)
-    "config": None, "model": "mlp", "from_checkpoint": None, "resume": None, "generator_options": None,
-}
-DATA_DEFAULT_KEYS = ("tau", "nce", "lambda_reg")
-
-
-def resolve_config(overrides: dict) -> dict:
-    """Fill a configuration: explicit values win, then the data set's Table 2 values, then SPEC defaults."""
-    from datamodules import canonical_name, get_datamodule_class
-
-    unknown = set(overrides) - set(DEFAULTS)
-    if unknown:
-        raise ValueError(f"config: unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(DEFAULTS))}")
-    given = {k: v for k, v in overrides.items() if v is not None}
-    data = canonical_name(given.get("data", DEFAULTS["data"]))
-    datamodule_class = get_datamodule_class(data)
-    config = {**DEFAULTS, **{k: v for k, v in datamodule_class.ct_defaults.items() if k in DATA_DEFAULT_KEYS},
-              **given, "data": data}
-    config["batch_size"] = config["batch_size"] or datamodule_class.default_batch_size
-    if isinstance(config["immutable"], str):
-        config["immutable"] = [f.strip() for f in config["immutable"].split(",") if f.strip()]
-    return config
-
-
-def build_datamodule(config: dict):
-    """Instantiate and set up the configured data module."""
-    from datamodules import get_datamodule_class
-
-    cls = get_datamodule_class(config["data"])
-    kwargs = {"batch_size": config["batch_size"], "seed": config["seed"]}
-    if config.get("data_dir") and "data_dir" in inspect.signature(cls.__init__).parameters:
-        kwargs["data_dir"] = config["data_dir"]
-    datamodule = cls(**kwargs)
-    datamodule.setup("fit")
-    return datamodule
-
-
-def mutability_spec(config: dict, datamodule) -> dict[str, str]:
-    """Merge ``mutability``, ``immutable`` and ``protect`` into one ``{feature: kind}`` mapping, validated."""
-    spec = mutability_pairs(str(config["mutability"] or ""))
-    features = list(config["immutable"]) + (list(datamodule.protected) if config["protect"] else [])
-    spec.update({feature: "none" for feature in features})
-    parse_mutability(spec, datamodule.n_features, datamodule.feature_names, argument="mutability/immutable")
-    return spec
-
-
-def parse_generator_options(options) -> dict | None:
-    """Generator settings from a mapping, a JSON object or ``key=value,...`` (values read as JSON if they can be)."""
-    if not options:
-        return None
-    if isinstance(options, dict):
-        return dict(options)
-    text = str(options).strip()
-    if text.startswith("{"):
-        try:
-            return json.loads(text)
-        except json.JSONDecodeError as error:
-            raise ValueError(f"generator_options: invalid JSON {text!r} ({error})") from None
-    parsed = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        if "=" not in item:
-            raise ValueError(f"generator_options: expected KEY=VALUE, got {item!r}")
-        key, value = (part.strip() for part in item.split("=", 1))
-        try:
-            parsed[key] = json.loads(value)
-        except json.JSONDecodeError:
-            parsed[key] = value
-    return parsed
 
 
 def build_module(config: dict, datamodule) -> CTModule:
     """A ``CTModule`` with the configured architecture for the configured data set."""
-    return CTModule(
-        n_features=datamodule.n_features, n_classes=datamodule.n_classes,
-        hidden_sizes=list(config["hidden_sizes"]), activation=config["activation"], architecture=config["model"],
-        objective=config["objective"], lambda_clf=config["lambda_clf"], lambda_div=config["lambda_div"],
-        lambda_reg=config["lambda_reg"], lambda_adv=config["lambda_adv"], generator=config["generator"],
-        lambda_cost=config["lambda_cost"], lambda_energy=config["lambda_energy"],
-        search_lr=config["search_lr"], max_steps=config["max_steps"], tau=config["tau"],
-        epsilon=config["epsilon"], nce=config["nce"], pool=config["pool"],
-        generator_options=parse_generator_options(config["generator_options"]),
-        mutability=mutability_spec(config, datamodule) or None, feature_names=list(datamodule.feature_names),
-        domain="infer" if config["domain"] else None, domain_std=config["domain_std"], lr=config["lr"],
-        seed=config["seed"])
-
-
-def load_config_file(path: str | Path) -> dict:
-    """Read a YAML (or JSON) configuration; keys are the long option names (``max_epochs`` or ``max-epochs``)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"config: no file at {path}")
-    content = yaml.safe_load(path.read_text()) or {}
-    if not isinstance(content, dict):
-        raise ValueError(f"config: {path} must hold a mapping of option names to values")
-    content = {str(k).replace("-", "_"): v for k, v in content.items()}
-    unknown = sorted(set(content) - set(DEFAULTS))
-    if unknown:
-        raise ValueError(f"config: unknown keys {unknown} in {path}; allowed: {', '.join(sorted(DEFAULTS))}")
-    return content
+    return CTModule(**module_kwargs(config, datamodule.n_features, datamodule.n_classes, datamodule.feature_names,
+                                    mutability_spec(config, datamodule) or None))
 
 
 def _architecture_from_checkpoint(path: str, given: dict) -> tuple[dict, dict]:
@@ -242,7 +135,6 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     trainer_kwargs = {k: config[k] for k in ("limit_train_batches", "limit_val_batches") if config[k] is not None}
     extra_callbacks = list(callbacks or [])
     if config["eval_every"]:
-        from ct_lightning.evaluation_callback import CounterfactualEvaluation
         extra_callbacks.append(CounterfactualEvaluation(int(config["eval_every"])))
     trainer = L.Trainer(max_epochs=config["max_epochs"], accelerator=config["accelerator"], logger=logger,
                         callbacks=[*checkpoints, BurnIn(config["burnin"]), *extra_callbacks], deterministic=False,

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import json
-import math
+import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
+from mlflow.tracking import MlflowClient
 
-from ct_lightning.constraints import NONE, parse_mutability
+from ct_lightning.metrics.names import logged_values
+from ct_lightning.experiment.settings import resolve_config
+from ct_lightning.experiment.data import build_datamodule
 from ct_lightning.module import CTModule
+from datamodules import get_datamodule_class
 
 
 @dataclass
@@ -32,13 +35,8 @@ def load_checkpoint(path: str | Path, weights_only: bool = True) -> CTModule:
     return module.eval()
 
 
-def _client(tracking_uri: str):
-    import os
-
-    from mlflow.tracking import MlflowClient
-
+def _client(tracking_uri: str) -> MlflowClient:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
-
     return MlflowClient(tracking_uri=tracking_uri)
 
 
@@ -65,8 +63,6 @@ def load_run(run_id: str, tracking_uri: str, which: str = "last", weights_only: 
 
 def load_checkpoint_with_config(path: str | Path, data: str | None = None, weights_only: bool = True) -> LoadedModel:
     """Load a checkpoint file; the configuration is ``config.json`` beside it, else built from ``data``."""
-    from ct_lightning.training import resolve_config
-
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint: no file {path}")
@@ -84,65 +80,15 @@ def load_checkpoint_with_config(path: str | Path, data: str | None = None, weigh
 
 def build_data(config: dict):
     """The data module of a training configuration, set up."""
-    from ct_lightning.training import build_datamodule
-
     needed = {"batch_size": None, "seed": 0, "data_dir": None, **config}
     if needed["batch_size"] is None:
-        from datamodules import get_datamodule_class
-
         needed["batch_size"] = get_datamodule_class(needed["data"]).default_batch_size
     return build_datamodule(needed)
 
 
-@dataclass
-class Constraints:
-    """Mutability codes, domain bounds and the names of immutable features used at evaluation."""
-
-    mutability: torch.Tensor
-    lower: torch.Tensor | None
-    upper: torch.Tensor | None
-    immutable: list[str]
-
-    @property
-    def protected_mask(self) -> torch.Tensor:
-        """Boolean mask of features that may not move at all."""
-        return self.mutability == NONE
-
-
-def evaluation_constraints(module: CTModule, datamodule, protect: bool = False,
-                           all_mutable: bool = False) -> Constraints:
-    """Constraints for evaluating ``module`` on ``datamodule``.
-
-    By default the model's own training constraints (``hparams.mutability``) hold at test time;
-    ``protect`` makes the data set's protected features immutable in addition; ``all_mutable``
-    drops the training constraints. The domain follows ``hparams.domain``.
-    """
-    hp = module.hparams
-    names = list(datamodule.feature_names)
-    spec = {} if all_mutable or not hp.get("mutability") else dict(hp.mutability)
-    if protect:
-        spec.update({feature: "none" for feature in datamodule.protected})
-    codes = parse_mutability(spec or None, datamodule.n_features, names)
-    domain = hp.get("domain", "infer")
-    if domain is None:
-        lower = upper = None
-    elif domain == "infer":
-        lower, upper = datamodule.domain(hp.get("domain_std", 3.0))
-    else:
-        lower, upper = (torch.as_tensor(b, dtype=torch.float32).expand(datamodule.n_features) for b in domain)
-    immutable = [names[i] if i < len(names) else str(i) for i in torch.nonzero(codes == NONE).flatten().tolist()]
-    return Constraints(codes, lower, upper, immutable)
-
-
 def log_evaluation(client, run_id: str, summary: dict, prefix: str = "eval") -> dict[str, float]:
-    """Log ``{prefix}/ip, ip_star, cost, validity, acc, robust_acc`` to an MLflow run; return them."""
-    names = {"ip": "ip", "ip_star": "ip_star", "cost": "cost", "validity": "validity",
-             "accuracy": "acc", "robust_accuracy": "robust_acc"}
-    logged = {}
-    for key, name in names.items():
-        value = summary.get(key)
-        if value is None or not math.isfinite(float(value)):
-            continue
-        client.log_metric(run_id, f"{prefix}/{name}", float(value))
-        logged[f"{prefix}/{name}"] = float(value)
+    """Log the protocol's metrics of ``summary`` as ``{prefix}/...`` (names from the metric table) to an MLflow run."""
+    logged = logged_values(summary, prefix)
+    for name, value in logged.items():
+        client.log_metric(run_id, name, value)
     return logged

@@ -1,4 +1,4 @@
-"""Lightning callbacks for counterfactual training."""
+"""The burn-in switch: conventional training first, CT afterwards (SPEC §1)."""
 
 from __future__ import annotations
 

@@ -5,7 +5,7 @@ drawn from a held-out split (the test split by default) and random targets (any 
 the model's current prediction). Every run draws its own factuals and targets from its own
 seed; every energy penalty ``λ_egy`` of the grid is searched for the same factuals of a run.
 All runs of one ``λ_egy`` are searched at once with the batched
-:func:`ct_lightning.search.search_counterfactuals`.
+:func:`ct_lightning.generators.search.search_counterfactuals`.
 
 Per counterfactual: validity (predicted class == target), and for valid ones IP (Eq. 5, mean
 distance to the reference samples of the target class) and cost (ℓ1 distance to the factual).
@@ -13,7 +13,7 @@ Per ``(run, λ_egy)`` group: IP* (Eq. 6, unbiased MMD², Gaussian kernel, length
 Per model: test accuracy, robust accuracy under FGSM (ε = 0.03) and a robust-accuracy curve
 over ε ∈ [0, 0.1].
 
-The result keeps per-sample arrays so that :mod:`ct_lightning.compare` can bootstrap them.
+The result keeps per-sample arrays so that :mod:`ct_lightning.evaluation.compare` can bootstrap them.
 """
 
 from __future__ import annotations
@@ -25,10 +25,12 @@ import numpy as np
 import torch
 from torch import nn
 
-from ct_lightning.generators import make_generator
+from ct_lightning.eval_mode import eval_mode
+from ct_lightning.generators import FitContext, generator_class, make_generator, prepare_standalone
+from ct_lightning.generators.search import search_counterfactuals
 from ct_lightning.metrics.functional import (counterfactual_cost, implausibility, mmd_implausibility,
                                              robust_accuracy)
-from ct_lightning.search import random_targets, search_counterfactuals
+from ct_lightning.pool import random_targets
 
 LAMBDA_ENERGIES = (0.1, 0.5, 1.0, 5.0, 10.0)
 ROBUST_EPSILONS = tuple(round(0.01 * i, 2) for i in range(11))
@@ -104,8 +106,8 @@ class EvaluationConfig:
             raise ValueError(f"factuals: unknown {self.factuals!r}; allowed: {', '.join(FACTUAL_SAMPLING)}")
 
     def energy_grid(self) -> tuple[float, ...]:
-        """The ``λ_egy`` values searched; Generic has no energy term, so it is searched once (λ = 0)."""
-        return self.lambda_energies if self.generator.lower() == "ecco" else (0.0,)
+        """The ``λ_egy`` values searched; a generator without an energy term is searched once (λ = 0)."""
+        return self.lambda_energies if getattr(generator_class(self.generator), "energy_weighted", False) else (0.0,)
 
 
 @dataclass
@@ -220,12 +222,8 @@ def draw_targets(predicted: torch.Tensor, n_classes: int, seed: int) -> torch.Te
 
 @torch.no_grad()
 def _logits(model: nn.Module, x: torch.Tensor, batch_size: int = 8192) -> torch.Tensor:
-    was_training = model.training
-    model.eval()
-    try:
+    with eval_mode(model):
         return torch.cat([model(x[i:i + batch_size]) for i in range(0, len(x), batch_size)])
-    finally:
-        model.train(was_training)
 
 
 def _model_device(model: nn.Module) -> torch.device:
@@ -257,7 +255,8 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
                    lower: torch.Tensor | None = None, upper: torch.Tensor | None = None,
                    reference: tuple[torch.Tensor, torch.Tensor] | None = None,
                    robust: bool = True, attack_domain: bool = False,
-                   x_train: torch.Tensor | None = None) -> EvaluationResult:
+                   x_train: torch.Tensor | None = None, feature_names: list[str] | None = None,
+                   y_train: torch.Tensor | None = None, data_name: str = "data") -> EvaluationResult:
     """Run the evaluation protocol for ``model`` on the split ``(x, y)`` (the test split in the paper).
 
     Factuals are drawn from ``x``; IP and IP* compare valid counterfactuals with the samples of
@@ -265,7 +264,9 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
     codes (:func:`ct_lightning.constraints.parse_mutability`), ``lower``/``upper`` the domain.
     With ``robust=False`` the FGSM metrics are skipped (NaN); ``attack_domain`` clamps FGSM
     inputs to the domain. Works under Lightning's inference mode (validation hooks).
-    Generators that learn from data (``revise``, ``amortised``) need the training split ``x_train``.
+    Generators that learn from data (``revise``, ``amortised``) are fitted on the training split
+    ``x_train`` with a :class:`~ct_lightning.generators.FitContext` that also carries ``feature_names``
+    (one-hot groups), ``y_train``, ``data_name`` and the constraints.
     """
     config = config or EvaluationConfig()
     device = _model_device(model)
@@ -291,11 +292,14 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
     blocks = []
     for lam in config.energy_grid():
         generator = make_generator(config.generator, config.lambda_cost, lam, config.lr)
-        if hasattr(generator, "prepare_standalone"):
-            if x_train is None:
-                raise ValueError(f"generator: {config.generator} learns from data; pass x_train to evaluate_model")
-            generator.prepare_standalone(model, x_train.to(device).float(), mutability=mutability,
-                                         lower=lower, upper=upper)
+        if x_train is not None:
+            context = FitContext(model=model, x_train=x_train.to(device).float(),
+                                 y_train=None if y_train is None else y_train.to(device).long(), n_classes=n_classes,
+                                 feature_names=feature_names, mutability=mutability, lower=lower, upper=upper,
+                                 name=data_name)
+            prepare_standalone(generator, context)
+        elif generator.needs_fit:
+            raise ValueError(f"generator: {config.generator} learns from data; pass x_train to evaluate_model")
         result = generator.generate(model, factuals, targets, config.tau, config.max_steps, 0.0,
                                     mutability, lower, upper)
         blocks.append((lam, result))
@@ -320,7 +324,8 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
             mmd_rng = torch.Generator().manual_seed(config.seed * 7919 + run)
             value = mmd_implausibility(counterfactuals[rows][ok], all_targets[rows][ok], ref_x, ref_y,
                                        length_scale=config.length_scale, max_samples=config.mmd_max_samples,
-                                       generator=mmd_rng, max_counterfactuals=config.mmd_max_counterfactuals) if int(ok.sum()) >= 2 else torch.tensor(math.nan)
+                                       generator=mmd_rng, max_counterfactuals=config.mmd_max_counterfactuals) \
+                if int(ok.sum()) >= 2 else torch.tensor(math.nan)
             group_run.append(run)
             group_lambda.append(lam)
             group_n.append(config.n_individuals)

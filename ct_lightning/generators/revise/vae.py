@@ -25,17 +25,10 @@ import torch.nn.functional as F
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
+from ct_lightning.models import build_mlp
+
 CACHE_DIR_ENV = "CT_CACHE_DIR"
 CACHE_VERSION = 1
-
-
-def _mlp(sizes: list[int]) -> nn.Sequential:
-    layers: list[nn.Module] = []
-    for i, (a, b) in enumerate(zip(sizes[:-1], sizes[1:])):
-        layers.append(nn.Linear(a, b))
-        if i < len(sizes) - 2:
-            layers.append(nn.ReLU())
-    return nn.Sequential(*layers)
 
 
 class VAEModule(L.LightningModule):
@@ -50,11 +43,11 @@ class VAEModule(L.LightningModule):
         super().__init__()
         hidden_sizes = list(hidden_sizes)
         self.save_hyperparameters()
-        self.encoder = _mlp([n_features, *hidden_sizes])
+        self.encoder = build_mlp(n_features, hidden_sizes[-1], hidden_sizes[:-1]) if hidden_sizes else nn.Sequential()
         self.encoder.append(nn.ReLU())
         self.mean = nn.Linear(hidden_sizes[-1] if hidden_sizes else n_features, latent_dim)
         self.log_var = nn.Linear(hidden_sizes[-1] if hidden_sizes else n_features, latent_dim)
-        self.decoder = _mlp([latent_dim, *reversed(hidden_sizes), n_features])
+        self.decoder = build_mlp(latent_dim, n_features, list(reversed(hidden_sizes)))
 
     def encode(self, x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """Mean and log-variance of ``q(z | x)``."""

@@ -1,0 +1,28 @@
+"""The configured data module, set up, and the mutability it implies (the experiment layer's use of the registry)."""
+
+from __future__ import annotations
+
+import inspect
+
+from ct_lightning.constraints import mutability_pairs, parse_mutability
+from datamodules import get_datamodule_class
+
+
+def build_datamodule(config: dict):
+    """Instantiate and set up the configured data module."""
+    cls = get_datamodule_class(config["data"])
+    kwargs = {"batch_size": config["batch_size"], "seed": config["seed"]}
+    if config.get("data_dir") and "data_dir" in inspect.signature(cls.__init__).parameters:
+        kwargs["data_dir"] = config["data_dir"]
+    datamodule = cls(**kwargs)
+    datamodule.setup("fit")
+    return datamodule
+
+
+def mutability_spec(config: dict, datamodule) -> dict[str, str]:
+    """Merge ``mutability``, ``immutable`` and ``protect`` into one ``{feature: kind}`` mapping, validated."""
+    spec = mutability_pairs(str(config["mutability"] or ""))
+    features = list(config["immutable"]) + (list(datamodule.protected) if config["protect"] else [])
+    spec.update({feature: "none" for feature in features})
+    parse_mutability(spec, datamodule.n_features, datamodule.feature_names, argument="mutability/immutable")
+    return spec

@@ -1,0 +1,300 @@
+"""The one table of training settings: defaults, command-line options, validation and CTModule's arguments.
+
+Each :class:`Setting` row says its default, type, help, command-line group and allowed values. From the
+table come ``DEFAULTS``, the options of ``recipes/train.py`` (:func:`add_arguments`), the checks of
+:func:`validate_config` and the keyword arguments of ``CTModule`` (:func:`module_kwargs`). Settings that
+are ``CTModule`` arguments take their default from ``CTModule``'s signature. The per-data-set values of
+SPEC Table 2 (``tau``, ``nce``, ``lambda_reg``, ``batch_size``) come from the data module classes
+(``ct_defaults``, ``default_batch_size``), their one source; ``configs/*.yaml`` are checked against them.
+
+A new setting is one row here (plus its use where it acts, e.g. a new ``CTModule`` argument).
+"""
+
+from __future__ import annotations
+
+import argparse
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ct_lightning.constraints import MUTABILITY_KINDS
+from ct_lightning.experiment.tracking import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
+from ct_lightning.generators import GENERATORS
+from ct_lightning.losses import OBJECTIVES
+from ct_lightning.module import POOL_MODES, CTModule
+from datamodules import available, canonical_name, get_datamodule_class
+
+_MODULE_DEFAULT = object()  # marker: the default is CTModule's
+_MODULE_PARAMETERS = inspect.signature(CTModule.__init__).parameters
+
+
+def csv_ints(text: str) -> list[int]:
+    """``"64,64"`` → ``[64, 64]``."""
+    return [int(part) for part in text.split(",") if part.strip()]
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One training setting: its default, how the command line reads it and which values it allows.
+
+    ``module``: passed to ``CTModule`` under the same name (the default then comes from its signature).
+    ``table2``: the data set's SPEC Table 2 value replaces the default. ``choices`` may be a callable
+    (evaluated when needed, e.g. the registered generators). ``low``/``high`` bound numbers, open
+    at that end when ``low_open``/``high_open``. ``flag``/``action``/``nargs``/``const``/``metavar``
+    shape the command-line option; ``group`` names its section in ``--help`` (``None``: not an option).
+    """
+
+    name: str
+    default: Any = _MODULE_DEFAULT
+    help: str = ""
+    type: Callable | None = None
+    group: str | None = "tracking and output"
+    module: bool = False
+    table2: bool = False
+    choices: Any = None
+    low: float | None = None
+    high: float | None = None
+    low_open: bool = False
+    high_open: bool = False
+    flag: str | None = None
+    action: str | None = None
+    nargs: str | None = None
+    const: Any = None
+    metavar: str | None = None
+
+    @property
+    def value(self) -> Any:
+        """The default value (``CTModule``'s for module settings; sequences become lists)."""
+        if self.default is not _MODULE_DEFAULT:
+            return self.default
+        default = _MODULE_PARAMETERS[self.name].default
+        return list(default) if isinstance(default, tuple) else default
+
+    def allowed(self) -> list | None:
+        """The allowed values, if the setting has a fixed list."""
+        if self.choices is None:
+            return None
+        return list(self.choices() if callable(self.choices) else self.choices)
+
+    def describe_allowed(self) -> str:
+        """The allowed values or range in words, for error messages."""
+        if self.allowed() is not None:
+            return ", ".join(map(str, self.allowed()))
+        left = "(" if self.low_open else "["
+        right = ")" if self.high_open else "]"
+        low = "-inf" if self.low is None else f"{self.low:g}"
+        high = "inf" if self.high is None else f"{self.high:g}"
+        return f"{left}{low}, {high}{right}"
+
+    def check(self, value) -> str | None:
+        """``None`` if ``value`` is allowed (``None`` always is: unset), else a one-line error."""
+        if value is None:
+            return None
+        allowed = self.allowed()
+        if allowed is not None and value not in allowed:
+            return f"{self.name}: {value!r} is not allowed; allowed: {self.describe_allowed()}"
+        if self.low is None and self.high is None:
+            return None
+        try:
+            number = float(value)
+        except (TypeError, ValueError):
+            return f"{self.name}: {value!r} is not a number; allowed: {self.describe_allowed()}"
+        too_low = self.low is not None and (number <= self.low if self.low_open else number < self.low)
+        too_high = self.high is not None and (number >= self.high if self.high_open else number > self.high)
+        if too_low or too_high:
+            return f"{self.name}: {value!r} is out of range; allowed: {self.describe_allowed()}"
+        return None
+
+
+DATA, CT, SEARCH, MODEL, START, TRACK = ("data", "counterfactual training", "counterfactual search",
+                                         "model and optimiser", "fine-tuning and resuming", "tracking and output")
+
+SETTINGS: tuple[Setting, ...] = (
+    Setting("config", None, "YAML file with any of these options (long names, e.g. max_epochs: 50)", group=""),
+    # data
+    Setting("data", "circles", "data set: {AVAILABLE} (default {DFLT})", group=DATA, choices=available),
+    Setting("data_dir", None, "folder with the raw data files (default: $CT_DATA_DIR, else the user cache)", group=DATA),
+    Setting("batch_size", None, "training batch size [Table 2]", int, DATA, table2=True, low=1),
+    Setting("seed", help="seed for model, shuffling and CT (default {DFLT})", type=int, group=DATA, module=True),
+    # counterfactual training
+    Setting("objective", help="full: all terms; vanilla: baseline; energy: clf+div+ridge; adversarial: clf+adv "
+            "(default {DFLT})", group=CT, module=True, choices=lambda: list(OBJECTIVES)),
+    Setting("max_epochs", 100, "training epochs (default {DFLT})", int, CT, low=1),
+    Setting("burnin", 0.0, "share of epochs trained conventionally before CT starts, in [0, 1) (default {DFLT})",
+            float, CT, low=0.0, high=1.0, high_open=True),
+    Setting("nce", help="counterfactuals searched per epoch [Table 2]", type=int, group=CT, module=True, table2=True,
+            low=1),
+    Setting("pool", help="epoch: search all nce counterfactuals once per epoch (fast); step: search inside each "
+            "step (default {DFLT})", group=CT, module=True, choices=POOL_MODES),
+    Setting("lambda_clf", help="weight of the classification loss (default {DFLT})", type=float, group=CT,
+            module=True, low=0.0),
+    Setting("lambda_div", help="weight of the contrastive divergence (default {DFLT})", type=float, group=CT,
+            module=True, low=0.0),
+    Setting("lambda_reg", help="weight of the energy ridge penalty [Table 2] (SPEC default {DFLT})", type=float,
+            group=CT, module=True, table2=True, low=0.0),
+    Setting("lambda_adv", help="weight of the adversarial loss (default {DFLT})", type=float, group=CT, module=True,
+            low=0.0),
+    Setting("epsilon", help="ℓ∞ radius for nascent counterfactuals (default {DFLT})", type=float, group=CT,
+            module=True, low=0.0),
+    # counterfactual search
+    Setting("generator", help="default {DFLT}", group=SEARCH, module=True, choices=lambda: list(GENERATORS)),
+    Setting("generator_options", help="generator settings as KEY=VALUE,... or a JSON object, e.g. "
+            "variant=gan,refit_every=5 (amortised) or latent_dim=4 (revise)", group=SEARCH, module=True,
+            metavar="OPTIONS"),
+    Setting("tau", help="target-probability threshold for convergence [Table 2] (SPEC default {DFLT})", type=float,
+            group=SEARCH, module=True, table2=True, low=0.0, high=1.0, low_open=True),
+    Setting("max_steps", help="maximum search steps T (default {DFLT})", type=int, group=SEARCH, module=True, low=0),
+    Setting("search_lr", help="SGD step size η of the search (default {DFLT})", type=float, group=SEARCH,
+            module=True, low=0.0, low_open=True),
+    Setting("lambda_cost", help="ℓ1 distance penalty λ_cst (default {DFLT})", type=float, group=SEARCH, module=True,
+            low=0.0),
+    Setting("lambda_energy", help="ECCo energy penalty λ_egy (default {DFLT})", type=float, group=SEARCH,
+            module=True, low=0.0),
+    Setting("immutable", [], "comma-separated feature names that must not change, e.g. age,sex", group=SEARCH),
+    Setting("protect", False, "make the data set's default protected features immutable", group=SEARCH,
+            action="store_true"),
+    Setting("mutability", "", "per-feature constraints FEATURE=KIND,... with KIND in "
+            + "|".join(MUTABILITY_KINDS), group=SEARCH),
+    Setting("domain", True, "do not project counterfactuals onto the data domain", group=SEARCH, flag="--no-domain",
+            action="store_false"),
+    Setting("domain_std", help="n in the inferred domain μ ± nσ (default {DFLT})", type=float, group=SEARCH,
+            module=True, low=0.0),
+    # model and optimiser
+    Setting("model", "mlp", "mlp, cnn (LeNet-style, for MNIST) or package.module:factory returning an nn.Module "
+            "(called with n_features, n_classes if it takes them) (default {DFLT})", group=MODEL),
+    Setting("hidden_sizes", help="MLP hidden layer sizes, e.g. 64,64 (default 32)", type=csv_ints, group=MODEL,
+            module=True),
+    Setting("activation", help="MLP activation (default {DFLT})", group=MODEL, module=True),
+    Setting("lr", help="Adam learning rate (default {DFLT})", type=float, group=MODEL, module=True, low=0.0,
+            low_open=True),
+    Setting("accelerator", "auto", "Lightning accelerator: auto, cpu, gpu (default {DFLT})", group=MODEL),
+    # fine-tuning and resuming
+    Setting("from_checkpoint", None, "start from these weights: a checkpoint of this project, a state_dict of the "
+            "default MLP, or weights for --model", group=START),
+    Setting("resume", None, "continue an interrupted run (default: the newest unfinished run of --experiment) from "
+            "its last checkpoint, in the same MLflow run, with its logged configuration", group=START, nargs="?",
+            const="latest", metavar="RUN_ID"),
+    # tracking and output
+    Setting("tracking_uri", DEFAULT_TRACKING_URI, "MLflow tracking URI (default {DFLT})"),
+    Setting("experiment", DEFAULT_EXPERIMENT, "MLflow experiment name (default {DFLT})"),
+    Setting("run_name", None, "MLflow run name"),
+    Setting("checkpoint_dir", None, "checkpoint folder (default: checkpoints/RUN_ID beside a local SQLite store)"),
+    Setting("summary_json", None, "write run id, resolved config, data summary and final metrics here"),
+    Setting("progress", True, "hide the progress bar", flag="--no-progress", action="store_false"),
+    Setting("limit_train_batches", None, "Lightning limit_train_batches (for quick runs)", float, low=0.0),
+    Setting("limit_val_batches", None, "Lightning limit_val_batches (for quick runs)", float, low=0.0),
+    Setting("fast_dev_run", False, "one batch of each loop, for smoke tests", action="store_true"),
+    # > 0: CounterfactualEvaluation on the validation split every N epochs (val/ip, ...)
+    Setting("eval_every", 0, "every N epochs, evaluate counterfactuals on the validation split and log val/ip, "
+            "val/ip_star, val/cost, ... (default {DFLT}: off)", int, low=0),
+)
+SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
+DEFAULTS: dict[str, Any] = {s.name: s.value for s in SETTINGS}
+# Settings whose SPEC Table 2 value (the data module's ct_defaults) replaces the default.
+DATA_DEFAULT_KEYS = tuple(s.name for s in SETTINGS if s.table2 and s.name != "batch_size")
+
+
+def validate_config(config: dict) -> None:
+    """Raise ``ValueError`` naming the first setting whose value is not allowed (option, value, allowed values)."""
+    for name, value in config.items():
+        setting = SETTINGS_BY_NAME.get(name)
+        error = setting.check(value) if setting is not None else None
+        if error:
+            raise ValueError(error)
+
+
+def table2(data: str) -> dict[str, Any]:
+    """The SPEC Table 2 values of a data set (``tau``, ``nce``, ``lambda_reg``, ``batch_size``)."""
+    cls = get_datamodule_class(data)
+    return {**{k: v for k, v in cls.ct_defaults.items() if k in DATA_DEFAULT_KEYS}, "batch_size": cls.default_batch_size}
+
+
+def resolve_config(overrides: dict) -> dict:
+    """Fill a configuration: explicit values win, then the data set's Table 2 values, then SPEC defaults."""
+    unknown = set(overrides) - set(DEFAULTS)
+    if unknown:
+        raise ValueError(f"config: unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(DEFAULTS))}")
+    given = {k: v for k, v in overrides.items() if v is not None}
+    data = canonical_name(given.get("data", DEFAULTS["data"]))
+    config = {**DEFAULTS, **table2(data), **given, "data": data}
+    if isinstance(config["immutable"], str):
+        config["immutable"] = [f.strip() for f in config["immutable"].split(",") if f.strip()]
+    validate_config(config)
+    return config
+
+
+def load_config_file(path: str | Path) -> dict:
+    """Read a YAML (or JSON) configuration; keys are the long option names (``max_epochs`` or ``max-epochs``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"config: no file at {path}")
+    content = yaml.safe_load(path.read_text()) or {}
+    if not isinstance(content, dict):
+        raise ValueError(f"config: {path} must hold a mapping of option names to values")
+    content = {str(k).replace("-", "_"): v for k, v in content.items()}
+    unknown = sorted(set(content) - set(DEFAULTS))
+    if unknown:
+        raise ValueError(f"config: unknown keys {unknown} in {path}; allowed: {', '.join(sorted(DEFAULTS))}")
+    return content
+
+
+def parse_generator_options(options) -> dict | None:
+    """Generator settings from a mapping, a JSON object or ``key=value,...`` (values read as JSON if they can be)."""
+    if not options:
+        return None
+    if isinstance(options, dict):
+        return dict(options)
+    text = str(options).strip()
+    if text.startswith("{"):
+        try:
+            return json.loads(text)
+        except json.JSONDecodeError as error:
+            raise ValueError(f"generator_options: invalid JSON {text!r} ({error})") from None
+    parsed = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        if "=" not in item:
+            raise ValueError(f"generator_options: expected KEY=VALUE, got {item!r}")
+        key, value = (part.strip() for part in item.split("=", 1))
+        try:
+            parsed[key] = json.loads(value)
+        except json.JSONDecodeError:
+            parsed[key] = value
+    return parsed
+
+
+def module_kwargs(config: dict, n_features: int, n_classes: int, feature_names: list[str],
+                  mutability: dict | None) -> dict:
+    """``CTModule`` keyword arguments of a resolved configuration: every module setting, plus the translated ones."""
+    kwargs = {s.name: config[s.name] for s in SETTINGS if s.module}
+    kwargs.update(n_features=n_features, n_classes=n_classes, hidden_sizes=list(config["hidden_sizes"]),
+                  architecture=config["model"], generator_options=parse_generator_options(config["generator_options"]),
+                  mutability=mutability, feature_names=list(feature_names),
+                  domain="infer" if config["domain"] else None)
+    return kwargs
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """Add one command-line option per setting, grouped as in the table, with defaults shown in the help."""
+    groups: dict[str, Any] = {"": parser}
+    for setting in SETTINGS:
+        if setting.group is None:
+            continue
+        if setting.group not in groups:
+            groups[setting.group] = parser.add_argument_group(setting.group)
+        text = setting.help.replace("{DFLT}", str(setting.value).replace("%", "%%"))
+        text = text.replace("{AVAILABLE}", ", ".join(available()))
+        kwargs: dict[str, Any] = {"help": text, "dest": setting.name}
+        if setting.action:
+            kwargs["action"] = setting.action
+        else:
+            for key in ("type", "nargs", "const", "metavar"):
+                if getattr(setting, key) is not None:
+                    kwargs[key] = getattr(setting, key)
+            if setting.choices is not None and setting.name != "data":
+                kwargs["choices"] = setting.allowed()
+        groups[setting.group].add_argument(setting.flag or "--" + setting.name.replace("_", "-"), **kwargs)

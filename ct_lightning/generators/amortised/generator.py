@@ -1,0 +1,122 @@
+"""The CT generator ``amortised`` (Van Looveren et al.; SPEC §6): counterfactuals in one forward pass.
+
+It fits a :class:`~ct_lightning.generators.amortised.training.CounterfactualNetworkModule` when CT starts
+and re-fits it for ``refit_epochs`` epochs every ``refit_every`` epochs to follow the changing classifier.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+
+import torch
+from torch import nn
+
+from ct_lightning.constraints import enforce
+from ct_lightning.eval_mode import eval_mode
+from ct_lightning.generators.amortised.network import one_hot_groups
+from ct_lightning.generators.amortised.training import VARIANTS, CounterfactualNetworkModule
+from ct_lightning.generators.base import CounterfactualGenerator, FitContext, SearchResult
+from ct_lightning.generators.registry import register_generator
+from ct_lightning.generators.search import target_reached
+
+
+@register_generator("amortised")
+class Amortised(CounterfactualGenerator):
+    """CT generator ``amortised``: one forward pass of a conditional generator per counterfactual pool.
+
+    The network is fitted for ``initial_epochs`` epochs at the first CT epoch (after any burn-in)
+    and re-fitted for ``refit_epochs`` epochs whenever ``refit_every`` epochs have passed since the
+    last fit, on up to ``max_fit_samples`` training samples. ``variant``, ``hidden_sizes``,
+    ``noise_dim``, ``w_m``, ``w_l1``, ``w_chi``, ``length_scale``, ``gen_lr`` and ``batch_size`` set the
+    the :class:`CounterfactualNetworkModule`. A search-free generator has no path: ``steps`` is 1 for every row and
+    the nascent counterfactual is the point of the segment from ``x`` to ``x_CF`` at ℓ∞ distance
+    ``min(ε, ‖x_CF − x‖∞)``. ``fit_seconds`` accumulates the time spent fitting.
+    """
+
+    needs_fit = True
+
+    def __init__(self, lambda_cost: float = 0.001, lr: float = 0.25, variant: str = "mmd", refit_every: int = 5,
+                 refit_epochs: int = 1, initial_epochs: int = 10, hidden_sizes: Sequence[int] = (64, 64),
+                 noise_dim: int = 4, w_m: float = 1.0, w_l1: float = 0.1, w_chi: float = 1.0,
+                 length_scale: float | None = None, gen_lr: float = 1e-3, batch_size: int = 256,
+                 max_fit_samples: int | None = 5000, seed: int = 0):
+        if variant not in VARIANTS:
+            raise ValueError(f"variant: unknown {variant!r}; allowed: {', '.join(VARIANTS)}")
+        if refit_every < 1 or initial_epochs < 1 or refit_epochs < 0:
+            raise ValueError("amortised: refit_every and initial_epochs must be ≥ 1, refit_epochs ≥ 0")
+        self.lambda_cost, self.lr = lambda_cost, lr
+        self.options = dict(variant=variant, hidden_sizes=list(hidden_sizes), noise_dim=noise_dim, w_m=w_m, w_l1=w_l1,
+                            w_chi=w_chi, length_scale=length_scale, lr=gen_lr)
+        self.refit_every, self.refit_epochs, self.initial_epochs = refit_every, refit_epochs, initial_epochs
+        self.batch_size, self.max_fit_samples, self.seed = batch_size, max_fit_samples, seed
+        self.net: CounterfactualNetworkModule | None = None
+        self.fitted_epoch: int | None = None
+        self.fit_seconds = 0.0
+        self.n_fits = 0
+
+    def config(self) -> dict:
+        """Primitive settings, for logging and checkpoints."""
+        return {"generator": self.name, **self.options, "refit_every": self.refit_every,
+                "refit_epochs": self.refit_epochs, "initial_epochs": self.initial_epochs,
+                "batch_size": self.batch_size, "max_fit_samples": self.max_fit_samples}
+
+    def build(self, classifier: nn.Module, n_features: int, n_classes: int, feature_names: Sequence[str] | None = None,
+              mutability: torch.Tensor | None = None, lower: torch.Tensor | None = None,
+              upper: torch.Tensor | None = None) -> CounterfactualNetworkModule:
+        """Create the (untrained) network for ``classifier`` and the constraints."""
+        self.net = CounterfactualNetworkModule(n_features, n_classes, classifier, groups=one_hot_groups(feature_names),
+                                               mutability=mutability, lower=lower, upper=upper, **self.options)
+        self.fitted_epoch = None
+        return self.net
+
+    def train_network(self, x_train: torch.Tensor, epochs: int) -> dict[str, float]:
+        """Train the network for ``epochs`` epochs on (a random subset of) ``x_train``."""
+        if self.net is None:
+            raise RuntimeError("amortised: call fit(context) or build() before train_network()")
+        started = time.perf_counter()
+        rng = torch.Generator().manual_seed(self.seed + self.n_fits)
+        if self.max_fit_samples is not None and len(x_train) > self.max_fit_samples:
+            x_train = x_train[torch.randperm(len(x_train), generator=rng)[:self.max_fit_samples].to(x_train.device)]
+        self.net.to(x_train.device)
+        terms = self.net.fit_epochs(x_train, epochs, self.batch_size, rng)
+        self.fit_seconds += time.perf_counter() - started
+        self.n_fits += 1
+        return terms
+
+    def fit(self, context: FitContext) -> None:
+        """Build the network for the context's classifier, one-hot groups and constraints (trained in ``update``)."""
+        self.build(context.model, context.x_train.shape[1], context.n_classes, context.feature_names,
+                   context.mutability, context.lower, context.upper)
+
+    def update(self, context: FitContext, epoch: int) -> None:
+        """Train for ``initial_epochs`` at the first call, then re-fit every ``refit_every`` epochs."""
+        if self.net is None:
+            self.fit(context)
+        self.net.set_classifier(context.model)
+        if self.fitted_epoch is None:
+            self.train_network(context.x_train, self.initial_epochs)
+        elif epoch - self.fitted_epoch >= self.refit_every and self.refit_epochs > 0:
+            self.train_network(context.x_train, self.refit_epochs)
+        else:
+            return
+        self.fitted_epoch = epoch
+
+    def generate(self, model, x, target, tau=0.75, max_steps=30, epsilon=0.3, mutability=None,
+                 lower=None, upper=None) -> SearchResult:
+        """Counterfactuals in one forward pass; ``max_steps`` is unused, constraints are enforced."""
+        if self.net is None:
+            raise RuntimeError("amortised: the network is not built; call fit(context) and update(context, epoch)")
+        n, n_features = x.shape
+        codes = torch.zeros(n_features, dtype=torch.long, device=x.device) if mutability is None else mutability.to(x.device)
+        self.net.to(x.device)
+        with eval_mode(model), torch.no_grad():
+            y_model = model(x).argmax(1)
+            x_cf = enforce(self.net.generate(x, target, y_model), x, codes, lower, upper)
+            converged = target_reached(model(x_cf), target, tau)
+        distance = (x_cf - x).abs().amax(1, keepdim=True)
+        scale = torch.where(distance > epsilon, epsilon / distance.clamp_min(1e-12), torch.ones_like(distance))
+        nascent = x + scale * (x_cf - x)
+        moved = (distance.squeeze(1) > 0) & (scale.squeeze(1) > 0)
+        steps = torch.ones(n, dtype=torch.long, device=x.device)
+        return SearchResult(x_cf, nascent, converged, steps, moved.long())

@@ -1,0 +1,88 @@
+"""The contract every registered counterfactual generator fulfils, checked over the whole registry."""
+
+import pytest
+import torch
+from torch import nn
+
+from ct_lightning.constraints import parse_mutability
+from ct_lightning.generators import GENERATORS, FitContext, make_generator, prepare_standalone
+
+FEATURES = ["income", "age", "colour=red", "colour=blue"]
+# Small settings so that generators that learn from data fit in a moment; a generator not listed runs with its defaults.
+TINY_OPTIONS = {
+    "revise": dict(latent_dim=2, vae_hidden_sizes=[8], vae_epochs=1, use_cache=False),
+    "amortised": dict(initial_epochs=2, batch_size=64, hidden_sizes=[16], max_fit_samples=256),
+    "sns": dict(steps=3),
+}
+
+
+def tiny_data(n: int = 256, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    rng = torch.Generator().manual_seed(seed)
+    continuous = torch.randn(n, 2, generator=rng)
+    red = (torch.rand(n, generator=rng) < 0.5).float()
+    x = torch.cat([continuous, red[:, None], 1 - red[:, None]], 1)
+    return x, (continuous.sum(1) > 0).long()
+
+
+def tiny_model() -> nn.Module:
+    torch.manual_seed(1)
+    return nn.Sequential(nn.Linear(4, 8), nn.Tanh(), nn.Linear(8, 2))
+
+
+def build_and_generate(name: str, model: nn.Module, inference: bool = False):
+    """Seed, build, fit on the tiny training data and generate for 32 factuals."""
+    x_train, y_train = tiny_data()
+    codes = parse_mutability({"age": "none", "income": "increase"}, 4, FEATURES)
+    lower, upper = torch.tensor([-2.0, -2.0, 0.0, 0.0]), torch.tensor([2.0, 2.0, 1.0, 1.0])
+    torch.manual_seed(0)
+    generator = make_generator(name, **TINY_OPTIONS.get(name, {}))
+    context = FitContext(model=model, x_train=x_train, y_train=y_train, n_classes=2, feature_names=FEATURES,
+                         mutability=codes, lower=lower, upper=upper, name="contract")
+    if getattr(generator, "needs_fit", False):
+        with pytest.raises(RuntimeError):
+            generator.generate(model, x_train[:4], torch.zeros(4, dtype=torch.long))
+    prepare_standalone(generator, context)
+    x = x_train[:32].clamp(-2.0, 2.0)
+    with torch.no_grad():
+        target = 1 - model(x).argmax(1)
+    if inference:
+        with torch.inference_mode():
+            result = generator.generate(model, x, target, 0.6, 5, 0.3, codes, lower, upper)
+    else:
+        result = generator.generate(model, x, target, 0.6, 5, 0.3, codes, lower, upper)
+    return x, target, codes, lower, upper, result
+
+
+@pytest.mark.parametrize("name", sorted(GENERATORS))
+def test_generator_contract(name):
+    model = tiny_model()
+    model.train()
+    flags = [p.requires_grad for p in model.parameters()]
+    x, target, codes, lower, upper, result = build_and_generate(name, model, inference=True)
+    n = len(x)
+    # Shapes and types.
+    assert result.counterfactual.shape == (n, 4) and result.nascent.shape == (n, 4)
+    assert result.converged.shape == (n,) and result.converged.dtype == torch.bool
+    assert result.steps.shape == (n,) and result.nascent_steps.shape == (n,)
+    assert torch.isfinite(result.counterfactual).all()
+    # Mutability and domain hold exactly, for the mature and the nascent counterfactuals.
+    for points in (result.counterfactual, result.nascent):
+        assert torch.equal(points[:, 1], x[:, 1]), "an immutable feature moved"
+        assert (points[:, 0] >= x[:, 0]).all(), "an increase-only feature decreased"
+        assert (points >= lower).all() and (points <= upper).all(), "a point left the domain"
+    # Inference mode was left for the search and the model is untouched: mode, flags, no gradients.
+    assert model.training
+    assert [p.requires_grad for p in model.parameters()] == flags
+    assert all(p.grad is None for p in model.parameters())
+    # Deterministic under a seed.
+    again = build_and_generate(name, tiny_model(), inference=False)[-1]
+    assert torch.equal(result.counterfactual, again.counterfactual)
+    assert torch.equal(result.converged, again.converged)
+
+
+def test_registry_names_match_and_unknown_names_are_errors():
+    for name, factory in GENERATORS.items():
+        generator = make_generator(name, **TINY_OPTIONS.get(name, {}))
+        assert generator.config()["generator"].split("+")[0] in (name, "ecco"), name
+    with pytest.raises(ValueError, match="generator: unknown 'nope'; allowed: "):
+        make_generator("nope")
