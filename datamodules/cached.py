@@ -29,7 +29,9 @@ class RawDataModule(TensorDataModule):
     ``data_dir``: folder with ``<set>/<file>`` raw files (default ``$CT_DATA_DIR``, else
     ``~/.cache/ct-lightning/data``); ``cache_dir``: folder for the processed ``.npz`` (default
     ``$CT_CACHE_DIR``, else ``~/.cache/ct-lightning/processed``). ``n_train``/``n_test`` default to
-    SPEC Table 2 (class attributes ``table2_train``/``table2_test``); ``n_val=None`` takes every row
+    SPEC Table 2 (class attributes ``table2_train``/``table2_test``); a raw file with too few rows
+    for them is an error naming the file and the counts (pass smaller sizes to use a sample, as the
+    tests do with ``tests/fixtures``); ``n_val=None`` takes every row
     used by neither split, at most ``n_test`` of them, and falls back to a subset of the training
     split when none is left. ``data_seed`` fixes balancing and splitting; ``seed`` only the
     shuffling of training batches. ``download=False`` (or ``CT_OFFLINE=1``) never downloads.
@@ -77,6 +79,24 @@ class RawDataModule(TensorDataModule):
         """Preprocess the raw files into the arrays that are cached (see :meth:`load_splits`)."""
         raise NotImplementedError
 
+    def check_enough_rows(self, available: int, what: str, paths: list[Path], wanted: int | None = None,
+                          sizes: str | None = None) -> None:
+        """Raise a ``ValueError`` naming the files and counts when they hold fewer than ``wanted`` rows.
+
+        ``wanted`` defaults to ``n_train + n_test``. A raw file smaller than the original (a sample,
+        a truncated copy) never silently gives other sizes than those asked for: the Table 2
+        defaults need the complete file, and smaller sizes must be passed explicitly.
+        """
+        if wanted is None:
+            wanted, sizes = self.n_train + self.n_test, f"n_train + n_test = {self.n_train} + {self.n_test}"
+        if wanted <= available:
+            return
+        defaults = (self.n_train, self.n_test) == (self.table2_train, self.table2_test)
+        files = ", ".join(str(path) for path in paths)
+        raise ValueError(f"{self.name}: {files} gives only {available} {what}, but {sizes} = {wanted} are asked for"
+                         + (" (the SPEC Table 2 sizes, which need the complete original file)" if defaults else "")
+                         + "; pass smaller n_train/n_test (and n_val) to use a smaller file")
+
     def load_splits(self) -> dict:
         """Splits from the cache, or built from the raw files and then cached."""
         paths = self.raw_paths()
@@ -119,6 +139,7 @@ class TabularDataModule(RawDataModule):
         if self.balanced:
             keep = undersample(y, rng)
             frame, y = frame.iloc[keep], y[keep]
+        self.check_enough_rows(len(y), "rows after preprocessing", paths)
         index, val_source = split_indices(len(y), self.n_train, self.n_test, self.n_val, rng, self.name)
         encoded = one_hot(frame, list(self.categorical))
         names = list(encoded.columns)

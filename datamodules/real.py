@@ -207,11 +207,11 @@ class MNISTDataModule(RawDataModule):
         """Seeded subsets of the official training and test files, scaled to [−1, 1]."""
         train_images, train_labels = self.read_pair(paths[0], paths[1])
         test_images, test_labels = self.read_pair(paths[2], paths[3])
-        for what, wanted, available in (("n_train", self.n_train, len(train_labels)),
-                                        ("n_test", self.n_test, len(test_labels))):
-            if not 1 <= wanted <= available:
-                raise ValueError(f"{self.name}: {what} = {wanted} but the file has {available} images; "
-                                 f"pass a value between 1 and {available}")
+        for what, wanted, available, path in (("n_train", self.n_train, len(train_labels), paths[0]),
+                                              ("n_test", self.n_test, len(test_labels), paths[2])):
+            if wanted < 1:
+                raise ValueError(f"{self.name}: {what} must be positive, got {wanted}")
+            self.check_enough_rows(available, "images", [path], wanted, what)
         rng = np.random.default_rng(self.data_seed)
         order = rng.permutation(len(train_labels))
         train, rest = order[:self.n_train], order[self.n_train:]

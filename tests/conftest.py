@@ -1,4 +1,12 @@
-"""Test-wide settings: where the shared raw data lives, and a private cache for processed data."""
+"""Test-wide settings, and where the real data sets' files are: the fixtures and the raw data.
+
+``fixture_dir``: the small raw-format files shipped in ``tests/fixtures/raw`` (see the README
+there); the tests of the real data modules run on them, so a fresh clone passes on its own.
+``raw_dir``: the original raw files, for the full-size checks (SPEC Table 2 sizes, class
+balance): ``$CT_DATA_DIR``, else ``../shared/data/raw`` beside the repository. When neither is
+there, those tests are skipped with a one-line reason; a folder that is named by
+``$CT_DATA_DIR`` (or present beside the repository) but lacks a file is a failure.
+"""
 
 import os
 from pathlib import Path
@@ -7,10 +15,54 @@ from pathlib import Path
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import matplotlib  # noqa: E402
+import pytest  # noqa: E402
 import torch  # noqa: E402
 
 matplotlib.use("Agg")
 torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
 
-# CI sets CT_DATA_DIR to ../shared/data/raw; a developer checkout finds the same folder beside the repo.
-os.environ.setdefault("CT_DATA_DIR", str(Path(__file__).resolve().parents[1].parent / "shared" / "data" / "raw"))
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURE_DIR = ROOT / "tests" / "fixtures" / "raw"
+REAL_SETS = ("adult", "california_housing", "credit", "gmsc", "mnist")
+RAW_DATA_ABSENT = ("raw data absent: set CT_DATA_DIR to a folder with adult/adult.data, "
+                   "california_housing/cal_housing.data, credit/UCI_Credit_Card.csv, gmsc/cs-training.csv and "
+                   "mnist/{train,t10k}-{images-idx3,labels-idx1}-ubyte.gz (see README 'Data')")
+
+
+def raw_file_names() -> list[str]:
+    """``<set>/<file>`` of every raw file the real data modules read."""
+    from datamodules import get_datamodule_class
+
+    return [f"{raw.dataset}/{raw.filename}" for name in REAL_SETS for raw in get_datamodule_class(name).raw_files]
+
+
+def raw_data_location() -> tuple[Path, bool]:
+    """The raw data folder the full-size checks use, and whether ``$CT_DATA_DIR`` named it."""
+    explicit = os.environ.get("CT_DATA_DIR")
+    return Path(explicit or ROOT.parent / "shared" / "data" / "raw").expanduser().resolve(), bool(explicit)
+
+
+def pytest_report_header(config) -> str:
+    folder, explicit = raw_data_location()
+    if explicit or folder.is_dir():
+        return f"raw data: {folder} (full-size checks run); fixtures: {FIXTURE_DIR}"
+    return f"raw data: absent, full-size checks skip; fixtures: {FIXTURE_DIR}"
+
+
+@pytest.fixture(scope="session")
+def fixture_dir() -> Path:
+    """The fixture files, laid out like a raw data folder (``<set>/<file>``)."""
+    return FIXTURE_DIR
+
+
+@pytest.fixture(scope="session")
+def raw_dir() -> Path:
+    """The complete original raw files; skips when absent, fails when present but incomplete."""
+    folder, explicit = raw_data_location()
+    if not explicit and not folder.is_dir():
+        pytest.skip(RAW_DATA_ABSENT)
+    missing = [name for name in raw_file_names() if not (folder / name).is_file()]
+    if missing:
+        where = "named by $CT_DATA_DIR" if explicit else "beside the repository"
+        pytest.fail(f"raw data folder {folder} ({where}) lacks {missing}", pytrace=False)
+    return folder

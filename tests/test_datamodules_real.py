@@ -1,15 +1,19 @@
-"""Tests of the real data modules (Adult, California housing, credit, GMSC, MNIST) on the raw files.
+"""Tests of the real data modules (Adult, California housing, credit, GMSC, MNIST).
 
-The raw files are read from ``$CT_DATA_DIR`` (CI: ``../shared/data/raw``), else from
-``shared/data/raw`` beside the repository; the tests fail (not skip) when that folder is missing.
-Each data set is built once per session into a temporary cache folder. Nothing here uses the
-network: download tests use ``file://`` URLs and a closed local port.
+The data-dependent tests run on two sources: ``fixtures``, the small raw-format files in
+``tests/fixtures/raw`` (always, with the sizes in FIXTURE_SIZES), and ``raw``, the complete
+original files (the full-size checks: SPEC Table 2 sizes, class balance, the same preprocessing
+checks at full size), which conftest.py finds in ``$CT_DATA_DIR`` or ``../shared/data/raw`` and
+skips with a one-line reason when absent. Each data set is built once per session and source into
+a temporary cache folder. Nothing here uses the network: download tests use ``file://`` URLs and
+a closed local port.
 """
 
 from __future__ import annotations
 
 import gzip
 import hashlib
+import importlib.util
 import io
 import os
 import socket
@@ -32,23 +36,39 @@ from datamodules.paths import resolve_cache_dir, resolve_data_dir
 from datamodules.preprocess import check_labels
 from datamodules.readers import IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, read_idx
 
-RAW = Path(os.environ.get("CT_DATA_DIR") or Path(__file__).resolve().parents[1].parent / "shared/data/raw").resolve()
 NAMES = ["adult", "california_housing", "credit", "gmsc", "mnist"]
 TABULAR = NAMES[:4]
+SOURCES = ["fixtures", "raw"]
 TABLE2 = {"adult": (26049, 5010), "california_housing": (16504, 3101), "credit": (10617, 1923),
           "gmsc": (13371, 2474), "mnist": (11000, 2000)}
 VAL_SIZES = {"adult": 1502, "california_housing": 1025, "credit": 732, "gmsc": 869, "mnist": 2000}
+# The fixtures hold 300 Adult records, 298 California rows after balancing, 230 credit rows, 182
+# complete GMSC rows after balancing, and 300 + 100 MNIST images: train + test + validation use all.
+FIXTURE_SIZES = {"adult": (200, 50), "california_housing": (198, 50), "credit": (150, 40), "gmsc": (122, 30),
+                 "mnist": (200, 100)}
+FIXTURE_VAL = {"adult": 50, "california_housing": 50, "credit": 40, "gmsc": 30, "mnist": 100}
+FIXTURE_BATCH = 50
 CT_DEFAULTS = {"adult": (0.75, 0.25), "california_housing": (0.5, 0.25), "credit": (0.5, 0.25),
                "gmsc": (0.5, 0.5), "mnist": (0.5, 0.01)}
 PROTECTED = {"adult": "age", "california_housing": "house_age", "credit": "age", "gmsc": "age"}
-TIMINGS: dict[str, tuple[float, float]] = {}
+RAW_PATHS = {"adult": "adult/adult.data", "california_housing": "california_housing/cal_housing.data",
+             "credit": "credit/UCI_Credit_Card.csv", "gmsc": "gmsc/cs-training.csv"}
+TIMINGS: dict[tuple[str, str], tuple[float, float]] = {}
 
 
-@pytest.fixture(scope="session")
-def raw_dir() -> Path:
-    """The shared raw data folder; a missing folder is a failure, not a skip."""
-    assert RAW.is_dir(), f"raw data folder {RAW} is missing: set CT_DATA_DIR to the shared data/raw folder"
-    return RAW
+def fixture_options(name: str) -> dict:
+    """Sizes and batch size that fit the fixture files (the Table 2 defaults need the full files)."""
+    n_train, n_test = FIXTURE_SIZES[name]
+    return {"n_train": n_train, "n_test": n_test, "batch_size": FIXTURE_BATCH}
+
+
+def load_make_fixtures():
+    """``tests/fixtures/make_fixtures.py`` as a module."""
+    path = Path(__file__).resolve().parent / "fixtures" / "make_fixtures.py"
+    spec = importlib.util.spec_from_file_location("make_fixtures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 @pytest.fixture(scope="session")
@@ -57,47 +77,61 @@ def session_cache(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("ct-cache")
 
 
-@pytest.fixture(scope="session")
-def built(raw_dir, session_cache):
-    """Builds each data set once (uncached), then loads it again from the cache with a new instance."""
-    modules: dict[str, tuple] = {}
+@pytest.fixture(params=SOURCES)
+def source(request) -> tuple[str, Path]:
+    """``("fixtures", tests/fixtures/raw)`` and ``("raw", the raw data folder)`` (skipped when absent)."""
+    return request.param, request.getfixturevalue("raw_dir" if request.param == "raw" else "fixture_dir")
 
-    def get(name: str):
-        if name not in modules:
+
+@pytest.fixture(scope="session")
+def built(session_cache):
+    """Builds a data set once per source (uncached), then loads it again from the cache with a new instance."""
+    modules: dict[tuple[str, str], tuple] = {}
+
+    def get(name: str, source: tuple[str, Path]):
+        kind, folder = source
+        if (name, kind) not in modules:
+            options = fixture_options(name) if kind == "fixtures" else {}
             started = time.perf_counter()
-            first = get_datamodule(name, data_dir=raw_dir, cache_dir=session_cache, download=False)
+            first = get_datamodule(name, data_dir=folder, cache_dir=session_cache / kind, download=False, **options)
             first.setup()
             middle = time.perf_counter()
-            second = get_datamodule(name, data_dir=raw_dir, cache_dir=session_cache, download=False)
+            second = get_datamodule(name, data_dir=folder, cache_dir=session_cache / kind, download=False, **options)
             second.setup()
-            TIMINGS[name] = (middle - started, time.perf_counter() - middle)
-            modules[name] = (first, second)
-        return modules[name]
+            TIMINGS[name, kind] = (middle - started, time.perf_counter() - middle)
+            modules[name, kind] = (first, second)
+        return modules[name, kind]
 
     return get
 
 
 @pytest.fixture(params=NAMES)
-def dm(request, built):
-    """The cached (second) instance of each data set."""
-    return built(request.param)[1]
+def dm(request, built, source):
+    """The cached (second) instance of each data set, from each source."""
+    return built(request.param, source)[1]
 
 
-def read_raw_labels(name: str) -> tuple[pd.Series, dict[int, int]]:
-    """Labels computed independently from the raw file (indexed by data-row position), and known rows."""
+def read_raw_labels(name: str, folder: Path) -> tuple[pd.Series, dict[int, int]]:
+    """Labels computed independently from the raw file (indexed by data-row position), and known rows.
+
+    The fixtures are the first records of the original files (GMSC's are synthetic, written with the
+    same two first records' labels), so the known rows hold for both sources.
+    """
     if name == "adult":
-        frame = pd.read_csv(RAW / "adult/adult.data", header=None)
+        frame = pd.read_csv(folder / "adult/adult.data", header=None)
         labels = (frame[14].str.strip() == ">50K").astype(int)
         known = {0: 0, 7: 1}  # "39, State-gov, ..., <=50K" and "52, Self-emp-not-inc, ..., >50K"
     elif name == "california_housing":
-        value = pd.read_csv(RAW / "california_housing/cal_housing.data", header=None)[8]
-        labels = (value >= 179700.0).astype(int)  # median of medianHouseValue over 20640 districts
+        value = pd.read_csv(folder / "california_housing/cal_housing.data", header=None)[8]
+        labels = (value >= value.median()).astype(int)
+        if len(value) == 20640:  # the full file: median of medianHouseValue over all districts
+            assert value.median() == 179700.0
         known = {0: 1, 1: 1}  # 452600 and 358500
     elif name == "credit":
-        labels = 1 - pd.read_csv(RAW / "credit/UCI_Credit_Card.csv")["default.payment.next.month"]
+        labels = 1 - pd.read_csv(folder / "credit/UCI_Credit_Card.csv")["default.payment.next.month"]
         known = {0: 0, 1: 0}  # IDs 1 and 2 defaulted
     else:
-        labels = 1 - pd.read_csv(RAW / "gmsc/cs-training.csv")["SeriousDlqin2yrs"]
+        labels = 1 - pd.read_csv(folder / "gmsc/cs-training.csv")["SeriousDlqin2yrs"]
         known = {0: 0, 1: 1}  # row 1 delinquent, row 2 not
     return labels, known
 
@@ -126,11 +160,15 @@ def test_registered_with_aliases_and_table2_defaults():
         assert cls.fixed_domain == ((-1.0, 1.0) if name == "mnist" else None)
 
 
-def test_sizes_match_table2(dm):
-    n_train, n_test = TABLE2[dm.name]
-    assert (len(dm.y_train), len(dm.y_test), len(dm.y_val)) == (n_train, n_test, VAL_SIZES[dm.name])
+def test_sizes(dm, source):
+    """Table 2 sizes on the full files; on the fixtures the sizes asked for (all rows used)."""
+    if source[0] == "fixtures":
+        (n_train, n_test), n_val, batch = FIXTURE_SIZES[dm.name], FIXTURE_VAL[dm.name], FIXTURE_BATCH
+    else:
+        (n_train, n_test), n_val, batch = TABLE2[dm.name], VAL_SIZES[dm.name], 1000
+    assert (len(dm.y_train), len(dm.y_test), len(dm.y_val)) == (n_train, n_test, n_val)
     assert len(dm.x_train) == n_train and dm.x_train.dtype == torch.float32 and dm.y_train.dtype == torch.int64
-    assert dm.val_source == "unused" and dm.batch_size == 1000
+    assert dm.val_source == "unused" and dm.batch_size == batch
     rows = dm.source_rows
     assert not set(rows["train"]) & set(rows["val"])
     if dm.name != "mnist":  # MNIST's test rows index the separate test file
@@ -142,19 +180,20 @@ def test_no_nan(dm):
         assert torch.isfinite(x).all() and (y >= 0).all() and (y < dm.n_classes).all()
 
 
-def test_cache_is_used_and_identical(built, session_cache):
+def test_cache_is_used_and_identical(built, source, session_cache):
     for name in NAMES:
-        first, second = built(name)
+        first, second = built(name, source)
         assert not first.from_cache and second.from_cache
         assert second.cache_path.is_file() and session_cache in second.cache_path.parents
         for (_, x1, y1, r1), (_, x2, y2, r2) in zip(splits(first), splits(second)):
             assert torch.equal(x1, x2) and torch.equal(y1, y2) and np.array_equal(r1, r2)
         assert first.feature_names == second.feature_names and first.protected == second.protected
-        assert TIMINGS[name][1] < 5.0, TIMINGS
+        assert TIMINGS[name, source[0]][1] < 5.0, TIMINGS
 
 
-def test_reproducible_and_seeded(raw_dir, tmp_path):
-    runs = [get_datamodule("ch", data_dir=raw_dir, cache_dir=tmp_path / str(i), data_seed=seed)
+def test_reproducible_and_seeded(fixture_dir, tmp_path):
+    runs = [get_datamodule("ch", data_dir=fixture_dir, cache_dir=tmp_path / str(i), data_seed=seed,
+                           **fixture_options("california_housing"))
             for i, seed in enumerate((0, 0, 1))]
     for run in runs:
         run.setup()
@@ -165,8 +204,8 @@ def test_reproducible_and_seeded(raw_dir, tmp_path):
 
 # ---------------------------------------------------------------------------- preprocessing
 @pytest.mark.parametrize("name", TABULAR)
-def test_standardised_on_training_split(built, name):
-    module = built(name)[1]
+def test_standardised_on_training_split(built, name, source):
+    module = built(name, source)[1]
     numeric = [i for i, feature in enumerate(module.feature_names) if "=" not in feature]
     x = module.x_train.double().numpy()[:, numeric]
     assert np.allclose(x.mean(0), 0.0, atol=1e-4) and np.allclose(x.std(0), 1.0, atol=1e-4)
@@ -177,8 +216,8 @@ def test_standardised_on_training_split(built, name):
     ("adult", ["workclass", "education", "marital_status", "occupation", "relationship", "race", "sex",
                "native_country"]),
     ("credit", ["sex", "education", "marriage"])])
-def test_one_hot_groups_sum_to_one(built, name, groups):
-    module = built(name)[1]
+def test_one_hot_groups_sum_to_one(built, name, groups, source):
+    module = built(name, source)[1]
     names = module.feature_names
     prefixes = sorted({f.split("=")[0] for f in names if "=" in f})
     assert prefixes == sorted(groups)
@@ -195,9 +234,9 @@ def test_one_hot_groups_sum_to_one(built, name, groups):
 
 
 @pytest.mark.parametrize("name", TABULAR)
-def test_labels_match_raw_file(built, name):
-    module = built(name)[1]
-    raw_labels, known = read_raw_labels(name)
+def test_labels_match_raw_file(built, name, source):
+    module = built(name, source)[1]
+    raw_labels, known = read_raw_labels(name, source[1])
     for row, label in known.items():  # the independent computation itself is right
         assert raw_labels.iloc[row] == label
     for _, _, y, rows in splits(module):
@@ -208,30 +247,38 @@ def test_labels_match_raw_file(built, name):
 
 @pytest.mark.parametrize("name, raw_column", [("adult", 0), ("california_housing", 2), ("credit", "AGE"),
                                               ("gmsc", "age")])
-def test_protected_feature_values_match_raw(built, name, raw_column):
-    module = built(name)[1]
-    path = {"adult": "adult/adult.data", "california_housing": "california_housing/cal_housing.data",
-            "credit": "credit/UCI_Credit_Card.csv", "gmsc": "gmsc/cs-training.csv"}[name]
+def test_protected_feature_values_match_raw(built, name, raw_column, source):
+    module = built(name, source)[1]
     header = None if isinstance(raw_column, int) else "infer"
-    raw = pd.read_csv(RAW / path, header=header)[raw_column].to_numpy(float)
+    raw = pd.read_csv(source[1] / RAW_PATHS[name], header=header)[raw_column].to_numpy(float)
     column = module.feature_names.index(PROTECTED[name])
     for _, x, _, rows in splits(module):
         restored = x[:, column].double().numpy() * module.feature_scale[column] + module.feature_mean[column]
         assert np.allclose(restored, raw[rows], rtol=1e-5, atol=1e-3)
 
 
-def test_class_balance(dm):
+def test_class_balance(dm, source):
+    all_y = torch.cat([dm.y_train, dm.y_val, dm.y_test])
     if dm.name == "mnist":
-        share = torch.bincount(dm.y_train, minlength=10).float() / len(dm.y_train)
-        assert dm.n_classes == 10 and share.min() > 0.08 and share.max() < 0.13
+        counts = torch.bincount(dm.y_train, minlength=10)
+        assert dm.n_classes == 10 and len(counts) == 10
+        if source[0] == "raw":
+            share = counts.float() / len(dm.y_train)
+            assert share.min() > 0.08 and share.max() < 0.13
+        else:  # 200 of the first 300 training images: every digit, none dominating
+            assert counts.min() >= 10 and counts.max() <= 35
         return
     assert dm.n_classes == 2
-    all_y = torch.cat([dm.y_train, dm.y_val, dm.y_test])
     share = dm.y_train.float().mean().item()
-    if dm.name == "adult":  # not balanced: 7841 of 32561 records earn >50K
-        assert abs(share - 7841 / 32561) < 0.01
+    if dm.name == "adult":  # not balanced
+        if source[0] == "raw":  # 7841 of 32561 records earn >50K
+            assert abs(share - 7841 / 32561) < 0.01
+        else:  # the fixture's 300 records, all used: 70 earn >50K
+            assert len(all_y) == 300 and int(all_y.sum()) == 70
     else:  # balanced by under-sampling: exactly 50/50 before splitting
-        assert abs(share - 0.5) < 0.02 and int(all_y.sum()) * 2 == len(all_y)
+        assert int(all_y.sum()) * 2 == len(all_y)
+        if source[0] == "raw":
+            assert abs(share - 0.5) < 0.02
 
 
 def test_protected_resolves_to_the_right_columns(dm):
@@ -245,47 +292,111 @@ def test_protected_resolves_to_the_right_columns(dm):
         assert frozen == [dm.feature_names.index(PROTECTED[dm.name])]
 
 
-def test_mnist_pixels_and_labels(built):
-    module = built("mnist")[1]
+def test_mnist_pixels_and_labels(built, source):
+    module = built("mnist", source)[1]
+    folder = source[1] / "mnist"
     assert module.n_features == 784 and module.feature_names[0] == "pixel_r0_c0"
     assert module.feature_names[783] == "pixel_r27_c27"
     for _, x, _, _ in splits(module):
         assert x.min() == -1.0 and x.max() == 1.0
     lower, upper = module.domain()
     assert torch.all(lower == -1) and torch.all(upper == 1)
-    images = {"train": decode_idx(RAW / "mnist/train-images-idx3-ubyte.gz").reshape(-1, 784),
-              "test": decode_idx(RAW / "mnist/t10k-images-idx3-ubyte.gz").reshape(-1, 784)}
-    labels = {"train": decode_idx(RAW / "mnist/train-labels-idx1-ubyte.gz"),
-              "test": decode_idx(RAW / "mnist/t10k-labels-idx1-ubyte.gz")}
+    images = {"train": decode_idx(folder / "train-images-idx3-ubyte.gz").reshape(-1, 784),
+              "test": decode_idx(folder / "t10k-images-idx3-ubyte.gz").reshape(-1, 784)}
+    labels = {"train": decode_idx(folder / "train-labels-idx1-ubyte.gz"),
+              "test": decode_idx(folder / "t10k-labels-idx1-ubyte.gz")}
     assert labels["train"][0] == 5  # the first training image is a 5
-    first_images, first_labels = module.read_pair(RAW / "mnist/train-images-idx3-ubyte.gz",
-                                                  RAW / "mnist/train-labels-idx1-ubyte.gz")
+    first_images, first_labels = module.read_pair(folder / "train-images-idx3-ubyte.gz",
+                                                  folder / "train-labels-idx1-ubyte.gz")
     assert first_labels[0] == 5 and np.array_equal(first_images[0], images["train"][0])
     for split, x, y, rows in splits(module):
-        source = "test" if split == "test" else "train"
-        assert np.array_equal(y.numpy(), labels[source][rows])
-        assert np.allclose(x.numpy(), images[source][rows] / 127.5 - 1.0, atol=1e-6)
+        source_file = "test" if split == "test" else "train"
+        assert np.array_equal(y.numpy(), labels[source_file][rows])
+        assert np.allclose(x.numpy(), images[source_file][rows] / 127.5 - 1.0, atol=1e-6)
     found = [(s, int(y[list(rows).index(0)])) for s, _, y, rows in splits(module)[:2] if 0 in rows]
     assert all(label == 5 for _, label in found)
 
 
+def test_gmsc_drops_incomplete_rows(built, fixture_dir):
+    module = built("gmsc", ("fixtures", fixture_dir))[1]
+    raw = pd.read_csv(fixture_dir / "gmsc/cs-training.csv", na_values=["NA"], keep_default_na=False)
+    incomplete = set(np.flatnonzero(raw.isna().any(axis=1).to_numpy()))
+    assert len(incomplete) > 20  # the fixture has NA values in MonthlyIncome and NumberOfDependents
+    used = {int(r) for _, _, _, rows in splits(module) for r in rows}
+    assert not used & incomplete
+    delinquent = set(np.flatnonzero((raw["SeriousDlqin2yrs"] == 1).to_numpy())) - incomplete
+    assert {int(r) for _, _, y, rows in splits(module) for r, label in zip(rows, y) if label == 0} == delinquent
+
+
+def test_adult_reads_test_file_labels(fixture_dir, tmp_path):
+    """``adult.test`` writes the labels with a final dot (``>50K.``); the reader strips it."""
+    lines = (fixture_dir / "adult/adult.test").read_text().splitlines(keepends=True)
+    assert lines[0].startswith("|1x3 Cross validator")
+    path = tmp_path / "data/adult/adult.data"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(lines[1:]))
+    module = get_datamodule("adult", data_dir=tmp_path / "data", cache_dir=tmp_path / "cache", n_train=70,
+                            n_test=15, download=False)
+    module.setup()
+    assert len(module.y_train) + len(module.y_test) + len(module.y_val) == 100
+    rich = {i for i, line in enumerate(lines[1:]) if line.rstrip().endswith(">50K.")}
+    assert len(rich) == 24
+    for _, _, y, rows in splits(module):
+        assert [int(r) for r, label in zip(rows, y) if label == 1] == [int(r) for r in rows if r in rich]
+
+
+def test_fixtures_are_the_documented_samples(raw_dir, fixture_dir):
+    """Full-size check: each sampled fixture is the head of the original file that make_fixtures.py
+    takes; the synthetic GMSC file has the original's header and field count."""
+    make = load_make_fixtures()
+    for relative, content in make.sample(raw_dir).items():
+        assert (fixture_dir / relative).read_bytes() == content, relative
+    fixture = (fixture_dir / "gmsc/cs-training.csv").read_bytes().split(b"\r\n")
+    with open(raw_dir / "gmsc/cs-training.csv", "rb") as handle:
+        original_header = handle.readline()
+    assert fixture[0] + b"\r\n" == original_header
+    assert all(line.count(b",") == 11 for line in fixture[1:-1]) and fixture[-1] == b""
+
+
+def test_gmsc_fixture_regenerates(fixture_dir):
+    """The committed synthetic GMSC file is exactly what its seeded generator writes."""
+    make = load_make_fixtures()
+    assert make.gmsc_csv() == (fixture_dir / "gmsc/cs-training.csv").read_bytes()
+    assert make.gmsc_csv(seed=make.GMSC_SEED + 1) != make.gmsc_csv()
+
+
 # ---------------------------------------------------------------------------- errors
-def test_not_enough_rows_raises(raw_dir, tmp_path):
+def test_too_small_file_names_file_and_counts(fixture_dir, tmp_path):
+    """The Table 2 defaults on a sample are an error naming the file and the counts, never other sizes."""
+    credit = get_datamodule("credit", data_dir=fixture_dir, cache_dir=tmp_path, download=False)
+    with pytest.raises(ValueError, match=r"UCI_Credit_Card.csv gives only 230 rows after preprocessing, but "
+                                         r"n_train \+ n_test = 10617 \+ 1923 = 12540.*Table 2.*smaller n_train"):
+        credit.setup()
+    mnist = get_datamodule("mnist", data_dir=fixture_dir, cache_dir=tmp_path, download=False, n_train=200)
+    with pytest.raises(ValueError, match=r"t10k-images-idx3-ubyte.gz gives only 100 images, but n_test = 2000"):
+        mnist.setup()
+    too_many = get_datamodule("gmsc", data_dir=fixture_dir, cache_dir=tmp_path, n_train=170, n_test=13)
+    with pytest.raises(ValueError, match=r"cs-training.csv gives only 182 rows.*170 \+ 13 = 183 are asked for; "):
+        too_many.setup()
+    assert not list(tmp_path.rglob("*.npz"))
+
+
+def test_not_enough_rows_raises_full_size(raw_dir, tmp_path):
     module = get_datamodule("credit", data_dir=raw_dir, cache_dir=tmp_path, n_train=12000, n_test=2000)
-    with pytest.raises(ValueError, match=r"only 13272 rows.*smaller n_train/n_test"):
+    with pytest.raises(ValueError, match=r"gives only 13272 rows.*smaller n_train/n_test"):
         module.setup()
 
 
-def test_validation_falls_back_to_train_split(raw_dir, tmp_path):
-    module = get_datamodule("ch", data_dir=raw_dir, cache_dir=tmp_path, n_train=18000, n_test=2630)
+def test_validation_falls_back_to_train_split(fixture_dir, tmp_path):
+    module = get_datamodule("ch", data_dir=fixture_dir, cache_dir=tmp_path, n_train=250, n_test=48)
     with pytest.warns(UserWarning, match="drawn from the training split"):
         module.setup()
-    assert module.val_source == "train" and len(module.y_val) == 2630
+    assert module.val_source == "train" and len(module.y_val) == 48
     assert set(module.source_rows["val"]) <= set(module.source_rows["train"])
 
 
-def test_wrong_columns_name_missing_columns_and_file(tmp_path):
-    frame = pd.read_csv(RAW / "credit/UCI_Credit_Card.csv", nrows=50).drop(columns=["AGE", "PAY_0"])
+def test_wrong_columns_name_missing_columns_and_file(fixture_dir, tmp_path):
+    frame = pd.read_csv(fixture_dir / "credit/UCI_Credit_Card.csv", nrows=50).drop(columns=["AGE", "PAY_0"])
     path = tmp_path / "data/credit/UCI_Credit_Card.csv"
     path.parent.mkdir(parents=True)
     frame.to_csv(path, index=False)
@@ -303,8 +414,8 @@ def test_adult_wrong_field_count(tmp_path):
         get_datamodule("adult", data_dir=tmp_path, cache_dir=tmp_path / "cache").setup()
 
 
-def test_missing_target_is_a_clear_error(tmp_path):
-    frame = pd.read_csv(RAW / "credit/UCI_Credit_Card.csv", nrows=50)
+def test_missing_target_is_a_clear_error(fixture_dir, tmp_path):
+    frame = pd.read_csv(fixture_dir / "credit/UCI_Credit_Card.csv", nrows=50)
     frame.loc[3, "default.payment.next.month"] = np.nan
     path = tmp_path / "credit/UCI_Credit_Card.csv"
     path.parent.mkdir(parents=True)
@@ -315,27 +426,30 @@ def test_missing_target_is_a_clear_error(tmp_path):
         check_labels(np.array([0.0, np.nan, 1.0]), 2, "demo")
 
 
-def test_truncated_idx_files(tmp_path):
-    labels = gzip.decompress((RAW / "mnist/t10k-labels-idx1-ubyte.gz").read_bytes())
+def test_truncated_idx_files(fixture_dir, tmp_path):
+    mnist = fixture_dir / "mnist"
+    labels = gzip.decompress((mnist / "t10k-labels-idx1-ubyte.gz").read_bytes())
+    assert len(labels) == 8 + 100
     short = tmp_path / "short.gz"
-    short.write_bytes(gzip.compress(labels[:-100]))
+    short.write_bytes(gzip.compress(labels[:-10]))
     with pytest.raises(ValueError, match="truncated"):
         read_idx(short, IDX_LABELS_MAGIC)
     cut = tmp_path / "cut.gz"
-    cut.write_bytes((RAW / "mnist/t10k-labels-idx1-ubyte.gz").read_bytes()[:2000])
+    cut.write_bytes((mnist / "t10k-images-idx3-ubyte.gz").read_bytes()[:2000])
     with pytest.raises(ValueError, match="truncated or corrupt gzip"):
-        read_idx(cut, IDX_LABELS_MAGIC)
+        read_idx(cut, IDX_IMAGES_MAGIC)
     with pytest.raises(ValueError, match="magic number 2049, expected 2051"):
-        read_idx(RAW / "mnist/t10k-labels-idx1-ubyte.gz", IDX_IMAGES_MAGIC)
+        read_idx(mnist / "t10k-labels-idx1-ubyte.gz", IDX_IMAGES_MAGIC)
     # Through the data module: a truncated test-image file in an otherwise complete folder.
     folder = tmp_path / "data/mnist"
     folder.mkdir(parents=True)
     for name in ("train-images-idx3-ubyte.gz", "train-labels-idx1-ubyte.gz", "t10k-labels-idx1-ubyte.gz"):
-        (folder / name).symlink_to(RAW / "mnist" / name)
-    images = gzip.decompress((RAW / "mnist/t10k-images-idx3-ubyte.gz").read_bytes())
+        (folder / name).symlink_to(mnist / name)
+    images = gzip.decompress((mnist / "t10k-images-idx3-ubyte.gz").read_bytes())
     (folder / "t10k-images-idx3-ubyte.gz").write_bytes(gzip.compress(images[:-784], compresslevel=1))
     with pytest.raises(ValueError, match="t10k-images.*truncated"):
-        get_datamodule("mnist", data_dir=tmp_path / "data", cache_dir=tmp_path / "cache").setup()
+        get_datamodule("mnist", data_dir=tmp_path / "data", cache_dir=tmp_path / "cache", n_train=200,
+                       n_test=99).setup()
 
 
 def test_missing_gmsc_names_file_path_and_source(tmp_path):

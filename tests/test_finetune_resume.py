@@ -153,8 +153,9 @@ def test_shipped_configs_hold_table2(name):
     assert config["max_epochs"] == 100 and config["lambda_div"] == 0.5 and config["lambda_adv"] == 0.25
 
 
-def test_cnn_trains_under_ct_on_mnist():
-    mnist = get_datamodule("mnist", batch_size=50)
+def test_cnn_trains_under_ct_on_mnist(fixture_dir, tmp_path):
+    mnist = get_datamodule("mnist", batch_size=50, data_dir=fixture_dir, n_train=200, n_test=100,
+                           cache_dir=tmp_path, download=False)
     mnist.setup()
     assert LeNet()(mnist.x_train[:3]).shape == (3, 10)
     module = CTModule(n_features=784, n_classes=10, architecture="cnn", nce=60, tau=0.5, lambda_reg=0.01,
