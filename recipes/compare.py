@@ -36,6 +36,7 @@ import torch
 
 from ct_lightning.evaluation import evaluation_constraints
 from ct_lightning.evaluation.compare import compare_evaluations, markdown_table, table_row, write_csv
+from ct_lightning.evaluation.paper import beside_paper_table, table3_beside_paper
 from ct_lightning.evaluation.plots import evaluation_figures, metric_history, plot_robust_accuracy_panels
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
 from ct_lightning.experiment.reproduce import (ROLES, Task, find_evaluation, find_or_create_parent,
@@ -165,10 +166,13 @@ def _write_outputs(rows: list[dict], plots: list, args, client, parent: str, com
                             "search_lr": args.search_lr},
                "rows": rows, "table_markdown": table, "plots": [str(p) for p in plots]}
     write_text_atomic(out_dir / "table.md", table)
+    write_text_atomic(out_dir / "paper_comparison.md",
+                      "## Table 1 beside the paper's\n\n" + beside_paper_table(rows) +
+                      "\n## Table 3 means beside the paper's\n\n" + table3_beside_paper(rows))
     write_csv(rows, out_dir / "table.csv")
     summary_path = Path(args.summary_json or out_dir / "summary.json")
     write_json_atomic(summary_path, summary)
-    for path in (out_dir / "table.md", out_dir / "table.csv", summary_path):
+    for path in (out_dir / "table.md", out_dir / "paper_comparison.md", out_dir / "table.csv", summary_path):
         client.log_artifact(parent, str(path))
     return summary
 

@@ -109,3 +109,19 @@ def test_reference_evaluation_end_to_end_with_run_statistics():
     assert same["ip"]["statistic"] == "runs" and "n_boot" in same["ip"]["alternative"]
     with pytest.raises(ValueError, match="statistic"):
         compare_evaluations(bl, bl, ("ip",), statistic="median")
+
+
+def test_verdicts_against_the_paper():
+    from ct_lightning.evaluation.paper import agreement_counts, beside_paper_table, verdict
+
+    assert verdict(10.0, True, 12.0, True) == "same"
+    assert verdict(-3.0, False, 1.0, False) == "same"  # neither significant: no direction claimed
+    assert verdict(10.0, False, 12.0, True) == "direction only"
+    assert verdict(-10.0, True, 12.0, True) == "opposite"
+    assert verdict(-10.0, False, 12.0, True) == "significance only"
+    assert verdict(float("nan"), True, 12.0, True) == "n/a"
+    row = {"data": "gmsc", "ip_reduction_pct": 12.4, "ip_se": 3.8, "ip_star_reduction_pct": 57.4, "ip_star_se": 9.9,
+           "cost_reduction_pct": -5.0, "cost_se": 1.0, "significant": {"ip": True, "ip_star": True, "cost": True}}
+    table = beside_paper_table([row])
+    assert "| GMSC | 12.40 ± 3.80* | 23.44 ± 1.99* | same |" in table
+    assert agreement_counts([row]) == {"same": 2, "opposite": 1}

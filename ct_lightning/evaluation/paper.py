@@ -1,0 +1,128 @@
+"""The paper's published Table 1 and Table 3, and tables that put a reproduction beside them.
+
+Values are transcribed from ``papers/counterfactual-training-2025-07.txt`` (Table 1: reduction in
+% ± standard error, ``*`` significant; Table 3: mean outcomes of CT and BL with the 99% interval
+of the difference).
+"""
+
+from __future__ import annotations
+
+import math
+
+# data set name in this project → the paper's row label
+PAPER_LABELS = {"ls": "LS", "circles": "Circ", "moons": "Moon", "ol": "OL", "adult": "Adult",
+                "california_housing": "CH", "credit": "Cred", "gmsc": "GMSC", "mnist": "MNIST"}
+
+# Table 1: (reduction %, ± , significant) for IP, IP*, cost
+PAPER_TABLE1 = {
+    "LS": {"ip": (29.05, 0.67, True), "ip_star": (55.33, 2.03, True), "cost": (14.07, 0.60, True)},
+    "Circ": {"ip": (56.29, 0.44, True), "ip_star": (89.38, 9.30, True), "cost": (45.55, 0.76, True)},
+    "Moon": {"ip": (20.62, 0.69, True), "ip_star": (19.26, 8.12, True), "cost": (2.86, 1.03, True)},
+    "OL": {"ip": (-1.13, 0.88, False), "ip_star": (-24.52, 14.52, False), "cost": (38.39, 2.21, True)},
+    "Adult": {"ip": (0.77, 1.34, False), "ip_star": (32.29, 6.87, True), "cost": (-2.82, 4.88, False)},
+    "CH": {"ip": (12.05, 1.41, True), "ip_star": (70.27, 3.72, True), "cost": (40.71, 1.55, True)},
+    "Cred": {"ip": (12.31, 1.84, True), "ip_star": (54.89, 11.21, True), "cost": (-17.43, 5.17, True)},
+    "GMSC": {"ip": (23.44, 1.99, True), "ip_star": (73.31, 4.83, True), "cost": (62.64, 2.04, True)},
+    "MNIST": {"ip": (7.05, 1.80, True), "ip_star": (-25.09, 109.05, False), "cost": (-12.34, 6.52, False)},
+}
+
+# Table 3: (CT mean, BL mean, LB, UB) per metric
+PAPER_TABLE3 = {
+    "cost": {"Adult": (2.26, 2.2, -0.22, 0.28), "CH": (1.46, 2.46, -1.1, -0.89), "Circ": (0.67, 1.23, -0.58, -0.53),
+             "Cred": (2.68, 2.29, 0.16, 0.63), "GMSC": (1.14, 3.05, -2.45, -1.77), "LS": (3.82, 4.44, -0.7, -0.56),
+             "MNIST": (77.04, 68.67, -3.47, 18.34), "Moon": (1.55, 1.6, -0.08, -0.01), "OL": (1.62, 2.63, -1.15, -0.81)},
+    "ip_star": {"Adult": (0.07, 0.11, -0.06, -0.01), "CH": (0.02, 0.06, -0.06, -0.04), "Circ": (0.0, 0.0, -0.01, -0.0),
+                "Cred": (0.03, 0.06, -0.05, -0.01), "GMSC": (0.02, 0.07, -0.06, -0.04), "LS": (0.1, 0.23, -0.14, -0.12),
+                "MNIST": (0.04, 0.04, -0.1, 0.09), "Moon": (0.02, 0.02, -0.01, -0.0), "OL": (0.12, 0.09, -0.01, 0.05)},
+    "ip": {"Adult": (15.03, 15.15, -0.68, 0.26), "CH": (6.61, 7.52, -1.17, -0.63), "Circ": (1.03, 2.36, -1.37, -1.29),
+           "Cred": (19.31, 22.03, -3.69, -1.74), "GMSC": (6.19, 8.09, -2.4, -1.49), "LS": (2.41, 3.4, -1.04, -0.94),
+           "MNIST": (258.83, 278.54, -30.49, -7.64), "Moon": (1.36, 1.71, -0.38, -0.32), "OL": (4.49, 4.44, -0.03, 0.13)},
+}
+
+METRICS = ("ip", "ip_star", "cost")
+HEADERS = {"ip": "IP (−%)", "ip_star": "IP* (−%)", "cost": "Cost (−%)"}
+
+
+def _finite(value) -> bool:
+    return value is not None and isinstance(value, (int, float)) and math.isfinite(value)
+
+
+def verdict(ours: float, ours_significant: bool, paper: float, paper_significant: bool) -> str:
+    """Per-cell agreement: ``same`` (direction and significance), ``direction only``, ``significance only``
+    (both insignificant cells count as the same direction), ``opposite`` or ``n/a``."""
+    if not _finite(ours):
+        return "n/a"
+    same_direction = (ours > 0) == (paper > 0) or (not ours_significant and not paper_significant)
+    if same_direction and ours_significant == paper_significant:
+        return "same"
+    if same_direction:
+        return "direction only"
+    return "opposite" if ours_significant and paper_significant else "significance only"
+
+
+def _cell(value, se, significant) -> str:
+    if not _finite(value):
+        return "n/a"
+    return f"{value:.2f} ± {se:.2f}{'*' if significant else ''}"
+
+
+def beside_paper_table(rows: list[dict]) -> str:
+    """Markdown: our Table 1 cells beside the paper's, with a verdict per cell."""
+    header = ["Data"]
+    for metric in METRICS:
+        header += [f"{HEADERS[metric]} ours", "paper", "verdict"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for row in rows:
+        label = PAPER_LABELS.get(row["data"], row["data"])
+        paper = PAPER_TABLE1.get(label)
+        cells = [label]
+        for metric in METRICS:
+            ours = row.get(f"{metric}_reduction_pct")
+            sig = bool(row.get("significant", {}).get(metric))
+            cells.append(_cell(ours, row.get(f"{metric}_se"), sig))
+            if paper:
+                value, se, paper_sig = paper[metric]
+                cells += [_cell(value, se, paper_sig), verdict(ours, sig, value, paper_sig)]
+            else:
+                cells += ["—", "n/a"]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _mean(row: dict, side: str, metric: str):
+    block = row.get(side, {})
+    return block.get("cost") if metric == "cost" else block.get(metric)
+
+
+def table3_beside_paper(rows: list[dict]) -> str:
+    """Markdown: Table 3's mean outcomes (CT, BL) and the interval of CT − BL, ours beside the paper's."""
+    header = ["Variable", "Data", "CT ours", "BL ours", "CT−BL interval ours", "CT paper", "BL paper",
+              "interval paper"]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    names = {"ip": "IP", "ip_star": "IP*", "cost": "Cost"}
+    for metric in METRICS:
+        for row in rows:
+            label = PAPER_LABELS.get(row["data"], row["data"])
+            ct, bl = _mean(row, "ct", metric), _mean(row, "bl", metric)
+            low, high = row.get(f"{metric}_ci_low"), row.get(f"{metric}_ci_high")
+            paper = PAPER_TABLE3[metric].get(label)
+            fmt = (lambda v: f"{v:.3g}" if _finite(v) else "n/a")  # noqa: E731
+            cells = [names[metric], label, fmt(ct), fmt(bl), f"[{fmt(low)}, {fmt(high)}]"]
+            cells += [fmt(paper[0]), fmt(paper[1]), f"[{fmt(paper[2])}, {fmt(paper[3])}]"] if paper else ["—"] * 3
+            lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def agreement_counts(rows: list[dict]) -> dict[str, int]:
+    """How many cells of :func:`beside_paper_table` got each verdict."""
+    counts: dict[str, int] = {}
+    for row in rows:
+        paper = PAPER_TABLE1.get(PAPER_LABELS.get(row["data"], row["data"]))
+        if not paper:
+            continue
+        for metric in METRICS:
+            value, _, paper_sig = paper[metric]
+            key = verdict(row.get(f"{metric}_reduction_pct"), bool(row.get("significant", {}).get(metric)), value,
+                          paper_sig)
+            counts[key] = counts.get(key, 0) + 1
+    return counts
