@@ -27,6 +27,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import math
 import shlex
 import sys
 from dataclasses import asdict
@@ -37,7 +38,8 @@ import torch
 from ct_lightning.evaluation import evaluation_constraints
 from ct_lightning.evaluation.compare import compare_evaluations, markdown_table, table_row, write_csv
 from ct_lightning.evaluation.paper import beside_paper_table, table3_beside_paper
-from ct_lightning.evaluation.plots import evaluation_figures, metric_history, plot_robust_accuracy_panels
+from ct_lightning.evaluation.plots import (evaluation_figures, figure2_panels, is_image_data, metric_history,
+                                          plot_figure2, plot_robust_accuracy_panels)
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
 from ct_lightning.experiment.reproduce import (ROLES, Task, find_evaluation, find_or_create_parent,
                                                role_training_overrides, run_tasks, stable_key, training_key)
@@ -152,6 +154,14 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
     figures = {f"{LABELS[role]}{' protected' if 'protected' in role else ''}": {**entry, "title": LABELS[role]}
                for role, entry in entries.items()}
     plots = evaluation_figures(figures, datamodule, out_dir / "plots", convergence, prefix=f"{datamodule.name}_")
+    if is_image_data(datamodule.n_features) and {"bl_protected", "ct_protected"} <= set(entries):
+        models = {LABELS[role]: (entries[role]["module"], entries[role]["constraints"],
+                                 entries[f"{role}_protected"]["module"]) for role in ("bl", "ct")}
+        panels = figure2_panels(models, datamodule, entries["bl"]["result"].config)
+        mask = entries["ct_protected"]["constraints"].protected_mask
+        side = math.isqrt(datamodule.n_features)
+        plots.append(plot_figure2(panels, out_dir / "plots" / f"{datamodule.name}_figure2.png", (side, side),
+                                  protected_mask=mask))
     return row, plots
 
 

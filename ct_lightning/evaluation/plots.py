@@ -281,6 +281,79 @@ def plot_integrated_gradients(attributions: dict[str, torch.Tensor], path, image
     return _save(fig, path)
 
 
+def plot_figure2(panels: dict[str, dict], path, image_shape=(28, 28), value_range=(-1.0, 1.0),
+                 protected_mask=None, targets=(1, 2, 3, 4), attribution_classes=(5, 6, 7, 8, 9)) -> Path:
+    """The paper's Figure 2: per model (rows), a factual, its counterfactuals for ``targets`` and the
+    integrated gradients averaged over the test images of ``attribution_classes``.
+
+    ``panels`` maps a label (``BL``/``CT``) to ``{"factual": (D,), "counterfactuals": (len(targets), D),
+    "attributions": (len(attribution_classes), D)}``; protected pixel rows are outlined in red.
+    """
+    labels = list(panels)
+    columns = 1 + len(targets) + len(attribution_classes)
+    fig, axes = plt.subplots(len(labels), columns, figsize=(1.15 * columns, 1.35 * len(labels) + 0.5), squeeze=False)
+    protected_rows = []
+    if protected_mask is not None:
+        protected_rows = np.flatnonzero(np.asarray(protected_mask, dtype=bool).reshape(image_shape).any(1)).tolist()
+    for r, label in enumerate(labels):
+        panel = panels[label]
+        images = [panel["factual"], *panel["counterfactuals"]]
+        titles = ["factual", *(f"→ {t}" for t in targets)]
+        for c, (image, title) in enumerate(zip(images, titles)):
+            ax = axes[r][c]
+            ax.imshow(_image(image, image_shape), cmap="gray", vmin=value_range[0], vmax=value_range[1])
+            if c == 0:
+                for spine in ax.spines.values():
+                    spine.set_edgecolor("tab:blue")
+                    spine.set_linewidth(3)
+            if r == 0:
+                ax.set_title(title, fontsize=8)
+        values = np.asarray(panel["attributions"], dtype=float)
+        scale = float(np.abs(values).max()) or 1.0
+        for j, k in enumerate(attribution_classes):
+            ax = axes[r][1 + len(targets) + j]
+            ax.imshow(_image(values[j], image_shape), cmap="bwr", vmin=-scale, vmax=scale)
+            for start, stop in _spans(protected_rows):
+                ax.add_patch(matplotlib.patches.Rectangle((-0.5, start - 0.5), image_shape[1], stop - start + 1,
+                                                          fill=False, edgecolor="red", lw=1.0, ls="--"))
+            if r == 0:
+                ax.set_title(f"IG class {k}", fontsize=8)
+        for ax in axes[r]:
+            ax.set_xticks([])
+            ax.set_yticks([])
+        axes[r][0].set_ylabel(label, fontsize=9)
+    fig.suptitle("Plausibility: ECCo counterfactuals of a factual; actionability: integrated gradients "
+                 "(protected rows in red)", fontsize=8)
+    return _save(fig, path)
+
+
+def figure2_panels(models: dict[str, tuple], datamodule, config, lambda_energy: float = 5.0,
+                   factual_class: int = 0, targets=(1, 2, 3, 4), attribution_classes=(5, 6, 7, 8, 9)):
+    """Inputs of :func:`plot_figure2`: ``models`` maps a label to ``(plausibility module, its constraints,
+    protected module)``; the factual is the first test image of ``factual_class`` that every model predicts right."""
+    from ct_lightning.evaluation.protocol import counterfactuals_per_class
+
+    x, y = datamodule.x_test, datamodule.y_test
+    candidates = torch.nonzero(y == factual_class).flatten()
+    pick = int(candidates[0])
+    for index in candidates.tolist():
+        row = x[index:index + 1]
+        if all(int(m[0](row).argmax(1)) == factual_class for m in models.values()):
+            pick = index
+            break
+    factual = x[pick:pick + 1]
+    keep = torch.isin(y, torch.tensor(attribution_classes))
+    panels = {}
+    for label, (module, constraints, protected_module) in models.items():
+        grid = counterfactuals_per_class(module, factual, datamodule.n_classes, config=config,
+                                         lambda_energy=lambda_energy, mutability=constraints.mutability,
+                                         lower=constraints.lower, upper=constraints.upper)[0]
+        attributions = integrated_gradients_by_class(protected_module, x[keep], y[keep], datamodule.n_classes)
+        panels[label] = {"factual": factual[0], "counterfactuals": grid[list(targets)],
+                         "attributions": attributions[list(attribution_classes)]}
+    return panels
+
+
 def is_image_data(n_features: int) -> bool:
     """Whether a flat feature vector is a square image worth plotting as such (e.g. MNIST's 784)."""
     side = int(math.isqrt(n_features))
