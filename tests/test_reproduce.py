@@ -92,3 +92,26 @@ def test_killed_reproduction_resumes_without_retraining(tmp_path):
     assert outcomes["reused"] + outcomes["evaluated"] == len(before)
     table = (out / "table.md").read_text()
     assert "| circles |" in table and "| moons |" in table
+
+
+def test_workers_die_with_the_reproduction(tmp_path):
+    """Killing only the parent of a --jobs 2 reproduction must not leave workers training on."""
+    store, out = tmp_path / "mlflow.db", tmp_path / "out"
+    command = _compare_command(store, out) + ["--jobs", "2"]
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=tmp_path, start_new_session=True)
+    for line in process.stdout:
+        if line.startswith("started "):
+            break
+    children = subprocess.run(["pgrep", "-P", str(process.pid)], capture_output=True, text=True).stdout.split()
+    assert children, "no worker process was started"
+    process.kill()  # the parent only, not its process group
+    process.wait()
+    deadline = time.monotonic() + 3  # a worker's task takes far longer; only a kill ends it this soon
+    alive = children
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.5)
+        alive = [pid for pid in children if Path(f"/proc/{pid}").exists()
+                 and "Z" not in Path(f"/proc/{pid}/stat").read_text().split()[2]]
+    os.killpg(process.pid, signal.SIGKILL) if alive else None
+    assert not alive, f"workers {alive} outlived the reproduction"

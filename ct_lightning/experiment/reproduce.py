@@ -13,6 +13,8 @@ import hashlib
 import json
 import math
 import os
+import signal
+import sys
 import tempfile
 import time
 from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
@@ -268,7 +270,20 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
 
 
+def _die_with_parent() -> None:
+    """On Linux, ask the kernel to kill this worker when the process that started it dies.
+
+    Without it, killing a reproduction leaves its workers training on, and a restarted
+    reproduction trains the same models a second time.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
 def _worker_init(threads: int) -> None:
+    _die_with_parent()
     torch.set_num_threads(max(1, threads))
 
 
