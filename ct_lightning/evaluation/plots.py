@@ -143,7 +143,7 @@ def plot_robust_accuracy_panels(rows: list[dict], path, roles=("bl", "ct")) -> P
         ax.axis("off")
     axes[0][0].set_ylabel("test accuracy")
     axes[0][0].legend()
-    fig.suptitle("Accuracy under FGSM, BL vs CT")
+    fig.suptitle("Accuracy under FGSM, BL vs CT", y=1.04)
     return _save(fig, path)
 
 

@@ -97,6 +97,7 @@ def save_evaluation(result, path: str | Path) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
     os.close(fd)
     try:
         torch.save(payload, tmp)

@@ -46,6 +46,7 @@ def write_json_atomic(path: str | os.PathLike, payload: dict) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
     try:
         with os.fdopen(fd, "w") as handle:
             json.dump(payload, handle, indent=2, default=str)
@@ -60,6 +61,7 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
     try:
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
