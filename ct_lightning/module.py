@@ -21,6 +21,7 @@ from ct_lightning.pool import ClassSampler, CounterfactualPool, random_targets
 from ct_lightning.trainer_data import trainer_tensors
 
 POOL_MODES = ("epoch", "step")
+TERMS = ("clf", "div", "ridge", "adv")  # logged as train/<term>, in this order
 
 
 class CTModule(L.LightningModule):
@@ -70,11 +71,12 @@ class CTModule(L.LightningModule):
         self.generator = make_generator(generator, lambda_cost, lambda_energy, search_lr, **(generator_options or {}))
         self.ct_active = True  # switched off by the BurnIn callback during burn-in epochs
         self.pool: CounterfactualPool | None = None
-        self.train_acc = MulticlassAccuracy(n_classes, average="micro")
         self.val_acc = MulticlassAccuracy(n_classes, average="micro")
         self.test_acc = MulticlassAccuracy(n_classes, average="micro")
         self._data_ready = False
         self._generator_fitted = False
+        self._epoch_sums: torch.Tensor | None = None  # per epoch: Σ batch_size·[loss, *TERMS]
+        self._epoch_counts: torch.Tensor | None = None  # per epoch: [rows, correctly classified rows]
 
     @property
     def uses_counterfactuals(self) -> bool:
@@ -194,13 +196,32 @@ class CTModule(L.LightningModule):
                 adv = adv.detach() * 0.0
             terms = {"clf": clf, "div": div, "ridge": ridge, "adv": adv}
             loss = hp.lambda_clf * clf + hp.lambda_div * div + hp.lambda_reg * ridge + hp.lambda_adv * adv
-        self.train_acc(logits.detach(), y)
-        self.log("train/loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(y))
-        for name, value in terms.items():
-            self.log(f"train/{name}", value, on_step=False, on_epoch=True, batch_size=len(y))
-        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
-        self.log("train/ct_active", float(self.uses_counterfactuals), on_step=False, on_epoch=True)
+        self._accumulate(loss, terms, logits, y)
         return loss
+
+    def _accumulate(self, loss: torch.Tensor, terms: dict, logits: torch.Tensor, y: torch.Tensor) -> None:
+        # Batch-size-weighted sums on the device (no host sync per step), reduced once per epoch
+        # exactly as ``self.log(..., on_epoch=True, batch_size=len(y))`` would reduce them.
+        values = torch.stack([loss.detach(), *(terms[name].detach() for name in TERMS)]).float()
+        correct = (logits.detach().argmax(1) == y).sum()
+        if self._epoch_sums is None:
+            self._epoch_sums = torch.zeros(len(TERMS) + 1, device=values.device)
+            self._epoch_counts = torch.zeros(2, dtype=torch.long, device=values.device)
+        self._epoch_sums = self._epoch_sums + values * len(y)
+        self._epoch_counts = self._epoch_counts + torch.stack([torch.ones_like(correct) * len(y), correct])
+
+    def on_train_epoch_end(self) -> None:
+        """Log the epoch's training loss, loss terms, accuracy and ``ct_active`` once."""
+        if self._epoch_sums is None:
+            return
+        means = self._epoch_sums / self._epoch_counts[0]
+        self.log("train/loss", means[0], on_step=False, on_epoch=True, prog_bar=True, sync_dist=True)
+        for i, name in enumerate(TERMS, start=1):
+            self.log(f"train/{name}", means[i], on_step=False, on_epoch=True, sync_dist=True)
+        accuracy = self._epoch_counts[1].float() / self._epoch_counts[0].float()
+        self.log("train/acc", accuracy, on_step=False, on_epoch=True, sync_dist=True)
+        self.log("train/ct_active", float(self.uses_counterfactuals), on_step=False, on_epoch=True, sync_dist=True)
+        self._epoch_sums = self._epoch_counts = None
 
     def _eval_step(self, batch, stage: str, metric: MulticlassAccuracy) -> None:
         x, y = batch[0], batch[1]
