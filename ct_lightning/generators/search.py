@@ -33,6 +33,26 @@ def target_reached(logits: torch.Tensor, target: torch.Tensor, tau: float) -> to
     return logits.softmax(1).gather(1, target[:, None]).squeeze(1) >= tau
 
 
+def _closed_form_step(generator, logits: torch.Tensor, rows: torch.Tensor, rows_x: torch.Tensor,
+                      target: torch.Tensor, tau: float, step: int, max_steps: int):
+    """τ-convergence and the input gradient of ``CE(logits, target) + penalty`` (summed over rows).
+
+    ∂CE/∂logits = softmax − onehot(target); the generator adds ``∂penalty/∂logit[target]`` per row
+    and the weight ``λ_cst`` of its ℓ1 cost, whose input gradient is ``λ_cst·sign(x' − x)``.
+    """
+    with torch.no_grad():
+        probs = logits.detach().softmax(1)
+        column = target[:, None]
+        done = probs.gather(1, column).squeeze(1) >= tau
+        target_logit, lambda_cost = generator.penalty_gradient(logits.detach(), target, step, max_steps)
+        delta = torch.full_like(target, -1, dtype=probs.dtype) if target_logit is None else target_logit - 1.0
+        grad_logits = probs.scatter_add_(1, column, delta[:, None])
+    (grad,) = torch.autograd.grad(logits, rows, grad_outputs=grad_logits)
+    if lambda_cost:
+        grad = grad.add_(torch.sub(rows.detach(), rows_x).sign_(), alpha=lambda_cost)
+    return done, grad
+
+
 def search_counterfactuals(model: nn.Module, x: torch.Tensor, target: torch.Tensor, generator,
                            tau: float = 0.75, max_steps: int = 30, epsilon: float = 0.3,
                            mutability: torch.Tensor | None = None, lower: torch.Tensor | None = None,
@@ -56,6 +76,9 @@ def search_counterfactuals(model: nn.Module, x: torch.Tensor, target: torch.Tens
     # On CPU the rows to write are found with nonzero (free there); on an accelerator, where nonzero
     # would cost a host sync, every row is written and the unselected ones go to a scratch row n.
     select_rows = device.type == "cpu"
+    # Generators whose penalty depends on the logits and |x' − x| alone give its gradient in closed form:
+    # one backward pass through the model with the logit gradient as grad_outputs, no graph of its own.
+    closed_form = callable(getattr(generator, "has_closed_form", None)) and generator.has_closed_form()
     scratch = 0 if select_rows else 1
     with gradient_scope(model):
         # Inference tensors (made under torch.inference_mode) cannot take part in autograd: copy them.
@@ -95,10 +118,13 @@ def search_counterfactuals(model: nn.Module, x: torch.Tensor, target: torch.Tens
                 break
             rows = rows.detach().requires_grad_(True)
             logits = model(rows)
-            done = target_reached(logits.detach(), rows_target, tau)
-            loss = F.cross_entropy(logits, rows_target, reduction="sum") + \
-                generator.penalty(rows, rows_x, logits, rows_target, step, max_steps).sum()
-            (grad,) = torch.autograd.grad(loss, rows)
+            if closed_form:
+                done, grad = _closed_form_step(generator, logits, rows, rows_x, rows_target, tau, step, max_steps)
+            else:
+                done = target_reached(logits.detach(), rows_target, tau)
+                loss = F.cross_entropy(logits, rows_target, reduction="sum") + \
+                    generator.penalty(rows, rows_x, logits, rows_target, step, max_steps).sum()
+                (grad,) = torch.autograd.grad(loss, rows)
             rows = rows.detach()
             n_done = int(done.sum())  # the step's one host sync: how many rows froze
             if n_done == len(active):
