@@ -20,6 +20,8 @@ class ReferenceCTModule(CTModule):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         self.reference_acc = MulticlassAccuracy(self.hparams.n_classes, average="micro")
+        self.reference_val_acc = MulticlassAccuracy(self.hparams.n_classes, average="micro")
+        self.reference_test_acc = MulticlassAccuracy(self.hparams.n_classes, average="micro")
 
     def training_step(self, batch, batch_idx):
         hp = self.hparams
@@ -54,6 +56,25 @@ class ReferenceCTModule(CTModule):
         return loss
 
     def on_train_epoch_end(self):
+        pass
+
+    def _reference_eval_step(self, batch, stage, metric):
+        x, y = batch[0], batch[1]
+        logits = self.model(x)
+        self.log(f"{stage}/loss", F.cross_entropy(logits, y), prog_bar=stage == "val", batch_size=len(y))
+        metric(logits, y)
+        self.log(f"{stage}/acc", metric, prog_bar=stage == "val")
+
+    def validation_step(self, batch, batch_idx):
+        self._reference_eval_step(batch, "val", self.reference_val_acc)
+
+    def on_validation_epoch_end(self):
+        pass
+
+    def test_step(self, batch, batch_idx):
+        self._reference_eval_step(batch, "test", self.reference_test_acc)
+
+    def on_test_epoch_end(self):
         pass
 
 
@@ -95,10 +116,12 @@ def fit(module_class, datamodule, loader, objective, pool, epochs=3):
     logger = RecordingLogger()
     trainer = L.Trainer(max_epochs=epochs, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
                         enable_model_summary=False, accelerator="cpu", limit_train_batches=8, limit_val_batches=2,
-                        num_sanity_val_steps=0, log_every_n_steps=1)
+                        num_sanity_val_steps=2, log_every_n_steps=1)
     datamodule.setup()
     trainer.fit(module, train_dataloaders=loader(datamodule), val_dataloaders=datamodule.val_dataloader())
-    return logger.rows, trainer.callback_metrics
+    metrics = dict(trainer.callback_metrics)
+    trainer.test(module, dataloaders=datamodule.test_dataloader(), verbose=False)
+    return logger.rows, {**metrics, **trainer.callback_metrics}
 
 
 @pytest.mark.parametrize("objective,pool", [("full", "epoch"), ("vanilla", "epoch"), ("adversarial", "step")])
@@ -115,7 +138,8 @@ def test_logged_epoch_metrics_match_the_previous_implementation(objective, pool)
 
     new, old = by_step(rows), by_step(reference_rows)
     assert new.keys() == old.keys()
-    train_keys = {"train/loss", "train/clf", "train/div", "train/ridge", "train/adv", "train/acc", "train/ct_active"}
+    train_keys = {"train/loss", "train/clf", "train/div", "train/ridge", "train/adv", "train/acc", "train/ct_active",
+                  "val/loss", "val/acc", "test/loss", "test/acc"}
     for step in old:
         assert new[step].keys() == old[step].keys(), step
         for key, value in old[step].items():
