@@ -1,4 +1,5 @@
-"""The search with the penalties' gradients in closed form returns what the autograd search of
+"""The search with the penalties' gradients in closed form, packed (CPU) or masked (the accelerator path, with no
+host sync inside a step; run here on CPU), returns what the autograd search of
 commit c742175 (tests/reference_search.py) returns, up to floating-point rounding, on circles and on
 Adult- and MNIST-shaped data, with constraints and domain bounds."""
 
@@ -59,7 +60,8 @@ CASES = {"circles": circles, "adult-shaped": adult_shaped, "mnist-shaped": mnist
 @pytest.mark.parametrize("generator", [ECCo(), ECCo(lambda_cost=0.01, lambda_energy=1.0, lr=0.1), Generic(),
                                        ECCo(lambda_cost=0.0)], ids=["ecco", "ecco-other", "generic", "ecco-no-cost"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_closed_form_search_matches_the_autograd_search(case, generator):
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "masked"])
+def test_closed_form_search_matches_the_autograd_search(case, generator, packed):
     architecture, x, y, n_classes, mutability, lower, upper = CASES[case]()
     model = trained_model(architecture, x, y, n_classes, epochs=1 if architecture == "cnn" else 3)
     n = 40 if architecture == "cnn" else len(y)
@@ -69,7 +71,8 @@ def test_closed_form_search_matches_the_autograd_search(case, generator):
                                                           generator=torch.Generator().manual_seed(3))) % n_classes
     assert generator.has_closed_form()
     steps = 12 if architecture == "cnn" else 30
-    new = search_counterfactuals(model, x, target, generator, 0.75, steps, 0.3, mutability, lower, upper)
+    new = search_counterfactuals(model, x, target, generator, 0.75, steps, 0.3, mutability, lower, upper,
+                                 packed=packed, check_every=5)
     old = reference_search(model, x, target, generator, 0.75, steps, 0.3, mutability, lower, upper)
     assert torch.equal(new.converged, old.converged) and torch.equal(new.steps, old.steps)
     assert torch.equal(new.nascent_steps, old.nascent_steps)
