@@ -89,6 +89,7 @@ def render(results: dict, argv: list[str]) -> str:
               "`bench/results.json`).", ""]
 
     lines += _targets(results)
+    lines += _reference_section(results)
     lines += _search_section(results)
     lines += _overhead_section(results)
     lines += _memory_section(results)
@@ -114,14 +115,89 @@ def _targets(results: dict) -> list[str]:
         epoch_rows.append([f"CT epoch ≤ {limit:g}× vanilla epoch ({name}, paper defaults)",
                            f"×{section['ratio']:.2f} (CPU time ×{section['ratio_cpu']:.2f})",
                            _yes(section["ratio"] <= limit)])
-    rows = bare_rows + loop_rows + epoch_rows
+    reference_rows = []
+    for label, section in results.get("reference", {}).items():
+        for key, name in (("vanilla", "vanilla"), ("full", "CT")):
+            target = section[key]["target"]
+            if target is not None:
+                reference_rows.append([f"{name} epoch ≤ {target:g}× plain-PyTorch epoch ({label}, as users run it)",
+                                       f"×{section[key]['ratio']:.2f} (CPU time ×{section[key]['ratio_cpu']:.2f})",
+                                       _yes(section[key]["met"])])
+    rows = reference_rows + bare_rows + loop_rows + epoch_rows
     if not rows:
         return []
     return ["## Targets", "",
-            "Verdicts use wall-clock medians; CPU-time ratios (this process's CPU seconds, which waiting for a "
+            "The plain-PyTorch rows (issue 13) are judged on CPU-time ratios, which the other jobs on the shared "
+            "machine inflate least; the other rows use wall-clock medians, with CPU-time ratios (this process's CPU seconds, which waiting for a "
             "core on the shared machine does not inflate) are given alongside.", ""] + \
         _table(["target", "measured", "verdict"], rows) + [
         "Why each target is met or not, with the profile numbers, is explained under each section below.", ""]
+
+
+# ----------------------------------------------------------------------------------------- reference
+def _reference_section(results: dict) -> list[str]:
+    reference = results.get("reference", {})
+    if not reference:
+        return []
+    lines = ["## 0. Against a plain-PyTorch loop (issue 13)", "",
+             "The reference is a hand-written loop: the same model, batch size, Adam learning rate and data order "
+             "(`torch.randperm` from the data module's seeded generator, as `DataLoader(shuffle=True)` draws), plus a "
+             "forward pass over the validation split each epoch. *vanilla* and *full* are `train()` runs of "
+             "`ct_lightning.experiment.train` as users run them: validation, the last/best checkpoints and MLflow "
+             "logging into a temporary SQLite store (no progress bar). The three are interleaved; an epoch runs "
+             "from one `on_train_epoch_start` to the next, the first epoch of each run is a warm-up. CPU time is "
+             "this process's CPU seconds (it includes SQLite's and MLflow's work, not time spent waiting for a "
+             "core or for the disk).", ""]
+    rows = []
+    for label, section in reference.items():
+        plain, vanilla, full = section["plain"], section["vanilla"], section["full"]
+        rows.append([label, str(section["batch_size"]), f"{section['n_train']:,}",
+                     f"{_s(plain['epoch_s'])} ({_s(plain['epoch_cpu_s'])})",
+                     f"{_s(vanilla['epoch_s'])} ({_s(vanilla['epoch_cpu_s'])})",
+                     f"×{vanilla['ratio']:.2f} (×{vanilla['ratio_cpu']:.2f})",
+                     f"{_s(full['epoch_s'])} ({_s(full['epoch_cpu_s'])})",
+                     f"×{full['ratio']:.2f} (×{full['ratio_cpu']:.2f})"])
+    lines += _table(["data", "batch", "rows", "plain s/epoch (CPU)", "vanilla s/epoch (CPU)", "vanilla/plain (CPU)",
+                     "full s/epoch (CPU)", "full/plain (CPU)"], rows)
+    overhead = results.get("overhead", {})
+    anatomy = []
+    for label, section in reference.items():
+        o = overhead.get(label)
+        if not o:
+            continue
+        bare_loop = o["summary"]["vanilla"]["epoch_s"]
+        plain, vanilla = section["plain"]["epoch_s"], section["vanilla"]["epoch_s"]
+        bare_search = o["summary"]["full"].get("bare_search_s", 0.0)
+        anatomy.append([label, _s(plain), _s(bare_loop), _s(vanilla - bare_loop), _s(vanilla),
+                        _s(bare_search), f"×{(plain + bare_search) / plain:.2f}"])
+    if anatomy:
+        lines += ["### What stands in the way", "",
+                  "*Lightning loop*: the vanilla epoch of section 2 (the same `CTModule`, no validation, checkpoints "
+                  "or logger). *validation + checkpoints + MLflow*: the rest of the `train()` epoch. *bare search*: "
+                  "the forward+backward passes that an epoch's counterfactual search runs (section 2), the least a "
+                  "CT epoch can add; *floor* = (plain + bare search) / plain, the best CT ratio any implementation "
+                  "of Algorithm 1 with the paper's nce and T could reach on this machine. Wall seconds; the "
+                  "sections were measured at different times, so the differences are indicative.", ""]
+        lines += _table(["data", "plain", "Lightning loop (vanilla)", "validation + checkpoints + MLflow",
+                         "train() vanilla", "bare search", "floor CT/plain"], anatomy)
+    lines += REFERENCE_NOTES.splitlines() + [""]
+    return lines
+
+
+REFERENCE_NOTES = """Where the ratios stand and why (profiles taken with cProfile on `train()` runs, see the report of
+issue 13): after the changes below, our step does what the plain loop does plus Lightning's per-step
+machinery, roughly 40 hook dispatches per step (`_call_callback_hooks`, `_call_lightning_module_hook`, each
+setting `_current_fx_name` through `nn.Module.__setattr__`) and the automatic-optimisation closure; on the
+paper's 32-unit MLP with batch 30 (circles: 120 steps of ~0.4 ms of arithmetic) this is several times the
+arithmetic itself, so the vanilla target (≤ 1.2×) is out of reach for any Lightning `training_step` on
+circles; with batch 1 000 (Adult, MNIST) it is a small share. Per epoch, the two `ModelCheckpoint` saves
+(~25 ms each here) and MLflow's SQLite writes (two `log_batch` calls per epoch, validation and training, each
+a committed transaction of 10–70 ms on this loaded disk) add a fixed cost that is a large share of a 0.1–0.3 s
+plain epoch. The CT targets on Adult and MNIST are bound by the search: with the paper's nce = 5 000 and
+T = 30, a CT-trained model's counterfactuals mostly use all 30 steps, i.e. 150 000 row forward+backward passes
+per epoch against 26 049 (Adult) or 60 000 (MNIST) row passes of training, so the *floor* column is above
+the target before any overhead.
+"""
 
 
 # -------------------------------------------------------------------------------------------- search
@@ -469,7 +545,37 @@ def _notes(results: dict) -> list[str]:
     return NOTES.splitlines()
 
 
-NOTES = """## Changes made to `ct_lightning/search.py`
+NOTES = """## Changes of issue 13 (a CT epoch against a plain loop)
+
+All of them keep every logged value and every search output the same (tests named below):
+
+* **Loss terms and accuracy summed on the device, logged once per epoch** (`CTModule._accumulate`,
+  `on_train_epoch_end`, `on_validation_epoch_end`, `on_test_epoch_end`): a step adds `batch_size ×
+  [loss, clf, div, ridge, adv]` and `[rows, correct]` to two small tensors, with no host sync; the epoch logs
+  `train/{loss,clf,div,ridge,adv,acc,ct_active}`, `val/{loss,acc}` and `test/{loss,acc}` once, with
+  `sync_dist=True`, which is exactly Lightning's batch-size-weighted epoch mean and a micro accuracy.
+  `tests/test_epoch_logging.py` runs the previous implementation (kept in the test) and the new one on the
+  same seeded fits and compares every value every logger received, step by step, and the final metrics.
+  This removed the largest fixed cost of a small-batch epoch (formerly item 1 below).
+* **Batches sliced from the tensors** (`datamodules.base.IndexedTensorDataset.__getitems__`): the
+  `DataLoader` keeps its `RandomSampler(generator=...)` and `batch_size` (so Lightning can still swap in a
+  distributed sampler), but a batch is one index of each tensor instead of `batch_size` fetches and a
+  collate; the batches and their order are identical (`tests/test_epoch_logging.py`). Formerly item 3.
+* **Closed-form input gradient of the ECCo/Generic penalties** (`Generic.penalty_gradient`,
+  `search._closed_form_step`): the logit gradient of CE + energy (softmax − onehot − λ_egy·φ_t·(1 + 2·10⁻³·E)
+  at the target) is passed as `grad_outputs` to one backward pass through the model, and λ_cst·sign(x' − x)
+  is added; convergence is read from the same softmax. No graph is built for the penalty or the
+  bookkeeping. A subclass that overrides only `penalty` is searched with autograd as before.
+  `tests/test_search_closed_form.py` checks the outputs against the previous search (kept in
+  `tests/reference_search.py`) on circles and Adult- and MNIST-shaped data (MLP and CNN), with
+  mutability and domain constraints: converged flags and step counts equal, points within 1e-5.
+  Formerly item 4.
+* **A search path without host syncs for accelerators** (`search._search_masked`, the default off CPU):
+  every row stays in the batch and frozen rows are masked with `torch.where`, so a step issues no
+  `.item()`/`nonzero`/`int(...)`; one `all()` every `check_every` (8) steps stops the loop once every row
+  has converged. Tested on CPU against the previous search (same test file); not measured on a GPU
+  (none was lent to this session).
+
 
 Found with `torch.profiler` (op-level) and pyinstrument on MNIST and circles pools: before the changes
 `aten::index` (gathering the active rows out of the full tensors) alone took 22 % of a converging MNIST
