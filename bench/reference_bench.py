@@ -114,3 +114,28 @@ def run_reference_section(name: str, datamodule, epochs: int, repeats: int, acce
         f"(×{out['vanilla']['ratio']:.2f}, CPU ×{out['vanilla']['ratio_cpu']:.2f})  full {out['full']['epoch_s']:.3f} s "
         f"(×{out['full']['ratio']:.2f}, CPU ×{out['full']['ratio_cpu']:.2f})")
     return out
+
+
+def protocol_time(name: str, datamodule, device: torch.device, log=print) -> dict:
+    """Wall/CPU seconds of the evaluation protocol (``--protocol reference``: 100 runs × the set's individuals ×
+    5 λ_egy, T = 50) for one briefly trained MLP, robust accuracy included."""
+    from bench.common import train_vanilla
+    from ct_lightning.evaluation.protocol import EvaluationConfig, evaluate_model, protocol_settings, \
+        reference_individuals
+
+    model, _ = train_vanilla(datamodule, epochs=1, device=device)
+    config = EvaluationConfig(**protocol_settings("reference"), n_individuals=reference_individuals(name))
+    lower, upper = datamodule.domain(3.0)
+    sync(device)
+    clock = Clock()
+    evaluate_model(model, datamodule.x_test.to(device), datamodule.y_test.to(device), datamodule.n_classes, config,
+                   lower=lower.to(device), upper=upper.to(device), x_train=datamodule.x_train.to(device),
+                   y_train=datamodule.y_train.to(device), data_name=name)
+    sync(device)
+    wall, cpu = clock.read()
+    out = {"data": name, "n_runs": config.n_runs, "n_individuals": config.n_individuals,
+           "lambda_energies": list(config.lambda_energies), "max_steps": config.max_steps, "wall_s": wall, "cpu_s": cpu,
+           "device": str(device)}
+    log(f"[protocol] {name}: {config.n_runs} runs × {config.n_individuals} individuals × "
+        f"{len(config.lambda_energies)} λ, T = {config.max_steps}: {wall:.1f} s (CPU {cpu:.1f} s)")
+    return out

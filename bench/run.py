@@ -202,6 +202,11 @@ def main(argv=None) -> dict:
                                                              separate_profile=not args.quick)
             results["overhead"][name]["n_train"] = len(datamodule.y_train)
 
+    if "scaling" in args.sections and "mnist" in datamodules and not args.quick:
+        from bench.reference_bench import protocol_time
+
+        results["protocol"] = protocol_time("mnist", datamodules["mnist"], device, log=log)
+
     child_epochs = max(2, min(args.epochs, 3))
     common = {"threads": torch.get_num_threads(), "accelerator": args.accelerator, "epochs": child_epochs,
               "gc_freeze": args.gc_freeze}
