@@ -116,7 +116,7 @@ def run_reference_section(name: str, datamodule, epochs: int, repeats: int, acce
     return out
 
 
-def protocol_time(name: str, datamodule, device: torch.device, log=print) -> dict:
+def protocol_time(name: str, datamodule, device: torch.device, log=print, n_runs: int | None = None) -> dict:
     """Wall/CPU seconds of the evaluation protocol (``--protocol reference``: 100 runs × the set's individuals ×
     5 λ_egy, T = 50) for one briefly trained MLP, robust accuracy included."""
     from bench.common import train_vanilla
@@ -124,7 +124,8 @@ def protocol_time(name: str, datamodule, device: torch.device, log=print) -> dic
         reference_individuals
 
     model, _ = train_vanilla(datamodule, epochs=1, device=device)
-    config = EvaluationConfig(**protocol_settings("reference"), n_individuals=reference_individuals(name))
+    settings = {**protocol_settings("reference"), **({"n_runs": n_runs} if n_runs else {})}
+    config = EvaluationConfig(**settings, n_individuals=reference_individuals(name))
     lower, upper = datamodule.domain(3.0)
     sync(device)
     clock = Clock()

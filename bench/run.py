@@ -205,7 +205,11 @@ def main(argv=None) -> dict:
     if "scaling" in args.sections and "mnist" in datamodules and not args.quick:
         from bench.reference_bench import protocol_time
 
-        results["protocol"] = protocol_time("mnist", datamodules["mnist"], device, log=log)
+        try:
+            results["protocol"] = protocol_time("mnist", datamodules["mnist"], device, log=log)
+        except Exception as error:  # noqa: BLE001 - a failure here must not lose the other sections
+            results["protocol"] = None
+            log(f"[protocol] failed: {type(error).__name__}: {error}")
 
     child_epochs = max(2, min(args.epochs, 3))
     common = {"threads": torch.get_num_threads(), "accelerator": args.accelerator, "epochs": child_epochs,
