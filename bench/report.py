@@ -84,7 +84,8 @@ def render(results: dict, argv: list[str]) -> str:
               "```", "",
               "Options: `--data`, `--pool-sizes`, `--repeats` (search timings), `--fit-repeats` and `--epochs` "
               "(CT vs vanilla fits; the first epoch of every fit is a warm-up and is left out), `--loop-subset`, "
-              "`--features`, `--nce`, `--sections search,overhead,memory,scaling`, `--threads`, `--device`, "
+              "`--features`, `--nce`, `--sections reference,search,overhead,memory,scaling`, `--reference-epochs`, "
+              "`--reference-repeats`, `--reference-cnn` (the LeNet CNN against the plain loop), `--threads`, `--device`, "
               "`--accelerator`, `--baseline-search`, `--gc-freeze`, `--out`, `--json` (raw numbers: "
               "`bench/results.json`).", ""]
 
@@ -194,10 +195,12 @@ arithmetic itself, so the vanilla target (≤ 1.2×) is out of reach for any Lig
 circles; with batch 1 000 (Adult, MNIST) it is a small share. Per epoch, the two `ModelCheckpoint` saves
 (~25 ms each here) and MLflow's SQLite writes (two `log_batch` calls per epoch, validation and training, each
 a committed transaction of 10–70 ms on this loaded disk) add a fixed cost that is a large share of a 0.1–0.3 s
-plain epoch. The CT targets on Adult and MNIST are bound by the search: with the paper's nce = 5 000 and
-T = 30, a CT-trained model's counterfactuals mostly use all 30 steps, i.e. 150 000 row forward+backward passes
-per epoch against 26 049 (Adult) or 60 000 (MNIST) row passes of training, so the *floor* column is above
-the target before any overhead.
+plain epoch; their wall time also includes waiting for the disk (SQLite commits, checkpoint files), which is
+why the wall ratios exceed the CPU ones on circles. The CT targets on Adult and MNIST are bound by the search:
+with the paper's nce = 5 000 and T = 30, a CT-trained model's counterfactuals mostly use all 30 steps, i.e.
+up to 150 000 row forward+backward passes per epoch against one pass per training row (*rows* column), so
+the *floor* column is at or above the target before any overhead; the remaining gap to the floor is the
+search's elementwise work per step (section 1, anatomy), largest on MNIST's 784-wide rows.
 """
 
 
@@ -249,7 +252,9 @@ def _search_section(results: dict) -> list[str]:
                   "Full-shape loops that add one part of the search step at a time (fixed T, no freezing), then "
                   "the real search. The increments are what each part costs; the first row is the bare limit. CPU time "
                   "per step (median of interleaved rounds), which the load of other jobs on the machine disturbs "
-                  "less than wall time.", ""]
+                  "less than wall time. The loops build the ECCo penalty with autograd, as the search did before "
+                  "issue 13; the real search forms the penalty's gradient in closed form, which is why its row can "
+                  "lie below the loops' (the penalty's graph is what it saves).", ""]
         lines += _table(header, rows)
         for name, a in anatomy.items():
             p = a["per_step_s"]
@@ -262,7 +267,7 @@ def _search_section(results: dict) -> list[str]:
                          f"({bare / total:.0%}); ECCo penalty {_ms(penalty)} ms ({penalty / total:.0%}), "
                          f"SGD step + projection {_ms(update)} ms ({update / total:.0%}), convergence check + "
                          f"nascent tracking {_ms(tracking)} ms ({tracking / total:.0%}); the real search differs from "
-                         f"the last loop by {_ms(total - p[ANATOMY_LEVELS[3]])} ms (freezing bookkeeping, noise).")
+                         f"the last loop by {_ms(total - p[ANATOMY_LEVELS[3]])} ms (closed-form penalty gradient, freezing bookkeeping, noise).")
         lines.append("")
     for name, section in results.get("search_extra", {}).items():
         rows = [[f"{r['pool']:,}", r["mode"], f"{r['cf_steps']:,}", _ms(r["search_s"]), _ms(r["bare_s"]),
@@ -324,7 +329,9 @@ def _search_explanation(results: dict) -> list[str]:
                       f"within the target" for k, v in results.get("search_extra", {}).items()
                       if _find(v["rows"], mode="fixed-T") and _find(v["rows"], mode="converging"))
             + ". Reaching ≤ 1.5× with the paper's MLP would need fusing Eq. 1's elementwise work into a few "
-            "kernels (e.g. an analytic ℓ1 gradient, proposal 4 below, or a compiled step), not removing waste.")
+            "kernels: the closed-form penalty gradient (issue 13, below) removed the penalty's own graph, and what "
+            "is left is the SGD step, the domain projection and the ε-ball test, each a pass over the n×D pool "
+            "(a fused or compiled step would be the next lever).")
         lines.append("")
     if loops:
         met = [k for k, v in loops.items() if v["speedup_loop"] >= LOOP_TARGET]
@@ -409,9 +416,9 @@ def _overhead_section(results: dict) -> list[str]:
     lines += _table(header, rows + [total])
     loading = {k: o["data_loading"] for k, o in overhead.items() if o.get("data_loading")}
     if loading:
-        lines += ["Data loading alone, one epoch of training batches: the data module's `DataLoader` (per-sample "
-                  "fetch and `default_collate`) against fetching each shuffled batch with one tensor index "
-                  "(`BatchSampler` as sampler, `batch_size=None`; proposal 3 below): "
+        lines += ["Data loading alone, one epoch of training batches: the data module's `DataLoader` (since issue 13 "
+                  "an `IndexedTensorDataset` that slices each batch with one index; the column says *per_sample* "
+                  "for history) against a `BatchSampler` as sampler with `batch_size=None`: "
                   + "; ".join(f"{k} {_s(v['per_sample_s'])} s vs {_s(v['batch_index_s'])} s "
                               f"(×{v['per_sample_s'] / max(v['batch_index_s'], 1e-9):.0f}, identical batches: "
                               f"{'yes' if v['identical_batches'] else 'NO'})" for k, v in loading.items()) + ".", ""]
@@ -435,7 +442,7 @@ def _overhead_explanation(results: dict) -> list[str]:
                 f"of a vanilla epoch). ")
         if o["ratio"] <= limit:
             text += ("CT stays within the target because a vanilla epoch is dominated by fixed per-step costs "
-                     "(Lightning's loop and `self.log`, per-sample data loading) that CT shares, while its own extra "
+                     "(Lightning's loop and hooks) that CT shares, while its own extra "
                      "work is one search per epoch and a wider batch per step.")
         else:
             n_train = o.get("n_train", f["batches_per_epoch"] * f["batch_size"])
@@ -570,11 +577,11 @@ All of them keep every logged value and every search output the same (tests name
   `sync_dist=True`, which is exactly Lightning's batch-size-weighted epoch mean and a micro accuracy.
   `tests/test_epoch_logging.py` runs the previous implementation (kept in the test) and the new one on the
   same seeded fits and compares every value every logger received, step by step, and the final metrics.
-  This removed the largest fixed cost of a small-batch epoch (formerly item 1 below).
+  This removed the largest fixed cost of a small-batch epoch.
 * **Batches sliced from the tensors** (`datamodules.base.IndexedTensorDataset.__getitems__`): the
   `DataLoader` keeps its `RandomSampler(generator=...)` and `batch_size` (so Lightning can still swap in a
   distributed sampler), but a batch is one index of each tensor instead of `batch_size` fetches and a
-  collate; the batches and their order are identical (`tests/test_epoch_logging.py`). Formerly item 3.
+  collate; the batches and their order are identical (`tests/test_epoch_logging.py`).
 * **Closed-form input gradient of the ECCo/Generic penalties** (`Generic.penalty_gradient`,
   `search._closed_form_step`): the logit gradient of CE + energy (softmax − onehot − λ_egy·φ_t·(1 + 2·10⁻³·E)
   at the target) is passed as `grad_outputs` to one backward pass through the model, and λ_cst·sign(x' − x)
@@ -583,7 +590,6 @@ All of them keep every logged value and every search output the same (tests name
   `tests/test_search_closed_form.py` checks the outputs against the previous search (kept in
   `tests/reference_search.py`) on circles and Adult- and MNIST-shaped data (MLP and CNN), with
   mutability and domain constraints: converged flags and step counts equal, points within 1e-5.
-  Formerly item 4.
 * **A search path without host syncs for accelerators** (`search._search_masked`, the default off CPU):
   every row stays in the batch and frozen rows are masked with `torch.where`, so a step issues no
   `.item()`/`nonzero`/`int(...)`; one `all()` every `check_every` (8) steps stops the loop once every row
@@ -633,42 +639,37 @@ of a step; small on circles, where a step is kernel-launch overhead.
 
 ## Proposed changes outside the files of this benchmark (for the lead)
 
-1. **`module.py`: fewer `self.log` calls per training step.** `training_step` makes 7 `self.log` calls per
-   step (loss, four terms, the accuracy metric object, ct_active). Each costs Lightning ~1 ms of Python here
-   (`_ResultCollection.log` → `_ResultMetric.to` → `apply_to_collection` over the stored state, found with
-   pyinstrument): the *logging* row of section 2 — more than half of a circles epoch, vanilla or CT. Proposal:
-   accumulate the step's terms in one small tensor (sum of batch-size × value, no sync) and log the epoch
-   means once in `on_train_epoch_end` (the same values: Lightning's epoch mean is the batch-size-weighted
-   mean), and log `train_acc` and `train/ct_active` once per epoch. This speeds vanilla and CT alike, so it
-   does not improve the full/vanilla ratio (it raises it a little), but it removes the largest fixed cost of
-   a small-batch epoch.
-2. **`module.py`: slice the pool once per epoch.** `_pool_for_step` → `CounterfactualPool.chunk` rebuilds
+1. **`module.py`: slice the pool once per epoch.** `_pool_for_step` → `CounterfactualPool.chunk` rebuilds
    `torch.linspace(...).round().long().tolist()` and five slices at every step (*pool slicing* row: a few
    percent of a circles CT epoch); computing the bounds once per epoch (or splitting with
    `tensor_split`) gives the same chunks.
-3. **`datamodules/base.py`: batch indexing instead of per-sample collation.** `DataLoader(TensorDataset,
-   batch_size=1000, shuffle=True)` fetches every row separately and stacks them (`default_collate`): several
-   ms per 1 000-row batch here, a large share of a vanilla Adult epoch (*data* row and the data-loading
-   comparison in section 2). A `BatchSampler` over the same `RandomSampler(generator=...)`, passed as
-   `sampler` with `batch_size=None` (and the same `generator`), makes `TensorDataset` index a whole batch at
-   once: identical batches in identical order, several times faster (measured in section 2). It also removes
-   most of the garbage-collector pressure: the per-sample objects trigger Python's cyclic GC, and a full
-   (generation-2) collection of this process's ~440 000 objects takes ~0.5 s on this machine (*GC* column;
-   in section 2 one landed in about every sixth epoch, visible as an outlier epoch that the medians leave
-   out). `gc.freeze()` after the imports did not help in a trial (`--gc-freeze`: full collections became more
-   frequent and about as costly in total).
-4. **`generators.py` (ECCo/Generic): the ℓ1 term costs more than the model.** `λ_cst·‖x'−x‖₁` through
-   autograd is six elementwise passes over the pool per step (sub, abs, sum; sign, multiply, accumulate),
-   more than the MLP's own forward+backward on wide inputs (anatomy table). Its gradient is simply
-   `λ_cst·sign(x'−x)`; a generator hook that returns it directly (or a custom `autograd.Function` that saves
-   the sign) would cut that to two or three passes. This changes generator code, so it is only proposed.
-5. **Large pools (results change, so only proposed):** a CT epoch on Adult/MNIST is bound by nce × T
+2. **Large pools (results change, so only proposed):** a CT epoch on Adult/MNIST is bound by nce × T
    row-steps (section 2). A smaller nce or T for wide inputs, or refreshing only part of the pool each epoch,
    are the levers; the paper's defaults were chosen for quality, not speed.
-6. **Threads.** With torch's default of 2 intra-op threads on this shared 2-core machine, small kernels
+3. **Threads.** With torch's default of 2 intra-op threads on this shared 2-core machine, small kernels
    (softmax, cross-entropy, the optimiser) wait on OpenMP barriers whenever the other core is busy with another
    job (see *Threads* in section 1: the same search is several times slower with 2 threads than with 1; a
    circles CT epoch measured with Lightning's profiler was ~6× slower). The benchmark uses `--threads 1` by
    default (`--threads 0` keeps torch's default); the training recipes may want the same
    (`torch.set_num_threads(1)` or `OMP_NUM_THREADS=1`) for the paper's small MLPs on a shared CPU.
+4. **`experiment/train.py`: MLflow and checkpoint cost per epoch.** A `train()` epoch makes two MLflow
+   `log_batch` calls (validation end, training end), each a committed SQLite transaction, and saves two
+   checkpoints (section 0, *validation + checkpoints + MLflow* column). MLflow's asynchronous logging
+   (`MLFLOW_ENABLE_ASYNC_LOGGING=true`, or `log_metrics(..., synchronous=False)` in a small logger subclass)
+   would take the commits off the training thread; `ModelCheckpoint(every_n_epochs=...)` is the user's lever
+   for the saves.
+5. **`experiment/train.py`: a cheap progress bar.** With per-step logging gone the progress bar has one
+   metric to show; `TQDMProgressBar(refresh_rate=max(1, batches // 20))` would redraw it ~20 times per epoch
+   instead of at every step (not measured here: the benchmark runs without a progress bar).
+6. **`--accelerator` for evaluate and compare.** `evaluate_model` already runs on the model's device and the
+   search has a sync-free path for accelerators; the recipes need only an option that moves the loaded model
+   (`.to("cuda")`) before evaluating.
+
+## GPU
+
+No GPU was lent to the session that made these changes: the GPU path (`tests/test_gpu.py`, the masked search,
+`--device cuda` / `--accelerator gpu` of this benchmark) was built and tested on CPU only (the GPU tests skip
+without CUDA), and the issue's GPU targets (100 CT epochs on MNIST MLP ≤ 1 min and CNN ≤ 3 min on one H100,
+Adult, with and without `torch.compile`) are not measured yet. On a GPU machine: `pytest tests/test_gpu.py`,
+then `python bench/run.py --device cuda --accelerator gpu --reference-cnn`.
 """
