@@ -117,3 +117,10 @@ def test_a_subclass_overriding_only_the_penalty_is_searched_with_autograd():
     new = search_counterfactuals(model, x, target, Squared(), 0.75, 10, 0.3)
     old = reference_search(model, x, target, Squared(), 0.75, 10, 0.3)
     assert torch.equal(new.counterfactual, old.counterfactual)
+
+
+def test_check_every_must_be_positive():
+    model = build_model("mlp", 2, 2).eval()
+    with pytest.raises(ValueError, match="check_every: must be at least 1, got 0"):
+        search_counterfactuals(model, torch.zeros(3, 2), torch.zeros(3, dtype=torch.long), ECCo(), packed=False,
+                               check_every=0)

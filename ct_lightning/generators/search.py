@@ -140,6 +140,8 @@ def search_counterfactuals(model: nn.Module, x: torch.Tensor, target: torch.Tens
     in the batch and frozen ones are masked (:func:`_search_masked`): no host sync except one every
     ``check_every`` steps to stop early once every row has converged.
     """
+    if check_every < 1:
+        raise ValueError(f"check_every: must be at least 1, got {check_every}")
     n, n_features = x.shape
     device = x.device
     limits = Constraints(mutability, lower, upper, device)
