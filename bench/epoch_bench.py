@@ -145,7 +145,7 @@ def fit_timed(datamodule, objective: str, epochs: int, accelerator: str, overrid
     if profile:
         _wrap(module, "_pool_for_step", extra["chunk"])
         _wrap(module, "log", extra["log"])
-        _wrap(module.train_acc, "forward", extra["metric"])
+        _wrap(module, "_accumulate", extra["metric"])  # per-step loss-term and accuracy sums
     profiler = SimpleProfiler() if profile else None
     trainer = make_trainer(epochs, accelerator, [timer], profiler)
     trainer.fit(module, datamodule=datamodule)
@@ -174,7 +174,7 @@ PROFILE_PARTS = [
     ("pool", "pool set-up: factuals, targets, x⁺, contrast pairs"),
     ("chunk", "pool slicing per step (_pool_for_step)"),
     ("forward", "training_step compute: forward of [x, x⁺, x', x'_tε] + loss terms"),
-    ("logging", "training_step logging: self.log + accuracy metric"),
+    ("logging", "training_step logging: self.log + per-step sums of the loss terms and accuracy"),
     ("backward", "backward"),
     ("optimizer", "optimizer: Adam step + zero_grad"),
     ("data", "data: next batch + transfer"),

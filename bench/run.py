@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from bench.common import (REPO, load_average, load_datamodule, machine_info, pick_device,  # noqa: E402
                           setup_environment, train_vanilla)
 
-SECTIONS = ("search", "overhead", "memory", "scaling")
+SECTIONS = ("reference", "search", "overhead", "memory", "scaling")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -51,6 +51,13 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                          "(default 2,10,100,1000; --quick 100)")
     parser.add_argument("--nce", default=None, help="nce values of the scaling runs, at 100 features "
                                                     "(default 1000,5000,20000; --quick 1000)")
+    parser.add_argument("--reference-epochs", type=int, default=None,
+                        help="epochs per run of the plain-PyTorch reference comparison, the first a warm-up "
+                             "(default 4, --quick 3)")
+    parser.add_argument("--reference-repeats", type=int, default=None,
+                        help="interleaved plain/vanilla/full runs per data set (default 2, --quick 1)")
+    parser.add_argument("--reference-cnn", action="store_true",
+                        help="also compare the LeNet CNN on MNIST with the plain loop (slow on a CPU)")
     parser.add_argument("--sections", default=",".join(SECTIONS), help=f"subset of {','.join(SECTIONS)}")
     parser.add_argument("--threads", type=int, default=1,
                         help="torch intra-op threads (default 1; 0 keeps torch's default). See docs/performance.md")
@@ -74,17 +81,24 @@ def parse_args(argv=None) -> argparse.Namespace:
         "repeats": 2 if quick else 5, "fit_repeats": 1 if quick else 2, "epochs": 2 if quick else 4,
         "loop_subset": 10 if quick else 100,
         "features": "100" if quick else "2,10,100,1000", "nce": "1000" if quick else "1000,5000,20000",
+        "reference_epochs": 3 if quick else 4, "reference_repeats": 1 if quick else 2,
     }
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
-    if args.epochs < 2:
-        parser.error("--epochs: at least 2 (the first epoch is a warm-up and is not measured)")
+    if args.epochs < 2 or args.reference_epochs < 2:
+        parser.error("--epochs, --reference-epochs: at least 2 (the first epoch is a warm-up and is not measured)")
     args.data = [d.strip() for d in args.data.split(",") if d.strip()]
     args.pool_sizes = [int(v) for v in args.pool_sizes.split(",") if v.strip()]
     args.features = [int(v) for v in args.features.split(",") if v.strip()]
     args.nce = [int(v) for v in args.nce.split(",") if v.strip()]
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
+    if args.device not in ("auto", "cpu", "cuda"):
+        parser.error(f"--device: unknown {args.device!r}; allowed: auto, cpu, cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        parser.error("--device: 'cuda' given but no CUDA device is available; allowed here: auto, cpu")
+    if args.accelerator not in ("auto", "cpu", "gpu", "cuda"):
+        parser.error(f"--accelerator: unknown {args.accelerator!r}; allowed: auto, cpu, gpu, cuda")
     unknown = set(args.sections) - set(SECTIONS)
     if unknown:
         parser.error(f"--sections: unknown {sorted(unknown)}; allowed: {', '.join(SECTIONS)}")
@@ -114,8 +128,9 @@ def main(argv=None) -> dict:
     results = {"machine": machine_info(device), "settings": {
         k: getattr(args, k) for k in ("data", "pool_sizes", "repeats", "fit_repeats", "epochs", "loop_subset",
                                       "features", "nce", "sections", "threads", "quick", "accelerator",
-                                      "gc_freeze", "baseline_search")},
-        "search": {}, "overhead": {}, "memory": [], "scaling": [], "skipped": {}}
+                                      "gc_freeze", "baseline_search", "reference_epochs", "reference_repeats",
+                                      "reference_cnn")},
+        "reference": {}, "search": {}, "overhead": {}, "memory": [], "scaling": [], "skipped": {}}
     log(f"bench: {results['machine']['cpu']}, torch {torch.__version__}, {torch.get_num_threads()} thread(s), "
         f"load {results['machine']['load_average_start']}")
 
@@ -133,6 +148,20 @@ def main(argv=None) -> dict:
 
         gc.collect()
         gc.freeze()
+    if "reference" in args.sections:
+        from bench.reference_bench import run_reference_section
+
+        accelerator = "gpu" if device.type == "cuda" and args.accelerator == "auto" else args.accelerator
+        runs = [(name, "mlp") for name in datamodules] + \
+            ([("mnist", "cnn")] if args.reference_cnn and "mnist" in datamodules else [])
+        for name, architecture in runs:
+            label = name if architecture == "mlp" else f"{name}-{architecture}"
+            log(f"[reference] {label}: plain loop vs train() vanilla vs full, "
+                f"{args.reference_repeats}×{args.reference_epochs} epochs each")
+            results["reference"][label] = run_reference_section(
+                name, datamodules[name], args.reference_epochs, args.reference_repeats, accelerator,
+                architecture, log=log)
+
     if "search" in args.sections:
         for name, datamodule in datamodules.items():
             log(f"[search] {name}: training the paper's MLP briefly (3 epochs, vanilla)")
@@ -172,6 +201,15 @@ def main(argv=None) -> dict:
                                                              args.accelerator, log=log,
                                                              separate_profile=not args.quick)
             results["overhead"][name]["n_train"] = len(datamodule.y_train)
+
+    if "scaling" in args.sections and "mnist" in datamodules and not args.quick:
+        from bench.reference_bench import protocol_time
+
+        try:
+            results["protocol"] = protocol_time("mnist", datamodules["mnist"], device, log=log)
+        except Exception as error:  # noqa: BLE001 - a failure here must not lose the other sections
+            results["protocol"] = None
+            log(f"[protocol] failed: {type(error).__name__}: {error}")
 
     child_epochs = max(2, min(args.epochs, 3))
     common = {"threads": torch.get_num_threads(), "accelerator": args.accelerator, "epochs": child_epochs,

@@ -9,7 +9,6 @@ import lightning as L
 import torch
 import torch.nn.functional as F
 from torch import nn
-from torchmetrics.classification import MulticlassAccuracy
 
 from ct_lightning.constraints import parse_mutability, resolve_domain
 from ct_lightning.eval_mode import eval_mode
@@ -21,6 +20,7 @@ from ct_lightning.pool import ClassSampler, CounterfactualPool, random_targets
 from ct_lightning.trainer_data import trainer_tensors
 
 POOL_MODES = ("epoch", "step")
+TERMS = ("clf", "div", "ridge", "adv")  # logged as train/<term>, in this order
 
 
 class CTModule(L.LightningModule):
@@ -70,11 +70,12 @@ class CTModule(L.LightningModule):
         self.generator = make_generator(generator, lambda_cost, lambda_energy, search_lr, **(generator_options or {}))
         self.ct_active = True  # switched off by the BurnIn callback during burn-in epochs
         self.pool: CounterfactualPool | None = None
-        self.train_acc = MulticlassAccuracy(n_classes, average="micro")
-        self.val_acc = MulticlassAccuracy(n_classes, average="micro")
-        self.test_acc = MulticlassAccuracy(n_classes, average="micro")
         self._data_ready = False
         self._generator_fitted = False
+        # Per stage and epoch: Σ batch_size·[loss, *TERMS] (train) or Σ batch_size·[loss] (val, test),
+        # and [rows, correctly classified rows].
+        self._epoch_sums: dict[str, torch.Tensor] = {}
+        self._epoch_counts: dict[str, torch.Tensor] = {}
 
     @property
     def uses_counterfactuals(self) -> bool:
@@ -194,26 +195,61 @@ class CTModule(L.LightningModule):
                 adv = adv.detach() * 0.0
             terms = {"clf": clf, "div": div, "ridge": ridge, "adv": adv}
             loss = hp.lambda_clf * clf + hp.lambda_div * div + hp.lambda_reg * ridge + hp.lambda_adv * adv
-        self.train_acc(logits.detach(), y)
-        self.log("train/loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(y))
-        for name, value in terms.items():
-            self.log(f"train/{name}", value, on_step=False, on_epoch=True, batch_size=len(y))
-        self.log("train/acc", self.train_acc, on_step=False, on_epoch=True)
-        self.log("train/ct_active", float(self.uses_counterfactuals), on_step=False, on_epoch=True)
+        self._accumulate("train", torch.stack([loss.detach(), *(terms[name].detach() for name in TERMS)]), logits, y)
         return loss
 
-    def _eval_step(self, batch, stage: str, metric: MulticlassAccuracy) -> None:
+    # ---------------------------------------------------------------------- logging
+    def _accumulate(self, stage: str, values: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
+        # Batch-size-weighted sums on the device (no host sync per step), reduced once per epoch exactly
+        # as ``self.log(..., on_epoch=True, batch_size=len(y))`` and a micro accuracy metric would reduce them.
+        values = values.float() * len(y)
+        counts = torch.stack([torch.full_like(y[0], len(y)), (logits.detach().argmax(1) == y).sum()])
+        if stage in self._epoch_sums:
+            values, counts = values + self._epoch_sums[stage], counts + self._epoch_counts[stage]
+        self._epoch_sums[stage], self._epoch_counts[stage] = values, counts
+
+    def _epoch_means(self, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
+        """The epoch's batch-weighted means and accuracy of ``stage``, and a fresh start; ``None`` without steps."""
+        if stage not in self._epoch_sums:
+            return None
+        sums, counts = self._epoch_sums.pop(stage), self._epoch_counts.pop(stage)
+        return sums / counts[0], counts[1].float() / counts[0].float()
+
+    def on_train_epoch_end(self) -> None:
+        """Log the epoch's training loss, loss terms, accuracy and ``ct_active`` once."""
+        reduced = self._epoch_means("train")
+        if reduced is None:
+            return
+        means, accuracy = reduced
+        self.log("train/loss", means[0], on_step=False, on_epoch=True, prog_bar=True, sync_dist=True)
+        for i, name in enumerate(TERMS, start=1):
+            self.log(f"train/{name}", means[i], on_step=False, on_epoch=True, sync_dist=True)
+        self.log("train/acc", accuracy, on_step=False, on_epoch=True, sync_dist=True)
+        self.log("train/ct_active", float(self.uses_counterfactuals), on_step=False, on_epoch=True, sync_dist=True)
+
+    def _eval_step(self, batch, stage: str) -> None:
         x, y = batch[0], batch[1]
         logits = self.model(x)
-        self.log(f"{stage}/loss", F.cross_entropy(logits, y), prog_bar=stage == "val", batch_size=len(y))
-        metric(logits, y)
-        self.log(f"{stage}/acc", metric, prog_bar=stage == "val")
+        self._accumulate(stage, F.cross_entropy(logits, y).detach()[None], logits, y)
+
+    def _log_eval_epoch(self, stage: str) -> None:
+        reduced = self._epoch_means(stage)
+        if reduced is not None:
+            means, accuracy = reduced
+            self.log(f"{stage}/loss", means[0], prog_bar=stage == "val", sync_dist=True)
+            self.log(f"{stage}/acc", accuracy, prog_bar=stage == "val", sync_dist=True)
 
     def validation_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch, "val", self.val_acc)
+        self._eval_step(batch, "val")
+
+    def on_validation_epoch_end(self) -> None:
+        self._log_eval_epoch("val")
 
     def test_step(self, batch, batch_idx: int) -> None:
-        self._eval_step(batch, "test", self.test_acc)
+        self._eval_step(batch, "test")
+
+    def on_test_epoch_end(self) -> None:
+        self._log_eval_epoch("test")
 
     def configure_optimizers(self):
         return torch.optim.Adam(self.model.parameters(), lr=self.hparams.lr)

@@ -9,6 +9,20 @@ from torch.utils.data import DataLoader, TensorDataset
 from datamodules.domain import infer_domain
 
 
+class IndexedTensorDataset(TensorDataset):
+    """A ``TensorDataset`` that hands a ``DataLoader`` a whole batch at once: the batch sampler's indices
+    slice every tensor once (``__getitems__``) instead of fetching and collating sample by sample."""
+
+    def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
+        index = torch.as_tensor(indices, dtype=torch.long)
+        return [tensor[index] for tensor in self.tensors]
+
+
+def keep_batch(batch):
+    """Collate function of :class:`IndexedTensorDataset` loaders: the batch is already assembled."""
+    return batch
+
+
 class TensorDataModule(L.LightningDataModule):
     """A data set held as tensors: ``x_*`` float32 of shape (n, n_features), ``y_*`` int64 labels.
 
@@ -72,8 +86,9 @@ class TensorDataModule(L.LightningDataModule):
 
     def _loader(self, x, y, shuffle: bool) -> DataLoader:
         generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        return DataLoader(TensorDataset(x, y), batch_size=self.batch_size, shuffle=shuffle,
-                          generator=generator, num_workers=self.num_workers)
+        # Same sampler as DataLoader(TensorDataset(x, y), shuffle=...): the same batches in the same order.
+        return DataLoader(IndexedTensorDataset(x, y), batch_size=self.batch_size, shuffle=shuffle,
+                          generator=generator, num_workers=self.num_workers, collate_fn=keep_batch)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.x_train, self.y_train, shuffle=True)

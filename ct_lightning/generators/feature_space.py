@@ -29,6 +29,19 @@ class Generic(CounterfactualGenerator):
         """Per-row regularisation of the search objective."""
         return self.lambda_cost * (x_cf - x).abs().sum(1)
 
+    def penalty_gradient(self, logits: torch.Tensor, target: torch.Tensor, step: int,
+                         max_steps: int) -> tuple[torch.Tensor | None, float]:
+        """The penalty's gradient in closed form: ``∂penalty/∂logit[target]`` per row (``None``: zero) and
+        the weight ``λ_cst`` of ``‖x' − x‖₁``, whose input gradient is ``λ_cst·sign(x' − x)``."""
+        return None, self.lambda_cost
+
+    def has_closed_form(self) -> bool:
+        """Whether :meth:`penalty_gradient` describes :meth:`penalty`: both come from the same class (a
+        subclass that overrides only ``penalty`` is searched with autograd)."""
+        def owner(name):
+            return next(c for c in type(self).__mro__ if name in c.__dict__)
+        return owner("penalty") is owner("penalty_gradient")
+
     def config(self) -> dict:
         """Primitive settings, for logging and checkpoints."""
         return {"generator": self.name, "lambda_cost": self.lambda_cost, "lr": self.lr}
@@ -61,6 +74,12 @@ class ECCo(Generic):
         phi = energy_decay(step + 1, max_steps)
         return super().penalty(x_cf, x, logits, target, step, max_steps) + \
             self.lambda_energy * phi * (energy + 1e-3 * energy.square())
+
+    def penalty_gradient(self, logits, target, step, max_steps):
+        # d/dE [λ_egy·φ·(E + 1e-3·E²)] = λ_egy·φ·(1 + 2e-3·E), and dE/dlogit[target] = −1.
+        energy = -logits.gather(1, target[:, None]).squeeze(1)
+        phi = energy_decay(step + 1, max_steps)
+        return -(self.lambda_energy * phi) * (1.0 + 2e-3 * energy), self.lambda_cost
 
     def config(self) -> dict:
         return {**super().config(), "lambda_energy": self.lambda_energy}

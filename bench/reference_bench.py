@@ -1,0 +1,142 @@
+"""Section ``reference``: our vanilla and CT epochs against a plain-PyTorch loop (issue 13).
+
+The plain loop is what a user would write by hand: the same model (built by
+``ct_lightning.models.build_model`` from the same seed), the same batch size, Adam with the
+same learning rate, the same data order (``torch.randperm`` from a generator seeded like the
+data module's, which is what ``DataLoader(shuffle=True, generator=...)`` draws), and a forward
+pass over the validation split each epoch. Our epochs are measured as users run them: a
+``train()`` run of ``ct_lightning.experiment.train`` with validation, both checkpoint callbacks
+and MLflow logging into a temporary SQLite store. The three are interleaved (plain, vanilla,
+full, plain, ...) so that a change in the machine's load hits all of them alike; an epoch is
+timed from one ``on_train_epoch_start`` to the next (the last one to ``on_train_end``), and the
+first epoch of every run is a warm-up that is left out.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from bench.common import Clock, median, sync
+
+# CT epoch ≤ TARGET × plain epoch (issue 13); vanilla ≤ 1.2× everywhere.
+CT_TARGETS = {"circles": 1.5, "adult": 2.0, "mnist": 4.0, "mnist-cnn": 3.0}
+VANILLA_TARGET = 1.2
+
+
+def _settings(datamodule, overrides: dict) -> dict:
+    from ct_lightning.experiment.settings import DATA_DEFAULT_KEYS, DEFAULTS
+
+    return {**DEFAULTS, **{k: v for k, v in datamodule.ct_defaults.items() if k in DATA_DEFAULT_KEYS}, **overrides}
+
+
+def plain_epochs(datamodule, architecture: str, epochs: int, device: torch.device, seed: int = 0) -> list:
+    """Wall/CPU seconds of each epoch of the hand-written loop (train + validation forward)."""
+    from ct_lightning.models import build_model
+
+    config = _settings(datamodule, {})
+    torch.manual_seed(seed)
+    model = build_model(architecture, datamodule.n_features, datamodule.n_classes,
+                        list(config.get("hidden_sizes") or [32]), config.get("activation") or "relu").to(device)
+    optimiser = torch.optim.Adam(model.parameters(), lr=config["lr"])
+    x, y = datamodule.x_train.to(device), datamodule.y_train.to(device)
+    x_val = datamodule.x_val.to(device)
+    batch = datamodule.batch_size
+    generator = torch.Generator().manual_seed(datamodule.seed)
+    times = []
+    for _ in range(epochs):
+        sync(device)
+        clock = Clock()
+        model.train()
+        order = torch.randperm(len(y), generator=generator).to(device)
+        for start in range(0, len(y), batch):
+            index = order[start:start + batch]
+            optimiser.zero_grad()
+            F.cross_entropy(model(x[index]), y[index]).backward()
+            optimiser.step()
+        model.eval()
+        with torch.no_grad():
+            for start in range(0, len(x_val), batch):
+                model(x_val[start:start + batch])
+        sync(device)
+        times.append(clock.read())
+    return times
+
+
+def our_epochs(data: str, objective: str, architecture: str, epochs: int, accelerator: str, store: Path,
+               seed: int = 0) -> list:
+    """Wall/CPU seconds of each epoch of a ``train()`` run (validation, checkpoints, MLflow included)."""
+    from bench.epoch_bench import EpochTimer
+    from ct_lightning.experiment.train import train
+
+    timer = EpochTimer()
+    train({"data": data, "objective": objective, "model": architecture, "max_epochs": epochs, "seed": seed,
+           "accelerator": accelerator, "progress": False, "tracking_uri": f"sqlite:///{store / 'mlflow.db'}",
+           "experiment": "bench-reference"}, callbacks=[timer])
+    return timer.epochs
+
+
+def run_reference_section(name: str, datamodule, epochs: int, repeats: int, accelerator: str,
+                          architecture: str = "mlp", log=print) -> dict:
+    """Plain, vanilla and full runs interleaved ``repeats`` times; medians of the epochs after warm-up."""
+    from bench.common import pick_device
+
+    device = pick_device("cuda" if accelerator in ("gpu", "cuda") else
+                         "cpu" if accelerator == "cpu" else "auto")
+    for logger_name in ("mlflow", "alembic"):
+        logging.getLogger(logger_name).setLevel(logging.ERROR)
+    runs = {"plain": [], "vanilla": [], "full": []}
+    with tempfile.TemporaryDirectory(prefix="ct-bench-reference-") as folder:
+        store = Path(folder)
+        for _ in range(repeats):
+            runs["plain"].append(plain_epochs(datamodule, architecture, epochs, device))
+            for objective in ("vanilla", "full"):
+                runs[objective].append(our_epochs(name, objective, architecture, epochs, accelerator, store))
+    out = {"architecture": architecture, "epochs": epochs, "repeats": repeats, "batch_size": datamodule.batch_size,
+           "n_train": len(datamodule.y_train), "n_val": len(datamodule.y_val)}
+    for key, values in runs.items():
+        measured = [e for run in values for e in run[1:]]
+        out[key] = {"epoch_s": median(w for w, _ in measured), "epoch_cpu_s": median(c for _, c in measured),
+                    "epochs_s": [w for w, _ in measured]}
+    plain = out["plain"]
+    label = name if architecture == "mlp" else f"{name}-{architecture}"
+    ct_target = CT_TARGETS.get(label)
+    for key, target in (("vanilla", VANILLA_TARGET), ("full", ct_target)):
+        ratio = out[key]["epoch_s"] / plain["epoch_s"]
+        ratio_cpu = out[key]["epoch_cpu_s"] / plain["epoch_cpu_s"]
+        out[key].update({"ratio": ratio, "ratio_cpu": ratio_cpu, "target": target,
+                         "met": None if target is None else ratio_cpu <= target})
+    log(f"  plain {plain['epoch_s']:.3f} s  vanilla {out['vanilla']['epoch_s']:.3f} s "
+        f"(×{out['vanilla']['ratio']:.2f}, CPU ×{out['vanilla']['ratio_cpu']:.2f})  full {out['full']['epoch_s']:.3f} s "
+        f"(×{out['full']['ratio']:.2f}, CPU ×{out['full']['ratio_cpu']:.2f})")
+    return out
+
+
+def protocol_time(name: str, datamodule, device: torch.device, log=print, n_runs: int | None = None) -> dict:
+    """Wall/CPU seconds of the evaluation protocol (``--protocol reference``: 100 runs × the set's individuals ×
+    5 λ_egy, T = 50) for one briefly trained MLP, robust accuracy included."""
+    from bench.common import train_vanilla
+    from ct_lightning.evaluation.protocol import EvaluationConfig, evaluate_model, protocol_settings, \
+        reference_individuals
+
+    model, _ = train_vanilla(datamodule, epochs=1, device=device)
+    settings = {**protocol_settings("reference"), **({"n_runs": n_runs} if n_runs else {})}
+    config = EvaluationConfig(**settings, n_individuals=reference_individuals(name))
+    lower, upper = datamodule.domain(3.0)
+    sync(device)
+    clock = Clock()
+    evaluate_model(model, datamodule.x_test.to(device), datamodule.y_test.to(device), datamodule.n_classes, config,
+                   lower=lower.to(device), upper=upper.to(device), x_train=datamodule.x_train.to(device),
+                   y_train=datamodule.y_train.to(device), data_name=name)
+    sync(device)
+    wall, cpu = clock.read()
+    out = {"data": name, "n_runs": config.n_runs, "n_individuals": config.n_individuals,
+           "lambda_energies": list(config.lambda_energies), "max_steps": config.max_steps, "wall_s": wall, "cpu_s": cpu,
+           "device": str(device)}
+    log(f"[protocol] {name}: {config.n_runs} runs × {config.n_individuals} individuals × "
+        f"{len(config.lambda_energies)} λ, T = {config.max_steps}: {wall:.1f} s (CPU {cpu:.1f} s)")
+    return out

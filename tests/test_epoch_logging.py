@@ -1,0 +1,169 @@
+"""The fast epoch (loss terms summed on the device and logged once per epoch, batches sliced from the
+tensors) logs the same values as the previous implementation, kept here as the reference: one
+``self.log`` per term and step, a torchmetrics accuracy, and a DataLoader that collates sample by sample."""
+
+import lightning as L
+import pytest
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader, TensorDataset
+from torchmetrics.classification import MulticlassAccuracy
+
+from ct_lightning import CTModule
+from ct_lightning.losses import adversarial_loss, contrastive_divergence, energy_ridge
+from datamodules import get_datamodule
+
+
+class ReferenceCTModule(CTModule):
+    """CTModule's training step and logging as they were before the per-epoch accumulation."""
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.reference_acc = MulticlassAccuracy(self.hparams.n_classes, average="micro")
+        self.reference_val_acc = MulticlassAccuracy(self.hparams.n_classes, average="micro")
+        self.reference_test_acc = MulticlassAccuracy(self.hparams.n_classes, average="micro")
+
+    def training_step(self, batch, batch_idx):
+        hp = self.hparams
+        x, y = batch[0], batch[1]
+        if not self.uses_counterfactuals:
+            logits = self.model(x)
+            clf = F.cross_entropy(logits, y)
+            zero = clf.detach() * 0.0
+            terms = {"clf": clf, "div": zero, "ridge": zero, "adv": zero}
+            loss = hp.lambda_clf * clf
+        else:
+            pool = self._pool_for_step(batch_idx)
+            m = len(pool)
+            logits = self.model(torch.cat([x, pool.x_pos, pool.x_neg, pool.nascent]))
+            logits, logits_pos, logits_neg, logits_adv = logits.split([len(x), m, m, m])
+            clf = F.cross_entropy(logits, y)
+            div = contrastive_divergence(logits_pos, logits_neg, pool.target)
+            ridge = energy_ridge(logits_pos, logits_neg, pool.target)
+            adv = adversarial_loss(logits_adv, pool.labels)
+            if not self.uses_energy:
+                div, ridge = div.detach() * 0.0, ridge.detach() * 0.0
+            if not self.uses_adversarial:
+                adv = adv.detach() * 0.0
+            terms = {"clf": clf, "div": div, "ridge": ridge, "adv": adv}
+            loss = hp.lambda_clf * clf + hp.lambda_div * div + hp.lambda_reg * ridge + hp.lambda_adv * adv
+        self.reference_acc(logits.detach(), y)
+        self.log("train/loss", loss, on_step=False, on_epoch=True, prog_bar=True, batch_size=len(y))
+        for name, value in terms.items():
+            self.log(f"train/{name}", value, on_step=False, on_epoch=True, batch_size=len(y))
+        self.log("train/acc", self.reference_acc, on_step=False, on_epoch=True)
+        self.log("train/ct_active", float(self.uses_counterfactuals), on_step=False, on_epoch=True)
+        return loss
+
+    def on_train_epoch_end(self):
+        pass
+
+    def _reference_eval_step(self, batch, stage, metric):
+        x, y = batch[0], batch[1]
+        logits = self.model(x)
+        self.log(f"{stage}/loss", F.cross_entropy(logits, y), prog_bar=stage == "val", batch_size=len(y))
+        metric(logits, y)
+        self.log(f"{stage}/acc", metric, prog_bar=stage == "val")
+
+    def validation_step(self, batch, batch_idx):
+        self._reference_eval_step(batch, "val", self.reference_val_acc)
+
+    def on_validation_epoch_end(self):
+        pass
+
+    def test_step(self, batch, batch_idx):
+        self._reference_eval_step(batch, "test", self.reference_test_acc)
+
+    def on_test_epoch_end(self):
+        pass
+
+
+CLOCK_READINGS = {"train/cf_search_seconds"}  # wall time: differs between any two runs
+
+
+def reference_loader(datamodule):
+    """The previous training loader: per-sample fetch and default collation."""
+    generator = torch.Generator().manual_seed(datamodule.seed)
+    return DataLoader(TensorDataset(datamodule.x_train, datamodule.y_train), batch_size=datamodule.batch_size,
+                      shuffle=True, generator=generator)
+
+
+class RecordingLogger(L.pytorch.loggers.logger.Logger):
+    """A real Lightning logger that keeps every logged value in memory."""
+
+    def __init__(self):
+        super().__init__()
+        self.rows = []
+
+    @property
+    def name(self):
+        return "recording"
+
+    @property
+    def version(self):
+        return 0
+
+    def log_hyperparams(self, params, *args, **kwargs):
+        pass
+
+    def log_metrics(self, metrics, step=None):
+        self.rows.append((step, {k: float(v) for k, v in metrics.items()}))
+
+
+def fit(module_class, datamodule, loader, objective, pool, epochs=3):
+    L.seed_everything(0, verbose=False)
+    module = module_class(n_features=2, n_classes=2, objective=objective, pool=pool, nce=90, seed=0)
+    logger = RecordingLogger()
+    trainer = L.Trainer(max_epochs=epochs, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu", limit_train_batches=8, limit_val_batches=2,
+                        num_sanity_val_steps=2, log_every_n_steps=1)
+    datamodule.setup()
+    trainer.fit(module, train_dataloaders=loader(datamodule), val_dataloaders=datamodule.val_dataloader())
+    metrics = dict(trainer.callback_metrics)
+    trainer.test(module, dataloaders=datamodule.test_dataloader(), verbose=False)
+    return logger.rows, {**metrics, **trainer.callback_metrics}
+
+
+@pytest.mark.parametrize("objective,pool", [("full", "epoch"), ("vanilla", "epoch"), ("adversarial", "step")])
+def test_logged_epoch_metrics_match_the_previous_implementation(objective, pool):
+    datamodule = get_datamodule("circles")
+    rows, final = fit(CTModule, datamodule, lambda dm: dm.train_dataloader(), objective, pool)
+    reference_rows, reference_final = fit(ReferenceCTModule, datamodule, reference_loader, objective, pool)
+
+    def by_step(table):
+        merged = {}
+        for step, values in table:
+            merged.setdefault(step, {}).update(values)
+        return merged
+
+    new, old = by_step(rows), by_step(reference_rows)
+    assert new.keys() == old.keys()
+    train_keys = {"train/loss", "train/clf", "train/div", "train/ridge", "train/adv", "train/acc", "train/ct_active",
+                  "val/loss", "val/acc", "test/loss", "test/acc"}
+    for step in old:
+        assert new[step].keys() == old[step].keys(), step
+        for key, value in old[step].items():
+            if key in CLOCK_READINGS:
+                continue
+            assert new[step][key] == pytest.approx(value, rel=1e-6, abs=1e-7), (step, key)
+    assert train_keys <= set().union(*(values.keys() for values in old.values()))
+    assert set(final) == set(reference_final)
+    for key in set(reference_final) - CLOCK_READINGS:
+        assert float(final[key]) == pytest.approx(float(reference_final[key]), rel=1e-6, abs=1e-7), key
+    if objective == "full":
+        assert float(final["train/adv"]) > 0.0 and float(final["train/ct_active"]) == 1.0
+        assert float(final["train/loss"]) != float(final["train/clf"])
+
+
+def test_indexed_loader_yields_the_same_batches_as_per_sample_collation():
+    datamodule = get_datamodule("circles", batch_size=70)
+    datamodule.setup()
+    new_loader, old_loader = datamodule.train_dataloader(), reference_loader(datamodule)
+    epochs = []
+    for _ in range(2):  # the seeded generator reshuffles every epoch, identically in both loaders
+        new, old = list(new_loader), list(old_loader)
+        assert len(new) == len(old) == -(-len(datamodule.y_train) // 70)
+        for (x, y), (x_ref, y_ref) in zip(new, old):
+            assert torch.equal(x, x_ref) and torch.equal(y, y_ref)
+        epochs.append(torch.cat([y for _, y in new]))
+    assert not torch.equal(epochs[0], epochs[1])

@@ -1,0 +1,61 @@
+"""The GPU path: training, the search and the evaluation protocol on CUDA. Skipped without a GPU."""
+
+import lightning as L
+import pytest
+import torch
+
+from ct_lightning import CTModule
+from ct_lightning.generators import ECCo
+from ct_lightning.generators.search import search_counterfactuals
+from datamodules import get_datamodule
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device")
+
+
+@pytest.fixture(scope="module")
+def circles():
+    datamodule = get_datamodule("circles")
+    datamodule.setup()
+    return datamodule
+
+
+def test_ct_training_runs_on_the_gpu(circles):
+    L.seed_everything(0, verbose=False)
+    module = CTModule(n_features=2, n_classes=2, objective="full", nce=120, **{"tau": 0.5, "lambda_reg": 0.5})
+    trainer = L.Trainer(max_epochs=2, accelerator="gpu", devices=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_train_batches=10,
+                        limit_val_batches=2)
+    trainer.fit(module, circles)
+    assert next(module.model.parameters()).is_cuda and module.x_train.is_cuda
+    metrics = trainer.callback_metrics
+    for key in ("train/loss", "train/div", "train/acc", "val/acc", "train/cf_converged"):
+        assert torch.isfinite(torch.as_tensor(metrics[key])), key
+
+
+def test_search_on_the_gpu_matches_the_cpu_search(circles):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2)).eval()
+    x = circles.x_train[:500]
+    target = torch.randint(2, (500,), generator=torch.Generator().manual_seed(1))
+    lower, upper = circles.domain(3.0)
+    cpu = search_counterfactuals(model, x, target, ECCo(), 0.75, 30, 0.3, None, lower, upper)
+    gpu = search_counterfactuals(model.cuda(), x.cuda(), target.cuda(), ECCo(), 0.75, 30, 0.3, None,
+                                 lower.cuda(), upper.cuda())
+    assert gpu.counterfactual.is_cuda
+    assert (gpu.converged.cpu() == cpu.converged).float().mean() > 0.99
+    agree = gpu.steps.cpu() == cpu.steps
+    torch.testing.assert_close(gpu.counterfactual.cpu()[agree], cpu.counterfactual[agree], rtol=1e-4, atol=1e-4)
+
+
+def test_the_masked_search_makes_no_host_sync_inside_a_step(circles):
+    model = torch.nn.Sequential(torch.nn.Linear(2, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2)).cuda().eval()
+    x = circles.x_train[:200].cuda()
+    target = torch.randint(2, (200,), device="cuda")
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        with pytest.raises(RuntimeError, match="synchroniz"):
+            # check_every=1: the one permitted sync (the early-stop check) happens at the first step
+            search_counterfactuals(model, x, target, ECCo(), 1.0, 3, 0.3, check_every=1)
+        search_counterfactuals(model, x, target, ECCo(), 1.0, 3, 0.3, check_every=100)  # no check: no sync
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
