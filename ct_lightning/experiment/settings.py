@@ -89,6 +89,8 @@ class Setting:
         kind = {int: "int", float: "float", csv_ints: "ints"}.get(self.type, "str")
         if self.action in ("store_true", "store_false"):
             kind = "bool"
+        elif self.name == "immutable":
+            kind = "names"
         return Rule(kind, self.low, self.high, self.low_open, self.high_open, self.choices,
                     lower=self.name == "data", nonempty=self.name in ("tracking_uri", "experiment"))
 
@@ -125,13 +127,6 @@ def _check_mutability(value, option: str) -> None:
             raise InputError(option, value, allowed, f"{item!r} is not FEATURE=KIND")
 
 
-def _check_immutable(value, option: str) -> None:
-    if isinstance(value, str):
-        value = [part.strip() for part in value.split(",") if part.strip()]
-    if not (isinstance(value, list) and all(isinstance(v, str) and v.strip() for v in value)):
-        raise InputError(option, value, "comma-separated feature names")
-
-
 def _check_model(value, option: str) -> None:
     if value not in ("mlp", "cnn") and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
         raise InputError(option, value, "mlp, cnn or package.module:factory")
@@ -145,7 +140,7 @@ def _check_generator_options(value, option: str) -> None:
 
 
 EXTRA_CHECKS: dict[str, Callable[[Any, str], None]] = {
-    "mutability": _check_mutability, "immutable": _check_immutable, "model": _check_model,
+    "mutability": _check_mutability, "model": _check_model,
     "generator_options": _check_generator_options}
 
 

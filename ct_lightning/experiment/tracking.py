@@ -33,7 +33,7 @@ def local_store_dir(tracking_uri: str) -> Path:
 
 def ui_command(tracking_uri: str) -> str:
     """The shell command that opens the MLflow UI on ``tracking_uri``."""
-    return f"mlflow ui --backend-store-uri {tracking_uri} --port 5000"
+    return f"{mlflow_executable()} ui --backend-store-uri {tracking_uri} --port 5000"
 
 
 def run_url(experiment_id: str, run_id: str, port: int = 5000) -> str:

@@ -95,7 +95,8 @@ class Rule:
         if self.options() is not None:
             return "one of " + ", ".join(map(str, self.options()))
         noun = {"int": "an integer", "float": "a finite number", "ints": "comma-separated integers",
-                "floats": "comma-separated finite numbers", "bool": "true or false"}.get(self.kind, "a text")
+                "floats": "comma-separated finite numbers", "bool": "true or false",
+                "names": "comma-separated names"}.get(self.kind, "a text")
         if self.nonempty and self.kind == "str":
             noun = "a non-empty text"
         low, high = _number(self.low), _number(self.high)
@@ -139,7 +140,12 @@ class Rule:
         if value is None:
             return None
         try:
-            if self.kind in ("ints", "floats"):
+            if self.kind == "names":
+                items = value.split(",") if isinstance(value, str) else value
+                if not isinstance(items, (list, tuple)) or not all(isinstance(i, str) for i in items):
+                    raise ValueError
+                value = [i.strip() for i in items if i.strip()]
+            elif self.kind in ("ints", "floats"):
                 items = value.split(",") if isinstance(value, str) else value
                 if not isinstance(items, (list, tuple)):
                     raise ValueError
