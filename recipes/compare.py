@@ -18,10 +18,10 @@ so an interrupted reproduction loses at most the models in progress. Rows are wr
 their four models are evaluated.
 
 Examples:
-  python recipes/compare.py --data all --jobs 2                        # all nine rows, the paper's budget
-  python recipes/compare.py --data ls,circles,moons,ol                 # the synthetic rows
-  python recipes/compare.py --data circles --max-epochs 5 --n-runs 1 --n-individuals 20
-  python recipes/compare.py --data circles --bl-run-id ID1 --ct-run-id ID2 --no-actionability
+  .venv/bin/python recipes/compare.py --data all --jobs 2                        # all nine rows, the paper's budget
+  .venv/bin/python recipes/compare.py --data ls,circles,moons,ol                 # the synthetic rows
+  .venv/bin/python recipes/compare.py --data circles --max-epochs 5 --n-runs 1 --n-individuals 20
+  .venv/bin/python recipes/compare.py --data circles --bl-run-id ID1 --ct-run-id ID2 --no-actionability
 """
 
 from __future__ import annotations

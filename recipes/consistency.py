@@ -8,10 +8,10 @@ rate is the share of valid counterfactuals whose predicted class changes on the 
 The N related models are trained without logging; the summary goes to one MLflow run.
 
 Examples:
-  python recipes/consistency.py --data moons                       # RS, N = 5, 10 epochs
-  python recipes/consistency.py --data moons --mode loo --summary-json loo.json
-  python recipes/consistency.py --data adult --n-models 5 --max-epochs 5
-  python recipes/consistency.py --data moons --n-models 100 --max-epochs 100   # the paper's N
+  .venv/bin/python recipes/consistency.py --data moons                       # RS, N = 5, 10 epochs
+  .venv/bin/python recipes/consistency.py --data moons --mode loo --summary-json loo.json
+  .venv/bin/python recipes/consistency.py --data adult --n-models 5 --max-epochs 5
+  .venv/bin/python recipes/consistency.py --data moons --n-models 100 --max-epochs 100   # the paper's N
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.preflight import apply_threads, threads_for
-from ct_lightning.experiment.settings import ACCELERATORS, add_arguments
+from ct_lightning.experiment.settings import ACCELERATORS, add_arguments, datasets_and_aliases
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
                                               check_tracking_reachable, store_location, write_json_atomic)
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, Parser, Rule, InputError, check_accelerator,
@@ -45,7 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/consistency.py``."""
     d = argparse.Namespace(**catalogue.class_defaults(CONSISTENCY, "ConsistencyConfig"))
     parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=d.data, type=Rule(choices=lambda: list(catalogue.datasets()), lower=True).argtype(), help="data set (default %(default)s)")
+    parser.add_argument("--data", default=d.data, type=Rule(choices=datasets_and_aliases, lower=True).argtype(), help="data set (default %(default)s)")
     parser.add_argument("--data-dir", help="folder with the raw data files (default: $CT_DATA_DIR)")
     parser.add_argument("--mode", choices=MODES, default=d.mode, help="rs: other seeds; loo: one training point left out (default %(default)s)")
     parser.add_argument("--n-models", type=_int(1), default=d.n_models, help="related models per kind (default %(default)s; the paper used 100)")

@@ -6,9 +6,9 @@ targets (λ_cst = 0.001, λ_egy ∈ {0.1, 0.5, 1, 5, 10}, η = 0.25, τ = 0.95, 
 eval/robust_acc, and the plots as artifacts under plots/.
 
 Examples:
-  python recipes/evaluate.py --run-id 1a6d42...                       # default local store
-  python recipes/evaluate.py --run-id 1a6d42... --protect --summary-json eval.json
-  python recipes/evaluate.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --n-runs 2
+  .venv/bin/python recipes/evaluate.py --run-id 1a6d42...                       # default local store
+  .venv/bin/python recipes/evaluate.py --run-id 1a6d42... --protect --summary-json eval.json
+  .venv/bin/python recipes/evaluate.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --n-runs 2
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from pathlib import Path
 from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.preflight import apply_threads, threads_for
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
-from ct_lightning.experiment.settings import add_arguments
+from ct_lightning.experiment.settings import add_arguments, datasets_and_aliases
 from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, anchor_tracking_uri, write_json_atomic
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, Parser, Rule, check_checkpoint_file, check_model_fits,
                                                 check_output_file, check_run_ids, check_writable_folder,
@@ -36,7 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow tracking URI (default %(default)s)")
     parser.add_argument("--which", choices=("last", "best"), default="last",
                         help="checkpoint of the run: last (end of training) or best val/acc (default %(default)s)")
-    parser.add_argument("--data", type=Rule(choices=lambda: list(catalogue.datasets()), lower=True).argtype(),
+    parser.add_argument("--data", type=Rule(choices=datasets_and_aliases, lower=True).argtype(),
                         help="data set, when it cannot be inferred from the run or checkpoint")
     parser.add_argument("--protect", action="store_true", help="make the data set's protected features immutable")
     parser.add_argument("--all-mutable", action="store_true", help="ignore the mutability constraints the model was trained with")

@@ -1,13 +1,13 @@
 """Train a classifier with counterfactual training (CT) and track it in MLflow.
 
 Examples:
-  python recipes/train.py                              # CT on the embedded circles data
-  python recipes/train.py --data moons --objective vanilla --max-epochs 20
-  python recipes/train.py --data ls --protect          # feature x1 immutable, as in the paper
-  python recipes/train.py --data adult --immutable age --mutability hours_per_week=increase
-  python recipes/train.py --config configs/adult.yaml --max-epochs 10
-  python recipes/train.py --data moons --from-checkpoint vanilla.ckpt --max-epochs 50   # fine-tune with CT
-  python recipes/train.py --resume                     # continue the newest interrupted run
+  .venv/bin/python recipes/train.py                              # CT on the embedded circles data
+  .venv/bin/python recipes/train.py --data moons --objective vanilla --max-epochs 20
+  .venv/bin/python recipes/train.py --data ls --protect          # feature x1 immutable, as in the paper
+  .venv/bin/python recipes/train.py --data adult --immutable age --mutability hours_per_week=increase
+  .venv/bin/python recipes/train.py --config configs/adult.yaml --max-epochs 10
+  .venv/bin/python recipes/train.py --data moons --from-checkpoint vanilla.ckpt --max-epochs 50   # fine-tune with CT
+  .venv/bin/python recipes/train.py --resume                     # continue the newest interrupted run
 """
 
 from __future__ import annotations

@@ -8,9 +8,9 @@ validity, side by side with a gradient search (ECCo by default) on the same fact
 Everything is logged to a new MLflow run tagged with the classifier's run id.
 
 Examples:
-  python recipes/train_generator.py --data moons --run-id 1a6d42...
-  python recipes/train_generator.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --variant gan
-  python recipes/train_generator.py --run-id 1a6d42... --max-epochs 50 --summary-json gen.json
+  .venv/bin/python recipes/train_generator.py --data moons --run-id 1a6d42...
+  .venv/bin/python recipes/train_generator.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --variant gan
+  .venv/bin/python recipes/train_generator.py --run-id 1a6d42... --max-epochs 50 --summary-json gen.json
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.preflight import apply_threads, threads_for
-from ct_lightning.experiment.settings import ACCELERATORS, add_arguments
+from ct_lightning.experiment.settings import ACCELERATORS, add_arguments, datasets_and_aliases
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
                                               check_tracking_reachable, run_url, store_location, ui_command,
                                               write_json_atomic)
@@ -47,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     source = parser.add_argument_group("classifier (one of)")
     source.add_argument("--run-id", help="MLflow run of recipes/train.py")
     source.add_argument("--checkpoint", help="a checkpoint file (config.json beside it, else pass --data)")
-    parser.add_argument("--data", type=Rule(choices=lambda: list(catalogue.datasets()), lower=True).argtype(), help="data set (default: the classifier's)")
+    parser.add_argument("--data", type=Rule(choices=datasets_and_aliases, lower=True).argtype(), help="data set (default: the classifier's)")
     parser.add_argument("--which", choices=("last", "best"), default="last", help="checkpoint of the run (default %(default)s)")
     parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow tracking URI (default %(default)s)")
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default %(default)s)")
