@@ -125,7 +125,8 @@ class Rule:
         elif kind == "float":
             if isinstance(value, bool):
                 raise ValueError
-            value = float(value) if isinstance(value, (int, float)) else float(str(value).strip())
+            # an int stays an int (Lightning reads limit_train_batches=5 as 5 batches, 5.0 as an error)
+            value = value if isinstance(value, (int, float)) else float(str(value).strip())
         elif kind == "bool":
             if not isinstance(value, bool):
                 raise ValueError
