@@ -101,3 +101,31 @@ def test_allowed_values_pass():
     validate_config({"max_epochs": 1, "burnin": 0.0, "tau": 1.0, "epsilon": 0.0, "lr": 1e-3, "objective": "full"})
     assert SETTINGS_BY_NAME["generator"].check("ecco") is None
     assert resolve_config({"data": "moons"})["tau"] == 0.9
+
+
+def test_threads_rule_and_start_up_line():
+    import torch
+
+    from ct_lightning.experiment.preflight import apply_threads, threads_for
+
+    assert threads_for(None) == 1 and threads_for(None, "mlp", "cpu") == 1
+    assert threads_for(None, "cnn") == 0 and threads_for(None, accelerator="gpu") == 0
+    assert threads_for(3, "cnn", "gpu") == 3 and threads_for(0) == 0
+    before = torch.get_num_threads()
+    try:
+        assert apply_threads(1) == "torch threads: 1 (--threads N to change; 0 = torch's default)"
+        assert torch.get_num_threads() == 1
+        assert apply_threads(0).startswith("torch threads: 1 (torch's default")  # 0 leaves the setting alone
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_default_store_is_anchored_to_an_absolute_path(tmp_path, monkeypatch):
+    from ct_lightning.experiment.tracking import anchor_tracking_uri, store_location
+
+    monkeypatch.chdir(tmp_path)
+    assert anchor_tracking_uri("sqlite:///mlruns/mlflow.db") == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    assert anchor_tracking_uri(f"sqlite:///{tmp_path}/x.db") == f"sqlite:///{tmp_path}/x.db"
+    assert anchor_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    assert store_location("sqlite:///mlruns/mlflow.db") == str(tmp_path / "mlruns" / "mlflow.db")
+    assert not (tmp_path / "mlruns").exists()

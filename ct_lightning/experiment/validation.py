@@ -279,7 +279,7 @@ def check_checkpoint_file(option: str, path: str | os.PathLike | None) -> None:
         head = handle.read(4)
     if not any(head.startswith(magic) for magic in CHECKPOINT_MAGIC):
         raise InputError(option, str(path), "a PyTorch checkpoint file (.ckpt/.pt written by torch.save)",
-                         "not a PyTorch checkpoint: it is neither a zip nor a pickle file")
+                         "not a readable PyTorch checkpoint: neither a zip nor a pickle file")
 
 
 def check_accelerator(option: str, accelerator: str | None) -> None:
