@@ -18,10 +18,10 @@ so an interrupted reproduction loses at most the models in progress. Rows are wr
 their four models are evaluated.
 
 Examples:
-  python recipes/compare.py --data all --jobs 2                        # all nine rows, the paper's budget
-  python recipes/compare.py --data ls,circles,moons,ol                 # the synthetic rows
-  python recipes/compare.py --data circles --max-epochs 5 --n-runs 1 --n-individuals 20
-  python recipes/compare.py --data circles --bl-run-id ID1 --ct-run-id ID2 --no-actionability
+  .venv/bin/python recipes/compare.py --data all --jobs 2                        # all nine rows, the paper's budget
+  .venv/bin/python recipes/compare.py --data ls,circles,moons,ol                 # the synthetic rows
+  .venv/bin/python recipes/compare.py --data circles --max-epochs 5 --n-runs 1 --n-individuals 20
+  .venv/bin/python recipes/compare.py --data circles --bl-run-id ID1 --ct-run-id ID2 --no-actionability
 """
 
 from __future__ import annotations
@@ -33,22 +33,16 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-import torch
-
-from ct_lightning.evaluation import evaluation_constraints
-from ct_lightning.evaluation.compare import compare_evaluations, markdown_table, table_row, write_csv
-from ct_lightning.evaluation.paper import beside_paper_table, table3_beside_paper
-from ct_lightning.evaluation.plots import (evaluation_figures, figure2_panels, is_image_data, metric_history,
-                                          plot_figure2, plot_robust_accuracy_panels)
+from ct_lightning.experiment import catalogue
+from ct_lightning.experiment.preflight import apply_threads, threads_for
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
-from ct_lightning.experiment.reproduce import (ROLES, Task, find_evaluation, find_or_create_parent,
-                                               SYNTHETIC, role_training_overrides, run_tasks, stable_key,
-                                               training_key)
-from ct_lightning.experiment.runs import build_data, load_run
-from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store,
-                                              write_json_atomic, write_text_atomic)
-from datamodules import available, canonical_name
+from ct_lightning.experiment.settings import add_arguments
+from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
+                                              check_tracking_reachable, store_location)
+from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_output_file,
+                                                check_run_ids, check_writable_folder, exit_on_error)
 
+ROLES = catalogue.constant("ct_lightning.experiment.reproduce", "ROLES")  # (role, objective, protected)
 LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
 
 
@@ -58,21 +52,22 @@ def _csv_list(text: str | None) -> list[str]:
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/compare.py``."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--data", required=True,
-                        help=f"data set(s), comma-separated, or all: {', '.join(available())}")
-    parser.add_argument("--jobs", type=int, default=1,
+                        help=f"data set(s), comma-separated, or all: {', '.join(catalogue.available_datasets())}")
+    parser.add_argument("--jobs", type=Rule("int", low=1).argtype(), default=1,
                         help="train and evaluate this many models at once in separate processes (default %(default)s)")
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads per process (default %(default)s: best for the paper's small models)")
+    add_arguments(parser, ["threads"])
     budget = parser.add_argument_group("training")
-    budget.add_argument("--max-epochs", type=int, default=100, help="training epochs (default %(default)s)")
-    budget.add_argument("--seed", type=int, default=0, help="training seed, the same for BL and CT (default %(default)s)")
-    budget.add_argument("--nce", type=int, help="counterfactuals per epoch for CT [Table 2]")
-    budget.add_argument("--search-lr", type=float,
+    budget.add_argument("--max-epochs", type=Rule("int", low=1).argtype(), default=100,
+                        help="training epochs (default %(default)s)")
+    budget.add_argument("--seed", type=Rule("int", low=0).argtype(), default=0,
+                        help="training seed, the same for BL and CT (default %(default)s)")
+    budget.add_argument("--nce", type=Rule("int", low=1).argtype(), help="counterfactuals per epoch for CT [Table 2]")
+    budget.add_argument("--search-lr", type=Rule("float", low=0.0, low_open=True).argtype(),
                         help="SGD step size η of the training-time search (default: 0.1 with --protocol "
                              "reference, as the authors' code ran; train.py's 0.25 with --protocol paper)")
-    budget.add_argument("--limit-train-batches", type=float, help="Lightning limit_train_batches (quick runs)")
+    budget.add_argument("--limit-train-batches", type=Rule("float", low=0.0).argtype(), help="Lightning limit_train_batches (quick runs)")
     budget.add_argument("--data-dir", help="folder with the raw data files of the real data sets")
     reuse = parser.add_argument_group("reuse trained runs (comma-separated, aligned with --data; empty = train)")
     for key, _, _ in ROLES:
@@ -80,8 +75,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-actionability", dest="actionability", action="store_false",
                         help="skip the protected pair (no cost column)")
     stats = parser.add_argument_group("bootstrap")
-    stats.add_argument("--n-boot", type=int, default=100, help="bootstrap rounds (default %(default)s)")
-    stats.add_argument("--confidence", type=float, default=0.99, help="confidence of the interval (default %(default)s)")
+    stats.add_argument("--n-boot", type=Rule("int", low=1).argtype(), default=100, help="bootstrap rounds (default %(default)s)")
+    stats.add_argument("--confidence", type=Rule("float", 0.0, 1.0, True, True).argtype(), default=0.99, help="confidence of the interval (default %(default)s)")
     stats.add_argument("--statistic", choices=("runs", "bootstrap"),
                        help="runs: per-run ratios and the quantile interval of per-run differences (the authors' "
                             "code; default with --protocol reference); bootstrap: pooled per-sample bootstrap "
@@ -100,12 +95,20 @@ def _resolve_names(text: str) -> list[str]:
     """``all`` or a comma-separated list of data set names, canonicalised."""
     parts = _csv_list(text)
     if parts == ["all"]:
-        return list(dict.fromkeys(canonical_name(name) for name in available()))
-    return [canonical_name(name) for name in parts if name]
+        return catalogue.available_datasets()
+    names = []
+    for name in filter(None, parts):
+        if catalogue.canonical_dataset(name) is None:
+            raise InputError("--data", name, "comma-separated names from " + ", ".join(catalogue.available_datasets())
+                             + ", or all")
+        names.append(catalogue.canonical_dataset(name))
+    return names
 
 
 def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, parent: str | None) -> list[Task]:
     """One task per data set and role, with the shared training budget and evaluation protocol."""
+    from ct_lightning.experiment.reproduce import Task, role_training_overrides  # noqa: PLC0415 - heavy
+
     training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "search_lr": args.search_lr,
                 "data_dir": args.data_dir,
                 "limit_train_batches": args.limit_train_batches}
@@ -118,13 +121,21 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
             given = {k: v for k, v in training.items() if v is not None}  # explicit flags beat the preset
             role_training = {**role_training_overrides(args.protocol, data, role), **given}
             tasks.append(Task(data, role, objective, protected, role_training, protocol, args.tracking_uri,
-                              args.experiment, parent, (ids[i] or None) if ids else None, args.threads))
+                              args.experiment, parent, (ids[i] or None) if ids else None,
+                              threads_for(args.threads)))
     return tasks
 
 
 def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, client, parent: str,
                  out_dir: Path) -> tuple[dict, list]:
     """Compare the evaluated models of one data set; returns the Table 1 row and plot paths."""
+    from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
+    from ct_lightning.evaluation.compare import compare_evaluations, table_row  # noqa: PLC0415
+    from ct_lightning.evaluation.plots import (evaluation_figures, figure2_panels, is_image_data,  # noqa: PLC0415
+                                               metric_history, plot_figure2)
+    from ct_lightning.experiment.reproduce import find_evaluation  # noqa: PLC0415
+    from ct_lightning.experiment.runs import build_data, load_run  # noqa: PLC0415
+
     entries, summaries, results = {}, {}, {}
     datamodule = None
     for task in (t for t in tasks if t.data == data):
@@ -168,6 +179,10 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
 
 def _write_outputs(rows: list[dict], plots: list, args, client, parent: str, command: str, out_dir: Path,
                    final: bool) -> dict:
+    from ct_lightning.evaluation.compare import markdown_table, write_csv  # noqa: PLC0415 - heavy
+    from ct_lightning.evaluation.paper import beside_paper_table, table3_beside_paper  # noqa: PLC0415
+    from ct_lightning.experiment.tracking import write_json_atomic, write_text_atomic  # noqa: PLC0415
+
     table = markdown_table(rows)
     summary = {"parent_run_id": parent, "tracking_uri": args.tracking_uri, "command": command, "complete": final,
                "protocol": args.protocol, "statistic": args.statistic or ("runs" if args.protocol == "reference"
@@ -190,28 +205,38 @@ def _write_outputs(rows: list[dict], plots: list, args, client, parent: str, com
 
 def main(argv: list[str] | None = None) -> dict:
     """Train or reuse, evaluate, compare; print and save the table; log everything to a parent run."""
-    from mlflow.tracking import MlflowClient
-
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.limit_train_batches is not None and float(args.limit_train_batches).is_integer() \
             and args.limit_train_batches >= 1:
         args.limit_train_batches = int(args.limit_train_batches)
+    args.tracking_uri = anchor_tracking_uri(args.tracking_uri)
     try:
         names = _resolve_names(args.data)
         if not names:
-            raise ValueError("data: give at least one data set, or all")
-        if args.jobs < 1:
-            raise ValueError(f"jobs: must be at least 1, got {args.jobs}")
+            raise InputError("--data", args.data, "comma-separated data set names, or all")
         reuse_lists = {key: _csv_list(getattr(args, f"{key}_run_id")) for key, _, _ in ROLES}
         for key, ids in reuse_lists.items():
             if ids and len(ids) != len(names):
-                raise ValueError(f"--{key.replace('_', '-')}-run-id: give one id per data set ({len(names)}), "
-                                 f"empty entries to train")
-        for name in names:
-            protocol_config(args, name)
-    except ValueError as error:
-        sys.exit(f"error: {error}")
-    torch.set_num_threads(max(1, args.threads))
+                raise InputError(f"--{key.replace('_', '-')}-run-id", ",".join(ids),
+                                 f"one id per data set ({len(names)}), empty entries to train")
+        check_tracking_reachable(args.tracking_uri)
+        check_writable_folder("--out-dir", args.out_dir)
+        check_output_file("--summary-json", args.summary_json)
+        for key, ids in reuse_lists.items():
+            check_run_ids(f"--{key.replace('_', '-')}-run-id", ids, args.tracking_uri)
+    except KNOWN_ERRORS as error:
+        exit_on_error(error, parser)
+    print(f"MLflow store: {store_location(args.tracking_uri)}", flush=True)
+    print(apply_threads(threads_for(args.threads)), flush=True)
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415 - heavy: only after the checks
+
+    from ct_lightning.evaluation.plots import plot_robust_accuracy_panels  # noqa: PLC0415
+    from ct_lightning.experiment.reproduce import SYNTHETIC  # noqa: PLC0415
+    from ct_lightning.experiment.reproduce import (find_or_create_parent, run_tasks, stable_key,  # noqa: PLC0415
+                                                   training_key)
+    from ct_lightning.experiment.tracking import prepare_store  # noqa: PLC0415
+
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     artifact_location = prepare_store(args.tracking_uri)
@@ -223,7 +248,7 @@ def main(argv: list[str] | None = None) -> dict:
     parent = find_or_create_parent(client, args.experiment, artifact_location, reproduction_key,
                                    f"compare {','.join(names)}")
     tasks = build_tasks(names, reuse_lists, args, parent)
-    command = "python recipes/compare.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    command = f"{sys.executable} recipes/compare.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     client.log_param(parent, "data", ",".join(names))
     for key in ("max_epochs", "seed", "protocol", "n_boot", "confidence"):
         client.log_param(parent, key, getattr(args, key))

@@ -8,61 +8,79 @@ rate is the share of valid counterfactuals whose predicted class changes on the 
 The N related models are trained without logging; the summary goes to one MLflow run.
 
 Examples:
-  python recipes/consistency.py --data moons                       # RS, N = 5, 10 epochs
-  python recipes/consistency.py --data moons --mode loo --summary-json loo.json
-  python recipes/consistency.py --data adult --n-models 5 --max-epochs 5
-  python recipes/consistency.py --data moons --n-models 100 --max-epochs 100   # the paper's N
+  .venv/bin/python recipes/consistency.py --data moons                       # RS, N = 5, 10 epochs
+  .venv/bin/python recipes/consistency.py --data moons --mode loo --summary-json loo.json
+  .venv/bin/python recipes/consistency.py --data adult --n-models 5 --max-epochs 5
+  .venv/bin/python recipes/consistency.py --data moons --n-models 100 --max-epochs 100   # the paper's N
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-from ct_lightning.experiment.consistency import KINDS, MODES, ConsistencyConfig, flat_metrics, run_consistency
-from ct_lightning.experiment.tracking import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store, write_json_atomic
-from ct_lightning.generators import GENERATORS
+from ct_lightning.experiment import catalogue
+from ct_lightning.experiment.preflight import apply_threads, threads_for
+from ct_lightning.experiment.settings import ACCELERATORS, add_arguments, datasets_and_aliases
+from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
+                                              check_tracking_reachable, store_location, write_json_atomic)
+from ct_lightning.experiment.validation import (KNOWN_ERRORS, Parser, Rule, InputError, check_accelerator,
+                                                check_output_file, exit_on_error)
+
+CONSISTENCY = "ct_lightning.experiment.consistency"  # read without importing torch (see catalogue)
+KINDS = catalogue.constant(CONSISTENCY, "KINDS")
+MODES = catalogue.constant(CONSISTENCY, "MODES")
+
+
+def _int(low: int):
+    return Rule("int", low=low).argtype()
+
+
+def _float(low: float | None = None, high: float | None = None, low_open: bool = False):
+    return Rule("float", low, high, low_open).argtype()
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/consistency.py``."""
-    d = ConsistencyConfig()
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--data", default=d.data, help="data set (default %(default)s)")
+    d = argparse.Namespace(**catalogue.class_defaults(CONSISTENCY, "ConsistencyConfig"))
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--data", default=d.data, type=Rule(choices=datasets_and_aliases, lower=True).argtype(), help="data set (default %(default)s)")
     parser.add_argument("--data-dir", help="folder with the raw data files (default: $CT_DATA_DIR)")
     parser.add_argument("--mode", choices=MODES, default=d.mode, help="rs: other seeds; loo: one training point left out (default %(default)s)")
-    parser.add_argument("--n-models", type=int, default=d.n_models, help="related models per kind (default %(default)s; the paper used 100)")
+    parser.add_argument("--n-models", type=_int(1), default=d.n_models, help="related models per kind (default %(default)s; the paper used 100)")
     parser.add_argument("--kinds", default=",".join(d.kinds), help=f"model kinds, from {','.join(KINDS)} (default %(default)s)")
-    parser.add_argument("--max-epochs", type=int, default=d.max_epochs, help="training epochs per model (default %(default)s)")
-    parser.add_argument("--seed", type=int, default=d.seed, help="seed of the base models (default %(default)s)")
-    parser.add_argument("--nce", type=int, help="counterfactuals per CT epoch [Table 2]")
-    parser.add_argument("--batch-size", type=int, help="training batch size [Table 2]")
-    parser.add_argument("--limit-train-batches", type=float, help="Lightning limit_train_batches (quick runs)")
+    parser.add_argument("--max-epochs", type=_int(1), default=d.max_epochs, help="training epochs per model (default %(default)s)")
+    parser.add_argument("--seed", type=_int(0), default=d.seed, help="seed of the base models (default %(default)s)")
+    parser.add_argument("--nce", type=_int(1), help="counterfactuals per CT epoch [Table 2]")
+    parser.add_argument("--batch-size", type=_int(1), help="training batch size [Table 2]")
+    parser.add_argument("--limit-train-batches", type=_float(0.0), help="Lightning limit_train_batches (quick runs)")
     parser.add_argument("--protect", action="store_true", help="make the data set's protected features immutable")
     cf = parser.add_argument_group("counterfactuals")
-    cf.add_argument("--n-counterfactuals", type=int, default=d.n_counterfactuals, help="test factuals (default %(default)s)")
-    cf.add_argument("--generator", choices=list(GENERATORS), default=d.generator, help="search on the base model (default %(default)s)")
-    cf.add_argument("--lambda-energy", type=float, default=d.lambda_energy, help="ECCo λ_egy (default %(default)s)")
-    cf.add_argument("--tau", type=float, default=d.tau, help="search threshold τ (default %(default)s)")
-    cf.add_argument("--max-steps", type=int, default=d.max_steps, help="search steps T (default %(default)s)")
-    cf.add_argument("--sns-delta", type=float, default=d.sns_delta, help="SNS ℓ2 radius δ (default %(default)s)")
-    cf.add_argument("--sns-steps", type=int, default=d.sns_steps, help="SNS ascent steps (default %(default)s)")
-    cf.add_argument("--sns-lr", type=float, help="SNS step length (default 2·δ/steps)")
-    cf.add_argument("--sns-n-grid", type=int, default=d.sns_n_grid, help="Riemann-sum points of SNS (default %(default)s)")
+    cf.add_argument("--n-counterfactuals", type=_int(1), default=d.n_counterfactuals, help="test factuals (default %(default)s)")
+    cf.add_argument("--generator", type=Rule(choices=catalogue.generators).argtype(), default=d.generator, help="search on the base model (default %(default)s)")
+    cf.add_argument("--lambda-energy", type=_float(0.0), default=d.lambda_energy, help="ECCo λ_egy (default %(default)s)")
+    cf.add_argument("--tau", type=_float(0.0, 1.0, True), default=d.tau, help="search threshold τ (default %(default)s)")
+    cf.add_argument("--max-steps", type=_int(0), default=d.max_steps, help="search steps T (default %(default)s)")
+    cf.add_argument("--sns-delta", type=_float(0.0), default=d.sns_delta, help="SNS ℓ2 radius δ (default %(default)s)")
+    cf.add_argument("--sns-steps", type=_int(0), default=d.sns_steps, help="SNS ascent steps (default %(default)s)")
+    cf.add_argument("--sns-lr", type=_float(0.0, low_open=True), help="SNS step length (default 2·δ/steps)")
+    cf.add_argument("--sns-n-grid", type=_int(1), default=d.sns_n_grid, help="Riemann-sum points of SNS (default %(default)s)")
     out = parser.add_argument_group("tracking and output")
     out.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow tracking URI (default %(default)s)")
     out.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default %(default)s)")
     out.add_argument("--run-name", help="MLflow run name (default consistency-DATA-MODE)")
     out.add_argument("--summary-json", help="write invalidation rates, costs and settings here")
-    out.add_argument("--accelerator", default="cpu", help="Lightning accelerator (default %(default)s)")
+    out.add_argument("--accelerator", default="cpu", type=Rule(choices=ACCELERATORS).argtype(), help="Lightning accelerator (default %(default)s)")
     out.add_argument("--quiet", action="store_true", help="no progress lines")
+    add_arguments(parser, ["threads"])
     return parser
 
 
-def config_from_args(args: argparse.Namespace) -> ConsistencyConfig:
+def config_from_args(args: argparse.Namespace):
     """The :class:`ConsistencyConfig` of parsed arguments."""
+    from ct_lightning.experiment.consistency import ConsistencyConfig  # noqa: PLC0415 - heavy
+
     train = {"nce": args.nce, "batch_size": args.batch_size, "data_dir": args.data_dir, "protect": args.protect}
     if args.limit_train_batches is not None:
         value = args.limit_train_batches
@@ -78,6 +96,9 @@ def config_from_args(args: argparse.Namespace) -> ConsistencyConfig:
 def log_summary(summary: dict, args: argparse.Namespace) -> str:
     """Log the settings, flat metrics and the summary JSON to one new MLflow run; returns its id."""
     from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.consistency import flat_metrics
+    from ct_lightning.experiment.tracking import prepare_store
 
     client = MlflowClient(tracking_uri=args.tracking_uri)
     experiment = client.get_experiment_by_name(args.experiment)
@@ -100,12 +121,27 @@ def log_summary(summary: dict, args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> dict:
     """Parse arguments, run the experiment, log it and print the invalidation rates."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.tracking_uri = anchor_tracking_uri(args.tracking_uri)
+    try:
+        kinds = [k.strip().upper() for k in args.kinds.split(",") if k.strip()]
+        if not kinds or any(k not in KINDS for k in kinds):
+            raise InputError("--kinds", args.kinds, "comma-separated kinds from " + ", ".join(KINDS))
+        check_tracking_reachable(args.tracking_uri)
+        check_output_file("--summary-json", args.summary_json)
+        check_accelerator("--accelerator", args.accelerator)
+    except KNOWN_ERRORS as error:
+        exit_on_error(error, parser)
+    print(f"MLflow store: {store_location(args.tracking_uri)}", flush=True)
+    print(apply_threads(threads_for(args.threads, accelerator=args.accelerator)), flush=True)
+    from ct_lightning.experiment.consistency import run_consistency  # noqa: PLC0415 - heavy
+
     try:
         config = config_from_args(args)
         summary = run_consistency(config, log=(lambda *a: None) if args.quiet else print)
-    except (ValueError, FileNotFoundError) as error:
-        sys.exit(f"error: {error}")
+    except KNOWN_ERRORS as error:
+        exit_on_error(error, parser)
     summary["run_id"] = log_summary(summary, args)
     summary["tracking_uri"] = args.tracking_uri
     if args.summary_json:

@@ -6,53 +6,79 @@ targets (λ_cst = 0.001, λ_egy ∈ {0.1, 0.5, 1, 5, 10}, η = 0.25, τ = 0.95, 
 eval/robust_acc, and the plots as artifacts under plots/.
 
 Examples:
-  python recipes/evaluate.py --run-id 1a6d42...                       # default local store
-  python recipes/evaluate.py --run-id 1a6d42... --protect --summary-json eval.json
-  python recipes/evaluate.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --n-runs 2
+  .venv/bin/python recipes/evaluate.py --run-id 1a6d42...                       # default local store
+  .venv/bin/python recipes/evaluate.py --run-id 1a6d42... --protect --summary-json eval.json
+  .venv/bin/python recipes/evaluate.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --n-runs 2
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
-from ct_lightning.evaluation import evaluate_model, evaluation_constraints
-from ct_lightning.evaluation.plots import evaluation_figures, metric_history
+from ct_lightning.experiment import catalogue
+from ct_lightning.experiment.preflight import apply_threads, threads_for
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
-from ct_lightning.experiment.runs import build_data, load_checkpoint_with_config, load_run, log_evaluation
-from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, write_json_atomic
+from ct_lightning.experiment.settings import add_arguments, datasets_and_aliases
+from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, anchor_tracking_uri, write_json_atomic
+from ct_lightning.experiment.validation import (KNOWN_ERRORS, Parser, Rule, check_checkpoint_file, check_model_fits,
+                                                check_output_file, check_run_ids, check_writable_folder,
+                                                exit_on_error)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/evaluate.py``."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run-id", help="MLflow run of recipes/train.py (its checkpoints/ and config.json artifacts)")
     source.add_argument("--checkpoint", help="a checkpoint file (its config.json beside it, else pass --data)")
     parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow tracking URI (default %(default)s)")
     parser.add_argument("--which", choices=("last", "best"), default="last",
                         help="checkpoint of the run: last (end of training) or best val/acc (default %(default)s)")
-    parser.add_argument("--data", help="data set, when it cannot be inferred from the run or checkpoint")
+    parser.add_argument("--data", type=Rule(choices=datasets_and_aliases, lower=True).argtype(),
+                        help="data set, when it cannot be inferred from the run or checkpoint")
     parser.add_argument("--protect", action="store_true", help="make the data set's protected features immutable")
     parser.add_argument("--all-mutable", action="store_true", help="ignore the mutability constraints the model was trained with")
     parser.add_argument("--split", choices=("test", "val"), default="test", help="split of the factuals (default %(default)s)")
-    parser.add_argument("--seed", type=int, help="alias of --eval-seed")
+    parser.add_argument("--seed", type=Rule("int", low=0).argtype(), help="alias of --eval-seed")
     parser.add_argument("--summary-json", help="write the summary, robust curve and per-sample results here")
     parser.add_argument("--out-dir", help="folder for the plots (default: a temporary folder)")
     parser.add_argument("--no-log", dest="log", action="store_false", help="do not log to the MLflow run")
     parser.add_argument("--unsafe-load", action="store_true",
                         help="load checkpoints with weights_only=False (only for checkpoints you trust)")
+    add_arguments(parser, ["threads"])
     add_protocol_arguments(parser)
     return parser
 
 
+def check_inputs(args: argparse.Namespace) -> None:
+    """Every check that needs no model: output paths, the checkpoint file or the run id in its store."""
+    check_output_file("--summary-json", args.summary_json)
+    if args.out_dir:
+        check_writable_folder("--out-dir", args.out_dir)
+    if args.checkpoint:
+        check_checkpoint_file("--checkpoint", args.checkpoint)
+    else:
+        check_run_ids("--run-id", [args.run_id], args.tracking_uri)
+
+
 def main(argv: list[str] | None = None) -> dict:
     """Load, evaluate, log to the run, plot, and write the JSON summary."""
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.seed is not None:
         args.eval_seed = args.seed
+    args.tracking_uri = anchor_tracking_uri(args.tracking_uri)
+    try:
+        check_inputs(args)
+    except KNOWN_ERRORS as error:
+        exit_on_error(error, parser)
+    print(apply_threads(threads_for(args.threads)), flush=True)
+    from ct_lightning.evaluation import evaluate_model, evaluation_constraints  # noqa: PLC0415 - heavy
+    from ct_lightning.evaluation.plots import evaluation_figures, metric_history  # noqa: PLC0415
+    from ct_lightning.experiment.runs import build_data, load_checkpoint_with_config, load_run, log_evaluation  # noqa: PLC0415
+
     try:
         if args.run_id:
             loaded = load_run(args.run_id, args.tracking_uri, args.which, weights_only=not args.unsafe_load)
@@ -61,10 +87,12 @@ def main(argv: list[str] | None = None) -> dict:
         else:
             loaded = load_checkpoint_with_config(args.checkpoint, args.data, weights_only=not args.unsafe_load)
         datamodule = build_data(loaded.config)
+        check_model_fits("--checkpoint" if args.checkpoint else "--run-id", args.checkpoint or args.run_id,
+                         loaded.module, datamodule)
         config = protocol_config(args, datamodule.name, cost_pair=args.protect)
         constraints = evaluation_constraints(loaded.module, datamodule, args.protect, args.all_mutable)
-    except (ValueError, FileNotFoundError) as error:
-        sys.exit(f"error: {error}")
+    except KNOWN_ERRORS as error:
+        exit_on_error(error, parser)
     x, y = (datamodule.x_test, datamodule.y_test) if args.split == "test" else (datamodule.x_val, datamodule.y_val)
     result = evaluate_model(loaded.module, x, y, datamodule.n_classes, config, constraints.mutability,
                             constraints.lower, constraints.upper, x_train=datamodule.x_train,

@@ -1,27 +1,28 @@
 """Train a classifier with counterfactual training (CT) and track it in MLflow.
 
 Examples:
-  python recipes/train.py                              # CT on the embedded circles data
-  python recipes/train.py --data moons --objective vanilla --max-epochs 20
-  python recipes/train.py --data ls --protect          # feature x1 immutable, as in the paper
-  python recipes/train.py --data adult --immutable age --mutability hours_per_week=increase
-  python recipes/train.py --config configs/adult.yaml --max-epochs 10
-  python recipes/train.py --data moons --from-checkpoint vanilla.ckpt --max-epochs 50   # fine-tune with CT
-  python recipes/train.py --resume                     # continue the newest interrupted run
+  .venv/bin/python recipes/train.py                              # CT on the embedded circles data
+  .venv/bin/python recipes/train.py --data moons --objective vanilla --max-epochs 20
+  .venv/bin/python recipes/train.py --data ls --protect          # feature x1 immutable, as in the paper
+  .venv/bin/python recipes/train.py --data adult --immutable age --mutability hours_per_week=increase
+  .venv/bin/python recipes/train.py --config configs/adult.yaml --max-epochs 10
+  .venv/bin/python recipes/train.py --data moons --from-checkpoint vanilla.ckpt --max-epochs 50   # fine-tune with CT
+  .venv/bin/python recipes/train.py --resume                     # continue the newest interrupted run
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 
+from ct_lightning.experiment.preflight import apply_threads, preflight_training, threads_for
 from ct_lightning.experiment.settings import add_arguments
-from ct_lightning.experiment.train import announce, train
+from ct_lightning.experiment.tracking import store_location
+from ct_lightning.experiment.validation import KNOWN_ERRORS, Parser, exit_on_error
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/train.py``, one option per row of the settings table."""
-    parser = argparse.ArgumentParser(
+    parser = Parser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
         argument_default=argparse.SUPPRESS,  # only what the command line gives overrides the config file
         epilog="Precedence: SPEC defaults < the data set's Table 2 values [Table 2] < --config file < command line.")
@@ -30,15 +31,30 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> dict:
-    """Parse arguments, train, and print where to find the run."""
-    args = vars(build_parser().parse_args(argv))
+    """Parse and check the arguments, train, and print where to find the run.
+
+    Every input is checked before torch, Lightning or MLflow is imported and before anything is written;
+    a bad one ends with a one-line error (exit code 2 for a value, 1 for the environment).
+    """
+    parser = build_parser()
+    args = vars(parser.parse_args(argv))
     for key in ("limit_train_batches", "limit_val_batches"):
         if key in args and float(args[key]).is_integer() and (args[key] >= 1 or args[key] == 0):
             args[key] = int(args[key])
     try:
+        checked = preflight_training(args)
+    except KNOWN_ERRORS as error:
+        exit_on_error(error, parser)
+    args = checked.overrides
+    print(f"MLflow store: {store_location(args['tracking_uri'])}", flush=True)
+    from ct_lightning.experiment.train import announce, train  # noqa: PLC0415 - heavy: only after the checks
+
+    given = checked.given
+    print(apply_threads(threads_for(given.get("threads"), given.get("model"), given.get("accelerator"))), flush=True)
+    try:
         summary = train(args)
     except (ValueError, FileNotFoundError) as error:
-        sys.exit(f"error: {error}")
+        exit_on_error(error, parser)
     print(announce(summary))
     return summary
 

@@ -8,72 +8,77 @@ validity, side by side with a gradient search (ECCo by default) on the same fact
 Everything is logged to a new MLflow run tagged with the classifier's run id.
 
 Examples:
-  python recipes/train_generator.py --data moons --run-id 1a6d42...
-  python recipes/train_generator.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --variant gan
-  python recipes/train_generator.py --run-id 1a6d42... --max-epochs 50 --summary-json gen.json
+  .venv/bin/python recipes/train_generator.py --data moons --run-id 1a6d42...
+  .venv/bin/python recipes/train_generator.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --variant gan
+  .venv/bin/python recipes/train_generator.py --run-id 1a6d42... --max-epochs 50 --summary-json gen.json
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-import lightning as L
-import torch
-from torch.utils.data import DataLoader, TensorDataset
+from ct_lightning.experiment import catalogue
+from ct_lightning.experiment.preflight import apply_threads, threads_for
+from ct_lightning.experiment.settings import ACCELERATORS, add_arguments, datasets_and_aliases
+from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
+                                              check_tracking_reachable, run_url, store_location, ui_command,
+                                              write_json_atomic)
+from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_accelerator,
+                                                check_checkpoint_file, check_model_fits, check_output_file,
+                                                check_run_ids, exit_on_error)
 
-from ct_lightning.evaluation import evaluation_constraints
-from ct_lightning.experiment.runs import build_data, load_checkpoint_with_config, load_run
-from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store, run_url,
-                                              ui_command, write_json_atomic)
-from ct_lightning.generators import make_generator, search_counterfactuals
-from ct_lightning.generators.amortised import VARIANTS, CounterfactualNetworkModule, one_hot_groups
-from ct_lightning.metrics.quality import counterfactual_quality
-from ct_lightning.pool import random_targets
+VARIANTS = catalogue.constant("ct_lightning.generators.amortised.training", "VARIANTS")
 
 
-def _csv_ints(text: str) -> list[int]:
-    return [int(part) for part in text.split(",") if part.strip()]
+def _int(low: int):
+    return Rule("int", low=low).argtype()
+
+
+def _float(low: float, low_open: bool = False):
+    return Rule("float", low=low, low_open=low_open).argtype()
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/train_generator.py``."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_argument_group("classifier (one of)")
     source.add_argument("--run-id", help="MLflow run of recipes/train.py")
     source.add_argument("--checkpoint", help="a checkpoint file (config.json beside it, else pass --data)")
-    parser.add_argument("--data", help="data set (default: the classifier's)")
+    parser.add_argument("--data", type=Rule(choices=datasets_and_aliases, lower=True).argtype(), help="data set (default: the classifier's)")
     parser.add_argument("--which", choices=("last", "best"), default="last", help="checkpoint of the run (default %(default)s)")
     parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow tracking URI (default %(default)s)")
     parser.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default %(default)s)")
     parser.add_argument("--run-name", help="MLflow run name (default: generator-VARIANT)")
     gen = parser.add_argument_group("generator")
     gen.add_argument("--variant", choices=VARIANTS, default="mmd", help="in-distribution loss (default %(default)s)")
-    gen.add_argument("--max-epochs", type=int, default=30, help="training epochs (default %(default)s)")
-    gen.add_argument("--batch-size", type=int, default=256, help="batch size (default %(default)s)")
-    gen.add_argument("--hidden-sizes", type=_csv_ints, default=[64, 64], help="hidden layers of G and D (default 64,64)")
-    gen.add_argument("--noise-dim", type=int, default=4, help="size of the injected noise z (default %(default)s)")
-    gen.add_argument("--w-m", type=float, default=1.0, help="weight of the prediction loss (default %(default)s)")
-    gen.add_argument("--w-l1", type=float, default=0.1, help="weight of the ℓ1 sparsity loss (default %(default)s)")
-    gen.add_argument("--w-chi", type=float, default=1.0, help="weight of the MMD / GAN loss (default %(default)s)")
-    gen.add_argument("--lr", type=float, default=1e-3, help="Adam learning rate of G and D (default %(default)s)")
-    gen.add_argument("--seed", type=int, default=0, help="seed (default %(default)s)")
+    gen.add_argument("--max-epochs", type=_int(1), default=30, help="training epochs (default %(default)s)")
+    gen.add_argument("--batch-size", type=_int(1), default=256, help="batch size (default %(default)s)")
+    gen.add_argument("--hidden-sizes", type=Rule("ints", low=1).argtype(), default=[64, 64], help="hidden layers of G and D (default 64,64)")
+    gen.add_argument("--noise-dim", type=_int(0), default=4, help="size of the injected noise z (default %(default)s)")
+    gen.add_argument("--w-m", type=_float(0.0), default=1.0, help="weight of the prediction loss (default %(default)s)")
+    gen.add_argument("--w-l1", type=_float(0.0), default=0.1, help="weight of the ℓ1 sparsity loss (default %(default)s)")
+    gen.add_argument("--w-chi", type=_float(0.0), default=1.0, help="weight of the MMD / GAN loss (default %(default)s)")
+    gen.add_argument("--lr", type=_float(0.0, True), default=1e-3, help="Adam learning rate of G and D (default %(default)s)")
+    gen.add_argument("--seed", type=_int(0), default=0, help="seed (default %(default)s)")
     gen.add_argument("--protect", action="store_true", help="make the data set's protected features immutable")
     gen.add_argument("--all-mutable", action="store_true", help="ignore the classifier's training constraints")
     ev = parser.add_argument_group("evaluation")
-    ev.add_argument("--n-eval", type=int, default=1000, help="test factuals evaluated (default %(default)s)")
-    ev.add_argument("--baseline", default="ecco", help="gradient search compared on the same factuals, or 'none' (default %(default)s)")
+    ev.add_argument("--n-eval", type=_int(1), default=1000, help="test factuals evaluated (default %(default)s)")
+    ev.add_argument("--baseline", default="ecco", type=Rule(choices=lambda: [*catalogue.generators(), "none"], lower=True).argtype(), help="gradient search compared on the same factuals, or 'none' (default %(default)s)")
     ev.add_argument("--summary-json", help="write the run id, settings and metrics here")
-    ev.add_argument("--accelerator", default="cpu", help="Lightning accelerator (default %(default)s)")
+    ev.add_argument("--accelerator", default="cpu", type=Rule(choices=ACCELERATORS).argtype(), help="Lightning accelerator (default %(default)s)")
     ev.add_argument("--no-progress", dest="progress", action="store_false", help="hide the progress bar")
+    add_arguments(parser, ["threads"])
     return parser
 
 
 def load_classifier(args):
     """The classifier (``LoadedModel``) named by ``--run-id`` or ``--checkpoint``."""
+    from ct_lightning.experiment.runs import load_checkpoint_with_config, load_run  # noqa: PLC0415 - heavy
+
     if bool(args.run_id) == bool(args.checkpoint):
         raise ValueError("give exactly one of --run-id and --checkpoint")
     if args.run_id:
@@ -86,6 +91,13 @@ def load_classifier(args):
 
 def evaluate(net: CounterfactualNetworkModule, classifier, datamodule, constraints, args) -> dict:
     """Generator and baseline metrics on up to ``--n-eval`` test factuals with random targets."""
+    import torch  # noqa: PLC0415 - heavy
+
+    from ct_lightning.generators import make_generator, search_counterfactuals  # noqa: PLC0415
+    from ct_lightning.generators.amortised import one_hot_groups  # noqa: PLC0415
+    from ct_lightning.metrics.quality import counterfactual_quality  # noqa: PLC0415
+    from ct_lightning.pool import random_targets  # noqa: PLC0415
+
     rng = torch.Generator().manual_seed(args.seed + 1)
     x = datamodule.x_test[torch.randperm(len(datamodule.x_test), generator=rng)[:args.n_eval]]
     with torch.no_grad():
@@ -111,15 +123,41 @@ def evaluate(net: CounterfactualNetworkModule, classifier, datamodule, constrain
 
 def main(argv: list[str] | None = None) -> dict:
     """Parse arguments, train and evaluate the generator, log everything to MLflow."""
-    from lightning.pytorch.callbacks import ModelCheckpoint
-    from lightning.pytorch.loggers import MLFlowLogger
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    args.tracking_uri = anchor_tracking_uri(args.tracking_uri)
+    try:
+        if bool(args.run_id) == bool(args.checkpoint):
+            raise InputError("--run-id/--checkpoint", args.run_id or args.checkpoint, "exactly one of the two")
+        check_tracking_reachable(args.tracking_uri)
+        check_output_file("--summary-json", args.summary_json)
+        check_accelerator("--accelerator", args.accelerator)
+        if args.checkpoint:
+            check_checkpoint_file("--checkpoint", args.checkpoint)
+        else:
+            check_run_ids("--run-id", [args.run_id], args.tracking_uri)
+    except KNOWN_ERRORS as error:
+        exit_on_error(error, parser)
+    print(f"MLflow store: {store_location(args.tracking_uri)}", flush=True)
+    print(apply_threads(threads_for(args.threads, accelerator=args.accelerator)), flush=True)
+    import lightning as L  # noqa: PLC0415 - heavy: only after the checks
+    import torch  # noqa: PLC0415
+    from lightning.pytorch.callbacks import ModelCheckpoint  # noqa: PLC0415
+    from lightning.pytorch.loggers import MLFlowLogger  # noqa: PLC0415
+    from torch.utils.data import DataLoader, TensorDataset  # noqa: PLC0415
 
-    args = build_parser().parse_args(argv)
+    from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415
+    from ct_lightning.experiment.runs import build_data  # noqa: PLC0415
+    from ct_lightning.experiment.tracking import prepare_store  # noqa: PLC0415
+    from ct_lightning.generators.amortised import CounterfactualNetworkModule, one_hot_groups  # noqa: PLC0415
+
     try:
         loaded = load_classifier(args)
         datamodule = build_data(loaded.config)
-    except (ValueError, FileNotFoundError) as error:
-        sys.exit(f"error: {error}")
+        check_model_fits("--checkpoint" if args.checkpoint else "--run-id", args.checkpoint or args.run_id,
+                         loaded.module, datamodule)
+    except KNOWN_ERRORS as error:
+        exit_on_error(error, parser)
     classifier = loaded.module.model.eval()
     constraints = evaluation_constraints(loaded.module, datamodule, args.protect, args.all_mutable)
     L.seed_everything(args.seed, verbose=False)

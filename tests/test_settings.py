@@ -39,20 +39,93 @@ def test_config_files_agree_with_table2_and_defaults(path):
 
 
 @pytest.mark.parametrize("name, value, allowed", [
-    ("max_epochs", 0, "[1, inf]"), ("nce", 0, "[1, inf]"), ("batch_size", 0, "[1, inf]"),
-    ("burnin", 1.0, "[0, 1)"), ("tau", 0.0, "(0, 1]"), ("tau", 1.5, "(0, 1]"), ("epsilon", -0.1, "[0, inf]"),
-    ("lr", 0.0, "(0, inf]"), ("objective", "nope", "full, vanilla"),
+    ("max_epochs", 0, "an integer ≥ 1"), ("max_epochs", -1, "an integer ≥ 1"), ("nce", 0, "an integer ≥ 1"),
+    ("batch_size", 0, "an integer ≥ 1"), ("burnin", 1.0, "a finite number in [0, 1)"),
+    ("tau", 0.0, "a finite number in (0, 1]"), ("tau", 1.5, "a finite number in (0, 1]"),
+    ("tau", float("nan"), "a finite number in (0, 1]"), ("tau", "high", "a finite number in (0, 1]"),
+    ("epsilon", -0.1, "a finite number ≥ 0"), ("lr", 0.0, "a finite number > 0"), ("lr", float("inf"), "a finite number > 0"),
+    ("max_epochs", "ten", "an integer ≥ 1"), ("max_epochs", 1.5, "an integer ≥ 1"), ("max_epochs", True, "an integer ≥ 1"),
+    ("objective", "nope", "one of full, vanilla"), ("mutability", "x1=sideways", "FEATURE=KIND"),
+    ("model", "foo", "mlp, cnn or package.module:factory"), ("accelerator", "tpu9", "one of auto, cpu"),
 ])
 def test_out_of_range_values_name_option_value_and_allowed(name, value, allowed):
     with pytest.raises(ValueError) as error:
         validate_config({name: value})
     message = str(error.value)
-    assert message.startswith(f"{name}: {value!r}") and allowed in message and "\n" not in message
+    assert message.startswith(f"{name}: got ") and f"allowed: {allowed}" in message and "\n" not in message
     with pytest.raises(ValueError, match=f"^{name}: "):
         resolve_config({"data": "moons", name: value})
+
+
+def test_values_from_text_are_converted_and_ints_stay_ints():
+    checked = validate_config({"max_epochs": "10", "tau": "0.5", "limit_train_batches": 5, "hidden_sizes": "64,64",
+                               "immutable": "age, sex", "data": "CH"})
+    assert checked == {"max_epochs": 10, "tau": 0.5, "limit_train_batches": 5, "hidden_sizes": [64, 64],
+                       "immutable": ["age", "sex"], "data": "ch"}
+    assert isinstance(checked["limit_train_batches"], int)
+
+
+def test_catalogue_read_from_source_equals_the_imported_registries():
+    from ct_lightning.constraints import MUTABILITY_KINDS
+    from ct_lightning.experiment import catalogue
+    from ct_lightning.generators import GENERATORS
+    from ct_lightning.losses import OBJECTIVES
+    from ct_lightning.module import POOL_MODES
+    from datamodules import canonical_name
+
+    assert catalogue._static_generators() == sorted(GENERATORS)
+    assert catalogue.available_datasets() == available()
+    assert all(canonical_name(name) == canonical for name, canonical in catalogue._static_datasets().items())
+    assert catalogue.objectives() == list(OBJECTIVES)
+    assert catalogue.pool_modes() == tuple(POOL_MODES)
+    assert catalogue.mutability_kinds() == tuple(MUTABILITY_KINDS)
+    parameters = inspect.signature(CTModule.__init__).parameters
+    assert catalogue.module_defaults() == {k: p.default for k, p in parameters.items()
+                                           if p.default is not inspect.Parameter.empty}
+
+
+def test_command_line_modules_do_not_import_torch():
+    import json
+    import subprocess
+    import sys
+
+    code = ("import json, sys; import ct_lightning.experiment.settings, ct_lightning.experiment.preflight, "
+            "ct_lightning.experiment.protocol_options; print(json.dumps(sorted(sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                          cwd=Path(__file__).resolve().parents[1])
+    modules = set(json.loads(done.stdout.splitlines()[-1]))
+    assert not modules & {"torch", "lightning", "mlflow", "datamodules"}
 
 
 def test_allowed_values_pass():
     validate_config({"max_epochs": 1, "burnin": 0.0, "tau": 1.0, "epsilon": 0.0, "lr": 1e-3, "objective": "full"})
     assert SETTINGS_BY_NAME["generator"].check("ecco") is None
     assert resolve_config({"data": "moons"})["tau"] == 0.9
+
+
+def test_threads_rule_and_start_up_line():
+    import torch
+
+    from ct_lightning.experiment.preflight import apply_threads, threads_for
+
+    assert threads_for(None) == 1 and threads_for(None, "mlp", "cpu") == 1
+    assert threads_for(None, "cnn") == 0 and threads_for(None, accelerator="gpu") == 0
+    assert threads_for(3, "cnn", "gpu") == 3 and threads_for(0) == 0
+    before = torch.get_num_threads()
+    try:
+        assert apply_threads(1) == "torch threads: 1 (--threads N to change; 0 = torch's default)"
+        assert torch.get_num_threads() == 1
+        assert apply_threads(0).startswith("torch threads: 1 (torch's default")  # 0 leaves the setting alone
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_default_store_is_anchored_to_an_absolute_path(tmp_path, monkeypatch):
+    from ct_lightning.experiment.tracking import anchor_tracking_uri, store_location
+
+    monkeypatch.chdir(tmp_path)
+    assert anchor_tracking_uri("sqlite:///mlruns/mlflow.db") == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
+    assert anchor_tracking_uri(f"sqlite:///{tmp_path}/x.db") == f"sqlite:///{tmp_path}/x.db"
+    assert anchor_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
+    assert store_location("sqlite:///mlruns/mlflow.db") == str(tmp_path / "mlruns" / "mlflow.db")
+    assert not (tmp_path / "mlruns").exists()

@@ -2,5 +2,8 @@
 
 ``settings`` (the table of training settings), ``data`` (building data modules), ``train`` (one
 tracked training run), ``runs`` (loading trained runs), ``checkpoints``, ``tracking`` and
-``consistency`` (the RS/LOO experiment). Import the submodules you need.
+``consistency`` (the RS/LOO experiment); ``validation`` (value rules, one-line errors, checks of files,
+stores and devices), ``preflight`` (every check of a training before anything is created) and
+``catalogue`` (registry names and defaults read from the source, so command lines start without torch).
+Import the submodules you need.
 """

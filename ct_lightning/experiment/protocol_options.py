@@ -4,48 +4,57 @@ from __future__ import annotations
 
 import argparse
 
-from ct_lightning.evaluation.protocol import (LAMBDA_ENERGIES, PROTOCOLS, EvaluationConfig, protocol_settings,
-                                             reference_individuals)
-from ct_lightning.generators import GENERATORS
+from ct_lightning.experiment import catalogue
+from ct_lightning.experiment.validation import Rule
+
+PROTOCOL = "ct_lightning.evaluation.protocol"  # read without importing torch (see catalogue)
 
 
 def csv_floats(text: str) -> tuple[float, ...]:
-    """``"0.1,0.5,1"`` → ``(0.1, 0.5, 1.0)``."""
-    try:
-        values = tuple(float(part) for part in text.split(",") if part.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected comma-separated numbers, got {text!r}") from None
-    if not values:
-        raise argparse.ArgumentTypeError("expected at least one number")
-    return values
+    """``"0.1,0.5,1"`` → ``(0.1, 0.5, 1.0)``: finite numbers ≥ 0."""
+    return tuple(Rule("floats", low=0.0).argtype()(text))
 
 
 def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
     """Flags of the evaluation protocol shared by evaluate.py and compare.py (unset: from --protocol)."""
+    protocols = list(catalogue.constant(PROTOCOL, "PROTOCOLS"))
     group = parser.add_argument_group("evaluation protocol (unset flags take the --protocol preset)")
-    group.add_argument("--protocol", default="reference", choices=list(PROTOCOLS),
+    group.add_argument("--protocol", default="reference", type=Rule(choices=protocols).argtype(),
+                       metavar="{" + ",".join(protocols) + "}",
                        help="reference: what the authors' code ran for Table 1 (η 0.1, λ_cst 0, ℓ1 IP, IP* "
                             "length-scale 5, 100 runs, factuals balanced over predicted classes, τ 0.5 for "
                             "the cost pair); paper: the values stated in the paper's text (η 0.25, λ_cst 0.001, "
                             "ℓ2 IP, length-scale 0.5, 5 runs × 100) (default %(default)s)")
-    group.add_argument("--n-individuals", type=int,
+    group.add_argument("--n-individuals", type=Rule("int", low=1).argtype(),
                        help="factuals per run (reference: 250 synthetic, 100 tabular, 25 MNIST; paper: 100)")
-    group.add_argument("--n-runs", type=int, help="runs with different seeds (reference 100, paper 5)")
-    group.add_argument("--lambda-energy", type=csv_floats, default=LAMBDA_ENERGIES,
+    group.add_argument("--n-runs", type=Rule("int", low=1).argtype(),
+                       help="runs with different seeds (reference 100, paper 5)")
+    group.add_argument("--lambda-energy", type=csv_floats,
+                       default=tuple(catalogue.constant(PROTOCOL, "LAMBDA_ENERGIES")),
                        help="ECCo energy penalties, results averaged over them (default 0.1,0.5,1,5,10)")
-    group.add_argument("--generator", default="ecco", choices=list(GENERATORS),
+    group.add_argument("--generator", default="ecco", type=Rule(choices=catalogue.generators).argtype(),
+                       metavar="{" + ",".join(catalogue.generators()) + "}",
                        help="test-time generator (default %(default)s; revise/amortised are fitted on the training split)")
-    group.add_argument("--eval-tau", type=float, help="decision threshold τ (default 0.95; reference cost pair 0.5)")
-    group.add_argument("--eval-steps", type=int, default=50, help="maximum search steps T (default %(default)s)")
-    group.add_argument("--eval-lr", type=float, help="SGD step size η of the search (reference 0.1, paper 0.25)")
-    group.add_argument("--eval-lambda-cost", type=float, help="ℓ1 penalty λ_cst of the search (reference 0, paper 0.001)")
-    group.add_argument("--ip-norm", type=float, help="p of the ℓp distance in IP (reference 1, paper 2)")
-    group.add_argument("--length-scale", type=float, help="Gaussian kernel length-scale of IP* (reference 5, paper 0.5)")
-    group.add_argument("--eval-seed", type=int, default=0, help="seed of the first run (default %(default)s)")
+    group.add_argument("--eval-tau", type=Rule("float", 0.0, 1.0, low_open=True).argtype(),
+                       help="decision threshold τ (default 0.95; reference cost pair 0.5)")
+    group.add_argument("--eval-steps", type=Rule("int", low=1).argtype(), default=50,
+                       help="maximum search steps T (default %(default)s)")
+    group.add_argument("--eval-lr", type=Rule("float", low=0.0, low_open=True).argtype(),
+                       help="SGD step size η of the search (reference 0.1, paper 0.25)")
+    group.add_argument("--eval-lambda-cost", type=Rule("float", low=0.0).argtype(),
+                       help="ℓ1 penalty λ_cst of the search (reference 0, paper 0.001)")
+    group.add_argument("--ip-norm", type=Rule("float", low=1.0).argtype(),
+                       help="p of the ℓp distance in IP (reference 1, paper 2)")
+    group.add_argument("--length-scale", type=Rule("float", low=0.0, low_open=True).argtype(),
+                       help="Gaussian kernel length-scale of IP* (reference 5, paper 0.5)")
+    group.add_argument("--eval-seed", type=Rule("int", low=0).argtype(), default=0,
+                       help="seed of the first run (default %(default)s)")
 
 
 def protocol_config(args: argparse.Namespace, data: str | None = None, cost_pair: bool = False) -> EvaluationConfig:
     """The :class:`EvaluationConfig` of parsed protocol flags for data set ``data`` (explicit flags win)."""
+    from ct_lightning.evaluation.protocol import EvaluationConfig, protocol_settings, reference_individuals  # noqa: PLC0415
+
     settings = protocol_settings(args.protocol, cost_pair)
     if args.protocol == "reference":
         settings["n_individuals"] = reference_individuals(data or "")

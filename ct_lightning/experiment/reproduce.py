@@ -186,7 +186,8 @@ def run_task(task: Task) -> dict:
     from ct_lightning.experiment.runs import build_data, load_run, log_evaluation
     from ct_lightning.experiment.train import train
 
-    torch.set_num_threads(max(1, task.threads))
+    if task.threads > 0:  # 0: torch's default
+        torch.set_num_threads(task.threads)
     client = MlflowClient(tracking_uri=task.tracking_uri)
     started = time.perf_counter()
     config = task.resolved_config()
@@ -285,7 +286,8 @@ def _die_with_parent() -> None:
 
 def _worker_init(threads: int) -> None:
     _die_with_parent()
-    torch.set_num_threads(max(1, threads))
+    if threads > 0:  # 0: torch's default
+        torch.set_num_threads(threads)
 
 
 def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print) -> dict[str, dict]:

@@ -13,8 +13,8 @@ A new setting is one row here (plus its use where it acts, e.g. a new ``CTModule
 from __future__ import annotations
 
 import argparse
-import inspect
 import json
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,20 +22,23 @@ from typing import Any
 
 import yaml
 
-from ct_lightning.constraints import MUTABILITY_KINDS
+from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.tracking import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
-from ct_lightning.generators import GENERATORS
-from ct_lightning.losses import OBJECTIVES
-from ct_lightning.module import POOL_MODES, CTModule
-from datamodules import available, canonical_name, get_datamodule_class
+from ct_lightning.experiment.validation import InputError, Rule, one_line
 
 _MODULE_DEFAULT = object()  # marker: the default is CTModule's
-_MODULE_PARAMETERS = inspect.signature(CTModule.__init__).parameters
+ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 
 
 def csv_ints(text: str) -> list[int]:
     """``"64,64"`` → ``[64, 64]``."""
     return [int(part) for part in text.split(",") if part.strip()]
+
+
+def datasets_and_aliases() -> list[str]:
+    """Every accepted ``--data`` value: canonical names, then aliases."""
+    names = catalogue.available_datasets()
+    return names + sorted(set(catalogue.datasets()) - set(names))
 
 
 @dataclass(frozen=True)
@@ -72,43 +75,73 @@ class Setting:
         """The default value (``CTModule``'s for module settings; sequences become lists)."""
         if self.default is not _MODULE_DEFAULT:
             return self.default
-        default = _MODULE_PARAMETERS[self.name].default
+        default = catalogue.module_defaults()[self.name]
         return list(default) if isinstance(default, tuple) else default
+
+    @property
+    def option(self) -> str:
+        """The command-line option as typed (``--max-epochs``)."""
+        return self.flag or "--" + self.name.replace("_", "-")
+
+    @property
+    def rule(self) -> Rule:
+        """The :class:`Rule` of allowed values (kind from ``type``/``action``, bounds, choices)."""
+        kind = {int: "int", float: "float", csv_ints: "ints"}.get(self.type, "str")
+        if self.action in ("store_true", "store_false"):
+            kind = "bool"
+        elif self.name == "immutable":
+            kind = "names"
+        return Rule(kind, self.low, self.high, self.low_open, self.high_open, self.choices,
+                    lower=self.name == "data", nonempty=self.name in ("tracking_uri", "experiment"))
 
     def allowed(self) -> list | None:
         """The allowed values, if the setting has a fixed list."""
-        if self.choices is None:
-            return None
-        return list(self.choices() if callable(self.choices) else self.choices)
+        return self.rule.options()
 
     def describe_allowed(self) -> str:
         """The allowed values or range in words, for error messages."""
-        if self.allowed() is not None:
-            return ", ".join(map(str, self.allowed()))
-        left = "(" if self.low_open else "["
-        right = ")" if self.high_open else "]"
-        low = "-inf" if self.low is None else f"{self.low:g}"
-        high = "inf" if self.high is None else f"{self.high:g}"
-        return f"{left}{low}, {high}{right}"
+        return self.rule.describe()
+
+    def checked(self, value, option: str | None = None):
+        """``value`` converted to the setting's kind if allowed, else :class:`InputError` naming ``option``."""
+        value = self.rule.check(value, option or self.name)
+        if value is not None and self.name in EXTRA_CHECKS:
+            EXTRA_CHECKS[self.name](value, option or self.name)
+        return value
 
     def check(self, value) -> str | None:
-        """``None`` if ``value`` is allowed (``None`` always is: unset), else a one-line error."""
-        if value is None:
-            return None
-        allowed = self.allowed()
-        if allowed is not None and value not in allowed:
-            return f"{self.name}: {value!r} is not allowed; allowed: {self.describe_allowed()}"
-        if self.low is None and self.high is None:
-            return None
+        """``None`` if ``value`` is allowed (``None`` always is: unset), else the one-line error."""
         try:
-            number = float(value)
-        except (TypeError, ValueError):
-            return f"{self.name}: {value!r} is not a number; allowed: {self.describe_allowed()}"
-        too_low = self.low is not None and (number <= self.low if self.low_open else number < self.low)
-        too_high = self.high is not None and (number >= self.high if self.high_open else number > self.high)
-        if too_low or too_high:
-            return f"{self.name}: {value!r} is out of range; allowed: {self.describe_allowed()}"
+            self.checked(value)
+        except ValueError as error:
+            return str(error)
         return None
+
+
+def _check_mutability(value, option: str) -> None:
+    kinds = catalogue.mutability_kinds()
+    allowed = f"FEATURE=KIND,... with KIND one of {', '.join(kinds)}"
+    for item in filter(None, (part.strip() for part in str(value).split(","))):
+        feature, _, kind = item.rpartition("=")
+        if not feature.strip() or kind.strip() not in kinds:
+            raise InputError(option, value, allowed, f"{item!r} is not FEATURE=KIND")
+
+
+def _check_model(value, option: str) -> None:
+    if value not in ("mlp", "cnn") and not re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", value):
+        raise InputError(option, value, "mlp, cnn or package.module:factory")
+
+
+def _check_generator_options(value, option: str) -> None:
+    try:
+        parse_generator_options(value)
+    except ValueError as error:
+        raise InputError(option, value, "KEY=VALUE,... or a JSON object", str(error).split(": ", 1)[-1]) from None
+
+
+EXTRA_CHECKS: dict[str, Callable[[Any, str], None]] = {
+    "mutability": _check_mutability, "model": _check_model,
+    "generator_options": _check_generator_options}
 
 
 DATA, CT, SEARCH, MODEL, START, TRACK = ("data", "counterfactual training", "counterfactual search",
@@ -117,20 +150,21 @@ DATA, CT, SEARCH, MODEL, START, TRACK = ("data", "counterfactual training", "cou
 SETTINGS: tuple[Setting, ...] = (
     Setting("config", None, "YAML file with any of these options (long names, e.g. max_epochs: 50)", group=""),
     # data
-    Setting("data", "circles", "data set: {AVAILABLE} (default {DFLT})", group=DATA, choices=available),
+    Setting("data", "circles", "data set: {AVAILABLE} (default {DFLT})", group=DATA, choices=datasets_and_aliases),
     Setting("data_dir", None, "folder with the raw data files (default: $CT_DATA_DIR, else the user cache)", group=DATA),
     Setting("batch_size", None, "training batch size [Table 2]", int, DATA, table2=True, low=1),
-    Setting("seed", help="seed for model, shuffling and CT (default {DFLT})", type=int, group=DATA, module=True),
+    Setting("seed", help="seed for model, shuffling and CT (default {DFLT})", type=int, group=DATA, module=True,
+            low=0, high=2**32 - 1),
     # counterfactual training
     Setting("objective", help="full: all terms; vanilla: baseline; energy: clf+div+ridge; adversarial: clf+adv "
-            "(default {DFLT})", group=CT, module=True, choices=lambda: list(OBJECTIVES)),
+            "(default {DFLT})", group=CT, module=True, choices=catalogue.objectives),
     Setting("max_epochs", 100, "training epochs (default {DFLT})", int, CT, low=1),
     Setting("burnin", 0.0, "share of epochs trained conventionally before CT starts, in [0, 1) (default {DFLT})",
             float, CT, low=0.0, high=1.0, high_open=True),
     Setting("nce", help="counterfactuals searched per epoch [Table 2]", type=int, group=CT, module=True, table2=True,
             low=1),
     Setting("pool", help="epoch: search all nce counterfactuals once per epoch (fast); step: search inside each "
-            "step (default {DFLT})", group=CT, module=True, choices=POOL_MODES),
+            "step (default {DFLT})", group=CT, module=True, choices=catalogue.pool_modes),
     Setting("lambda_clf", help="weight of the classification loss (default {DFLT})", type=float, group=CT,
             module=True, low=0.0),
     Setting("lambda_div", help="weight of the contrastive divergence (default {DFLT})", type=float, group=CT,
@@ -142,7 +176,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("epsilon", help="ℓ∞ radius for nascent counterfactuals (default {DFLT})", type=float, group=CT,
             module=True, low=0.0),
     # counterfactual search
-    Setting("generator", help="default {DFLT}", group=SEARCH, module=True, choices=lambda: list(GENERATORS)),
+    Setting("generator", help="default {DFLT}", group=SEARCH, module=True, choices=catalogue.generators),
     Setting("generator_options", help="generator settings as KEY=VALUE,... or a JSON object, e.g. "
             "variant=gan,refit_every=5 (amortised) or latent_dim=4 (revise)", group=SEARCH, module=True,
             metavar="OPTIONS"),
@@ -159,7 +193,7 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("protect", False, "make the data set's default protected features immutable", group=SEARCH,
             action="store_true"),
     Setting("mutability", "", "per-feature constraints FEATURE=KIND,... with KIND in "
-            + "|".join(MUTABILITY_KINDS), group=SEARCH),
+            + "|".join(catalogue.mutability_kinds()), group=SEARCH),
     Setting("domain", True, "do not project counterfactuals onto the data domain", group=SEARCH, flag="--no-domain",
             action="store_false"),
     Setting("domain_std", help="n in the inferred domain μ ± nσ (default {DFLT})", type=float, group=SEARCH,
@@ -168,11 +202,16 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("model", "mlp", "mlp, cnn (LeNet-style, for MNIST) or package.module:factory returning an nn.Module "
             "(called with n_features, n_classes if it takes them) (default {DFLT})", group=MODEL),
     Setting("hidden_sizes", help="MLP hidden layer sizes, e.g. 64,64 (default 32)", type=csv_ints, group=MODEL,
-            module=True),
-    Setting("activation", help="MLP activation (default {DFLT})", group=MODEL, module=True),
+            module=True, low=1),
+    Setting("activation", help="MLP activation (default {DFLT})", group=MODEL, module=True,
+            choices=lambda: list(catalogue.constant("ct_lightning.models", "ACTIVATIONS"))),
     Setting("lr", help="Adam learning rate (default {DFLT})", type=float, group=MODEL, module=True, low=0.0,
             low_open=True),
-    Setting("accelerator", "auto", "Lightning accelerator: auto, cpu, gpu (default {DFLT})", group=MODEL),
+    Setting("accelerator", "auto", "Lightning accelerator: auto, cpu, gpu, cuda, mps (default {DFLT})", group=MODEL,
+            choices=ACCELERATORS),
+    Setting("threads", None, "torch intra-op threads: default 1 for the paper's small MLPs (more threads only "
+            "fight other processes), torch's own choice for --model cnn or a GPU; 0 = torch's default",
+            int, MODEL, low=0, metavar="N"),
     # fine-tuning and resuming
     Setting("from_checkpoint", None, "start from these weights: a checkpoint of this project, a state_dict of the "
             "default MLP, or weights for --model", group=START),
@@ -199,17 +238,24 @@ DEFAULTS: dict[str, Any] = {s.name: s.value for s in SETTINGS}
 DATA_DEFAULT_KEYS = tuple(s.name for s in SETTINGS if s.table2 and s.name != "batch_size")
 
 
-def validate_config(config: dict) -> None:
-    """Raise ``ValueError`` naming the first setting whose value is not allowed (option, value, allowed values)."""
+def validate_config(config: dict, label: Callable[[str], str] | None = None) -> dict:
+    """``config`` with each value checked and converted to its setting's kind.
+
+    Raises :class:`InputError` (a ``ValueError``) naming the first setting whose value is not allowed:
+    ``label(name)`` (default: the name), the value and the allowed values.
+    """
+    checked = dict(config)
     for name, value in config.items():
         setting = SETTINGS_BY_NAME.get(name)
-        error = setting.check(value) if setting is not None else None
-        if error:
-            raise ValueError(error)
+        if setting is not None:
+            checked[name] = setting.checked(value, label(name) if label else name)
+    return checked
 
 
 def table2(data: str) -> dict[str, Any]:
     """The SPEC Table 2 values of a data set (``tau``, ``nce``, ``lambda_reg``, ``batch_size``)."""
+    from datamodules import get_datamodule_class  # noqa: PLC0415 - imports torch; not needed to check inputs
+
     cls = get_datamodule_class(data)
     return {**{k: v for k, v in cls.ct_defaults.items() if k in DATA_DEFAULT_KEYS}, "batch_size": cls.default_batch_size}
 
@@ -220,27 +266,34 @@ def resolve_config(overrides: dict) -> dict:
     if unknown:
         raise ValueError(f"config: unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(DEFAULTS))}")
     given = {k: v for k, v in overrides.items() if v is not None}
-    data = canonical_name(given.get("data", DEFAULTS["data"]))
+    given["data"] = SETTINGS_BY_NAME["data"].checked(given.get("data", DEFAULTS["data"]))
+    data = catalogue.canonical_dataset(given["data"])
     config = {**DEFAULTS, **table2(data), **given, "data": data}
     if isinstance(config["immutable"], str):
         config["immutable"] = [f.strip() for f in config["immutable"].split(",") if f.strip()]
-    validate_config(config)
-    return config
+    return validate_config(config)
 
 
 def load_config_file(path: str | Path) -> dict:
-    """Read a YAML (or JSON) configuration; keys are the long option names (``max_epochs`` or ``max-epochs``)."""
+    """Read a YAML (or JSON) configuration; keys are the long option names (``max_epochs`` or ``max-epochs``).
+
+    Values are checked here, so a wrong type (``max_epochs: "ten"``) is an error naming the file and key.
+    """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config: no file at {path}")
-    content = yaml.safe_load(path.read_text()) or {}
+    try:
+        content = yaml.safe_load(path.read_text()) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise InputError("config", str(path), "a YAML file of option names and values",
+                         f"not valid YAML: {one_line(error)}") from None
     if not isinstance(content, dict):
         raise ValueError(f"config: {path} must hold a mapping of option names to values")
     content = {str(k).replace("-", "_"): v for k, v in content.items()}
     unknown = sorted(set(content) - set(DEFAULTS))
     if unknown:
         raise ValueError(f"config: unknown keys {unknown} in {path}; allowed: {', '.join(sorted(DEFAULTS))}")
-    return content
+    return validate_config(content, label=lambda name: f"config {path}: {name}")
 
 
 def parse_generator_options(options) -> dict | None:
@@ -278,23 +331,32 @@ def module_kwargs(config: dict, n_features: int, n_classes: int, feature_names: 
     return kwargs
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """Add one command-line option per setting, grouped as in the table, with defaults shown in the help."""
+def add_arguments(parser: argparse.ArgumentParser, names: list[str] | None = None, **defaults) -> None:
+    """Add one command-line option per setting, grouped as in the table, with defaults shown in the help.
+
+    ``names`` picks settings (default: all), e.g. for another recipe sharing some; ``defaults`` replace
+    the table's default of a setting in that parser (``max_epochs=10``). Values are checked while parsing.
+    """
     groups: dict[str, Any] = {"": parser}
     for setting in SETTINGS:
-        if setting.group is None:
+        if setting.group is None or (names is not None and setting.name not in names):
             continue
-        if setting.group not in groups:
-            groups[setting.group] = parser.add_argument_group(setting.group)
-        text = setting.help.replace("{DFLT}", str(setting.value).replace("%", "%%"))
-        text = text.replace("{AVAILABLE}", ", ".join(available()))
+        group = setting.group if names is None else ""
+        if group not in groups:
+            groups[group] = parser.add_argument_group(group)
+        default = defaults.get(setting.name, setting.value)
+        text = setting.help.replace("{DFLT}", str(default).replace("%", "%%"))
+        text = text.replace("{AVAILABLE}", ", ".join(catalogue.available_datasets()))
         kwargs: dict[str, Any] = {"help": text, "dest": setting.name}
+        if setting.name in defaults:
+            kwargs["default"] = defaults[setting.name]
         if setting.action:
             kwargs["action"] = setting.action
         else:
-            for key in ("type", "nargs", "const", "metavar"):
+            kwargs["type"] = setting.rule.argtype()
+            for key in ("nargs", "const", "metavar"):
                 if getattr(setting, key) is not None:
                     kwargs[key] = getattr(setting, key)
-            if setting.choices is not None and setting.name != "data":
-                kwargs["choices"] = setting.allowed()
-        groups[setting.group].add_argument(setting.flag or "--" + setting.name.replace("_", "-"), **kwargs)
+            if setting.choices is not None and setting.name != "data" and "metavar" not in kwargs:
+                kwargs["metavar"] = "{" + ",".join(map(str, setting.allowed())) + "}"
+        groups[group].add_argument(setting.option, **kwargs)

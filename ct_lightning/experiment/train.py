@@ -17,6 +17,7 @@ from mlflow.tracking import MlflowClient
 from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation
 from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
 from ct_lightning.experiment.data import build_datamodule, mutability_spec
+from ct_lightning.experiment.preflight import preflight_training
 from ct_lightning.experiment.settings import DEFAULTS, load_config_file, module_kwargs, resolve_config
 from ct_lightning.experiment.tracking import local_store_dir, prepare_store, run_url, ui_command, write_json_atomic
 from ct_lightning.module import CTModule
@@ -92,6 +93,7 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     interrupted run from its last checkpoint in the same MLflow run). ``callbacks`` are added to
     the Trainer's; ``tags`` are set on the MLflow run (e.g. ``{"mlflow.parentRunId": ID}``).
     """
+    overrides = preflight_training(overrides).overrides  # every check before anything is created
     given = {k: v for k, v in overrides.items() if v is not None}
     if given.get("resume"):
         config, run_id, resume_from = _resume_config(given)

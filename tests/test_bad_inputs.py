@@ -1,0 +1,175 @@
+"""Every recipe refuses bad input with one line naming the option, before anything is written.
+
+Each case runs a recipe as a user would (``python recipes/X.py ...`` in a fresh folder, against a real
+MLflow SQLite store) and checks: exit code 1 or 2, exactly one ``error:`` line that names the option (or
+the file at fault), no traceback, and nothing half-written: no MLflow run in the store, no checkpoint
+folder, no summary JSON, no store made in the working folder.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FIXTURES = ROOT / "tests" / "fixtures" / "raw"
+HAS_GPU = shutil.which("nvidia-smi") is not None
+
+# (recipe, arguments, text the error line must hold, allowed exit codes). Placeholders: {tmp} (the case's
+# folder), {store} (its tracking URI), {text} (a text file), {bad_yaml}, {yaml_ten}, {yaml_high}, {yaml_key},
+# {other_sd} (weights of a 12-feature MLP), {other_ckpt} (a CTModule checkpoint of 5 features), {nan_dir}.
+TRAIN = [
+    ("--max-epochs -5", "--max-epochs"), ("--max-epochs 0", "--max-epochs"), ("--max-epochs -1", "--max-epochs"),
+    ("--max-epochs ten", "--max-epochs"), ("--max-epochs 1.5", "--max-epochs"),
+    ("--config {bad_yaml}", "--config"), ("--config {yaml_ten}", "max_epochs"), ("--config {yaml_high}", "tau"),
+    ("--config {yaml_key}", "learning_rate"), ("--config {tmp}/missing.yaml", "--config"),
+    ("--nce 0", "--nce"), ("--nce -10", "--nce"), ("--batch-size 0", "--batch-size"), ("--epsilon -1", "--epsilon"),
+    ("--tau nan", "--tau"), ("--tau 0", "--tau"), ("--lr inf", "--lr"), ("--lambda-div nan", "--lambda-div"),
+    ("--burnin 1.5", "--burnin"), ("--lr -1", "--lr"), ("--data nope", "--data"), ("--generator nope", "--generator"),
+    ("--objective nope", "--objective"), ("--pool nope", "--pool"), ("--mutability x1=sideways", "--mutability"),
+    ("--mutability x1", "--mutability"), ("--data moons --mutability nofeature=none", "--mutability"),
+    ("--data moons --immutable nofeature", "--immutable"),
+    ("--summary-json {text}/summary.json", "--summary-json"), ("--summary-json {tmp}", "--summary-json"),
+    ("--checkpoint-dir {text}", "--checkpoint-dir"), ("--tracking-uri http://127.0.0.1:5999", "--tracking-uri"),
+    ("--from-checkpoint {text}", "--from-checkpoint"), ("--from-checkpoint {tmp}/missing.ckpt", "--from-checkpoint"),
+    ("--data moons --from-checkpoint {other_sd}", "--from-checkpoint"),
+    ("--hidden-sizes 0", "--hidden-sizes"), ("--hidden-sizes a,b", "--hidden-sizes"), ("--seed -1", "--seed"),
+    ("--model foo", "--model"), ("--activation nope", "--activation"), ("--generator-options {{bad", "--generator-options"),
+    ("--generator ecco --generator-options nope=1", "--generator-options"),
+    ("--limit-train-batches -1", "--limit-train-batches"), ("--eval-every -1", "--eval-every"),
+    ("--data-dir {text}", "--data-dir"), ("--data ch --data-dir {nan_dir}", "cal_housing.data"),
+    ("--resume 0123456789abcdef --tracking-uri {empty_store}", "--resume"), ("--no-such-flag", "--no-such-flag"),
+    ("--threads -1", "--threads"), ("--accelerator tpu9", "--accelerator"), ("--experiment ''", "--experiment"),
+]
+if not HAS_GPU:
+    TRAIN.append(("--accelerator gpu", "--accelerator"))
+EVALUATE = [
+    ("--checkpoint {text}", "--checkpoint"), ("--checkpoint {tmp}/missing.ckpt", "--checkpoint"),
+    ("--run-id 0123456789abcdef --tracking-uri {empty_store}", "--run-id"),
+    ("--run-id 0123456789abcdef --tracking-uri sqlite:///{tmp}/none/mlflow.db", "--tracking-uri"),
+    ("--checkpoint {other_ckpt} --data moons", "--checkpoint"), ("--checkpoint {other_ckpt} --n-runs 0", "--n-runs"),
+    ("--checkpoint {other_ckpt} --lambda-energy a,b", "--lambda-energy"),
+    ("--checkpoint {other_ckpt} --protocol nope", "--protocol"), ("--checkpoint {other_ckpt} --eval-tau 0", "--eval-tau"),
+    ("--checkpoint {other_ckpt} --summary-json {tmp}", "--summary-json"),
+    ("--checkpoint {other_ckpt} --out-dir {text}", "--out-dir"), ("--checkpoint {other_ckpt} --data nope", "--data"),
+    ("--n-runs 2", "--run-id"), ("--checkpoint {other_ckpt} --length-scale -1", "--length-scale"),
+]
+COMPARE = [
+    ("--data circles --jobs 0", "--jobs"), ("--data nope", "--data"), ("--data circles --n-runs 0", "--n-runs"),
+    ("--data circles --bl-run-id 0123456789abcdef --ct-run-id fedcba9876543210 --no-actionability "
+     "--tracking-uri {empty_store}", "--bl-run-id"),
+    ("--data circles --lambda-energy a,b", "--lambda-energy"), ("--data circles --protocol nope", "--protocol"),
+    ("--data circles --confidence 1.5", "--confidence"), ("--data circles --max-epochs -5", "--max-epochs"),
+    ("--data circles --out-dir {text}", "--out-dir"), ("--data circles --tracking-uri http://127.0.0.1:5999",
+                                                       "--tracking-uri"),
+    ("--data circles,moons --bl-run-id a", "--bl-run-id"), ("--data circles --threads x", "--threads"),
+]
+CONSISTENCY = [
+    ("--n-models 0", "--n-models"), ("--mode nope", "--mode"), ("--kinds XX", "--kinds"), ("--tau 1.5", "--tau"),
+    ("--data nope", "--data"), ("--max-epochs 0", "--max-epochs"), ("--summary-json {tmp}", "--summary-json"),
+]
+TRAIN_GENERATOR = [
+    ("--max-epochs 3", "--run-id"), ("--checkpoint {text}", "--checkpoint"), ("--checkpoint {text} --max-epochs 0",
+                                                                              "--max-epochs"),
+    ("--checkpoint {text} --variant nope", "--variant"), ("--checkpoint {text} --lr -1", "--lr"),
+    ("--run-id 0123456789abcdef --tracking-uri {empty_store}", "--run-id"),
+    ("--checkpoint {text} --baseline nope", "--baseline"),
+]
+CASES = [("train", *c) for c in TRAIN] + [("evaluate", *c) for c in EVALUATE] + [("compare", *c) for c in COMPARE] \
+    + [("consistency", *c) for c in CONSISTENCY] + [("train_generator", *c) for c in TRAIN_GENERATOR]
+
+
+def test_at_least_fifty_cases():
+    assert len(CASES) >= 50
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> dict[str, str]:
+    """Files the cases point at: text, bad YAML, checkpoints of another data set, a data file with a NaN, a store."""
+    import torch
+
+    from ct_lightning.models import build_mlp
+    from ct_lightning.module import CTModule
+
+    base = tmp_path_factory.mktemp("inputs")
+    (base / "notes.txt").write_text("not a checkpoint\n")
+    (base / "bad.yaml").write_text("max_epochs: [1, 2\ntau: : :\n")
+    (base / "ten.yaml").write_text('max_epochs: "ten"\n')
+    (base / "high.yaml").write_text('tau: "high"\n')
+    (base / "key.yaml").write_text("learning_rate: 0.1\n")
+    torch.save({"state_dict": build_mlp(12, 2, [32]).state_dict()}, base / "adult_mlp.pt")
+    module = CTModule(n_features=5, n_classes=2)
+    torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
+                "pytorch-lightning_version": "2.0.0"}, base / "other.ckpt")
+    nan_dir = base / "raw" / "california_housing"
+    nan_dir.mkdir(parents=True)
+    lines = (FIXTURES / "california_housing" / "cal_housing.data").read_text().splitlines()
+    lines[2] = "nan," + lines[2].split(",", 1)[1]
+    (nan_dir / "cal_housing.data").write_text("\n".join(lines) + "\n")
+    from mlflow.tracking import MlflowClient
+
+    (base / "store").mkdir()
+    MlflowClient(tracking_uri=f"sqlite:///{base / 'store' / 'mlflow.db'}").create_experiment("ct-lightning")
+    return {"text": str(base / "notes.txt"), "bad_yaml": str(base / "bad.yaml"), "yaml_ten": str(base / "ten.yaml"),
+            "yaml_high": str(base / "high.yaml"), "yaml_key": str(base / "key.yaml"),
+            "other_sd": str(base / "adult_mlp.pt"), "other_ckpt": str(base / "other.ckpt"),
+            "nan_dir": str(base / "raw"), "empty_db": str(base / "store" / "mlflow.db")}
+
+
+def _runs(database: Path) -> list[tuple]:
+    if not database.is_file():
+        return []
+    with sqlite3.connect(database) as connection:
+        tables = {row[0] for row in connection.execute("select name from sqlite_master where type='table'")}
+        return list(connection.execute("select run_uuid, status from runs")) if "runs" in tables else []
+
+
+@pytest.mark.parametrize("recipe, arguments, names, codes", [(r, a, n, (1, 2)) for r, a, n in CASES],
+                         ids=[f"{r}:{a[:60]}" for r, a, _ in CASES])
+def test_bad_input_is_refused_in_one_line_before_any_work(recipe, arguments, names, codes, inputs, tmp_path):
+    import shlex
+
+    work = tmp_path / "work"
+    work.mkdir()
+    store = tmp_path / "store"
+    store.mkdir()
+    empty_store = tmp_path / "empty"
+    empty_store.mkdir()
+    shutil.copy(inputs["empty_db"], empty_store / "mlflow.db")
+    values = {**inputs, "tmp": str(tmp_path), "store": f"sqlite:///{store / 'mlflow.db'}",
+              "empty_store": f"sqlite:///{empty_store / 'mlflow.db'}"}
+    argv = shlex.split(arguments.format(**values))
+    if "--tracking-uri" not in argv and recipe != "evaluate":
+        argv += ["--tracking-uri", values["store"]]
+    summary = tmp_path / "out" / "summary.json"
+    if recipe in ("train", "consistency", "train_generator") and "--summary-json" not in argv:
+        argv += ["--summary-json", str(summary)]
+    if recipe == "compare" and "--out-dir" not in argv:
+        argv += ["--out-dir", str(tmp_path / "out")]
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "CT_CACHE_DIR": str(tmp_path / "cache"),
+           "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, str(ROOT / "recipes" / f"{recipe}.py"), *argv], cwd=work, env=env,
+                          capture_output=True, text=True, timeout=300)
+    output = done.stdout + done.stderr
+    if os.environ.get("CT_BAD_INPUTS_REPORT"):  # the list of inputs and answers for the issue note
+        with open(os.environ["CT_BAD_INPUTS_REPORT"], "a") as report:
+            last = (done.stderr.strip().splitlines() or [""])[-1]
+            report.write(f"| {recipe} | `{arguments}` | {done.returncode} | `{last}` |\n")
+    assert done.returncode in codes, f"exit code {done.returncode}:\n{output[-3000:]}"
+    assert "Traceback" not in output, output[-3000:]
+    errors = [line for line in output.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, f"expected one error line:\n{output[-3000:]}"
+    assert done.stderr.strip().splitlines()[-1] == errors[0], "the error is the last line"
+    assert names in errors[0], f"{names!r} not named in {errors[0]!r}"
+    for database in (store / "mlflow.db", empty_store / "mlflow.db"):
+        assert _runs(database) == [], f"runs left in the store: {_runs(database)}"
+    assert not (store / "checkpoints").exists() and not (empty_store / "checkpoints").exists()
+    assert not summary.exists() and not (tmp_path / "out" / "summary.json").exists()
+    assert not (work / "mlruns").exists(), "a store was made in the working folder"
+    assert not list((tmp_path / "out").glob("*")) if (tmp_path / "out").exists() else True

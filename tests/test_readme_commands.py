@@ -1,0 +1,49 @@
+"""Every command in the README works as written after the set-up line: the environment's own programs, valid options."""
+
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from recipe_loader import load_recipe
+
+README = Path(__file__).resolve().parents[1] / "README.md"
+
+
+def shell_commands() -> list[str]:
+    """The commands of the README's ```bash blocks, continuation lines joined, comments dropped."""
+    commands = []
+    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S):
+        for line in block.replace("\\\n", " ").splitlines():
+            line = re.sub(r"\s+#.*$", "", line).strip()
+            if line and not line.startswith("#"):
+                commands.append(line)
+    return commands
+
+
+def recipe_calls() -> list[tuple[str, list[str]]]:
+    """``(recipe, argv)`` of every ``.venv/bin/python recipes/X.py ...`` in the README (``$(...)`` → a path)."""
+    calls = []
+    for command in shell_commands():
+        for part in command.split("&&"):
+            text = re.sub(r'"\$\((?:[^()]|\([^()]*\))*\)"', "PLACEHOLDER", part)
+            words = shlex.split(text)
+            if len(words) > 1 and words[1].startswith("recipes/"):
+                calls.append((Path(words[1]).stem, words[2:]))
+    return calls
+
+
+def test_commands_use_the_environment_programs():
+    for command in shell_commands():
+        for part in command.split("&&"):
+            program = shlex.split(re.sub(r'"\$\(.*\)"', "X", part))[0]
+            assert program in (".venv/bin/python", ".venv/bin/mlflow", ".venv/bin/pip", "python3"), command
+        assert not re.search(r"(?<![\w/.])python (recipes/|-c )", command), command
+
+
+@pytest.mark.parametrize("recipe, argv", recipe_calls(), ids=lambda v: " ".join(v) if isinstance(v, list) else v)
+def test_readme_recipe_command_parses(recipe, argv):
+    if "--help" in argv:
+        return
+    load_recipe(recipe).build_parser().parse_args(argv)  # a bad option or value exits with code 2
