@@ -136,7 +136,8 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     extra_callbacks = list(callbacks or [])
     if config["eval_every"]:
         extra_callbacks.append(CounterfactualEvaluation(int(config["eval_every"])))
-    trainer = L.Trainer(max_epochs=config["max_epochs"], accelerator=config["accelerator"], logger=logger,
+    trainer = L.Trainer(max_epochs=config["max_epochs"], accelerator=config["accelerator"], devices=config["devices"],
+                        num_nodes=config["num_nodes"], strategy=config["strategy"], logger=logger,
                         callbacks=[*checkpoints, BurnIn(config["burnin"]), *extra_callbacks], deterministic=False,
                         enable_progress_bar=config["progress"], enable_model_summary=config["progress"],
                         fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, **trainer_kwargs)
@@ -157,7 +158,7 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     client.log_metric(run_id, "fit_seconds", fit_seconds)
     for path in set(summary["checkpoints"].values()) - {None, ""}:
         client.log_artifact(run_id, path, artifact_path="checkpoints")
-    if config["summary_json"]:
+    if config["summary_json"] and trainer.is_global_zero:  # under DDP only rank 0 holds the MLflow run
         write_json_atomic(config["summary_json"], summary)
     return summary
 
