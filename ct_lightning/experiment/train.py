@@ -109,7 +109,7 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     if resume_from is None and config.get("from_checkpoint"):
         load_weights(module.model, weights, source=f"from_checkpoint {config['from_checkpoint']}")
 
-    artifact_location = prepare_store(config["tracking_uri"])
+    artifact_location = prepare_store(config["tracking_uri"], config["experiment"])
     logger = MLFlowLogger(experiment_name=config["experiment"], run_name=config["run_name"],
                           tracking_uri=config["tracking_uri"], artifact_location=artifact_location,
                           tags=dict(tags) if tags else None, run_id=run_id)
