@@ -15,9 +15,7 @@ import math
 import os
 import tempfile
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
-from multiprocessing import get_context
 from pathlib import Path
 
 import torch
@@ -268,16 +266,16 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
 
 
-def _worker_init(threads: int) -> None:
-    torch.set_num_threads(max(1, threads))
-
-
-def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print) -> dict[str, dict]:
+def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print, executor=None) -> dict[str, dict]:
     """Run every task (longest first), ``jobs`` at a time in separate processes; returns outcomes by label.
 
     ``on_done(outcome)`` is called in this process as each task finishes, so callers can write
-    results as they come. A failed task raises after the others have finished.
+    results as they come. A failed task raises after the others have finished. ``executor``
+    (default: :class:`~ct_lightning.experiment.executor.LocalExecutor` with ``jobs`` processes)
+    dispatches the tasks, e.g. a ``RayTuneExecutor``.
     """
+    from ct_lightning.experiment.executor import LocalExecutor
+
     done = {t.label for t in tasks if task_state(t, client)[1]}
     progress = Progress(tasks, set(), echo)
     echo(f"reproduction: {len(tasks)} models, {len(done)} already trained and evaluated in the store; "
@@ -286,28 +284,18 @@ def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print) ->
     outcomes: dict[str, dict] = {}
     failures: list[str] = []
 
-    def finished(outcome: dict) -> None:
-        outcomes[outcome["label"]] = outcome
-        progress.finish(outcome, jobs)
+    def finished(outcome) -> None:
+        if not outcome.ok:
+            failures.append(f"{outcome.label}: {outcome.error}")
+            echo(f"FAILED {outcome.label}: {outcome.error}", flush=True)
+            return
+        outcomes[outcome.label] = outcome.result
+        progress.finish(outcome.result, jobs)
         if on_done:
-            on_done(outcome)
+            on_done(outcome.result)
 
-    if jobs <= 1:
-        for task in order:
-            finished(run_task(task))
-        return outcomes
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_worker_init,
-                             initargs=(order[0].threads if order else 1,)) as pool:
-        pending = {pool.submit(run_task, task): task for task in order}
-        while pending:
-            completed, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in completed:
-                task = pending.pop(future)
-                try:
-                    finished(future.result())
-                except Exception as error:  # noqa: BLE001 - report, let the other tasks finish
-                    failures.append(f"{task.label}: {error}")
-                    echo(f"FAILED {task.label}: {error}", flush=True)
+    executor = executor or LocalExecutor(jobs, order[0].threads if order else 1, fail_fast=True)
+    executor.run(run_task, order, [t.label for t in order], finished)
     if failures:
         raise RuntimeError("tasks failed: " + "; ".join(failures))
     return outcomes
