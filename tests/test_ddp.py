@@ -86,3 +86,23 @@ def test_learned_generators_are_fitted_once_and_shared(tmp_path, generator):
             seconds = [r["epochs"][epoch]["generator_fit_seconds"] for r in ranks]
             assert seconds[0] > 0 and seconds[0] == seconds[1]
     assert ranks[0]["metrics"]["train/cf_count"] == ddp_worker.NCE
+
+
+def test_train_recipe_runs_ddp_on_two_processes_into_one_mlflow_run(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, str(ROOT / "recipes" / "train.py"), "--data", "moons", "--accelerator",
+                           "cpu", "--devices", "2", "--strategy", "ddp", "--max-epochs", "2", "--nce", "40",
+                           "--max-steps", "3", "--limit-train-batches", "3", "--limit-val-batches", "2",
+                           "--no-progress", "--tracking-uri", uri, "--summary-json", str(tmp_path / "summary.json")],
+                          env=env, cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("ct-lightning").experiment_id])
+    assert len(runs) == 1 and runs[0].info.status == "FINISHED"  # rank 1 logged nothing of its own
+    run = runs[0]
+    assert run.data.metrics["train/cf_count"] == 40 and run.data.params["devices"] == "2"
+    assert "checkpoints/last.ckpt" in {a.path for a in client.list_artifacts(run.info.run_id, "checkpoints")}
+    assert json.loads((tmp_path / "summary.json").read_text())["run_id"] == run.info.run_id

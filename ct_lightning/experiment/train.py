@@ -116,8 +116,9 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     run_id, experiment_id = logger.run_id, logger.experiment_id
     client = logger.experiment
     if resume_from is None:
-        config["checkpoint_dir"] = str(Path(config["checkpoint_dir"] or
-                                            local_store_dir(config["tracking_uri"]) / "checkpoints" / run_id).resolve())
+        # Under DDP only rank 0 has a run id; ModelCheckpoint uses rank 0's folder on every rank.
+        config["checkpoint_dir"] = str(Path(config["checkpoint_dir"] or local_store_dir(config["tracking_uri"])
+                                            / "checkpoints" / (run_id or "rank-not-zero")).resolve())
         # Lightning logs the module's hyperparameters itself; add the run-level settings it lacks.
         logger.log_hyperparams({k: v for k, v in config.items() if k not in module.hparams and k != "summary_json"})
         client.log_dict(run_id, config, "config.json")
