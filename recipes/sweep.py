@@ -21,7 +21,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ct_lightning.experiment.executor import LocalExecutor, RayTuneExecutor
+from ct_lightning.experiment.executor import LocalExecutor, RayTuneExecutor, require_ray
 from ct_lightning.experiment.settings import add_arguments
 from ct_lightning.experiment.sweep import MODES, SEARCHES, parse_space, run_sweep
 from ct_lightning.experiment.tracking import local_store_dir
@@ -79,6 +79,7 @@ def main(argv: list[str] | None = None) -> dict:
         if sweep["executor"] == "local":
             executor = LocalExecutor(sweep["jobs"], max(1, int(sweep["cpus_per_trial"])))
         else:
+            require_ray()  # before any work: a one-line error naming the extra when Ray is missing
             storage = sweep["storage_path"] or str((local_store_dir(args.get("tracking_uri", "sqlite:///mlruns/x"))
                                                     / "ray").resolve())
             executor = RayTuneExecutor(sweep["address"], sweep["cpus_per_trial"], sweep["gpus_per_trial"],

@@ -91,6 +91,16 @@ def test_sweep_with_local_processes_resumes_and_reports_failures(tmp_path):
     assert [t["params"] for t in failing["trials"]] == [{"generator_options": None}]
 
 
+@pytest.mark.skipif(HAS_RAY, reason="Ray is installed here; the message for a missing Ray is checked without it")
+def test_sweep_recipe_names_the_extra_when_ray_is_missing(tmp_path):
+    from recipe_loader import load_recipe
+
+    sweep = load_recipe("sweep")
+    with pytest.raises(SystemExit, match=r'pip install -e "\.\[sweep\]"'):
+        sweep.main(["--param", "nce=10,20", "--tracking-uri", f"sqlite:///{tmp_path / 'mlflow.db'}"])
+    assert not (tmp_path / "mlflow.db").exists()  # the error came before any work
+
+
 @pytest.mark.skipif(not HAS_RAY, reason='Ray is not installed (pip install -e ".[sweep]"); the Ray Tune sweep '
                     'is tested where the extra is installed, as in CI')
 def test_tiny_sweep_on_ray_tune_end_to_end_then_resumed(tmp_path):
