@@ -31,6 +31,14 @@ def run_ddp(tmp_path: Path, generator: str) -> list[dict]:
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)], out
 
 
+def test_rank_slices_partition_the_global_pool():
+    for n in range(0, 23):
+        for world in range(1, 5):
+            parts = [list(range(n))[CTModule.rank_slice(n, world, rank)] for rank in range(world)]
+            assert sum(parts, []) == list(range(n))
+            assert max(map(len, parts)) - min(map(len, parts)) <= 1
+
+
 @pytest.fixture(scope="module")
 def ecco_run(tmp_path_factory):
     return run_ddp(tmp_path_factory.mktemp("ddp"), "ecco")
