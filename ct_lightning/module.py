@@ -117,22 +117,56 @@ class CTModule(L.LightningModule):
         if not self._data_ready:
             self.prepare_counterfactual_data(*trainer_tensors(self.trainer, "train"))
         if self.uses_energy or self.uses_adversarial:
-            self.generator.fit(self.fit_context())
+            self._shared_generator_step(lambda: self.generator.fit(self.fit_context()))
             self._generator_fitted = True
 
+    # --------------------------------------------------------------- distributed runs
+    def _world(self) -> tuple[int, int]:
+        """``(world size, global rank)`` of the running Trainer; ``(1, 0)`` outside one."""
+        if self._trainer is None:
+            return 1, 0
+        return int(self.trainer.world_size), int(self.trainer.global_rank)
+
+    def _shared_generator_step(self, action) -> None:
+        """Run a generator's ``fit``/``update`` once: on rank 0 under DDP, then copy what it learned to all ranks."""
+        world, rank = self._world()
+        if world <= 1:
+            action()
+            return
+        if rank == 0:
+            action()
+        state = self.trainer.strategy.broadcast(self.generator.shared_state() if rank == 0 else None, src=0)
+        if rank != 0:
+            self.generator.load_shared_state(state, self.fit_context())
+
+    @staticmethod
+    def rank_slice(n: int, world: int, rank: int) -> slice:
+        """The ``rank``-th of ``world`` near-equal, disjoint slices of ``range(n)``."""
+        return slice(n * rank // world, n * (rank + 1) // world)
+
     # ----------------------------------------------------------- counterfactual pool
-    def _rng(self, salt: int) -> torch.Generator:
-        # Seeded by (seed, epoch, step, rank): reproducible, resumable, and different on each DDP rank.
-        key = (self.hparams.seed, self.current_epoch, salt, self.global_rank)
+    def _rng(self, salt: int, shared: bool = False) -> torch.Generator:
+        # Seeded by (seed, epoch, step[, rank]): reproducible and resumable; ``shared`` streams are the same
+        # on every DDP rank (one global draw of factuals), the others differ per rank.
+        key = (self.hparams.seed, self.current_epoch, salt) + (() if shared else (self.global_rank,))
         return torch.Generator().manual_seed(hash(key) % (2**63))
 
-    def generate_pool(self, n: int, rng: torch.Generator) -> tuple[CounterfactualPool, dict]:
-        """Draw ``n`` factuals, random targets and ``x⁺``, and search their counterfactuals at once."""
+    def generate_pool(self, n: int, rng: torch.Generator,
+                      shared_rng: torch.Generator | None = None) -> tuple[CounterfactualPool, dict]:
+        """Draw this rank's share of ``n`` factuals, random targets and ``x⁺``, and search their counterfactuals.
+
+        ``n`` is the global count: the factuals are one draw of ``n`` training indices, and under DDP
+        each rank takes its own disjoint slice of it (the draw then comes from ``shared_rng``, the
+        same on every rank). Targets and ``x⁺`` (from the whole training set) come from ``rng``.
+        """
         hp = self.hparams
         n_train = len(self.y_train)
-        index = torch.randperm(n_train, generator=rng)[:n] if n <= n_train else \
-            torch.randint(n_train, (n,), generator=rng)
-        index = index.to(self.device)
+        world, rank = self._world()
+        # On one process everything comes from ``rng``, as it always has (same results as before DDP support).
+        draw = shared_rng if shared_rng is not None and world > 1 else rng
+        index = torch.randperm(n_train, generator=draw)[:n] if n <= n_train else \
+            torch.randint(n_train, (n,), generator=draw)
+        index = index[self.rank_slice(n, world, rank)].to(self.device)
         x, labels = self.x_train[index], self.y_train[index]
         with eval_mode(self.model), torch.no_grad():
             predicted = self.model(x).argmax(1)
@@ -142,31 +176,48 @@ class CTModule(L.LightningModule):
         result = self.generator.generate(self.model, x, target, hp.tau, hp.max_steps, hp.epsilon,
                                          self.mutability, self.lower, self.upper)
         stats = {**result.stats(), "search_seconds": time.perf_counter() - started}
+        self.last_factual_index = index.detach().cpu()  # this rank's factuals of the latest pool (for checks)
         x_pos, x_neg = contrast_pairs(x_pos, result.counterfactual, result.converged, self.mutability)
         return CounterfactualPool(x_pos, x_neg, result.nascent, labels, target), stats
 
-    def _log_search(self, stats: dict) -> None:
-        for key, value in stats.items():
-            self.log(f"train/cf_{key}", value, on_step=False, on_epoch=True)
+    def _log_search(self, stats: dict, count: int) -> None:
+        """Log the search statistics of this rank's ``count`` counterfactuals as global values.
+
+        Under DDP the rates are weighted by each rank's pool size (gathered here: Lightning's own
+        weighted sync rounds uneven integer weights) and ``search_seconds`` is the slowest rank's.
+        """
+        world, _ = self._world()
+        if world > 1:
+            local = torch.tensor([float(count), *map(float, stats.values())], dtype=torch.float64, device=self.device)
+            gathered = self.all_gather(local).reshape(world, -1).cpu()
+            counts, total = gathered[:, 0], gathered[:, 0].sum().clamp_min(1.0)
+            stats = {key: (gathered[:, i + 1].max() if key == "search_seconds" else
+                           (gathered[:, i + 1] * counts).sum() / total).item() for i, key in enumerate(stats)}
+        for key, value in stats.items():  # identical on every rank now; sync_dist keeps them so
+            self.log(f"train/cf_{key}", value, on_step=False, on_epoch=True, sync_dist=True)
+        self.log("train/cf_count", float(count), on_step=False, on_epoch=True, reduce_fx="sum", sync_dist=True)
 
     def on_train_epoch_start(self) -> None:
         self.pool = None
         if self.uses_counterfactuals:
             if not self._generator_fitted:
-                self.generator.fit(self.fit_context())
+                self._shared_generator_step(lambda: self.generator.fit(self.fit_context()))
                 self._generator_fitted = True
-            self.generator.update(self.fit_context(), int(self.current_epoch))
+            epoch = int(self.current_epoch)
+            self._shared_generator_step(lambda: self.generator.update(self.fit_context(), epoch))
         if self.uses_counterfactuals and self.hparams.pool == "epoch":
-            self.pool, stats = self.generate_pool(self.hparams.nce, self._rng(0))
-            self._log_search(stats)
+            self.pool, stats = self.generate_pool(self.hparams.nce, self._rng(0), self._rng(0, shared=True))
+            self._log_search(stats, len(self.pool))
 
     def _pool_for_step(self, batch_idx: int) -> CounterfactualPool:
         n_batches = self.trainer.num_training_batches
         n_batches = n_batches if math.isfinite(n_batches) and n_batches > 0 else 1
         if self.hparams.pool == "epoch":
             return self.pool.chunk(batch_idx, int(n_batches))
-        pool, stats = self.generate_pool(math.ceil(self.hparams.nce / n_batches), self._rng(batch_idx + 1))
-        self._log_search(stats)
+        # n_batches is per rank, so each synchronous step searches nce / n_batches globally, split over ranks.
+        pool, stats = self.generate_pool(math.ceil(self.hparams.nce / n_batches), self._rng(batch_idx + 1),
+                                         self._rng(batch_idx + 1, shared=True))
+        self._log_search(stats, len(pool))
         return pool
 
     # ------------------------------------------------------------------------ steps

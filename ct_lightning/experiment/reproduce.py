@@ -17,9 +17,7 @@ import signal
 import sys
 import tempfile
 import time
-from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 from dataclasses import asdict, dataclass
-from multiprocessing import get_context
 from pathlib import Path
 
 import torch
@@ -58,9 +56,15 @@ def stable_key(payload: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
+# Settings added after stores were filled: left out of the key while they hold these values, so that a
+# newer version of the library still finds the trainings an older one made.
+OMITTED_AT_DEFAULT = {"devices": "auto", "num_nodes": 1, "strategy": "auto"}
+
+
 def training_key(config: dict) -> str:
     """Key of a resolved training configuration: everything that shapes the trained model."""
-    return stable_key({k: v for k, v in config.items() if k not in NON_DEFINING_KEYS})
+    return stable_key({k: v for k, v in config.items() if k not in NON_DEFINING_KEYS
+                       and not (k in OMITTED_AT_DEFAULT and v == OMITTED_AT_DEFAULT[k])})
 
 
 def evaluation_key(protocol: dict, protect: bool, all_mutable: bool, split: str = "test") -> str:
@@ -272,30 +276,16 @@ def _duration(seconds: float) -> str:
     return f"{hours}h{minutes:02d}m" if hours else (f"{minutes}m{secs:02d}s" if minutes else f"{secs}s")
 
 
-def _die_with_parent() -> None:
-    """On Linux, ask the kernel to kill this worker when the process that started it dies.
-
-    Without it, killing a reproduction leaves its workers training on, and a restarted
-    reproduction trains the same models a second time.
-    """
-    if sys.platform.startswith("linux"):
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
-
-
-def _worker_init(threads: int) -> None:
-    _die_with_parent()
-    if threads > 0:  # 0: torch's default
-        torch.set_num_threads(threads)
-
-
-def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print) -> dict[str, dict]:
+def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print, executor=None) -> dict[str, dict]:
     """Run every task (longest first), ``jobs`` at a time in separate processes; returns outcomes by label.
 
     ``on_done(outcome)`` is called in this process as each task finishes, so callers can write
-    results as they come. A failed task raises after the others have finished.
+    results as they come. A failed task raises after the others have finished. ``executor``
+    (default: :class:`~ct_lightning.experiment.executor.LocalExecutor` with ``jobs`` processes)
+    dispatches the tasks, e.g. a ``RayTuneExecutor``.
     """
+    from ct_lightning.experiment.executor import LocalExecutor
+
     done = {t.label for t in tasks if task_state(t, client)[1]}
     progress = Progress(tasks, set(), echo)
     echo(f"reproduction: {len(tasks)} models, {len(done)} already trained and evaluated in the store; "
@@ -304,28 +294,18 @@ def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print) ->
     outcomes: dict[str, dict] = {}
     failures: list[str] = []
 
-    def finished(outcome: dict) -> None:
-        outcomes[outcome["label"]] = outcome
-        progress.finish(outcome, jobs)
+    def finished(outcome) -> None:
+        if not outcome.ok:
+            failures.append(f"{outcome.label}: {outcome.error}")
+            echo(f"FAILED {outcome.label}: {outcome.error}", flush=True)
+            return
+        outcomes[outcome.label] = outcome.result
+        progress.finish(outcome.result, jobs)
         if on_done:
-            on_done(outcome)
+            on_done(outcome.result)
 
-    if jobs <= 1:
-        for task in order:
-            finished(run_task(task))
-        return outcomes
-    with ProcessPoolExecutor(max_workers=jobs, mp_context=get_context("spawn"), initializer=_worker_init,
-                             initargs=(order[0].threads if order else 1,)) as pool:
-        pending = {pool.submit(run_task, task): task for task in order}
-        while pending:
-            completed, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in completed:
-                task = pending.pop(future)
-                try:
-                    finished(future.result())
-                except Exception as error:  # noqa: BLE001 - report, let the other tasks finish
-                    failures.append(f"{task.label}: {error}")
-                    echo(f"FAILED {task.label}: {error}", flush=True)
+    executor = executor or LocalExecutor(jobs, order[0].threads if order else 1, fail_fast=True)
+    executor.run(run_task, order, [t.label for t in order], finished)
     if failures:
         raise RuntimeError("tasks failed: " + "; ".join(failures))
     return outcomes

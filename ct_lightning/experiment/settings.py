@@ -41,6 +41,26 @@ def datasets_and_aliases() -> list[str]:
     return names + sorted(set(catalogue.datasets()) - set(names))
 
 
+def lightning_devices(text):
+    """Lightning's ``devices``: ``"auto"``, a count (``"2"``, ``"-1"`` for all) or indices (``"0,2"``)."""
+    if isinstance(text, (int, list)):
+        return text
+    text = str(text).strip()
+    if text == "auto":
+        return text
+    try:
+        return [int(p) for p in text.split(",") if p.strip()] if "," in text else int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"devices: {text!r} is not auto, a count or comma-separated indices") from None
+
+
+def lightning_strategies() -> list[str]:
+    """The strategy names Lightning knows (``auto``, ``ddp``, ``ddp_spawn``, ``fsdp``, ...)."""
+    from lightning.pytorch.strategies import StrategyRegistry
+
+    return ["auto", *sorted(StrategyRegistry.available_strategies())]
+
+
 @dataclass(frozen=True)
 class Setting:
     """One training setting: its default, how the command line reads it and which values it allows.
@@ -212,6 +232,12 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("threads", None, "torch intra-op threads: default 1 for the paper's small MLPs (more threads only "
             "fight other processes), torch's own choice for --model cnn or a GPU; 0 = torch's default",
             int, MODEL, low=0, metavar="N"),
+    # scaling out (Lightning's meanings; see README "Scaling out")
+    Setting("devices", "auto", "Lightning devices per node: auto, a count (-1: all) or indices like 0,1 "
+            "(default {DFLT})", lightning_devices, MODEL, metavar="DEVICES"),
+    Setting("num_nodes", 1, "Lightning num_nodes: machines taking part in DDP (default {DFLT})", int, MODEL, low=1),
+    Setting("strategy", "auto", "Lightning strategy, e.g. ddp, ddp_spawn, fsdp (default {DFLT})", group=MODEL,
+            choices=lightning_strategies, metavar="STRATEGY"),
     # fine-tuning and resuming
     Setting("from_checkpoint", None, "start from these weights: a checkpoint of this project, a state_dict of the "
             "default MLP, or weights for --model", group=START),

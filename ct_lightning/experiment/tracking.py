@@ -2,25 +2,87 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import tempfile
+import time
 from pathlib import Path
+
+try:
+    import fcntl
+except ImportError:  # Windows: no advisory locks; creation then relies on the retries alone
+    fcntl = None
 
 DEFAULT_TRACKING_URI = "sqlite:///mlruns/mlflow.db"
 DEFAULT_EXPERIMENT = "ct-lightning"
 
 
-def prepare_store(tracking_uri: str) -> str | None:
-    """Create the folder of a local SQLite store; return the artifact location to use with it.
+# Errors MLflow raises when several processes create the same store or experiment at once.
+RACE_ERRORS = ("already exists", "database is locked", "UNIQUE constraint failed", "duplicate key")
+
+
+@contextlib.contextmanager
+def store_lock(store: Path):
+    """An inter-process lock (``flock`` on ``store/.create.lock``) held while the store is created."""
+    store.mkdir(parents=True, exist_ok=True)
+    with open(store / ".create.lock", "a") as handle:
+        if fcntl is not None:
+            fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            if fcntl is not None:
+                fcntl.flock(handle, fcntl.LOCK_UN)
+
+
+def retry_race(action, attempts: int = 8, delay: float = 0.25):
+    """``action()``, tried again (with growing pauses) while it fails with a known store-creation race error."""
+    for attempt in range(attempts):
+        try:
+            return action()
+        except Exception as error:  # noqa: BLE001 - MLflow and SQLAlchemy raise several types for the same race
+            if attempt == attempts - 1 or not any(text in str(error) for text in RACE_ERRORS):
+                raise
+            time.sleep(delay * (attempt + 1))
+    return None
+
+
+def ensure_experiment(tracking_uri: str, experiment: str, artifact_location: str | None = None) -> str:
+    """The id of ``experiment`` in the store, created (once, even with many concurrent callers) if missing."""
+    from mlflow.tracking import MlflowClient
+
+    def get_or_create() -> str:
+        client = MlflowClient(tracking_uri=tracking_uri)
+        found = client.get_experiment_by_name(experiment)
+        return found.experiment_id if found else client.create_experiment(experiment,
+                                                                          artifact_location=artifact_location)
+
+    return retry_race(get_or_create)
+
+
+def prepare_store(tracking_uri: str, experiment: str | None = None) -> str | None:
+    """Create a local SQLite store (and ``experiment``, if given); return the artifact location to use with it.
 
     MLflow 3 rejects the old file store, so local runs track in SQLite and keep artifacts as
-    files in ``artifacts/`` next to the database.
+    files in ``artifacts/`` next to the database. Many processes may start at once on a fresh
+    store: the database and the experiment are created under an inter-process lock, so none of
+    them fails with ``table experiments already exists``. A server store (``http://...``) creates
+    its own tables; there only the experiment is created, with retries.
     """
     if tracking_uri.startswith("sqlite:///"):
         store = local_store_dir(tracking_uri)
-        store.mkdir(parents=True, exist_ok=True)
-        return (store / "artifacts").resolve().as_uri()
+        artifacts = (store / "artifacts").resolve().as_uri()
+        with store_lock(store):
+            if experiment is not None:
+                ensure_experiment(tracking_uri, experiment, artifacts)
+            else:
+                from mlflow.tracking import MlflowClient
+
+                retry_race(lambda: MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1))
+        return artifacts
+    if experiment is not None:
+        ensure_experiment(tracking_uri, experiment)
     return None
 
 

@@ -111,15 +111,16 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     if resume_from is None and config.get("from_checkpoint"):
         load_weights(module.model, weights, source=f"from_checkpoint {config['from_checkpoint']}")
 
-    artifact_location = prepare_store(config["tracking_uri"])
+    artifact_location = prepare_store(config["tracking_uri"], config["experiment"])
     logger = MLFlowLogger(experiment_name=config["experiment"], run_name=config["run_name"],
                           tracking_uri=config["tracking_uri"], artifact_location=artifact_location,
                           tags=dict(tags) if tags else None, run_id=run_id)
     run_id, experiment_id = logger.run_id, logger.experiment_id
     client = logger.experiment
     if resume_from is None:
-        config["checkpoint_dir"] = str(Path(config["checkpoint_dir"] or
-                                            local_store_dir(config["tracking_uri"]) / "checkpoints" / run_id).resolve())
+        # Under DDP only rank 0 has a run id; ModelCheckpoint uses rank 0's folder on every rank.
+        config["checkpoint_dir"] = str(Path(config["checkpoint_dir"] or local_store_dir(config["tracking_uri"])
+                                            / "checkpoints" / (run_id or "rank-not-zero")).resolve())
         # Lightning logs the module's hyperparameters itself; add the run-level settings it lacks.
         logger.log_hyperparams({k: v for k, v in config.items() if k not in module.hparams and k != "summary_json"})
         client.log_dict(run_id, config, "config.json")
@@ -138,7 +139,8 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     extra_callbacks = list(callbacks or [])
     if config["eval_every"]:
         extra_callbacks.append(CounterfactualEvaluation(int(config["eval_every"])))
-    trainer = L.Trainer(max_epochs=config["max_epochs"], accelerator=config["accelerator"], logger=logger,
+    trainer = L.Trainer(max_epochs=config["max_epochs"], accelerator=config["accelerator"], devices=config["devices"],
+                        num_nodes=config["num_nodes"], strategy=config["strategy"], logger=logger,
                         callbacks=[*checkpoints, BurnIn(config["burnin"]), *extra_callbacks], deterministic=False,
                         enable_progress_bar=config["progress"], enable_model_summary=config["progress"],
                         fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, **trainer_kwargs)
@@ -159,7 +161,7 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     client.log_metric(run_id, "fit_seconds", fit_seconds)
     for path in set(summary["checkpoints"].values()) - {None, ""}:
         client.log_artifact(run_id, path, artifact_path="checkpoints")
-    if config["summary_json"]:
+    if config["summary_json"] and trainer.is_global_zero:  # under DDP only rank 0 holds the MLflow run
         write_json_atomic(config["summary_json"], summary)
     return summary
 

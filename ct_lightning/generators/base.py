@@ -9,7 +9,9 @@ the same way:
 - ``update(context, epoch)``: at the start of every CT epoch, and once before standalone use,
   to follow the classifier (an amortised network is (re)fitted here);
 - ``generate(model, x, target, tau, max_steps, epsilon, mutability, lower, upper)`` → :class:`SearchResult`;
-- ``config()``: primitive settings for logging.
+- ``config()``: primitive settings for logging;
+- ``shared_state()`` / ``load_shared_state(state, context)``: what ``fit``/``update`` learned, so that
+  under DDP it is learned once on rank 0 and copied to the other ranks (nothing by default).
 """
 
 from __future__ import annotations
@@ -99,6 +101,13 @@ class CounterfactualGenerator(ABC):
 
     def update(self, context: FitContext, epoch: int) -> None:
         """Follow the classifier at the start of a CT epoch (and before standalone use); nothing by default."""
+
+    def shared_state(self):
+        """What ``fit``/``update`` learned, picklable, for copying to other DDP ranks; ``None``: nothing learned."""
+        return None
+
+    def load_shared_state(self, state, context: FitContext) -> None:
+        """Take over ``state`` from :meth:`shared_state` of the same generator on another rank."""
 
 
 def prepare_standalone(generator: CounterfactualGenerator, context: FitContext) -> CounterfactualGenerator:

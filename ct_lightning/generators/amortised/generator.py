@@ -102,6 +102,26 @@ class Amortised(CounterfactualGenerator):
             return
         self.fitted_epoch = epoch
 
+    def shared_state(self):
+        """The network's weights (the classifier is not part of them) and the fitting schedule."""
+        if self.net is None:
+            return None
+        weights = {k: v.detach().cpu() for k, v in self.net.state_dict().items()}
+        return {"weights": weights, "fitted_epoch": self.fitted_epoch, "n_fits": self.n_fits,
+                "fit_seconds": self.fit_seconds, "bandwidth": self.net._bandwidth}
+
+    def load_shared_state(self, state, context: FitContext) -> None:
+        """Take over the network fitted on another rank (built here first for this rank's classifier)."""
+        if state is None:
+            return
+        if self.net is None:
+            self.fit(context)
+        self.net.load_state_dict(state["weights"])
+        self.net.to(context.device)
+        self.net.set_classifier(context.model)
+        self.net._bandwidth = state["bandwidth"]
+        self.fitted_epoch, self.n_fits, self.fit_seconds = state["fitted_epoch"], state["n_fits"], state["fit_seconds"]
+
     def generate(self, model, x, target, tau=0.75, max_steps=30, epsilon=0.3, mutability=None,
                  lower=None, upper=None) -> SearchResult:
         """Counterfactuals in one forward pass; ``max_steps`` is unused, constraints are enforced."""

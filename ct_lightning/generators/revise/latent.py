@@ -116,6 +116,15 @@ class Revise(CounterfactualGenerator):
         if self.vae is None:
             self.fit_vae(context.x_train, context.name, context.accelerator)
 
+    def shared_state(self):
+        """The fitted VAE (on the CPU) and where it came from."""
+        return None if self.vae is None else {"vae": self.vae.cpu(), "vae_info": dict(self.vae_info)}
+
+    def load_shared_state(self, state, context: FitContext) -> None:
+        """Use the VAE fitted on another rank."""
+        if state is not None:
+            self.vae, self.vae_info = state["vae"].eval(), state["vae_info"]
+
     def generate(self, model, x, target, tau=0.75, max_steps=30, epsilon=0.3, mutability=None,
                  lower=None, upper=None) -> SearchResult:
         """Batched latent-space search (SPEC §2, REVISE)."""

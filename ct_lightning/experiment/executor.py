@@ -1,0 +1,206 @@
+"""The one way to run many independent jobs (trainings): local processes or Ray Tune trials.
+
+An :class:`Executor` runs ``fn(item)`` for every item and calls ``on_outcome`` in this process as
+each one finishes, with an :class:`Outcome` (the result, or the error as text: one failure does not
+stop the others). ``fn`` must be a module-level function and the items picklable.
+
+- :class:`LocalExecutor` (default, no extra dependency): ``jobs`` spawned processes, or this
+  process when ``jobs`` is 1 (with ``fail_fast`` a failure there raises at once, as a plain loop would);
+- :class:`RayTuneExecutor` (``pip install -e ".[sweep]"``): one Ray Tune trial per item, with CPU/GPU
+  resources per trial and a maximum of concurrent trials, on a local Ray or a cluster (``address``).
+
+``recipes/compare.py --jobs`` and ``recipes/sweep.py`` both dispatch through here.
+"""
+
+from __future__ import annotations
+
+import signal
+import sys
+
+import os
+import time
+import traceback
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+from dataclasses import dataclass
+from multiprocessing import get_context
+from typing import Any
+
+import torch
+
+EXTRA_HINT = 'Ray is not installed; install the sweep extra: pip install -e ".[sweep]"'
+
+
+@dataclass
+class Outcome:
+    """What became of one item: its position, label, and result or error text."""
+
+    index: int
+    label: str
+    result: Any = None
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+class Executor(ABC):
+    """Runs ``fn`` over items; see the module docstring."""
+
+    @abstractmethod
+    def run(self, fn: Callable, items: Sequence, labels: Sequence[str],
+            on_outcome: Callable[[Outcome], None] | None = None) -> list[Outcome]:
+        """``fn(item)`` for every item; ``on_outcome`` is called here as each finishes; outcomes in finishing order."""
+
+
+def _die_with_parent() -> None:
+    """On Linux, ask the kernel to kill this worker when the process that started it dies.
+
+    Without it, killing a reproduction or sweep leaves its workers training on, and a restarted
+    one trains the same models a second time.
+    """
+    if sys.platform.startswith("linux"):
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
+
+
+def _set_threads(threads: int) -> None:
+    _die_with_parent()
+    if threads > 0:  # 0: torch's default
+        torch.set_num_threads(threads)
+
+
+class LocalExecutor(Executor):
+    """``jobs`` spawned worker processes with ``threads`` torch threads each; ``jobs=1`` runs inline.
+
+    ``fail_fast``: inline, let the first failure raise instead of reporting it and going on.
+    """
+
+    def __init__(self, jobs: int = 1, threads: int = 1, fail_fast: bool = False):
+        if jobs < 1:
+            raise ValueError(f"jobs: must be at least 1, got {jobs}")
+        self.jobs, self.threads, self.fail_fast = jobs, threads, fail_fast
+
+    def run(self, fn, items, labels, on_outcome=None) -> list[Outcome]:
+        """Run in order inline, or ``jobs`` at a time; failures are reported and the rest go on (see ``fail_fast``)."""
+        outcomes: list[Outcome] = []
+
+        def finished(outcome: Outcome) -> None:
+            outcomes.append(outcome)
+            if on_outcome:
+                on_outcome(outcome)
+
+        if self.jobs <= 1:
+            for index, (item, label) in enumerate(zip(items, labels)):
+                try:
+                    result = fn(item)
+                except Exception as error:  # noqa: BLE001 - report, let the other items run
+                    if self.fail_fast:
+                        raise
+                    finished(Outcome(index, label, error=f"{type(error).__name__}: {error}"))
+                    continue
+                finished(Outcome(index, label, result))
+            return outcomes
+        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("spawn"), initializer=_set_threads,
+                                 initargs=(self.threads,)) as pool:
+            pending = {pool.submit(fn, item): index for index, item in enumerate(items)}
+            while pending:
+                completed, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for future in completed:
+                    index = pending.pop(future)
+                    try:
+                        finished(Outcome(index, labels[index], future.result()))
+                    except Exception as error:  # noqa: BLE001 - report, let the other items finish
+                        finished(Outcome(index, labels[index], error=f"{type(error).__name__}: {error}"))
+        return outcomes
+
+
+def require_ray():
+    """``ray`` and ``ray.tune``, or a one-line error naming the extra to install."""
+    try:
+        import ray
+        from ray import tune
+    except ImportError:
+        raise SystemExit(f"error: {EXTRA_HINT}") from None
+    return ray, tune
+
+
+def _tune_trial(config: dict, fn=None, items=None) -> None:
+    """The Ray Tune trainable: run the item of this trial and report its result (numbers and strings)."""
+    from ray import tune
+
+    _set_threads(config["threads"])
+    result = fn(items[config["index"]]) or {}
+    tune.report({k: v for k, v in result.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)})
+
+
+class RayTuneExecutor(Executor):
+    """One Ray Tune trial per item: ``cpus``/``gpus`` per trial, at most ``max_concurrent`` at once (0: no limit).
+
+    ``address`` joins a running Ray cluster (``"auto"`` or ``ray://host:10001``); ``None`` starts a local Ray.
+    ``storage_path``/``name`` say where Tune keeps its experiment folder. Each trial's ``fn`` result is
+    returned through the outcome: its numbers and strings, as Tune reported them.
+    """
+
+    def __init__(self, address: str | None = None, cpus: float = 1, gpus: float = 0, max_concurrent: int = 0,
+                 storage_path: str | None = None, name: str | None = None):
+        self.address, self.cpus, self.gpus, self.max_concurrent = address, cpus, gpus, max_concurrent
+        self.storage_path = storage_path
+        self.name = name or time.strftime("ct-sweep-%Y%m%d-%H%M%S")
+
+    def run(self, fn, items, labels, on_outcome=None) -> list[Outcome]:
+        """Run every item as a trial of one Tune experiment; failed trials are reported, the others go on."""
+        ray, tune = require_ray()
+        if not items:
+            return []
+        # Trials keep this working directory, so relative paths in the items mean what they mean here.
+        os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
+        if not ray.is_initialized():
+            ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                     runtime_env={"env_vars": {"RAY_CHDIR_TO_TRIAL_DIR": "0",
+                                               "PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
+        outcomes: list[Outcome] = []
+        seen: set[int] = set()
+
+        def finished(outcome: Outcome) -> None:
+            if outcome.index in seen:
+                return
+            seen.add(outcome.index)
+            outcomes.append(outcome)
+            if on_outcome:
+                on_outcome(outcome)
+
+        class Report(tune.Callback):
+            """Hands each finished or failed trial to ``on_outcome`` as it happens, in this process."""
+
+            def on_trial_complete(self, iteration, trials, trial, **info):
+                index = trial.config["index"]
+                finished(Outcome(index, labels[index], dict(trial.last_result or {})))
+
+            def on_trial_error(self, iteration, trials, trial, **info):
+                index = trial.config["index"]
+                error = getattr(trial, "error_msg", None) or "trial failed"
+                finished(Outcome(index, labels[index], error=str(error).strip().splitlines()[-1]))
+
+        trainable = tune.with_resources(tune.with_parameters(_tune_trial, fn=fn, items=list(items)),
+                                        {"cpu": self.cpus, "gpu": self.gpus})
+        space = {"index": tune.grid_search(list(range(len(items)))), "threads": max(1, int(self.cpus))}
+        tuner = tune.Tuner(trainable, param_space=space,
+                           tune_config=tune.TuneConfig(max_concurrent_trials=self.max_concurrent or None),
+                           run_config=tune.RunConfig(name=self.name, storage_path=self.storage_path, verbose=0,
+                                                     failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
+                                                     callbacks=[Report()]))
+        grid = tuner.fit()
+        for result in grid:  # anything the callbacks did not see (e.g. a trial that never started)
+            index = (result.config or {}).get("index")
+            if index is None:
+                continue
+            if result.error is not None:
+                finished(Outcome(index, labels[index], error="".join(traceback.format_exception_only(result.error))
+                                 .strip().splitlines()[-1]))
+            else:
+                finished(Outcome(index, labels[index], dict(result.metrics or {})))
+        return outcomes

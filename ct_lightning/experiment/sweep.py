@@ -1,0 +1,258 @@
+"""Sweeps: grid or random search over any training setting, one MLflow child run per trial.
+
+A sweep is a parent MLflow run (tag ``ct.sweep_key``, a hash of what the sweep trains) with one
+child run per trial (tags ``mlflow.parentRunId`` and ``ct.config_key``, the trial's resolved training
+configuration, as in :mod:`ct_lightning.experiment.reproduce`). The trials are dispatched by an
+:class:`~ct_lightning.experiment.executor.Executor` (Ray Tune by default, local processes without
+Ray). Re-running the same sweep reopens its parent and reuses every trial that already finished,
+so an interrupted sweep resumes without redoing them; a failed trial is reported, the others go on.
+The objective is any metric logged on the trial runs (``val/acc``, ``val/ip`` from ``--eval-every``, ...).
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ct_lightning.experiment.reproduce import CONFIG_KEY_TAG, NON_DEFINING_KEYS, stable_key, training_key
+from ct_lightning.experiment.settings import SETTINGS_BY_NAME, resolve_config
+from ct_lightning.experiment.tracking import ensure_experiment, prepare_store, write_json_atomic
+
+SWEEP_KEY_TAG = "ct.sweep_key"
+SEARCHES = ("grid", "random")
+MODES = ("max", "min")
+
+
+def parse_value(name: str, text: str):
+    """A value of setting ``name`` from text, read with the setting's type (``"0.1"`` → 0.1 for ``lambda_div``)."""
+    setting = SETTINGS_BY_NAME.get(name)
+    if setting is None:
+        raise ValueError(f"param: unknown setting {name!r}; allowed: {', '.join(sorted(SETTINGS_BY_NAME))}")
+    if setting.action in ("store_true", "store_false"):
+        if text.lower() not in ("true", "false", "1", "0"):
+            raise ValueError(f"param: {name} takes true or false, got {text!r}")
+        return text.lower() in ("true", "1")
+    reader = setting.type or str
+    try:
+        return reader(text)
+    except (TypeError, ValueError) as error:
+        raise ValueError(f"param: {name}={text!r} cannot be read ({error})") from None
+
+
+def parse_space(specs: list[str]) -> dict[str, list]:
+    """``["lambda_div=0.01,0.1,1", "nce=100,1000"]`` → ``{"lambda_div": [0.01, 0.1, 1.0], "nce": [100, 1000]}``.
+
+    A value list uses ``,``; settings whose values contain commas (``hidden_sizes``) separate values with ``;``.
+    """
+    space: dict[str, list] = {}
+    for spec in specs:
+        if "=" not in spec:
+            raise ValueError(f"param: expected NAME=V1,V2,..., got {spec!r}")
+        name, values = (part.strip() for part in spec.split("=", 1))
+        name = name.replace("-", "_")
+        separator = ";" if ";" in values or name == "hidden_sizes" else ","
+        parsed = [parse_value(name, v.strip()) for v in values.split(separator) if v.strip()]
+        if not parsed:
+            raise ValueError(f"param: {name} has no values")
+        if name in space:
+            raise ValueError(f"param: {name} given twice")
+        space[name] = parsed
+    if not space:
+        raise ValueError("param: give at least one --param NAME=V1,V2,...")
+    return space
+
+
+def combinations(space: dict[str, list], search: str = "grid", num_samples: int = 10, seed: int = 0) -> list[dict]:
+    """The trials' settings: every combination (``grid``) or ``num_samples`` distinct ones drawn at random."""
+    if search not in SEARCHES:
+        raise ValueError(f"search: {search!r} is not allowed; allowed: {', '.join(SEARCHES)}")
+    names = list(space)
+    grid = [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
+    if search == "grid":
+        return grid
+    if num_samples < 1:
+        raise ValueError(f"num_samples: must be at least 1, got {num_samples}")
+    return random.Random(seed).sample(grid, min(num_samples, len(grid)))
+
+
+@dataclass
+class Trial:
+    """One training of a sweep: the base overrides plus this trial's settings, under the sweep's parent run."""
+
+    index: int
+    params: dict
+    base: dict
+    parent_run_id: str
+    metric: str
+    threads: int = 1
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def label(self) -> str:
+        return ", ".join(f"{k}={v}" for k, v in self.params.items())
+
+    def overrides(self) -> dict:
+        """Training overrides of this trial (the trial's settings win over the base)."""
+        run_name = self.base.get("run_name") or "trial"
+        return {**self.base, **self.params, "run_name": f"{run_name}-{self.index}", "progress": False}
+
+    def key(self) -> str:
+        return training_key(resolve_config(self.overrides()))
+
+
+def find_finished_trial(client, experiment_id: str, parent_run_id: str, key: str) -> str | None:
+    """A FINISHED child of ``parent_run_id`` with training key ``key``."""
+    runs = client.search_runs([experiment_id], f"tags.`{CONFIG_KEY_TAG}` = '{key}' and "
+                              f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'FINISHED'",
+                              max_results=1)
+    return runs[0].info.run_id if runs else None
+
+
+def run_trial(trial: Trial) -> dict:
+    """Train one trial unless its parent already has a finished child with the same configuration; its metrics."""
+    import torch
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.train import train
+
+    torch.set_num_threads(max(1, trial.threads))
+    overrides = trial.overrides()
+    client = MlflowClient(tracking_uri=overrides["tracking_uri"])
+    experiment_id = client.get_experiment_by_name(overrides["experiment"]).experiment_id
+    key = trial.key()
+    started = time.perf_counter()
+    run_id = find_finished_trial(client, experiment_id, trial.parent_run_id, key)
+    reused = run_id is not None
+    if not reused:
+        tags = {CONFIG_KEY_TAG: key, "mlflow.parentRunId": trial.parent_run_id, "ct.role": "sweep-trial",
+                **{f"sweep.{k}": str(v) for k, v in trial.params.items()}}
+        run_id = train(overrides, tags=tags)["run_id"]
+    metrics = client.get_run(run_id).data.metrics  # the latest value of every metric logged on the run
+    return {"run_id": run_id, "reused": int(reused), "trial_seconds": time.perf_counter() - started,
+            **{f"metric:{k}": float(v) for k, v in metrics.items()}}
+
+
+def trial_metrics(result: dict) -> dict[str, float]:
+    """The run metrics in a trial result (without the ``metric:`` prefix)."""
+    return {k[len("metric:"):]: v for k, v in result.items() if k.startswith("metric:")}
+
+
+def sweep_key(base: dict, trials: list[dict], metric: str, mode: str) -> str:
+    """Identity of a sweep: the resolved base configuration, the trials' settings and the objective."""
+    resolved = {k: v for k, v in resolve_config(base).items() if k not in NON_DEFINING_KEYS}
+    return stable_key({"base": resolved, "trials": trials, "metric": metric, "mode": mode})
+
+
+def find_or_create_sweep_parent(client, experiment_id: str, key: str, name: str) -> tuple[str, bool]:
+    """``(run id, reopened)``: the parent run of the sweep with ``key`` (set running again), or a new one."""
+    runs = client.search_runs([experiment_id], f"tags.`{SWEEP_KEY_TAG}` = '{key}'",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    if runs:
+        client.update_run(runs[0].info.run_id, status="RUNNING")
+        return runs[0].info.run_id, True
+    run = client.create_run(experiment_id, run_name=name, tags={SWEEP_KEY_TAG: key, "ct.role": "sweep"})
+    return run.info.run_id, False
+
+
+def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "grid", num_samples: int = 10,
+              seed: int = 0, metric: str = "val/acc", mode: str = "max", name: str | None = None,
+              threads: int = 1, out_json: str | None = None, echo=print) -> dict:
+    """Run (or resume) a sweep of trainings and return its summary (trials, best trial, failures).
+
+    ``base``: training overrides shared by all trials (``tracking_uri``, ``experiment``, ``max_epochs``, ...);
+    ``space``: values per setting; ``executor``: where the trials run.
+    """
+    from mlflow.tracking import MlflowClient
+
+    if mode not in MODES:
+        raise ValueError(f"mode: {mode!r} is not allowed; allowed: {', '.join(MODES)}")
+    base = {k: v for k, v in base.items() if v is not None}
+    settings = combinations(space, search, num_samples, seed)
+    for params in settings:  # every trial's configuration is valid before anything runs
+        resolve_config({**base, **params})
+    resolved = resolve_config(base)
+    tracking_uri, experiment = resolved["tracking_uri"], resolved["experiment"]
+    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).is_absolute():
+        # Trials may run in other working directories (Ray workers): make the store path absolute.
+        tracking_uri = "sqlite:///" + str(Path(tracking_uri[len("sqlite:///"):]).resolve())
+    base = {**base, "tracking_uri": tracking_uri, "experiment": experiment}
+    artifact_location = prepare_store(tracking_uri)
+    experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
+    client = MlflowClient(tracking_uri=tracking_uri)
+    key = sweep_key(base, settings, metric, mode)
+    parent, reopened = find_or_create_sweep_parent(client, experiment_id, key, name or f"sweep {','.join(space)}")
+    if not reopened:
+        client.log_param(parent, "search", search)
+        client.log_param(parent, "objective", f"{mode} {metric}")
+        client.log_param(parent, "trials", len(settings))
+        for param, values in space.items():
+            client.log_param(parent, f"space.{param}", ",".join(map(str, values))[:500])
+    trials = [Trial(i, params, base, parent, metric, threads) for i, params in enumerate(settings)]
+    echo(f"sweep: {len(trials)} trials ({search}) in experiment {experiment!r}, parent run {parent}"
+         f"{' (resumed: finished trials are reused)' if reopened else ''}; objective {mode} {metric}", flush=True)
+    started = time.perf_counter()
+    rows: list[dict] = []
+    failures: list[dict] = []
+
+    def finished(outcome) -> None:
+        trial = trials[outcome.index]
+        if not outcome.ok:
+            failures.append({"trial": outcome.index, "params": trial.params, "error": outcome.error})
+            echo(f"FAILED trial {outcome.index} ({trial.label}): {outcome.error}", flush=True)
+            return
+        metrics = trial_metrics(outcome.result)
+        value = metrics.get(metric)
+        rows.append({"trial": outcome.index, "params": trial.params, "run_id": outcome.result["run_id"],
+                     "reused": bool(outcome.result["reused"]), "objective": value,
+                     "seconds": outcome.result["trial_seconds"], "metrics": metrics})
+        what = "reused" if outcome.result["reused"] else f"trained in {outcome.result['trial_seconds']:.1f}s"
+        shown = "missing" if value is None else f"{value:.4g}"
+        echo(f"[{len(rows) + len(failures)}/{len(trials)}] trial {outcome.index} ({trial.label}) {what}; "
+             f"{metric} = {shown}", flush=True)
+
+    from ct_lightning.experiment.executor import Outcome
+
+    todo = []
+    for trial in trials:  # finished trials are read from the store here, not dispatched again
+        run_id = find_finished_trial(client, experiment_id, parent, trial.key())
+        if run_id is None:
+            todo.append(trial)
+        else:
+            metrics = client.get_run(run_id).data.metrics
+            finished(Outcome(trial.index, trial.label, {"run_id": run_id, "reused": 1, "trial_seconds": 0.0,
+                                                        **{f"metric:{k}": float(v) for k, v in metrics.items()}}))
+    if len(todo) < len(trials):
+        echo(f"{len(trials) - len(todo)} trials already finished; {len(todo)} to run", flush=True)
+    status = "FAILED"
+    try:
+        if todo:
+            def dispatched(outcome) -> None:  # positions in ``todo`` → trial indices
+                finished(Outcome(todo[outcome.index].index, outcome.label, outcome.result, outcome.error))
+
+            executor.run(run_trial, todo, [t.label for t in todo], dispatched)
+        status = "FINISHED"
+    finally:
+        scored = [r for r in rows if r["objective"] is not None and math.isfinite(r["objective"])]
+        best = (max if mode == "max" else min)(scored, key=lambda r: r["objective"]) if scored else None
+        summary = {"parent_run_id": parent, "experiment": experiment, "tracking_uri": tracking_uri,
+                   "search": search, "metric": metric, "mode": mode, "n_trials": len(trials),
+                   "wall_seconds": time.perf_counter() - started,
+                   "trials": sorted(rows, key=lambda r: r["trial"]), "failures": failures, "best": best}
+        if best is not None:
+            client.log_metric(parent, f"best/{metric}", best["objective"])
+            client.set_tag(parent, "best_run_id", best["run_id"])
+        client.log_metric(parent, "failed_trials", len(failures))
+        client.log_dict(parent, summary, "sweep.json")
+        if out_json:
+            write_json_atomic(out_json, summary)
+        client.set_terminated(parent, status if not failures else "FAILED")
+    if best is not None:
+        echo(f"best trial {best['trial']} ({', '.join(f'{k}={v}' for k, v in best['params'].items())}): "
+             f"{metric} = {best['objective']:.4g} (run {best['run_id']})", flush=True)
+    if failures:
+        echo(f"{len(failures)} of {len(trials)} trials failed; re-run the same command to retry them", flush=True)
+    return summary

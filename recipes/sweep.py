@@ -1,0 +1,99 @@
+"""Grid or random search over any training option, on Ray Tune, one MLflow child run per trial.
+
+Examples:
+  # the paper's penalty grid (App. D, Note 5) on Moons, 2 trials at a time on this machine
+  python recipes/sweep.py --data moons --param lambda_adv=0.1,0.25,1.0 --param lambda_div=0.01,0.1,1.0 \\
+      --param lambda_reg=0.0,0.01,0.1,0.25,0.5 --param generator=ecco,generic,revise \\
+      --param objective=full,vanilla --max-concurrent 2 --metric val/ip --mode min --eval-every 100
+  # 20 random combinations on a Ray cluster, 1 GPU per trial
+  python recipes/sweep.py --data adult --search random --num-samples 20 --param tau=0.5,0.75,0.9 \\
+      --param lambda_reg=0.01,0.1,0.5 --address auto --gpus-per-trial 1
+  # without Ray: local processes
+  python recipes/sweep.py --executor local --jobs 2 --param nce=100,1000 --max-epochs 10
+
+Every training option of recipes/train.py sets the base of all trials. Re-run the same command to
+resume an interrupted sweep: finished trials are reused. Needs the sweep extra for Ray:
+pip install -e ".[sweep]".
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ct_lightning.experiment.executor import LocalExecutor, RayTuneExecutor, require_ray
+from ct_lightning.experiment.settings import add_arguments
+from ct_lightning.experiment.sweep import MODES, SEARCHES, parse_space, run_sweep
+from ct_lightning.experiment.tracking import local_store_dir
+
+SWEEP_OPTIONS = ("param", "search", "num_samples", "sweep_seed", "metric", "mode", "executor", "address",
+                 "cpus_per_trial", "gpus_per_trial", "max_concurrent", "jobs", "sweep_name", "sweep_json",
+                 "storage_path")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The training options (base of every trial) plus the sweep's own."""
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
+                                     argument_default=argparse.SUPPRESS)
+    add_arguments(parser)
+    group = parser.add_argument_group("sweep")
+    group.add_argument("--param", action="append", default=[], metavar="NAME=V1,V2,...",
+                       help="a training option and its values (repeat for more options; ';' separates values "
+                            "that contain commas, e.g. hidden_sizes=32;64,64)")
+    group.add_argument("--search", choices=SEARCHES, default="grid", help="grid: every combination (default); "
+                       "random: --num-samples combinations drawn at random")
+    group.add_argument("--num-samples", type=int, default=10, help="combinations for --search random (default 10)")
+    group.add_argument("--sweep-seed", type=int, default=0, help="seed of the random draw of combinations")
+    group.add_argument("--metric", default="val/acc", help="objective: any metric logged on the trial runs, "
+                       "e.g. val/acc, val/ip, val/ip_star (with --eval-every) (default val/acc)")
+    group.add_argument("--mode", choices=MODES, default="max", help="maximise or minimise --metric (default max)")
+    group.add_argument("--executor", choices=("ray", "local"), default="ray",
+                       help="ray: Ray Tune trials (default); local: --jobs local processes, no Ray needed")
+    group.add_argument("--address", default=None, help="Ray cluster to join (auto, ray://HOST:10001); "
+                       "default: start a local Ray")
+    group.add_argument("--cpus-per-trial", type=float, default=1, help="CPUs per trial (default 1; also its "
+                       "torch threads)")
+    group.add_argument("--gpus-per-trial", type=float, default=0, help="GPUs per trial (default 0)")
+    group.add_argument("--max-concurrent", type=int, default=0, help="most trials at once (default 0: as many as "
+                       "the resources allow)")
+    group.add_argument("--jobs", type=int, default=1, help="processes for --executor local (default 1)")
+    group.add_argument("--sweep-name", default=None, help="name of the parent MLflow run")
+    group.add_argument("--sweep-json", default=None, help="also write the sweep summary here")
+    group.add_argument("--storage-path", default=None, help="Ray Tune's experiment folder (default: ray/ beside "
+                       "a local SQLite store)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Parse arguments, run or resume the sweep, print the best trial."""
+    args = vars(build_parser().parse_args(argv))
+    sweep = {key: args.pop(key) for key in SWEEP_OPTIONS if key in args}
+    for key in ("limit_train_batches", "limit_val_batches"):
+        if key in args and float(args[key]).is_integer() and (args[key] >= 1 or args[key] == 0):
+            args[key] = int(args[key])
+    try:
+        space = parse_space(sweep["param"])
+        for key in ("cpus_per_trial", "gpus_per_trial", "max_concurrent"):
+            if sweep[key] < 0:
+                raise ValueError(f"{key}: must be at least 0, got {sweep[key]}")
+        if sweep["executor"] == "local":
+            executor = LocalExecutor(sweep["jobs"], max(1, int(sweep["cpus_per_trial"])))
+        else:
+            require_ray()  # before any work: a one-line error naming the extra when Ray is missing
+            storage = sweep["storage_path"] or str((local_store_dir(args.get("tracking_uri", "sqlite:///mlruns/x"))
+                                                    / "ray").resolve())
+            executor = RayTuneExecutor(sweep["address"], sweep["cpus_per_trial"], sweep["gpus_per_trial"],
+                                       sweep["max_concurrent"], storage)
+        summary = run_sweep(args, space, executor, search=sweep["search"], num_samples=sweep["num_samples"],
+                            seed=sweep["sweep_seed"], metric=sweep["metric"], mode=sweep["mode"],
+                            name=sweep["sweep_name"], threads=max(1, int(sweep["cpus_per_trial"])),
+                            out_json=sweep["sweep_json"])
+    except (ValueError, FileNotFoundError) as error:
+        sys.exit(f"error: {error}")
+    if summary["failures"]:
+        sys.exit(1)
+    return summary
+
+
+if __name__ == "__main__":
+    main()
