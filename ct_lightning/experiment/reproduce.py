@@ -56,9 +56,14 @@ def stable_key(payload: dict) -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:20]
 
 
+# Settings added after runs were stored: left out of the key while unset, so those runs keep their keys.
+KEYED_WHEN_SET = frozenset({"center_distance"})
+
+
 def training_key(config: dict) -> str:
     """Key of a resolved training configuration: everything that shapes the trained model."""
-    return stable_key({k: v for k, v in config.items() if k not in NON_DEFINING_KEYS})
+    return stable_key({k: v for k, v in config.items()
+                       if k not in NON_DEFINING_KEYS and not (k in KEYED_WHEN_SET and v is None)})
 
 
 def evaluation_key(protocol: dict, protect: bool, all_mutable: bool, split: str = "test") -> str:
