@@ -120,8 +120,8 @@ def _f(value, digits=2) -> str:
 def markdown(points: list[dict]) -> str:
     """The results table."""
     lines = ["| Centre distance | BL IP | CT IP | IP (−%) ± sd | 99% interval of CT − BL (per run) | BL IP* | CT IP* "
-             "| IP* (−%) ± sd | Val BL | Val CT | Mature CEs (CT, last epoch) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| IP* (−%) ± sd | Val BL | Val CT | Mature CEs (CT, last epoch) | Acc BL | Acc CT |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for p in points:
         ip, star = p["ip"], p["ip_star"]
         name = f"{p['center_distance']:.2f}" + (" (default LS)" if p["default_centres"] else "")
@@ -130,8 +130,17 @@ def markdown(points: list[dict]) -> str:
             f"{'*' if ip['significant'] else ''} | [{_f(ip['ci_low'])}, {_f(ip['ci_high'])}] | "
             f"{_f(star['bl_mean'], 3)} | {_f(star['ct_mean'], 3)} | {_f(star['reduction_pct'])} ± {_f(star['se'])}"
             f"{'*' if star['significant'] else ''} | {_f(p['validity']['bl'], 3)} | {_f(p['validity']['ct'], 3)} | "
-            f"{_f(p['mature_share_end_of_training'], 3)} |")
+            f"{_f(p['mature_share_end_of_training'], 3)} | {_f(p['accuracy']['bl'], 3)} | {_f(p['accuracy']['ct'], 3)} |")
     return "\n".join(lines)
+
+
+def distance_for_bl_ip(points: list[dict], target: float = PAPER["bl_ip"]) -> float | None:
+    """Centre distance at which BL's IP equals ``target``, by linear interpolation over the sweep."""
+    sweep = sorted((p["center_distance"], p["ip"]["bl_mean"]) for p in points if not p["default_centres"])
+    for (d0, ip0), (d1, ip1) in zip(sweep, sweep[1:]):
+        if min(ip0, ip1) <= target <= max(ip0, ip1) and ip0 != ip1:
+            return d0 + (target - ip0) * (d1 - d0) / (ip1 - ip0)
+    return None
 
 
 def plot(points: list[dict], path: Path) -> None:
@@ -189,6 +198,10 @@ def write_report(points: list[dict], args) -> None:
     plot(points, docs / "ls_sensitivity.png")
     md = docs / "ls_sensitivity.md"
     table = markdown(points)
+    crossing = distance_for_bl_ip(points)
+    table += (f"\n\nThe paper's BL IP of {PAPER['bl_ip']:.2f} corresponds to a centre distance of about "
+              f"{_f(crossing, 1)} (linear interpolation of BL IP between the sweep's points)."
+              if crossing is not None else "")
     begin, end = "<!-- table begin -->", "<!-- table end -->"
     if md.is_file() and begin in md.read_text():
         text = md.read_text()
@@ -239,6 +252,9 @@ def main(argv: list[str] | None = None) -> None:
               f"({point['ip']['reduction_pct']:.1f}%), {point['seconds']:.0f}s", flush=True)
         if args.report:
             write_report(load_points(folder, args.max_epochs, args.seed), args)
+    points = load_points(folder, args.max_epochs, args.seed)
+    if args.report and points:
+        write_report(points, args)
 
 
 if __name__ == "__main__":
