@@ -117,14 +117,15 @@ def _f(value, digits=2) -> str:
     return "n/a" if value is None or not math.isfinite(value) else f"{value:.{digits}f}"
 
 
-def markdown(points: list[dict]) -> str:
-    """The results table."""
-    lines = ["| Centre distance | BL IP | CT IP | IP (−%) ± sd | 99% interval of CT − BL (per run) | BL IP* | CT IP* "
+def markdown(points: list[dict], with_seed: bool = False) -> str:
+    """The results table (``with_seed``: a column with the training seed after the distance)."""
+    lines = ["| Centre distance |" + (" Seed |" if with_seed else "") + " BL IP | CT IP | IP (−%) ± sd | 99% interval of CT − BL (per run) | BL IP* | CT IP* "
              "| IP* (−%) ± sd | Val BL | Val CT | Mature CEs (CT, last epoch) | Acc BL | Acc CT |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---" * (14 if with_seed else 13) + "|"]
     for p in points:
         ip, star = p["ip"], p["ip_star"]
         name = f"{p['center_distance']:.2f}" + (" (default LS)" if p["default_centres"] else "")
+        name += f" | {p['seed']}" if with_seed else ""
         lines.append(
             f"| {name} | {_f(ip['bl_mean'])} | {_f(ip['ct_mean'])} | {_f(ip['reduction_pct'])} ± {_f(ip['se'])}"
             f"{'*' if ip['significant'] else ''} | [{_f(ip['ci_low'])}, {_f(ip['ci_high'])}] | "
@@ -185,9 +186,10 @@ def plot(points: list[dict], path: Path) -> None:
     tmp.replace(path)
 
 
-def load_points(folder: Path, max_epochs: int, seed: int) -> list[dict]:
-    """The finished points of this budget and seed, by distance."""
-    points = [json.loads(p.read_text()) for p in sorted(folder.glob(f"*_e{max_epochs}_s{seed}.json"))]
+def load_points(folder: Path, max_epochs: int, seed: int | None) -> list[dict]:
+    """The finished points of this budget and seed (``None``: every seed), by distance."""
+    pattern = f"*_e{max_epochs}_s{'*' if seed is None else seed}.json"
+    points = [json.loads(p.read_text()) for p in sorted(folder.glob(pattern))]
     return sorted(points, key=lambda p: p["center_distance"])
 
 
@@ -198,6 +200,10 @@ def write_report(points: list[dict], args) -> None:
     plot(points, docs / "ls_sensitivity.png")
     md = docs / "ls_sensitivity.md"
     table = markdown(points)
+    repeats = [q for q in load_points(Path(args.out_dir) / "points", args.max_epochs, None) if q["seed"] != args.seed]
+    if repeats:
+        table += (f"\n\nRepeats with other training seeds (the table above: seed {args.seed}):\n\n"
+                  + markdown(repeats, with_seed=True))
     crossing = distance_for_bl_ip(points)
     table += (f"\n\nThe paper's BL IP of {PAPER['bl_ip']:.2f} corresponds to a centre distance of about "
               f"{_f(crossing, 1)} (linear interpolation of BL IP between the sweep's points)."
