@@ -41,24 +41,54 @@ class SyntheticDataModule(TensorDataModule):
                 "protected": SYNTHETIC_FEATURES[:1], "n_classes": 2}
 
 
+def rescale_centers(centers: np.ndarray, distance: float) -> np.ndarray:
+    """Two centres moved along the line through them, about their midpoint, to ``distance`` apart."""
+    midpoint = centers.mean(0)
+    direction = (centers[1] - centers[0]) / np.linalg.norm(centers[1] - centers[0])
+    return np.stack([midpoint - 0.5 * distance * direction, midpoint + 0.5 * distance * direction])
+
+
+class Blobs(SyntheticDataModule):
+    """Two Gaussian blobs with centres drawn uniformly from the box (−10, 10)² (the authors' loader).
+
+    ``center_distance`` (opt-in, for sensitivity studies): move the two default centres along
+    the line through them, about their midpoint, until they are this far apart; every sample
+    keeps its own noise draw and class, so only the distance changes. ``None`` (default): the
+    default data, unchanged.
+    """
+
+    cluster_std = 1.0
+
+    def __init__(self, *args, center_distance: float | None = None, **kwargs):
+        super().__init__(*args, **kwargs)
+        if center_distance is not None and not (np.isfinite(center_distance) and center_distance > 0):
+            raise ValueError(f"center_distance: {center_distance!r} is not allowed; allowed: a number > 0 or None")
+        self.center_distance = center_distance
+
+    def sample(self, n):
+        x, y, centers = datasets.make_blobs(n, centers=2, cluster_std=self.cluster_std, n_features=2,
+                                            random_state=self.data_seed, return_centers=True)
+        self.centers = centers
+        if self.center_distance is None:
+            return x, y
+        self.centers = rescale_centers(centers, self.center_distance)
+        return x + (self.centers - centers)[y], y
+
+
 @register("ls", "linearly_separable")
-class LinearlySeparable(SyntheticDataModule):
+class LinearlySeparable(Blobs):
     """Two Gaussian blobs, std 0.5."""
 
     ct_defaults = {"tau": 0.5, "nce": 1000, "lambda_reg": 0.01}
-
-    def sample(self, n):
-        return datasets.make_blobs(n, centers=2, cluster_std=0.5, n_features=2, random_state=self.data_seed)
+    cluster_std = 0.5
 
 
 @register("ol", "overlapping")
-class Overlapping(SyntheticDataModule):
+class Overlapping(Blobs):
     """Two Gaussian blobs, std 2.0."""
 
     ct_defaults = {"tau": 0.5, "nce": 1000, "lambda_reg": 0.25}
-
-    def sample(self, n):
-        return datasets.make_blobs(n, centers=2, cluster_std=2.0, n_features=2, random_state=self.data_seed)
+    cluster_std = 2.0
 
 
 @register("circles", "circ")

@@ -14,6 +14,8 @@ def build_datamodule(config: dict):
     kwargs = {"batch_size": config["batch_size"], "seed": config["seed"]}
     if config.get("data_dir") and "data_dir" in inspect.signature(cls.__init__).parameters:
         kwargs["data_dir"] = config["data_dir"]
+    if config.get("center_distance") is not None:
+        kwargs["center_distance"] = config["center_distance"]
     datamodule = cls(**kwargs)
     datamodule.setup("fit")
     return datamodule

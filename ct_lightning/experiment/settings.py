@@ -173,6 +173,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("data", "circles", "data set: {AVAILABLE} (default {DFLT})", group=DATA, choices=datasets_and_aliases),
     Setting("data_dir", None, "folder with the raw data files (default: $CT_DATA_DIR, else the user cache)", group=DATA),
     Setting("batch_size", None, "training batch size [Table 2]", int, DATA, table2=True, low=1),
+    Setting("center_distance", None, "blob data sets (ls, ol) only: move the two default centres along the line "
+            "through them, about their midpoint, to this distance (sensitivity studies; default: the data set's "
+            "random centres)", float, DATA, low=0.0, low_open=True),
     Setting("seed", help="seed for model, shuffling and CT (default {DFLT})", type=int, group=DATA, module=True,
             low=0, high=2**32 - 1),
     # counterfactual training
@@ -297,7 +300,12 @@ def resolve_config(overrides: dict) -> dict:
     config = {**DEFAULTS, **table2(data), **given, "data": data}
     if isinstance(config["immutable"], str):
         config["immutable"] = [f.strip() for f in config["immutable"].split(",") if f.strip()]
-    return validate_config(config)
+    config = validate_config(config)
+    accepts = inspect.signature(get_datamodule_class(data).__init__).parameters
+    if config["center_distance"] is not None and "center_distance" not in accepts:
+        raise ValueError(f"center_distance: {config['center_distance']!r} is not allowed for data {data!r}; "
+                         "allowed only for the blob data sets ls, ol (or unset)")
+    return config
 
 
 def load_config_file(path: str | Path) -> dict:
