@@ -38,7 +38,8 @@ from ct_lightning.evaluation import evaluation_constraints
 from ct_lightning.evaluation.compare import compare_evaluations, markdown_table, table_row, write_csv
 from ct_lightning.evaluation.plots import evaluation_figures, metric_history, plot_robust_accuracy_panels
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
-from ct_lightning.experiment.reproduce import (ROLES, Task, find_evaluation, find_or_create_parent,
+from ct_lightning.experiment.lifecycle import ensure_experiment, link_children
+from ct_lightning.experiment.reproduce import (ROLES, Task, describe_plan, find_evaluation, find_or_create_parent,
                                                role_training_overrides, run_tasks, stable_key, training_key)
 from ct_lightning.experiment.runs import build_data, load_run
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, prepare_store,
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> dict:
     reproduction_key = stable_key({"tasks": [(t.label, training_key(t.resolved_config()), t.eval_key())
                                              for t in key_tasks], "n_boot": args.n_boot,
                                    "confidence": args.confidence})
+    ensure_experiment(client, args.experiment, artifact_location)
     parent = find_or_create_parent(client, args.experiment, artifact_location, reproduction_key,
                                    f"compare {','.join(names)}")
     tasks = build_tasks(names, reuse_lists, args, parent)
@@ -215,6 +217,8 @@ def main(argv: list[str] | None = None) -> dict:
     client.log_param(parent, "lambda_energy", ",".join(f"{v:g}" for v in args.lambda_energy))
     print(f"MLflow parent run: {parent} (re-run the same command to resume; finished trainings and evaluations "
           f"are reused)", flush=True)
+    print(f"compare plan: {len(tasks)} models", flush=True)
+    print("\n".join(describe_plan(tasks, client, args.actionability)), flush=True)
     status = "FAILED"
     rows: dict[str, dict] = {}
     plots: list = []
@@ -222,6 +226,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def on_done(outcome: dict) -> None:
         outcomes[outcome["label"]] = outcome
+        link_children(client, parent, {label: o["run_id"] for label, o in outcomes.items()})
         data = outcome["label"].split("/")[0]
         if all(t.label in outcomes for t in tasks if t.data == data):
             row, row_plots = compare_data(data, outcomes, tasks, args, client, parent, out_dir)

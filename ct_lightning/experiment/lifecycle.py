@@ -8,6 +8,7 @@ that already exists is refused unless ``overwrite`` is set (:func:`check_outputs
 
 from __future__ import annotations
 
+import json
 import shlex
 import sys
 from pathlib import Path
@@ -175,3 +176,36 @@ def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, 
         echo(f"resume: skipping run {run.info.run_id} ({run.info.run_name}, {run.info.status}): no checkpoint, it "
              f"stopped before its first epoch ended", flush=True)
     raise ValueError(f"resume: no unfinished run with a checkpoint in experiment {experiment!r} at {tracking_uri}")
+
+
+def compare_url(experiment_ids: list[str], run_ids: list[str], port: int = 5000) -> str:
+    """Address of the MLflow UI's comparison view of ``run_ids``."""
+    from urllib.parse import quote
+
+    runs = quote(json.dumps(list(run_ids), separators=(",", ":")))
+    experiments = quote(json.dumps(sorted(set(experiment_ids)), separators=(",", ":")))
+    return f"http://127.0.0.1:{port}/#/compare-runs?runs={runs}&experiments={experiments}"
+
+
+def link_children(client, parent_run_id: str, children: dict[str, str]) -> str:
+    """Record a comparison's child runs on its parent (tags ``ct.child.<label>``, a description with links).
+
+    ``children`` maps labels such as ``circles/bl`` to run ids. Returns the comparison URL of all children.
+    """
+    experiment_ids = [client.get_run(run_id).info.experiment_id for run_id in children.values()]
+    url = compare_url(experiment_ids, list(children.values()))
+    for label, run_id in children.items():
+        client.set_tag(parent_run_id, f"ct.child.{label.replace('/', '.')}", run_id)
+    client.set_tag(parent_run_id, "ct.children", json.dumps(children))
+    pairs = {}
+    for label, run_id in children.items():
+        data, role = label.split("/", 1)
+        pairs.setdefault((data, "protected" in role), {})[role.split("_")[0]] = run_id
+    lines = ["Child runs of this comparison (BL vs CT):", ""]
+    for (data, protected), roles in sorted(pairs.items()):
+        pair_url = compare_url(experiment_ids, list(roles.values()))
+        ids = ", ".join(f"{role.upper()} `{run_id}`" for role, run_id in sorted(roles.items()))
+        lines.append(f"- {data}{' (protected features immutable)' if protected else ''}: {ids} — [compare]({pair_url})")
+    lines += ["", f"[Compare all children]({url})"]
+    client.set_tag(parent_run_id, "mlflow.note.content", "\n".join(lines))
+    return url

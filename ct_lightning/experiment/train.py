@@ -6,6 +6,7 @@ import json
 import math
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import lightning as L
@@ -93,11 +94,11 @@ def _scalar_metrics(metrics: dict) -> dict[str, float]:
     return out
 
 
-def _prepare(overrides: dict) -> tuple[dict, str | None, Path | None, dict | None]:
+def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None, dict | None]:
     """Resolve the configuration (or the run to resume) and check outputs, before any run exists."""
     given = {k: v for k, v in overrides.items() if v is not None}
     if given.get("resume"):
-        config, run_id, resume_from = _resume_config(given)
+        config, run_id, resume_from = _resume_config(given, echo)
         check_outputs(config, resuming=True)
         return config, run_id, resume_from, None
     if given.get("config"):
@@ -131,7 +132,7 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     MLflow run (e.g. ``{"mlflow.parentRunId": ID, "role": "CT"}``). A run that fails after it
     started ends FAILED with the error message as its ``error`` tag. ``echo`` prints progress lines.
     """
-    config, run_id, resume_from, weights = _prepare(overrides)
+    config, run_id, resume_from, weights = _prepare(overrides, echo)
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = build_datamodule(config)
     module = build_module(config, datamodule)
@@ -195,7 +196,10 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
                         enable_progress_bar=config["progress"], enable_model_summary=config["progress"],
                         fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, **trainer_kwargs)
     started = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
+    with warnings.catch_warnings():
+        if resume_from is not None:  # the folder is the run's own, holding the checkpoint it resumes from
+            warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
     fit_seconds = time.perf_counter() - started
     if trainer.interrupted:
         raise KeyboardInterrupt("training interrupted")
