@@ -140,6 +140,39 @@ def test_killed_and_resumed_run_is_bit_identical(store, reference, phase, epoch,
     assert_same_run(reference, resumed, client)
 
 
+AMORTISED = {**KILL, "generator": "amortised",
+             "generator_options": "initial_epochs=2,refit_every=2,refit_epochs=1,max_fit_samples=300"}
+
+
+def test_killed_and_resumed_amortised_run_is_bit_identical(store):
+    """A learning generator's network, optimiser and fit schedule travel in the checkpoint."""
+    reference = train({**AMORTISED, **store, "experiment": "amortised-reference"})
+    exp = {**store, "experiment": "kill-amortised"}
+    kill_child({**AMORTISED, **exp}, "train", 2, 3)
+    resumed = train({"resume": "latest", **exp})
+    assert_same_run(reference, resumed, client_of(store))
+
+
+def test_data_order_and_epoch_seeds_are_pure_functions_of_seed_and_epoch():
+    from ct_lightning.callbacks import epoch_seed
+    from datamodules.base import EpochSeededSampler
+
+    sampler = EpochSeededSampler(range(50), seed=4)
+    sampler.set_epoch(3)
+    order = list(sampler)
+    assert sorted(order) == list(range(50)) and list(sampler) == order
+    again = EpochSeededSampler(range(50), seed=4)
+    again.set_epoch(3)
+    assert list(again) == order
+    again.set_epoch(4)
+    assert list(again) != order
+    code = ("from ct_lightning.callbacks import epoch_seed; from datamodules.base import EpochSeededSampler as S; "
+            "s = S(range(50), 4); s.set_epoch(3); print(epoch_seed(4, 3, 0), list(s))")
+    outputs = {subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                              env={**__import__("os").environ, "PYTHONHASHSEED": str(h)}).stdout for h in (1, 2)}
+    assert outputs == {f"{epoch_seed(4, 3, 0)} {order}\n"}, "the same in every process, whatever PYTHONHASHSEED"
+
+
 def test_resume_skips_a_run_killed_before_its_first_checkpoint(store, tmp_path):
     exp = {**store, "experiment": "orphans"}
     kill_child({**KILL, **exp}, "train", 2, 1)       # resumable: checkpoints of epochs 0 and 1

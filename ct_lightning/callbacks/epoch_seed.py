@@ -11,7 +11,8 @@ import torch
 
 def epoch_seed(seed: int, epoch: int, rank: int = 0) -> int:
     """The seed of one epoch on one process: a pure function of ``(seed, epoch, rank)``."""
-    return hash(("epoch", int(seed), int(epoch), int(rank))) % (2**32)
+    # Only ints: the hash of a str changes with every process (PYTHONHASHSEED), that of an int tuple does not.
+    return hash((int(seed), int(epoch), int(rank), 0x5EED)) % (2**32)
 
 
 class EpochSeed(L.Callback):
