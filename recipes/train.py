@@ -7,7 +7,10 @@ Examples:
   python recipes/train.py --data adult --immutable age --mutability hours_per_week=increase
   python recipes/train.py --config configs/adult.yaml --max-epochs 10
   python recipes/train.py --data moons --from-checkpoint vanilla.ckpt --max-epochs 50   # fine-tune with CT
-  python recipes/train.py --resume                     # continue the newest interrupted run
+  python recipes/train.py --data moons --from-checkpoint runs:/RUN_ID/model       # fine-tune a logged MLflow model
+  python recipes/train.py --config config.yaml         # repeat a run from its logged config (a new run, own outputs)
+  python recipes/train.py --resume                     # continue the newest interrupted run that has a checkpoint
+  python recipes/train.py --resume RUN_ID --max-epochs 200   # extend a run to 200 epochs in total
 """
 
 from __future__ import annotations
