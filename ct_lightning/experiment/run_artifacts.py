@@ -95,7 +95,8 @@ def log_datasets(client, run_id: str, datamodule, data_dir: str | None = None) -
             warnings.simplefilter("ignore", UserWarning)
             dataset = mlflow.data.from_pandas(frame, source=source, targets="label",
                                               name=f"{datamodule.name}-{split}", digest=_digest(x, y))
-        inputs.append(DatasetInput(dataset._to_mlflow_entity(), tags=[InputTag("mlflow.data.context", split)]))
+            entity = dataset._to_mlflow_entity()
+        inputs.append(DatasetInput(entity, tags=[InputTag("mlflow.data.context", split)]))
     client.log_inputs(run_id, datasets=inputs)
 
 

@@ -17,7 +17,7 @@ from mlflow.tracking import MlflowClient
 from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation, EpochSeed
 from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
 from ct_lightning.experiment.data import build_datamodule, mutability_spec
-from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, RESUME_OPTIONS, check_outputs,
+from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, RESUME_OPTIONS, check_outputs,
                                               completed_epochs, create_run, defining_config, ensure_experiment,
                                               find_resumable_run, mark_failed, resume_command)
 from ct_lightning.experiment.run_artifacts import (EpochStepMLFlowLogger, load_model_uri, log_classifier,
@@ -145,8 +145,12 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     if run_id is None:
         run_id, run_name = create_run(client, experiment_id, config, tags)
     else:
-        run_name = client.get_run(run_id).info.run_name
-        if config["max_epochs"] != int(client.get_run(run_id).data.params.get("max_epochs", config["max_epochs"])):
+        run = client.get_run(run_id)
+        run_name = run.info.run_name
+        client.update_run(run_id, status="RUNNING")
+        if ERROR_TAG in run.data.tags:  # the error of an earlier attempt no longer describes the run
+            client.delete_tag(run_id, ERROR_TAG)
+        if config["max_epochs"] != int(run.data.params.get("max_epochs", config["max_epochs"])):
             client.set_tag(run_id, "ct.max_epochs_extended_to", str(config["max_epochs"]))
     try:
         return _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, module, resume_from,
