@@ -3,8 +3,8 @@
 Each trial trains in a subprocess that is SIGKILLed, then resumes it (``train(resume=...)``) and
 compares the final weights (every tensor, exactly), the final metrics (all but timings) and the
 per-epoch metric histories with those of one uninterrupted run with the same seed. Half the
-trials kill at a random point of the loop from inside (a training batch, a validation batch or an
-epoch start), half from outside after a random delay (which may land anywhere, also while a
+trials kill at a random point of the loop from inside (a training batch, a validation batch, an
+epoch start or just after an epoch's checkpoint), half from outside after a random delay (which may land anywhere, also while a
 checkpoint is written). A run killed before its first checkpoint cannot be resumed; the trial then
 checks that ``--resume`` refuses it and counts it separately.
 
@@ -33,10 +33,10 @@ TIMED = ("fit_seconds", "train/cf_search_seconds")
 
 
 def kill_inside(overrides: dict, rng: random.Random) -> str:
-    phase = rng.choice(["train", "val", "epoch_start"])
+    phase = rng.choice(["train", "val", "epoch_start", "epoch_end"])
     epoch = rng.randrange(CONFIG["max_epochs"])
     batch = rng.randrange(CONFIG["limit_train_batches"] if phase == "train" else CONFIG["limit_val_batches"])
-    batch = 0 if phase == "epoch_start" else batch
+    batch = 0 if phase in ("epoch_start", "epoch_end") else batch
     done = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_during_training.py"), json.dumps(overrides),
                            phase, str(epoch), str(batch)], cwd=ROOT, capture_output=True, text=True)
     if done.returncode != -9:

@@ -2,8 +2,8 @@
 
 Usage: python tests/kill_during_training.py OVERRIDES_JSON PHASE EPOCH BATCH
 PHASE: ``train`` (before training batch BATCH of epoch EPOCH), ``val`` (before validation batch
-BATCH of epoch EPOCH) or ``epoch_start`` (as epoch EPOCH starts, just after the previous epoch's
-checkpoint was written).
+BATCH of epoch EPOCH), ``epoch_end`` (right after epoch EPOCH's checkpoint was written, before
+Lightning logs the epoch's training metrics) or ``epoch_start`` (as epoch EPOCH starts).
 """
 
 import json
@@ -13,12 +13,17 @@ import sys
 
 import lightning as L
 import torch
+from lightning.pytorch.callbacks import Checkpoint
 
 from ct_lightning.experiment.train import train
 
 
-class KillAt(L.Callback):
-    """SIGKILLs the process at one point of the training loop: no clean-up of any kind runs."""
+class KillAt(Checkpoint):
+    """SIGKILLs the process at one point of the training loop: no clean-up of any kind runs.
+
+    A ``Checkpoint`` subclass only so that Lightning calls its ``on_train_epoch_end`` after the
+    ``ModelCheckpoint`` that writes last.ckpt (monitoring callbacks run last, in order).
+    """
 
     def __init__(self, phase: str, epoch: int, batch: int):
         self.phase, self.epoch, self.batch = phase, epoch, batch
@@ -36,6 +41,9 @@ class KillAt(L.Callback):
 
     def on_train_epoch_start(self, trainer, pl_module):
         self._kill(trainer, "epoch_start")
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self._kill(trainer, "epoch_end")
 
 
 if __name__ == "__main__":

@@ -127,7 +127,7 @@ def assert_same_run(reference: dict, resumed: dict, client) -> None:
 
 
 @pytest.mark.parametrize("phase,epoch,batch", [("train", 2, 3), ("val", 1, 1), ("epoch_start", 3, 0),
-                                               ("train", 3, 4), ("train", 1, 0)])
+                                               ("train", 3, 4), ("train", 1, 0), ("epoch_end", 1, 0)])
 def test_killed_and_resumed_run_is_bit_identical(store, reference, phase, epoch, batch):
     exp = {**store, "experiment": f"kill-{phase}-{epoch}-{batch}"}
     kill_child({**KILL, **exp}, phase, epoch, batch)

@@ -12,6 +12,7 @@ import warnings
 import tempfile
 from pathlib import Path
 
+import lightning as L
 import torch
 from lightning.pytorch.loggers import MLFlowLogger
 
@@ -154,3 +155,38 @@ def load_model_uri(uri: str, tracking_uri: str) -> tuple[dict[str, torch.Tensor]
     if activations:
         metadata["activation"] = activations[0]
     return state, metadata
+
+
+class EpochMetricsInCheckpoint(L.Callback):
+    """Store the epoch's metrics in every checkpoint, so a resume can log those a kill prevented.
+
+    Lightning writes the epoch-end checkpoint just before it sends the epoch's training metrics to
+    the logger; a run killed in between would otherwise lack that epoch in its history.
+    """
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        metrics = {}
+        for key, value in trainer.callback_metrics.items():
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                metrics[key] = float(value.item())
+        checkpoint["ct_epoch_metrics"] = {"epoch": int(trainer.current_epoch), "metrics": metrics}
+
+
+def log_missing_epoch_metrics(client, run_id: str, checkpoint) -> int:
+    """Log the metrics stored in ``checkpoint`` at ``step = epoch`` where the run's history lacks that step.
+
+    Returns how many values were logged.
+    """
+    import time as _time
+
+    from mlflow.entities import Metric
+
+    stored = torch.load(checkpoint, map_location="cpu", weights_only=True).get("ct_epoch_metrics")
+    if not stored:
+        return 0
+    epoch, now = stored["epoch"], int(_time.time() * 1000)
+    missing = [Metric(key, value, now, epoch) for key, value in {**stored["metrics"], "epoch": float(epoch)}.items()
+               if all(m.step != epoch for m in client.get_metric_history(run_id, key))]
+    if missing:
+        client.log_batch(run_id, metrics=missing)
+    return len(missing)

@@ -20,8 +20,9 @@ from ct_lightning.experiment.data import build_datamodule, mutability_spec
 from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, RESUME_OPTIONS, check_outputs,
                                               completed_epochs, create_run, defining_config, ensure_experiment,
                                               find_resumable_run, mark_failed, resume_command)
-from ct_lightning.experiment.run_artifacts import (EpochStepMLFlowLogger, load_model_uri, log_classifier,
-                                                   log_datasets, log_training_plots)
+from ct_lightning.experiment.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
+                                                   log_classifier, log_datasets, log_missing_epoch_metrics,
+                                                   log_training_plots)
 from ct_lightning.experiment.settings import DEFAULTS, load_config_file, module_kwargs, resolve_config
 from ct_lightning.experiment.tracking import local_store_dir, prepare_store, run_url, ui_command, write_json_atomic
 from ct_lightning.module import CTModule
@@ -174,9 +175,10 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         client.log_dict(run_id, defining, "config.json")
         client.log_dict(run_id, defining, "config.yaml")
         log_datasets(client, run_id, datamodule, config.get("data_dir"))
-    elif resume_from is not None:
+    else:
         client.log_dict(run_id, defining_config(config), "config.json")  # records an extended max_epochs
         client.log_dict(run_id, defining_config(config), "config.yaml")
+        log_missing_epoch_metrics(client, run_id, resume_from)
     echo(f"MLflow run {run_id} ({run_name}); if it is interrupted, resume it with:\n  "
          f"{resume_command(run_id, config['tracking_uri'], config['experiment'])}", flush=True)
     validates = config["limit_val_batches"] != 0
@@ -195,8 +197,8 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     if config["eval_every"]:
         extra_callbacks.append(CounterfactualEvaluation(int(config["eval_every"])))
     trainer = L.Trainer(max_epochs=config["max_epochs"], accelerator=config["accelerator"], logger=logger,
-                        callbacks=[EpochSeed(config["seed"]), *checkpoints, BurnIn(config["burnin"]),
-                                   *extra_callbacks], deterministic=False,
+                        callbacks=[EpochSeed(config["seed"]), EpochMetricsInCheckpoint(), *checkpoints,
+                                   BurnIn(config["burnin"]), *extra_callbacks], deterministic=False,
                         enable_progress_bar=config["progress"], enable_model_summary=config["progress"],
                         fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, **trainer_kwargs)
     started = time.perf_counter()
