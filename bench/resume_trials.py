@@ -44,7 +44,7 @@ def kill_inside(overrides: dict, rng: random.Random) -> str:
     return f"inside {phase} epoch {epoch} batch {batch}"
 
 
-def kill_outside(overrides: dict, rng: random.Random) -> str:
+def kill_outside(overrides: dict, rng: random.Random, max_delay: float = 4.0) -> str:
     code = ("import json, sys, torch; torch.set_num_threads(1); from ct_lightning.experiment.train import train; "
             "train(json.loads(sys.argv[1]))")
     child = subprocess.Popen([sys.executable, "-c", code, json.dumps(overrides)], cwd=ROOT, stdout=subprocess.PIPE,
@@ -52,7 +52,7 @@ def kill_outside(overrides: dict, rng: random.Random) -> str:
     for line in child.stdout:  # the run id is printed when training starts
         if line.startswith("MLflow run "):
             break
-    delay = rng.uniform(0.0, 4.0)
+    delay = rng.uniform(0.0, max_delay)
     time.sleep(delay)
     if child.poll() is None:
         os.kill(child.pid, signal.SIGKILL)
@@ -81,6 +81,8 @@ def main(argv=None) -> dict:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--out", default=str(ROOT / "bench" / "resume_trials.json"))
+    parser.add_argument("--max-delay", type=float, default=4.0,
+                        help="outside kills land uniformly in [0, MAX_DELAY] s after training starts")
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
     from mlflow.tracking import MlflowClient
@@ -96,7 +98,8 @@ def main(argv=None) -> dict:
     results = []
     for trial in range(args.trials):
         exp = {**store, "experiment": f"trial-{trial}"}
-        how = (kill_inside if trial % 2 == 0 else kill_outside)({**CONFIG, **exp}, rng)
+        how = kill_inside({**CONFIG, **exp}, rng) if trial % 2 == 0 else \
+            kill_outside({**CONFIG, **exp}, rng, args.max_delay)
         try:
             if how.endswith("(finished first)"):
                 raise ValueError("already trained all epochs")
