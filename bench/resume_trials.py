@@ -47,11 +47,12 @@ def kill_inside(overrides: dict, rng: random.Random) -> str:
 def kill_outside(overrides: dict, rng: random.Random, max_delay: float = 4.0) -> str:
     code = ("import json, sys, torch; torch.set_num_threads(1); from ct_lightning.experiment.train import train; "
             "train(json.loads(sys.argv[1]))")
-    child = subprocess.Popen([sys.executable, "-c", code, json.dumps(overrides)], cwd=ROOT, stdout=subprocess.PIPE,
+    # Output to a file, not a pipe: a pipe nobody reads fills up and stalls the child before it is killed.
+    log = tempfile.NamedTemporaryFile("w+", prefix="ct-kill-", suffix=".log", delete=False)
+    child = subprocess.Popen([sys.executable, "-u", "-c", code, json.dumps(overrides)], cwd=ROOT, stdout=log,
                              stderr=subprocess.STDOUT, text=True)
-    for line in child.stdout:  # the run id is printed when training starts
-        if line.startswith("MLflow run "):
-            break
+    while child.poll() is None and "MLflow run " not in Path(log.name).read_text():  # printed as training starts
+        time.sleep(0.05)
     delay = rng.uniform(0.0, max_delay)
     time.sleep(delay)
     if child.poll() is None:

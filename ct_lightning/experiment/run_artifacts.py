@@ -27,6 +27,12 @@ class EpochStepMLFlowLogger(MLFlowLogger):
             step = int(metrics["epoch"])
         super().log_metrics(metrics, step)
 
+    def finalize(self, status: str = "success") -> None:
+        # train() ends the run FINISHED itself, after the test, the model and the plots are logged: a run
+        # killed after fit() must not look finished. Failures still end it FAILED here.
+        if status != "success":
+            super().finalize(status)
+
 
 @contextlib.contextmanager
 def _tracking_uri(uri: str, experiment_id: str | None = None):
