@@ -151,6 +151,17 @@ class CTModule(L.LightningModule):
         key = (self.hparams.seed, self.current_epoch, salt) + (() if shared else (self.global_rank,))
         return torch.Generator().manual_seed(hash(key) % (2**63))
 
+    def on_save_checkpoint(self, checkpoint: dict) -> None:
+        # A learning generator's state (e.g. the amortised network) is part of an exact resume.
+        state = getattr(self.generator, "state_dict", None)
+        if callable(state):
+            checkpoint["ct_generator_state"] = state()
+
+    def on_load_checkpoint(self, checkpoint: dict) -> None:
+        load = getattr(self.generator, "load_state_dict", None)
+        if callable(load) and checkpoint.get("ct_generator_state"):
+            load(checkpoint["ct_generator_state"])
+
     def generate_pool(self, n: int, rng: torch.Generator,
                       shared_rng: torch.Generator | None = None) -> tuple[CounterfactualPool, dict]:
         """Draw this rank's share of ``n`` factuals, random targets and ``x⁺``, and search their counterfactuals.

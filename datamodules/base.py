@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, TensorDataset
+from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 
 from datamodules.domain import infer_domain
 
@@ -21,6 +21,26 @@ class IndexedTensorDataset(TensorDataset):
 def keep_batch(batch):
     """Collate function of :class:`IndexedTensorDataset` loaders: the batch is already assembled."""
     return batch
+
+
+class EpochSeededSampler(RandomSampler):
+    """A random order that is a pure function of ``(seed, epoch)``: a resumed run replays the same batches.
+
+    Lightning calls ``set_epoch`` before every epoch (as for ``DistributedSampler``); a
+    ``RandomSampler`` with one generator would instead restart its sequence on resume.
+    """
+
+    def __init__(self, data_source, seed: int = 0):
+        super().__init__(data_source)
+        self.seed, self.epoch = int(seed), 0
+
+    def set_epoch(self, epoch: int) -> None:
+        """Select the order of epoch ``epoch``."""
+        self.epoch = int(epoch)
+
+    def __iter__(self):
+        generator = torch.Generator().manual_seed(hash((self.seed, self.epoch)) % (2**63))
+        return iter(torch.randperm(len(self.data_source), generator=generator).tolist())
 
 
 class TensorDataModule(L.LightningDataModule):
@@ -85,10 +105,12 @@ class TensorDataModule(L.LightningDataModule):
         return infer_domain(self.x_train, n_std)
 
     def _loader(self, x, y, shuffle: bool) -> DataLoader:
-        generator = torch.Generator().manual_seed(self.seed) if shuffle else None
-        # Same sampler as DataLoader(TensorDataset(x, y), shuffle=...): the same batches in the same order.
-        return DataLoader(IndexedTensorDataset(x, y), batch_size=self.batch_size, shuffle=shuffle,
-                          generator=generator, num_workers=self.num_workers, collate_fn=keep_batch)
+        dataset = IndexedTensorDataset(x, y)
+        # The order is a pure function of (seed, epoch), so a resumed run replays the same batches;
+        # batches are sliced in one go (IndexedTensorDataset) instead of collated sample by sample.
+        sampler = EpochSeededSampler(dataset, self.seed) if shuffle else None
+        return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
+                          collate_fn=keep_batch)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.x_train, self.y_train, shuffle=True)

@@ -235,16 +235,19 @@ def main(argv: list[str] | None = None) -> dict:
     from ct_lightning.experiment.reproduce import SYNTHETIC  # noqa: PLC0415
     from ct_lightning.experiment.reproduce import (find_or_create_parent, run_tasks, stable_key,  # noqa: PLC0415
                                                    training_key)
+    from ct_lightning.experiment.lifecycle import ensure_experiment, link_children  # noqa: PLC0415
+    from ct_lightning.experiment.reproduce import describe_plan  # noqa: PLC0415
     from ct_lightning.experiment.tracking import prepare_store  # noqa: PLC0415
 
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
-    artifact_location = prepare_store(args.tracking_uri)
+    artifact_location = prepare_store(args.tracking_uri, args.experiment)  # created once, under a file lock
     client = MlflowClient(tracking_uri=args.tracking_uri)
     key_tasks = build_tasks(names, reuse_lists, args, None)
     reproduction_key = stable_key({"tasks": [(t.label, training_key(t.resolved_config()), t.eval_key())
                                              for t in key_tasks], "n_boot": args.n_boot,
                                    "confidence": args.confidence})
+    ensure_experiment(client, args.experiment, artifact_location)
     parent = find_or_create_parent(client, args.experiment, artifact_location, reproduction_key,
                                    f"compare {','.join(names)}")
     tasks = build_tasks(names, reuse_lists, args, parent)
@@ -255,6 +258,8 @@ def main(argv: list[str] | None = None) -> dict:
     client.log_param(parent, "lambda_energy", ",".join(f"{v:g}" for v in args.lambda_energy))
     print(f"MLflow parent run: {parent} (re-run the same command to resume; finished trainings and evaluations "
           f"are reused)", flush=True)
+    print(f"compare plan: {len(tasks)} models", flush=True)
+    print("\n".join(describe_plan(tasks, client, args.actionability)), flush=True)
     status = "FAILED"
     rows: dict[str, dict] = {}
     plots: list = []
@@ -262,6 +267,7 @@ def main(argv: list[str] | None = None) -> dict:
 
     def on_done(outcome: dict) -> None:
         outcomes[outcome["label"]] = outcome
+        link_children(client, parent, {label: o["run_id"] for label, o in outcomes.items()})
         data = outcome["label"].split("/")[0]
         if all(t.label in outcomes for t in tasks if t.data == data):
             row, row_plots = compare_data(data, outcomes, tasks, args, client, parent, out_dir)

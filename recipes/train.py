@@ -7,7 +7,10 @@ Examples:
   .venv/bin/python recipes/train.py --data adult --immutable age --mutability hours_per_week=increase
   .venv/bin/python recipes/train.py --config configs/adult.yaml --max-epochs 10
   .venv/bin/python recipes/train.py --data moons --from-checkpoint vanilla.ckpt --max-epochs 50   # fine-tune with CT
-  .venv/bin/python recipes/train.py --resume                     # continue the newest interrupted run
+  .venv/bin/python recipes/train.py --data moons --from-checkpoint runs:/RUN_ID/model       # fine-tune a logged MLflow model
+  .venv/bin/python recipes/train.py --config config.yaml         # repeat a run from its logged config (a new run, own outputs)
+  .venv/bin/python recipes/train.py --resume                     # continue the newest interrupted run that has a checkpoint
+  .venv/bin/python recipes/train.py --resume RUN_ID --max-epochs 200   # extend a run to 200 epochs in total
 """
 
 from __future__ import annotations

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -70,15 +71,20 @@ def test_killed_reproduction_resumes_without_retraining(tmp_path):
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     process = subprocess.Popen(_compare_command(store, out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, env=env, cwd=tmp_path, start_new_session=True)
-    done_lines = 0
+    done_lines, seen = 0, []
     deadline = time.monotonic() + 300
     for line in process.stdout:
+        seen.append(line)
         done_lines += "done]" in line and "trained+evaluated" in line
         if done_lines >= 3 or time.monotonic() > deadline:
             break
     os.killpg(process.pid, signal.SIGKILL)
     process.wait()
     assert done_lines >= 3, "the reproduction did not finish three models before the deadline"
+    plan = "".join(seen[:next(i for i, line in enumerate(seen) if "done]" in line)])
+    assert "compare plan: 8 models" in plan and "pass --no-actionability to skip it" in plan, \
+        "says what it will train and why before it trains"
+    assert plan.count(": train and evaluate (no run id given") == 8
     before = _finished_training_keys(store)
     assert 3 <= len(before) < 8 and set(before.values()) == {1}
 
@@ -90,6 +96,17 @@ def test_killed_reproduction_resumes_without_retraining(tmp_path):
     outcomes = Counter(re.findall(r"done\] \S+ (trained\+evaluated|evaluated|reused) in ", second.stdout))
     assert outcomes["trained+evaluated"] == 8 - len(before)
     assert outcomes["reused"] + outcomes["evaluated"] == len(before)
+    assert "compare plan: 8 models" in second.stdout and second.stdout.count("reuse finished run") == len(before)
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    parent = json.loads((out / "summary.json").read_text())["parent_run_id"]
+    tags = client.get_run(parent).data.tags
+    children = json.loads(tags["ct.children"])
+    assert len(children) == 8 and tags["ct.child.circles.ct"] == children["circles/ct"]
+    assert "compare-runs?runs=" in tags["mlflow.note.content"]
+    child = client.get_run(children["circles/ct"]).data.tags
+    assert child["mlflow.parentRunId"] == parent and child["role"] == "CT"
     table = (out / "table.md").read_text()
     assert "| circles |" in table and "| moons |" in table
 

@@ -150,7 +150,8 @@ def plot_robust_accuracy_panels(rows: list[dict], path, roles=("bl", "ct")) -> P
 def metric_history(client, run_id: str, key: str = "train/cf_converged") -> list[float]:
     """Values of an MLflow metric in step order (one per epoch for CT's search statistics)."""
     history = sorted(client.get_metric_history(run_id, key), key=lambda m: (m.step, m.timestamp))
-    return [m.value for m in history]
+    # A resumed run may log an epoch twice (before the kill and again after it): keep the last value per step.
+    return list({m.step: m.value for m in history}.values())
 
 
 def plot_convergence(histories: dict[str, list[float]], path,

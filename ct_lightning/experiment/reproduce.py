@@ -29,6 +29,7 @@ NON_DEFINING_KEYS = frozenset({"tracking_uri", "experiment", "run_name", "checkp
 CONFIG_KEY_TAG = "ct.config_key"
 ROLES = (  # (role, objective, protected)
     ("bl", "vanilla", False), ("ct", "full", False), ("bl_protected", "vanilla", True), ("ct_protected", "full", True))
+ROLE_LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
 # Rough cost of one training relative to circles at the paper's budget, to schedule long tasks first.
 COST_HINT = {"mnist": 40.0, "adult": 6.0, "california_housing": 3.0, "gmsc": 3.0, "credit": 2.5}
 
@@ -161,7 +162,7 @@ class Task:
         """The training overrides of this task."""
         return {**self.training, "data": self.data, "objective": self.objective, "protect": self.protected,
                 "tracking_uri": self.tracking_uri, "experiment": self.experiment,
-                "run_name": f"{self.data}-{self.role}", "progress": False}
+                "progress": False}
 
     def resolved_config(self) -> dict:
         """The fully resolved training configuration (what the key is computed from)."""
@@ -204,7 +205,7 @@ def run_task(task: Task) -> dict:
               f"{'protected features immutable' if task.protected else 'all features mutable'}, "
               f"objective {task.objective})", flush=True)
     if trained:
-        tags = {CONFIG_KEY_TAG: key, "ct.compare.role": task.role, "role": task.role}
+        tags = {CONFIG_KEY_TAG: key, "ct.compare.role": task.role, "role": ROLE_LABELS[task.role]}
         if task.parent_run_id:
             tags["mlflow.parentRunId"] = task.parent_run_id
         run_id = train(task.overrides(), tags=tags)["run_id"]
@@ -227,6 +228,32 @@ def run_task(task: Task) -> dict:
             client.log_artifact(run_id, str(path), artifact_path="evaluations")
     return {"label": task.label, "run_id": run_id, "trained": trained, "evaluated": evaluated,
             "train_seconds": train_seconds, "seconds": time.perf_counter() - started}
+
+
+def describe_plan(tasks: list[Task], client, actionability: bool) -> list[str]:
+    """What a comparison will do for each model and why, before anything runs (one line each)."""
+    lines, protected_to_train = [], []
+    for task in tasks:
+        run_id, evaluated = task_state(task, client)
+        what = ("all features mutable" if not task.protected else
+                "protected features immutable: the actionability pair for the cost column")
+        if task.reuse_run_id:
+            action = f"reuse run {run_id} (given), {'evaluation stored' if evaluated else 'evaluate it'}"
+        elif run_id:
+            action = (f"reuse finished run {run_id} (same configuration in the store), "
+                      f"{'evaluation stored' if evaluated else 'evaluate it'}")
+        else:
+            action = "train and evaluate (no run id given and no finished run with this configuration in the store)"
+            if task.protected:
+                protected_to_train.append(task.label)
+        lines.append(f"  {task.label} ({ROLE_LABELS[task.role]}, objective {task.objective}, {what}): {action}")
+    if protected_to_train:
+        lines.append(f"  the protected pair ({', '.join(protected_to_train)}) is trained for the cost column; "
+                     f"pass --no-actionability to skip it (no cost column), or give --bl-protected-run-id/"
+                     f"--ct-protected-run-id")
+    elif not actionability:
+        lines.append("  --no-actionability: no protected pair, no cost column")
+    return lines
 
 
 # ----------------------------------------------------------------------------- progress

@@ -243,16 +243,24 @@ SETTINGS: tuple[Setting, ...] = (
             choices=lightning_strategies, metavar="STRATEGY"),
     # fine-tuning and resuming
     Setting("from_checkpoint", None, "start from these weights: a checkpoint of this project, a state_dict of the "
-            "default MLP, or weights for --model", group=START),
-    Setting("resume", None, "continue an interrupted run (default: the newest unfinished run of --experiment) from "
-            "its last checkpoint, in the same MLflow run, with its logged configuration", group=START, nargs="?",
+            "default MLP, weights for --model, or an MLflow model runs:/RUN_ID/model or models:/NAME/VERSION",
+            group=START),
+    Setting("resume", None, "continue an interrupted run (default: the newest unfinished run of --experiment that has "
+            "a checkpoint; runs killed before their first epoch ended are skipped) from its last epoch-end "
+            "checkpoint, in the same MLflow run, with its logged configuration; the result is bit-identical to an "
+            "uninterrupted run. With --max-epochs N the run is extended to N epochs in total (N must exceed the "
+            "epochs already trained); other training options cannot change", group=START, nargs="?",
             const="latest", metavar="RUN_ID"),
     # tracking and output
     Setting("tracking_uri", DEFAULT_TRACKING_URI, "MLflow tracking URI (default {DFLT})"),
     Setting("experiment", DEFAULT_EXPERIMENT, "MLflow experiment name (default {DFLT})"),
-    Setting("run_name", None, "MLflow run name"),
-    Setting("checkpoint_dir", None, "checkpoint folder (default: checkpoints/RUN_ID beside a local SQLite store)"),
-    Setting("summary_json", None, "write run id, resolved config, data summary and final metrics here"),
+    Setting("run_name", None, "MLflow run name (default: DATA-OBJECTIVE-GENERATOR-sSEED-SHORTID)"),
+    Setting("checkpoint_dir", None, "checkpoint folder (default: checkpoints/RUN_ID beside a local SQLite store, "
+            "one per run); a folder that already holds files is refused unless --overwrite"),
+    Setting("summary_json", None, "write run id, resolved config, data summary and final metrics here; an existing "
+            "file is refused unless --overwrite"),
+    Setting("overwrite", False, "allow --summary-json and --checkpoint-dir to replace existing files",
+            action="store_true"),
     Setting("progress", True, "hide the progress bar", flag="--no-progress", action="store_false"),
     Setting("limit_train_batches", None, "Lightning limit_train_batches (for quick runs)", float, low=0.0),
     Setting("limit_val_batches", None, "Lightning limit_val_batches (for quick runs)", float, low=0.0),

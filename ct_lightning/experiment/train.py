@@ -6,18 +6,24 @@ import json
 import math
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 import lightning as L
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning.pytorch.loggers import MLFlowLogger
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation
+from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation, EpochSeed
 from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
 from ct_lightning.experiment.data import build_datamodule, mutability_spec
 from ct_lightning.experiment.preflight import preflight_training
+from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, RESUME_OPTIONS, check_outputs,
+                                              completed_epochs, create_run, defining_config, ensure_experiment,
+                                              find_resumable_run, mark_failed, resume_command)
+from ct_lightning.experiment.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
+                                                   log_classifier, log_datasets, log_missing_epoch_metrics,
+                                                   log_training_plots)
 from ct_lightning.experiment.settings import DEFAULTS, load_config_file, module_kwargs, resolve_config
 from ct_lightning.experiment.tracking import local_store_dir, prepare_store, run_url, ui_command, write_json_atomic
 from ct_lightning.module import CTModule
@@ -29,7 +35,7 @@ def build_module(config: dict, datamodule) -> CTModule:
                                     mutability_spec(config, datamodule) or None))
 
 
-def _architecture_from_checkpoint(path: str, given: dict) -> tuple[dict, dict]:
+def _architecture_from_file(path: str, given: dict) -> tuple[dict, dict]:
     """Weights of ``path`` and the architecture settings it implies, unless given explicitly."""
     state, metadata = read_checkpoint(path)
     implied = {key: metadata[key] for key in ("hidden_sizes", "activation") if key in metadata}
@@ -42,38 +48,43 @@ def _architecture_from_checkpoint(path: str, given: dict) -> tuple[dict, dict]:
     return state, {k: v for k, v in implied.items() if given.get(k) is None}
 
 
-def _find_resumable_run(client: MlflowClient, config: dict) -> str:
-    """The run id to resume: the one given, or the newest unfinished run of the experiment."""
-    if config["resume"] != "latest":
-        return config["resume"]
-    experiment = client.get_experiment_by_name(config["experiment"])
-    runs = [] if experiment is None else client.search_runs(
-        [experiment.experiment_id], "attributes.status != 'FINISHED'", order_by=["attributes.start_time DESC"],
-        max_results=1)
-    if not runs:
-        raise ValueError(f"resume: no unfinished run in experiment {config['experiment']!r} at {config['tracking_uri']}")
-    return runs[0].info.run_id
+def _resume_config(overrides: dict, echo=print) -> tuple[dict, str, Path]:
+    """The logged configuration of the run to resume, its id and its last checkpoint.
 
-
-def _resume_config(overrides: dict) -> tuple[dict, str, Path]:
-    """The logged configuration of the run to resume, its id and its last checkpoint."""
+    ``max_epochs`` may extend the run (it must exceed the epochs already trained); every other
+    setting that shapes training stays as logged, and giving one is an error.
+    """
     base = {**DEFAULTS, **{k: v for k, v in overrides.items() if v is not None}}
+    changed = sorted(k for k in overrides if k not in RESUME_OPTIONS and overrides[k] is not None)
+    if changed:
+        raise ValueError(f"resume: {', '.join('--' + k.replace('_', '-') for k in changed)} cannot change when "
+                         f"resuming (the run continues with its logged configuration); allowed with --resume: "
+                         f"--max-epochs (to extend), --summary-json, --tracking-uri, --experiment, --no-progress")
     prepare_store(base["tracking_uri"])
     client = MlflowClient(tracking_uri=base["tracking_uri"])
-    run_id = _find_resumable_run(client, base)
+    run, last = find_resumable_run(client, base["experiment"], base["tracking_uri"], base["resume"], echo)
+    run_id = run.info.run_id
     try:
         logged = Path(client.download_artifacts(run_id, "config.json", tempfile.mkdtemp(prefix="ct-resume-")))
     except Exception as error:  # noqa: BLE001 - MLflow raises several types for a missing run/artifact
         raise ValueError(f"resume: run {run_id} has no logged config.json to resume from ({error})") from None
-    config = json.loads(logged.read_text())
-    # Only where output goes may change on resume; everything that shapes training stays as logged.
-    for key in ("progress", "summary_json"):
+    config = {**DEFAULTS, **json.loads(logged.read_text())}
+    done = completed_epochs(last)
+    if overrides.get("max_epochs") is not None and overrides["max_epochs"] != config["max_epochs"]:
+        if overrides["max_epochs"] <= done:
+            raise ValueError(f"max_epochs: {overrides['max_epochs']} with --resume must exceed the {done} epochs run "
+                             f"{run_id} has already trained")
+        config["max_epochs"] = overrides["max_epochs"]
+    elif run.info.status == "FINISHED" or done >= config["max_epochs"]:
+        raise ValueError(f"resume: run {run_id} already trained all {config['max_epochs']} epochs; pass "
+                         f"--max-epochs N (N > {done}) to extend it")
+    for key in ("progress", "summary_json", "overwrite", "accelerator", "data_dir"):
         if overrides.get(key) is not None:
             config[key] = overrides[key]
     config["resume"] = run_id
-    last = Path(config["checkpoint_dir"]) / "last.ckpt"
-    if not last.is_file():
-        raise ValueError(f"resume: run {run_id} has no checkpoint yet at {last}; start it again instead")
+    config["checkpoint_dir"] = str(last.parent)
+    echo(f"resume: run {run_id} ({run.info.run_name}, {run.info.status}) from {last} after {done} epoch(s), "
+         f"training to epoch {config['max_epochs']}", flush=True)
     return config, run_id, last
 
 
@@ -85,51 +96,115 @@ def _scalar_metrics(metrics: dict) -> dict[str, float]:
     return out
 
 
-def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None = None) -> dict:
+def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None, dict | None]:
+    """Resolve the configuration (or the run to resume) and check outputs, before any run exists."""
+    given = {k: v for k, v in overrides.items() if v is not None}
+    if given.get("resume"):
+        config, run_id, resume_from = _resume_config(given, echo)
+        check_outputs(config, resuming=True)
+        return config, run_id, resume_from, None
+    if given.get("config"):
+        given = {**load_config_file(given["config"]), **given}
+    weights = None
+    if given.get("from_checkpoint"):
+        weights, implied = _architecture_from_source(given["from_checkpoint"], given)
+        given.update(implied)
+    config = resolve_config(given)
+    check_outputs(config)
+    return config, None, None, weights
+
+
+def _architecture_from_source(source: str, given: dict) -> tuple[dict, dict]:
+    if source.startswith(("runs:/", "models:/")):
+        state, metadata = load_model_uri(source, given.get("tracking_uri") or DEFAULTS["tracking_uri"])
+        inferred = infer_mlp_hidden_sizes(state)
+        if inferred is not None:
+            metadata["hidden_sizes"] = inferred
+        return state, {k: v for k, v in metadata.items() if given.get(k) is None}
+    return _architecture_from_file(source, given)
+
+
+def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None = None, echo=print) -> dict:
     """Train one model as configured, track it in MLflow and return the run summary.
 
     ``overrides`` may hold ``config`` (a YAML file, below the other overrides), ``from_checkpoint``
-    (start from those weights: fine-tuning) and ``resume`` (a run id or ``"latest"``: continue an
-    interrupted run from its last checkpoint in the same MLflow run). ``callbacks`` are added to
-    the Trainer's; ``tags`` are set on the MLflow run (e.g. ``{"mlflow.parentRunId": ID}``).
+    (start from those weights: a checkpoint file, ``runs:/RUN_ID/model`` or ``models:/NAME/VERSION``)
+    and ``resume`` (a run id or ``"latest"``: continue an interrupted run from its last checkpoint
+    in the same MLflow run). ``callbacks`` are added to the Trainer's; ``tags`` are set on the
+    MLflow run (e.g. ``{"mlflow.parentRunId": ID, "role": "CT"}``). A run that fails after it
+    started ends FAILED with the error message as its ``error`` tag. ``echo`` prints progress lines.
     """
     overrides = preflight_training(overrides).overrides  # every check before anything is created
-    given = {k: v for k, v in overrides.items() if v is not None}
-    if given.get("resume"):
-        config, run_id, resume_from = _resume_config(given)
-    else:
-        if given.get("config"):
-            given = {**load_config_file(given["config"]), **given}
-        weights = None
-        if given.get("from_checkpoint"):
-            weights, implied = _architecture_from_checkpoint(given["from_checkpoint"], given)
-            given.update(implied)
-        config, run_id, resume_from = resolve_config(given), None, None
+    config, run_id, resume_from, weights = _prepare(overrides, echo)
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = build_datamodule(config)
     module = build_module(config, datamodule)
     if resume_from is None and config.get("from_checkpoint"):
         load_weights(module.model, weights, source=f"from_checkpoint {config['from_checkpoint']}")
 
-    artifact_location = prepare_store(config["tracking_uri"], config["experiment"])
-    logger = MLFlowLogger(experiment_name=config["experiment"], run_name=config["run_name"],
-                          tracking_uri=config["tracking_uri"], artifact_location=artifact_location,
-                          tags=dict(tags) if tags else None, run_id=run_id)
-    run_id, experiment_id = logger.run_id, logger.experiment_id
-    client = logger.experiment
-    if resume_from is None:
-        # Under DDP only rank 0 has a run id; ModelCheckpoint uses rank 0's folder on every rank.
+    artifact_location = prepare_store(config["tracking_uri"], config["experiment"])  # created once, under a lock
+    client = MlflowClient(tracking_uri=config["tracking_uri"])
+    if not _is_rank_zero():
+        # Under DDP (one process per rank) only rank 0 owns the MLflow run and writes outputs.
+        return _train_in_run(config, None, None, None, None, datamodule, module, resume_from, callbacks,
+                             lambda *a, **k: None)
+    experiment_id = ensure_experiment(client, config["experiment"], artifact_location)
+    if run_id is None:
+        run_id, run_name = create_run(client, experiment_id, config, tags)
+    else:
+        run = client.get_run(run_id)
+        run_name = run.info.run_name
+        client.update_run(run_id, status="RUNNING")
+        if ERROR_TAG in run.data.tags:  # the error of an earlier attempt no longer describes the run
+            client.delete_tag(run_id, ERROR_TAG)
+        if config["max_epochs"] != int(run.data.params.get("max_epochs", config["max_epochs"])):
+            client.set_tag(run_id, "ct.max_epochs_extended_to", str(config["max_epochs"]))
+    try:
+        return _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, module, resume_from,
+                             callbacks, echo)
+    except BaseException as error:
+        mark_failed(client, run_id, error)
+        raise
+
+
+def _is_rank_zero() -> bool:
+    """Whether this process is global rank 0 (always, outside a DDP launch)."""
+    from lightning.pytorch.utilities.rank_zero import rank_zero_only
+
+    return getattr(rank_zero_only, "rank", 0) == 0
+
+
+def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, module, resume_from, callbacks,
+                  echo) -> dict:
+    """Fit, test and log one run; ``client`` is ``None`` on DDP ranks other than 0 (they only train)."""
+    logger = EpochStepMLFlowLogger(experiment_name=config["experiment"], tracking_uri=config["tracking_uri"],
+                                   run_id=run_id)
+    if client is None:
+        # ModelCheckpoint takes rank 0's folder on every rank; this one is never written.
         config["checkpoint_dir"] = str(Path(config["checkpoint_dir"] or local_store_dir(config["tracking_uri"])
-                                            / "checkpoints" / (run_id or "rank-not-zero")).resolve())
+                                            / "checkpoints" / "rank-not-zero").resolve())
+    elif resume_from is None:
+        config["checkpoint_dir"] = str(Path(config["checkpoint_dir"] or
+                                            local_store_dir(config["tracking_uri"]) / "checkpoints" / run_id).resolve())
+        client.set_tag(run_id, CHECKPOINT_DIR_TAG, config["checkpoint_dir"])
+        defining = defining_config(config)
         # Lightning logs the module's hyperparameters itself; add the run-level settings it lacks.
-        logger.log_hyperparams({k: v for k, v in config.items() if k not in module.hparams and k != "summary_json"})
-        client.log_dict(run_id, config, "config.json")
-        client.log_dict(run_id, config, "config.yaml")
+        logger.log_hyperparams({k: v for k, v in defining.items() if k not in module.hparams})
+        client.log_dict(run_id, defining, "config.json")
+        client.log_dict(run_id, defining, "config.yaml")
+        log_datasets(client, run_id, datamodule, config.get("data_dir"))
+    else:
+        client.log_dict(run_id, defining_config(config), "config.json")  # records an extended max_epochs
+        client.log_dict(run_id, defining_config(config), "config.yaml")
+        log_missing_epoch_metrics(client, run_id, resume_from)
+    echo(f"MLflow run {run_id} ({run_name}); if it is interrupted, resume it with:\n  "
+         f"{resume_command(run_id, config['tracking_uri'], config['experiment'])}", flush=True)
     validates = config["limit_val_batches"] != 0
     # Lightning writes checkpoints through an fsspec transaction: a temporary file renamed into place.
-    # Two callbacks: Lightning's own save_last only refreshes last.ckpt when a top-k file is saved.
+    # last.ckpt is written at each epoch's very end (after validation and logging), so that a resumed
+    # run starts the next epoch from exactly the state an uninterrupted run has there.
     last = ModelCheckpoint(dirpath=config["checkpoint_dir"], filename="last", monitor=None, save_top_k=1,
-                           enable_version_counter=False)
+                           enable_version_counter=False, save_on_train_epoch_end=True)
     checkpoints = [last]
     if validates:
         best = ModelCheckpoint(dirpath=config["checkpoint_dir"], filename="best", monitor="val/acc", mode="max",
@@ -141,28 +216,39 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
         extra_callbacks.append(CounterfactualEvaluation(int(config["eval_every"])))
     trainer = L.Trainer(max_epochs=config["max_epochs"], accelerator=config["accelerator"], devices=config["devices"],
                         num_nodes=config["num_nodes"], strategy=config["strategy"], logger=logger,
-                        callbacks=[*checkpoints, BurnIn(config["burnin"]), *extra_callbacks], deterministic=False,
+                        callbacks=[EpochSeed(config["seed"]), EpochMetricsInCheckpoint(), *checkpoints,
+                                   BurnIn(config["burnin"]), *extra_callbacks], deterministic=False,
                         enable_progress_bar=config["progress"], enable_model_summary=config["progress"],
                         fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, **trainer_kwargs)
     started = time.perf_counter()
-    trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
+    with warnings.catch_warnings():
+        if resume_from is not None:  # the folder is the run's own, holding the checkpoint it resumes from
+            warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
+        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
     fit_seconds = time.perf_counter() - started
+    if trainer.interrupted:
+        raise KeyboardInterrupt("training interrupted")
     metrics = _scalar_metrics(trainer.callback_metrics)
     trainer.test(module, datamodule=datamodule, verbose=False)
     metrics.update(_scalar_metrics(trainer.callback_metrics))
     metrics["fit_seconds"] = fit_seconds
     metrics["epochs"] = trainer.current_epoch
 
+    if client is None:
+        return {"run_id": None, "metrics": metrics, "rank": trainer.global_rank}
     summary = {
-        "run_id": run_id, "experiment_id": experiment_id, "tracking_uri": config["tracking_uri"],
-        "config": config, "data": datamodule.summary(), "metrics": metrics,
+        "run_id": run_id, "run_name": run_name, "experiment_id": experiment_id,
+        "tracking_uri": config["tracking_uri"], "config": config, "data": datamodule.summary(), "metrics": metrics,
         "checkpoints": {"last": last.best_model_path or None, "best": best.best_model_path if validates else None},
     }
     client.log_metric(run_id, "fit_seconds", fit_seconds)
     for path in set(summary["checkpoints"].values()) - {None, ""}:
         client.log_artifact(run_id, path, artifact_path="checkpoints")
-    if config["summary_json"] and trainer.is_global_zero:  # under DDP only rank 0 holds the MLflow run
+    log_classifier(config["tracking_uri"], experiment_id, run_id, module.model, datamodule.x_train)
+    summary["plots"] = log_training_plots(client, run_id, module, datamodule)
+    if config["summary_json"]:
         write_json_atomic(config["summary_json"], summary)
+    client.set_terminated(run_id, "FINISHED")
     return summary
 
 

@@ -88,6 +88,38 @@ class Amortised(CounterfactualGenerator):
         """Build the network for the context's classifier, one-hot groups and constraints (trained in ``update``)."""
         self.build(context.model, context.x_train.shape[1], context.n_classes, context.feature_names,
                    context.mutability, context.lower, context.upper)
+        pending, self._pending_state = getattr(self, "_pending_state", None), None
+        if pending:
+            self._restore(pending)
+
+    def state_dict(self) -> dict:
+        """What a resumed training needs to continue exactly: network, its optimisers and the fit schedule."""
+        if self.net is None:
+            return {}
+        optimizers = self.net._plain_optimizers
+        return {"net": self.net.state_dict(), "fitted_epoch": self.fitted_epoch, "n_fits": self.n_fits,
+                "bandwidth": self.net._bandwidth,
+                "optimizers": None if optimizers is None else [o.state_dict() if o is not None else None
+                                                               for o in optimizers]}
+
+    def load_state_dict(self, state: dict) -> None:
+        """Restore :meth:`state_dict` (applied when ``fit`` builds the network, if it is not built yet)."""
+        if self.net is None:
+            self._pending_state = state
+        elif state:
+            self._restore(state)
+
+    def _restore(self, state: dict) -> None:
+        self.net.load_state_dict(state["net"])
+        self.fitted_epoch, self.n_fits = state["fitted_epoch"], state["n_fits"]
+        self.net._bandwidth = state.get("bandwidth")
+        if state["optimizers"] is not None:
+            optimizers = self.net.configure_optimizers()
+            optimizers = list(optimizers) if isinstance(optimizers, (list, tuple)) else [optimizers, None]
+            for optimizer, saved in zip(optimizers, state["optimizers"]):
+                if optimizer is not None and saved is not None:
+                    optimizer.load_state_dict(saved)
+            self.net._plain_optimizers = optimizers
 
     def update(self, context: FitContext, epoch: int) -> None:
         """Train for ``initial_epochs`` at the first call, then re-fit every ``refit_every`` epochs."""

@@ -1,0 +1,211 @@
+"""The lifecycle of a training run in MLflow: its name and tags, where its outputs go, failure and resume.
+
+A run's outputs (checkpoint folder, summary, plots) belong to that run alone: the logged
+configuration holds only what defines the experiment (:func:`defining_config`), the checkpoint
+folder is recorded as the run's tag ``ct.checkpoint_dir``, and an output path the user names
+that already exists is refused unless ``overwrite`` is set (:func:`check_outputs`).
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+import sys
+from pathlib import Path
+
+# Where one run writes and how it is shown: never part of the logged configuration that a repeat reuses.
+RUN_ONLY_KEYS = frozenset({"checkpoint_dir", "summary_json", "run_name", "resume", "config", "overwrite", "progress"})
+# What may be given together with --resume: where output goes, how it runs, and --max-epochs (to extend the run).
+RESUME_OPTIONS = frozenset({"resume", "tracking_uri", "experiment", "summary_json", "overwrite", "progress",
+                            "max_epochs", "accelerator", "data_dir", "threads", "devices", "strategy"})
+CHECKPOINT_DIR_TAG = "ct.checkpoint_dir"
+ERROR_TAG = "error"
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"   # read by the MLflow 3 UI to choose its view
+MODEL_TRAINING_KIND = "custom_model_development"  # the model-training view (not GenAI)
+
+
+def defining_config(config: dict) -> dict:
+    """The configuration that defines the experiment: what ``--config config.yaml`` repeats."""
+    return {k: v for k, v in config.items() if k not in RUN_ONLY_KEYS}
+
+
+def library_version() -> str:
+    """The installed version of ct-lightning (``unknown`` when not installed as a package)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("ct-lightning")
+    except PackageNotFoundError:
+        return "unknown"
+
+
+def run_tags(config: dict, extra: dict | None = None) -> dict[str, str]:
+    """Tags to filter and group runs by in the UI: data, objective, generator, library version (+ ``extra``)."""
+    tags = {"data": config["data"], "objective": config["objective"], "generator": config["generator"],
+            "seed": str(config["seed"]), "ct_lightning.version": library_version()}
+    tags.update({k: str(v) for k, v in (extra or {}).items()})
+    return tags
+
+
+def default_run_name(config: dict, role: str | None = None) -> str:
+    """A descriptive run name without the short id: ``data-objective-generator-sSEED[-role]``."""
+    parts = [config["data"], config["objective"], config["generator"], f"s{config['seed']}"]
+    return "-".join(parts + ([role] if role else []))
+
+
+def check_outputs(config: dict, resuming: bool = False) -> None:
+    """Refuse (one-line ``ValueError``) output paths named by the user that exist, unless ``overwrite``.
+
+    ``summary_json``: an existing file. ``checkpoint_dir``: an existing folder holding files (an
+    empty folder is fine). Also refused: a summary path whose folder cannot be created.
+    """
+    overwrite = bool(config.get("overwrite"))
+    summary = config.get("summary_json")
+    if summary:
+        path = Path(summary)
+        if path.is_dir():
+            raise ValueError(f"summary_json: {path} is a folder; give a file path")
+        if path.exists() and not overwrite:
+            raise ValueError(f"summary_json: {path} exists (another run's summary?); choose a new path or pass "
+                             f"--overwrite")
+    folder = config.get("checkpoint_dir")
+    if folder and not resuming:
+        path = Path(folder)
+        if path.is_file():
+            raise ValueError(f"checkpoint_dir: {path} is a file; give a folder")
+        if path.is_dir() and any(path.iterdir()) and not overwrite:
+            raise ValueError(f"checkpoint_dir: {path} already holds files (another run's checkpoints?); choose a "
+                             f"new folder, leave it out (each run then gets its own) or pass --overwrite")
+
+
+def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
+    """The id of experiment ``name`` (created if missing), marked so the UI opens its model-training view."""
+    found = client.get_experiment_by_name(name)
+    experiment_id = found.experiment_id if found else client.create_experiment(name, artifact_location=artifact_location)
+    if found is None or found.tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING_KIND:
+        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
+    return experiment_id
+
+
+def create_run(client, experiment_id: str, config: dict, tags: dict | None = None) -> tuple[str, str]:
+    """Create the MLflow run of a training; returns ``(run_id, run_name)``.
+
+    The default name is descriptive plus the first 6 characters of the run id, so that runs
+    differ even when Python's ``random`` was seeded (which fixes MLflow's own name generator).
+    """
+    tags = dict(tags or {})
+    given = config.get("run_name")
+    base = given or default_run_name(config, tags.get("role"))
+    run = client.create_run(experiment_id, run_name=base, tags=run_tags(config, tags))
+    run_id = run.info.run_id
+    name = given or f"{base}-{run_id[:6]}"
+    if name != base:
+        client.update_run(run_id, name=name)
+    return run_id, name
+
+
+def mark_failed(client, run_id: str, error: BaseException) -> None:
+    """End a run FAILED with the error message as its ``error`` tag (never raises)."""
+    message = f"{type(error).__name__}: {error}".strip()
+    try:
+        client.set_tag(run_id, ERROR_TAG, message[:4000])
+        client.set_terminated(run_id, "FAILED")
+    except Exception:  # noqa: BLE001 - reporting a failure must not hide the original error
+        pass
+
+
+def resume_command(run_id: str, tracking_uri: str, experiment: str) -> str:
+    """The shell command that resumes run ``run_id`` (works as printed, from the repository root)."""
+    python = sys.executable
+    try:
+        relative = Path(python).relative_to(Path.cwd())
+        python = str(relative) if str(relative).startswith(".") else f"./{relative}"
+    except ValueError:
+        pass
+    args = ["recipes/train.py", "--resume", run_id, "--tracking-uri", tracking_uri, "--experiment", experiment]
+    return " ".join(shlex.quote(part) for part in [python, *args])
+
+
+def checkpoint_dir_of(run) -> Path | None:
+    """The checkpoint folder of an MLflow run (its tag, or the parameter older runs logged)."""
+    folder = run.data.tags.get(CHECKPOINT_DIR_TAG) or run.data.params.get("checkpoint_dir")
+    return Path(folder) if folder else None
+
+
+def last_checkpoint_of(run) -> Path | None:
+    """``last.ckpt`` of a run if it exists on this machine, else ``None``."""
+    folder = checkpoint_dir_of(run)
+    last = folder / "last.ckpt" if folder else None
+    return last if last is not None and last.is_file() else None
+
+
+def completed_epochs(checkpoint: Path) -> int:
+    """Epochs fully trained when ``checkpoint`` (an epoch-end checkpoint of this project) was written."""
+    import torch
+
+    payload = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    return int(payload["epoch"]) + 1
+
+
+def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, echo=print):
+    """The run to resume: ``wanted`` (a run id), or for ``"latest"`` the newest unfinished run with a checkpoint.
+
+    Runs without a checkpoint (killed or failed before their first epoch ended) are skipped with
+    a note. Returns ``(run, last_checkpoint)``; raises a one-line ``ValueError`` when none fits.
+    """
+    if wanted != "latest":
+        try:
+            run = client.get_run(wanted)
+        except Exception:  # noqa: BLE001 - MLflow raises several types for an unknown id
+            raise ValueError(f"resume: no run {wanted!r} in {tracking_uri}") from None
+        last = last_checkpoint_of(run)
+        if last is None:
+            raise ValueError(f"resume: run {wanted} has no checkpoint (it stopped before its first epoch ended); "
+                             f"start it again instead")
+        return run, last
+    found = client.get_experiment_by_name(experiment)
+    runs = [] if found is None else client.search_runs(
+        [found.experiment_id], "attributes.status != 'FINISHED'", order_by=["attributes.start_time DESC"],
+        max_results=200)
+    for run in runs:
+        if run.data.tags.get("ct.role") == "compare":
+            continue
+        last = last_checkpoint_of(run)
+        if last is not None:
+            return run, last
+        echo(f"resume: skipping run {run.info.run_id} ({run.info.run_name}, {run.info.status}): no checkpoint, it "
+             f"stopped before its first epoch ended", flush=True)
+    raise ValueError(f"resume: no unfinished run with a checkpoint in experiment {experiment!r} at {tracking_uri}")
+
+
+def compare_url(experiment_ids: list[str], run_ids: list[str], port: int = 5000) -> str:
+    """Address of the MLflow UI's comparison view of ``run_ids``."""
+    from urllib.parse import quote
+
+    runs = quote(json.dumps(list(run_ids), separators=(",", ":")))
+    experiments = quote(json.dumps(sorted(set(experiment_ids)), separators=(",", ":")))
+    return f"http://127.0.0.1:{port}/#/compare-runs?runs={runs}&experiments={experiments}"
+
+
+def link_children(client, parent_run_id: str, children: dict[str, str]) -> str:
+    """Record a comparison's child runs on its parent (tags ``ct.child.<label>``, a description with links).
+
+    ``children`` maps labels such as ``circles/bl`` to run ids. Returns the comparison URL of all children.
+    """
+    experiment_ids = [client.get_run(run_id).info.experiment_id for run_id in children.values()]
+    url = compare_url(experiment_ids, list(children.values()))
+    for label, run_id in children.items():
+        client.set_tag(parent_run_id, f"ct.child.{label.replace('/', '.')}", run_id)
+    client.set_tag(parent_run_id, "ct.children", json.dumps(children))
+    pairs = {}
+    for label, run_id in children.items():
+        data, role = label.split("/", 1)
+        pairs.setdefault((data, "protected" in role), {})[role.split("_")[0]] = run_id
+    lines = ["Child runs of this comparison (BL vs CT):", ""]
+    for (data, protected), roles in sorted(pairs.items()):
+        pair_url = compare_url(experiment_ids, list(roles.values()))
+        ids = ", ".join(f"{role.upper()} `{run_id}`" for role, run_id in sorted(roles.items()))
+        lines.append(f"- {data}{' (protected features immutable)' if protected else ''}: {ids} — [compare]({pair_url})")
+    lines += ["", f"[Compare all children]({url})"]
+    client.set_tag(parent_run_id, "mlflow.note.content", "\n".join(lines))
+    return url

@@ -1,0 +1,198 @@
+"""What a training run records in MLflow besides metrics: the model, its data sets and cheap plots.
+
+Each is logged once per run, at the end of training, so it costs nothing per step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import warnings
+import tempfile
+from pathlib import Path
+
+import lightning as L
+import torch
+from lightning.pytorch.loggers import MLFlowLogger
+
+MODEL_NAME = "model"
+
+
+class EpochStepMLFlowLogger(MLFlowLogger):
+    """``MLFlowLogger`` that logs epoch-level metrics with ``step = epoch``, so the UI plots them per epoch."""
+
+    def log_metrics(self, metrics, step=None):
+        if "epoch" in metrics:
+            step = int(metrics["epoch"])
+        super().log_metrics(metrics, step)
+
+    def finalize(self, status: str = "success") -> None:
+        # train() ends the run FINISHED itself, after the test, the model and the plots are logged: a run
+        # killed after fit() must not look finished. Failures still end it FAILED here.
+        if status != "success":
+            super().finalize(status)
+
+
+@contextlib.contextmanager
+def _tracking_uri(uri: str, experiment_id: str | None = None):
+    """MLflow's fluent API pointed at ``uri`` (and ``experiment_id``) for the duration of the block."""
+    import mlflow
+
+    previous, previous_experiment = mlflow.get_tracking_uri(), os.environ.get("MLFLOW_EXPERIMENT_ID")
+    mlflow.set_tracking_uri(uri)
+    if experiment_id is not None:  # the fluent API files logged models under the active experiment
+        os.environ["MLFLOW_EXPERIMENT_ID"] = str(experiment_id)
+    try:
+        yield
+    finally:
+        mlflow.set_tracking_uri(previous)
+        if experiment_id is not None:
+            if previous_experiment is None:
+                os.environ.pop("MLFLOW_EXPERIMENT_ID", None)
+            else:
+                os.environ["MLFLOW_EXPERIMENT_ID"] = previous_experiment
+
+
+def log_classifier(tracking_uri: str, experiment_id: str, run_id: str, model: torch.nn.Module,
+                   example: torch.Tensor):
+    """Log ``model`` (returns logits) as the run's MLflow model ``model`` with a signature and an input example.
+
+    ``mlflow.pyfunc.load_model("runs:/RUN_ID/model")`` then predicts the logits of a float32 array.
+    """
+    import mlflow.pytorch
+    from mlflow.models import infer_signature
+
+    model = model.cpu().eval()
+    example = example[:5].detach().cpu().float()
+    with torch.no_grad():
+        output = model(example).numpy()
+    signature = infer_signature(example.numpy(), output)
+    with _tracking_uri(tracking_uri, experiment_id):
+        return mlflow.pytorch.log_model(model, name=MODEL_NAME, run_id=run_id, signature=signature,
+                                        input_example=example.numpy(),
+                                        pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"])
+
+
+def _digest(x: torch.Tensor, y: torch.Tensor) -> str:
+    hasher = hashlib.sha256()
+    for tensor in (x, y):
+        hasher.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+    return hasher.hexdigest()[:16]
+
+
+def log_datasets(client, run_id: str, datamodule, data_dir: str | None = None) -> None:
+    """Record the training and test splits as MLflow dataset inputs (name, digest, source, feature schema)."""
+    import mlflow.data
+    import pandas as pd
+    from mlflow.entities import DatasetInput, InputTag
+
+    import datamodules
+
+    # The raw files' folder for real data; the generating module's file for the embedded synthetic sets.
+    source = Path(data_dir).resolve() if data_dir else Path(getattr(datamodule, "data_dir", None) or
+                                                             datamodules.__file__).resolve()
+    source = source.as_uri()
+    inputs = []
+    for split in ("train", "test"):
+        x, y = getattr(datamodule, f"x_{split}"), getattr(datamodule, f"y_{split}")
+        frame = pd.DataFrame(x.numpy(), columns=list(datamodule.feature_names))
+        frame["label"] = y.numpy()
+        with warnings.catch_warnings():  # MLflow's hints about integer columns and ambiguous local sources
+            warnings.simplefilter("ignore", UserWarning)
+            dataset = mlflow.data.from_pandas(frame, source=source, targets="label",
+                                              name=f"{datamodule.name}-{split}", digest=_digest(x, y))
+            entity = dataset._to_mlflow_entity()
+        inputs.append(DatasetInput(entity, tags=[InputTag("mlflow.data.context", split)]))
+    client.log_inputs(run_id, datasets=inputs)
+
+
+def log_training_plots(client, run_id: str, module, datamodule, n_counterfactuals: int = 12) -> list[str]:
+    """The cheap plots at the end of training: the share of mature counterfactuals per epoch and, for
+    2-D data, the decision boundary with a few counterfactuals. Returns the artifact paths logged."""
+    from ct_lightning.eval_mode import eval_mode
+    from ct_lightning.evaluation.plots import metric_history, plot_convergence, plot_decision_boundaries
+    from ct_lightning.pool import random_targets
+
+    logged = []
+    with tempfile.TemporaryDirectory(prefix="ct-plots-") as folder:
+        history = metric_history(client, run_id, "train/cf_converged")
+        paths = [plot_convergence({"CT": history}, Path(folder) / "mature_counterfactuals.png")]
+        if datamodule.n_features == 2:
+            model = module.model.cpu().eval()
+            x = datamodule.x_test[:n_counterfactuals].float()
+            rng = torch.Generator().manual_seed(int(module.hparams.seed))
+            with eval_mode(model), torch.no_grad():
+                target = random_targets(model(x).argmax(1), int(module.hparams.n_classes), rng)
+            hp = module.hparams
+            lower, upper = getattr(module, "lower", None), getattr(module, "upper", None)
+            mutability = getattr(module, "mutability", None)
+            result = module.generator.generate(model, x, target, hp.tau, hp.max_steps, hp.epsilon,
+                                               None if mutability is None else mutability.cpu(),
+                                               None if lower is None else lower.cpu(),
+                                               None if upper is None else upper.cpu())
+            panel = {"model": model, "title": f"{hp.objective} ({hp.generator})", "factuals": x,
+                     "counterfactuals": result.counterfactual.detach(), "targets": target}
+            paths.append(plot_decision_boundaries([panel], Path(folder) / "decision_boundary.png",
+                                                  datamodule.x_train, datamodule.y_train,
+                                                  feature_names=tuple(datamodule.feature_names[:2])))
+        for path in paths:
+            client.log_artifact(run_id, str(path), artifact_path="plots")
+            logged.append(f"plots/{Path(path).name}")
+    return logged
+
+
+def load_model_uri(uri: str, tracking_uri: str) -> tuple[dict[str, torch.Tensor], dict]:
+    """Weights and implied architecture of an MLflow model (``runs:/RUN_ID/model``, ``models:/NAME/VERSION``)."""
+    import mlflow.pytorch
+
+    from ct_lightning.models import ACTIVATIONS
+
+    try:
+        with _tracking_uri(tracking_uri):
+            model = mlflow.pytorch.load_model(uri, map_location="cpu")
+    except Exception as error:  # noqa: BLE001 - MLflow raises several types for a missing run/model
+        raise ValueError(f"from_checkpoint: cannot load MLflow model {uri} from {tracking_uri} "
+                         f"({str(error).splitlines()[0] if str(error) else type(error).__name__})") from None
+    state = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    metadata = {}
+    names = {cls: name for name, cls in ACTIVATIONS.items()}
+    activations = [names[type(m)] for m in model.modules() if type(m) in names]
+    if activations:
+        metadata["activation"] = activations[0]
+    return state, metadata
+
+
+class EpochMetricsInCheckpoint(L.Callback):
+    """Store the epoch's metrics in every checkpoint, so a resume can log those a kill prevented.
+
+    Lightning writes the epoch-end checkpoint just before it sends the epoch's training metrics to
+    the logger; a run killed in between would otherwise lack that epoch in its history.
+    """
+
+    def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
+        metrics = {}
+        for key, value in trainer.callback_metrics.items():
+            if isinstance(value, torch.Tensor) and value.numel() == 1:
+                metrics[key] = float(value.item())
+        checkpoint["ct_epoch_metrics"] = {"epoch": int(trainer.current_epoch), "metrics": metrics}
+
+
+def log_missing_epoch_metrics(client, run_id: str, checkpoint) -> int:
+    """Log the metrics stored in ``checkpoint`` at ``step = epoch`` where the run's history lacks that step.
+
+    Returns how many values were logged.
+    """
+    import time as _time
+
+    from mlflow.entities import Metric
+
+    stored = torch.load(checkpoint, map_location="cpu", weights_only=True).get("ct_epoch_metrics")
+    if not stored:
+        return 0
+    epoch, now = stored["epoch"], int(_time.time() * 1000)
+    missing = [Metric(key, value, now, epoch) for key, value in {**stored["metrics"], "epoch": float(epoch)}.items()
+               if all(m.step != epoch for m in client.get_metric_history(run_id, key))]
+    if missing:
+        client.log_batch(run_id, metrics=missing)
+    return len(missing)

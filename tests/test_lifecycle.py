@@ -1,0 +1,273 @@
+"""The lifecycle of a run against a real SQLite MLflow store: outputs per run, failure, kill and resume, MLflow UI."""
+
+import hashlib
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import lightning as L
+import mlflow
+import numpy as np
+import pytest
+import torch
+from mlflow.tracking import MlflowClient
+
+from ct_lightning.experiment.lifecycle import (ERROR_TAG, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND, RUN_ONLY_KEYS,
+                                               defining_config)
+from ct_lightning.experiment.runs import load_checkpoint
+from ct_lightning.experiment.settings import load_config_file
+from ct_lightning.experiment.train import train
+from recipe_loader import load_recipe
+
+ROOT = Path(__file__).resolve().parents[1]
+TINY = {"data": "moons", "max_epochs": 2, "limit_train_batches": 4, "limit_val_batches": 2, "nce": 40,
+        "progress": False, "accelerator": "cpu"}
+KILL = {**TINY, "max_epochs": 4, "limit_train_batches": 5, "seed": 3}
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def client_of(store) -> MlflowClient:
+    return MlflowClient(tracking_uri=store["tracking_uri"])
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory):
+    """One MLflow store for the module (creating a SQLite store takes seconds); tests use their own experiments."""
+    return {"tracking_uri": f"sqlite:///{tmp_path_factory.mktemp('store')}/mlflow.db"}
+
+
+# ------------------------------------------------------------------------------------------ no data loss
+def test_repeat_from_logged_config_leaves_the_first_run_untouched(store, tmp_path):
+    exp = {**store, "experiment": "repeat"}
+    summary_path = tmp_path / "first.json"
+    first = train({**TINY, **exp, "summary_json": str(summary_path)})
+    files = [Path(first["checkpoints"]["last"]), Path(first["checkpoints"]["best"]), summary_path]
+    before = {str(p): sha256(p) for p in files}
+    logged = Path(client_of(store).download_artifacts(first["run_id"], "config.yaml", str(tmp_path)))
+    config = load_config_file(logged)
+    assert not set(config) & RUN_ONLY_KEYS, "the logged config holds what defines the experiment, not where it wrote"
+    assert config == defining_config(first["config"]) and config["max_epochs"] == 2
+
+    recipe = load_recipe("train")
+    with pytest.raises(SystemExit, match=r"summary_json: .*first\.json exists"):
+        recipe.main(["--config", str(logged), "--summary-json", str(summary_path)])
+    with pytest.raises(SystemExit, match=r"checkpoint_dir: .* already holds files"):
+        recipe.main(["--config", str(logged), "--checkpoint-dir", str(files[0].parent)])
+    second = recipe.main(["--config", str(logged), "--summary-json", str(tmp_path / "second.json")])
+
+    assert second["run_id"] != first["run_id"]
+    assert Path(second["checkpoints"]["last"]).parent != files[0].parent, "the repeat has a checkpoint folder of its own"
+    assert Path(second["checkpoints"]["last"]).is_file()
+    assert {str(p): sha256(p) for p in files} == before, "nothing of the first run changed, byte for byte"
+    assert json.loads(summary_path.read_text())["run_id"] == first["run_id"]
+    statuses = {r.info.status for r in client_of(store).search_runs(
+        [client_of(store).get_experiment_by_name("repeat").experiment_id])}
+    assert statuses == {"FINISHED"}, "refused repeats never created a run"
+
+
+def test_overwrite_allows_replacing_a_named_summary(store, tmp_path):
+    summary_path = tmp_path / "s.json"
+    summary_path.write_text("{}")
+    summary = train({**TINY, **store, "experiment": "overwrite", "max_epochs": 1, "summary_json": str(summary_path),
+                     "overwrite": True})
+    assert json.loads(summary_path.read_text())["run_id"] == summary["run_id"]
+
+
+# ----------------------------------------------------------------------------------- orphans and failure
+class FailAtEpoch(L.Callback):
+    def on_train_epoch_start(self, trainer, pl_module):
+        if trainer.current_epoch == 1:
+            raise RuntimeError("simulated failure in epoch 1")
+
+
+def test_a_run_failing_after_it_started_ends_failed_with_the_error_as_tag(store):
+    lines = []
+    with pytest.raises(RuntimeError, match="simulated failure"):
+        train({**TINY, **store, "experiment": "fails"}, callbacks=[FailAtEpoch()],
+              echo=lambda *a, **k: lines.append(" ".join(map(str, a))))
+    client = client_of(store)
+    (run,) = client.search_runs([client.get_experiment_by_name("fails").experiment_id])
+    assert run.info.status == "FAILED"
+    assert run.data.tags[ERROR_TAG] == "RuntimeError: simulated failure in epoch 1"
+    assert run.info.run_id in lines[0] and f"--resume {run.info.run_id}" in lines[0], \
+        "the run id and the resume command are printed when training starts"
+
+
+# ------------------------------------------------------------------------------------- kill and resume
+def kill_child(overrides: dict, phase: str, epoch: int, batch: int = 0) -> None:
+    """Run training in a subprocess that SIGKILLs itself at (phase, epoch, batch)."""
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "kill_during_training.py"), json.dumps(overrides),
+                           phase, str(epoch), str(batch)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert done.returncode == -9, done.stdout[-2000:] + done.stderr[-3000:]
+
+
+@pytest.fixture(scope="module")
+def reference(store):
+    """An uninterrupted run of the kill-test configuration."""
+    return train({**KILL, **store, "experiment": "reference"})
+
+
+def assert_same_run(reference: dict, resumed: dict, client) -> None:
+    a = torch.load(reference["checkpoints"]["last"], weights_only=True)["state_dict"]
+    b = torch.load(resumed["checkpoints"]["last"], weights_only=True)["state_dict"]
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), f"weights differ in {key}"
+    timed = {k for k in reference["metrics"] if k.endswith("seconds")}
+    assert {k: v for k, v in reference["metrics"].items() if k not in timed} == \
+        {k: v for k, v in resumed["metrics"].items() if k not in timed}
+    for key in ("train/loss", "val/acc", "train/cf_converged"):
+        histories = [{m.step: m.value for m in sorted(client.get_metric_history(s["run_id"], key),
+                                                      key=lambda m: m.timestamp)} for s in (reference, resumed)]
+        assert histories[0] == histories[1], key
+
+
+@pytest.mark.parametrize("phase,epoch,batch", [("train", 2, 3), ("val", 1, 1), ("epoch_start", 3, 0),
+                                               ("train", 3, 4), ("train", 1, 0), ("epoch_end", 1, 0)])
+def test_killed_and_resumed_run_is_bit_identical(store, reference, phase, epoch, batch):
+    exp = {**store, "experiment": f"kill-{phase}-{epoch}-{batch}"}
+    kill_child({**KILL, **exp}, phase, epoch, batch)
+    client = client_of(store)
+    (killed,) = client.search_runs([client.get_experiment_by_name(exp["experiment"]).experiment_id])
+    assert killed.info.status == "RUNNING"
+    resumed = train({"resume": "latest", **exp, "progress": False})
+    assert resumed["run_id"] == killed.info.run_id and resumed["metrics"]["epochs"] == KILL["max_epochs"]
+    assert client.get_run(killed.info.run_id).info.status == "FINISHED"
+    assert_same_run(reference, resumed, client)
+
+
+AMORTISED = {**KILL, "generator": "amortised",
+             "generator_options": "initial_epochs=2,refit_every=2,refit_epochs=1,max_fit_samples=300"}
+
+
+def test_killed_and_resumed_amortised_run_is_bit_identical(store):
+    """A learning generator's network, optimiser and fit schedule travel in the checkpoint."""
+    reference = train({**AMORTISED, **store, "experiment": "amortised-reference"})
+    exp = {**store, "experiment": "kill-amortised"}
+    kill_child({**AMORTISED, **exp}, "train", 2, 3)
+    resumed = train({"resume": "latest", **exp})
+    assert_same_run(reference, resumed, client_of(store))
+
+
+def test_data_order_and_epoch_seeds_are_pure_functions_of_seed_and_epoch():
+    from ct_lightning.callbacks import epoch_seed
+    from datamodules.base import EpochSeededSampler
+
+    sampler = EpochSeededSampler(range(50), seed=4)
+    sampler.set_epoch(3)
+    order = list(sampler)
+    assert sorted(order) == list(range(50)) and list(sampler) == order
+    again = EpochSeededSampler(range(50), seed=4)
+    again.set_epoch(3)
+    assert list(again) == order
+    again.set_epoch(4)
+    assert list(again) != order
+    code = ("from ct_lightning.callbacks import epoch_seed; from datamodules.base import EpochSeededSampler as S; "
+            "s = S(range(50), 4); s.set_epoch(3); print(epoch_seed(4, 3, 0), list(s))")
+    outputs = {subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, check=True,
+                              env={**__import__("os").environ, "PYTHONHASHSEED": str(h)}).stdout for h in (1, 2)}
+    assert outputs == {f"{epoch_seed(4, 3, 0)} {order}\n"}, "the same in every process, whatever PYTHONHASHSEED"
+
+
+def test_resume_skips_a_run_killed_before_its_first_checkpoint(store, tmp_path):
+    exp = {**store, "experiment": "orphans"}
+    kill_child({**KILL, **exp}, "train", 2, 1)       # resumable: checkpoints of epochs 0 and 1
+    kill_child({**KILL, **exp}, "train", 0, 2)       # newer, killed before any checkpoint
+    client = client_of(store)
+    orphan, resumable = client.search_runs([client.get_experiment_by_name("orphans").experiment_id],
+                                           order_by=["attributes.start_time DESC"])
+    assert orphan.info.status == "RUNNING" and not (Path(orphan.data.tags["ct.checkpoint_dir"]) / "last.ckpt").exists()
+    recipe = load_recipe("train")
+    with pytest.raises(SystemExit, match=f"resume: run {orphan.info.run_id} has no checkpoint"):
+        recipe.main(["--resume", orphan.info.run_id, "--tracking-uri", store["tracking_uri"], "--experiment",
+                     "orphans"])
+    lines = []
+    resumed = train({"resume": "latest", **exp}, echo=lambda *a, **k: lines.append(" ".join(map(str, a))))
+    assert resumed["run_id"] == resumable.info.run_id
+    assert any(f"skipping run {orphan.info.run_id}" in line and "no checkpoint" in line for line in lines)
+    assert any(f"resume: run {resumable.info.run_id}" in line for line in lines), "says which run it picked"
+    assert client.get_run(orphan.info.run_id).info.status == "RUNNING", "the orphan is left as it was"
+
+
+def test_resume_with_max_epochs_extends_or_refuses(store, reference):
+    recipe = load_recipe("train")
+    common = ["--tracking-uri", store["tracking_uri"], "--experiment", "reference"]
+    with pytest.raises(SystemExit, match="already trained all 4 epochs; pass --max-epochs N"):
+        recipe.main(["--resume", reference["run_id"], *common])
+    with pytest.raises(SystemExit, match="max_epochs: 3 with --resume must exceed the 4 epochs"):
+        recipe.main(["--resume", reference["run_id"], "--max-epochs", "3", *common])
+    with pytest.raises(SystemExit, match="--lr cannot change when resuming"):
+        recipe.main(["--resume", reference["run_id"], "--lr", "0.1", "--max-epochs", "6", *common])
+    # Extending in place changes the reference run, so extend a copy: a new run trained to 4 epochs.
+    base = train({**KILL, **store, "experiment": "extend"})
+    extended = train({"resume": base["run_id"], "max_epochs": 5, **store, "experiment": "extend"})
+    assert extended["run_id"] == base["run_id"] and extended["metrics"]["epochs"] == 5
+    client = client_of(store)
+    assert client.get_run(base["run_id"]).data.tags["ct.max_epochs_extended_to"] == "5"
+    steps = {m.step for m in client.get_metric_history(base["run_id"], "train/loss")}
+    assert steps == {0, 1, 2, 3, 4}
+
+
+# ---------------------------------------------------------------------------------------------- MLflow UI
+def test_mlflow_ui_names_tags_model_datasets_and_epoch_steps(store, tmp_path):
+    import random
+
+    exp = {**store, "experiment": "ui"}
+    runs = []
+    for seed in (0, 0, 1):
+        random.seed(0)  # seeding Python's random fixed MLflow's name generator: names must still differ
+        runs.append(train({**TINY, **exp, "seed": seed, "objective": "vanilla" if seed else "full"}))
+    names = [r["run_name"] for r in runs]
+    assert len(set(names)) == 3, names
+    assert names[0].startswith("moons-full-ecco-s0-") and names[2].startswith("moons-vanilla-ecco-s1-")
+    named = train({**TINY, **exp, "max_epochs": 1, "run_name": "my-run"})
+    assert named["run_name"] == "my-run"
+
+    client = client_of(store)
+    experiment = client.get_experiment_by_name("ui")
+    assert experiment.tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND
+    run = client.get_run(runs[0]["run_id"])
+    tags = run.data.tags
+    assert (tags["data"], tags["objective"], tags["generator"]) == ("moons", "full", "ecco")
+    assert tags["ct_lightning.version"] and tags["mlflow.runName"] == names[0]
+
+    inputs = {d.dataset.name: d for d in run.inputs.dataset_inputs}
+    assert set(inputs) == {"moons-train", "moons-test"}
+    train_set = inputs["moons-train"]
+    assert {t.key: t.value for t in train_set.tags}["mlflow.data.context"] == "train"
+    schema = json.loads(train_set.dataset.schema)["mlflow_colspec"]
+    assert [c["name"] for c in schema] == ["x1", "x2", "label"]
+    assert train_set.dataset.digest and train_set.dataset.source
+
+    history = client.get_metric_history(runs[0]["run_id"], "train/loss")
+    assert sorted(m.step for m in history) == [0, 1], "per-epoch metrics are logged against the epoch"
+    artifacts = {a.path for a in client.list_artifacts(runs[0]["run_id"], "plots")}
+    assert artifacts == {"plots/decision_boundary.png", "plots/mature_counterfactuals.png"}
+
+    mlflow.set_tracking_uri(store["tracking_uri"])
+    pyfunc = mlflow.pyfunc.load_model(f"runs:/{runs[0]['run_id']}/model")
+    x = np.random.default_rng(0).normal(size=(7, 2)).astype(np.float32)
+    checkpoint = load_checkpoint(runs[0]["checkpoints"]["last"])
+    with torch.no_grad():
+        expected = checkpoint(torch.from_numpy(x)).numpy()
+    np.testing.assert_array_equal(np.asarray(pyfunc.predict(x)), expected)
+
+    # fine-tuning from the logged model and from the registry
+    version = mlflow.register_model(f"runs:/{runs[0]['run_id']}/model", "ct-moons")
+    for uri in (f"runs:/{runs[0]['run_id']}/model", f"models:/ct-moons/{version.version}"):
+        first = FirstWeights()
+        tuned = train({**TINY, **exp, "max_epochs": 1, "from_checkpoint": uri}, callbacks=[first])
+        assert tuned["config"]["hidden_sizes"] == [32]
+        for key, value in checkpoint.model.state_dict().items():
+            assert torch.equal(first.state[key], value), (uri, key)
+    with pytest.raises(ValueError, match="from_checkpoint: cannot load MLflow model runs:/nope/model"):
+        train({**TINY, **exp, "from_checkpoint": "runs:/nope/model"})
+
+
+class FirstWeights(L.Callback):
+    def on_train_start(self, trainer, pl_module):
+        self.state = {k: v.detach().clone() for k, v in pl_module.model.state_dict().items()}
