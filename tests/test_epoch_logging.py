@@ -7,6 +7,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader, TensorDataset
+
+from datamodules.base import EpochSeededSampler
 from torchmetrics.classification import MulticlassAccuracy
 
 from ct_lightning import CTModule
@@ -82,10 +84,10 @@ CLOCK_READINGS = {"train/cf_search_seconds"}  # wall time: differs between any t
 
 
 def reference_loader(datamodule):
-    """The previous training loader: per-sample fetch and default collation."""
-    generator = torch.Generator().manual_seed(datamodule.seed)
-    return DataLoader(TensorDataset(datamodule.x_train, datamodule.y_train), batch_size=datamodule.batch_size,
-                      shuffle=True, generator=generator)
+    """The previous training loader: per-sample fetch and default collation (same epoch-seeded order)."""
+    dataset = TensorDataset(datamodule.x_train, datamodule.y_train)
+    return DataLoader(dataset, batch_size=datamodule.batch_size,
+                      sampler=EpochSeededSampler(dataset, datamodule.seed))
 
 
 class RecordingLogger(L.pytorch.loggers.logger.Logger):
@@ -160,7 +162,9 @@ def test_indexed_loader_yields_the_same_batches_as_per_sample_collation():
     datamodule.setup()
     new_loader, old_loader = datamodule.train_dataloader(), reference_loader(datamodule)
     epochs = []
-    for _ in range(2):  # the seeded generator reshuffles every epoch, identically in both loaders
+    for epoch in range(2):  # the order is a function of (seed, epoch), identically in both loaders
+        new_loader.sampler.set_epoch(epoch)
+        old_loader.sampler.set_epoch(epoch)
         new, old = list(new_loader), list(old_loader)
         assert len(new) == len(old) == -(-len(datamodule.y_train) // 70)
         for (x, y), (x_ref, y_ref) in zip(new, old):

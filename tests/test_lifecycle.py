@@ -53,9 +53,9 @@ def test_repeat_from_logged_config_leaves_the_first_run_untouched(store, tmp_pat
     assert config == defining_config(first["config"]) and config["max_epochs"] == 2
 
     recipe = load_recipe("train")
-    with pytest.raises(SystemExit, match=r"summary_json: .*first\.json exists"):
+    with pytest.raises(SystemExit, match=r"summary[-_]json: .*first\.json exists"):
         recipe.main(["--config", str(logged), "--summary-json", str(summary_path)])
-    with pytest.raises(SystemExit, match=r"checkpoint_dir: .* already holds files"):
+    with pytest.raises(SystemExit, match=r"checkpoint[-_]dir: .* already holds files"):
         recipe.main(["--config", str(logged), "--checkpoint-dir", str(files[0].parent)])
     second = recipe.main(["--config", str(logged), "--summary-json", str(tmp_path / "second.json")])
 
@@ -198,7 +198,7 @@ def test_resume_with_max_epochs_extends_or_refuses(store, reference):
     common = ["--tracking-uri", store["tracking_uri"], "--experiment", "reference"]
     with pytest.raises(SystemExit, match="already trained all 4 epochs; pass --max-epochs N"):
         recipe.main(["--resume", reference["run_id"], *common])
-    with pytest.raises(SystemExit, match="max_epochs: 3 with --resume must exceed the 4 epochs"):
+    with pytest.raises(SystemExit, match="max[-_]epochs: 3 with --resume must exceed the 4 epochs"):
         recipe.main(["--resume", reference["run_id"], "--max-epochs", "3", *common])
     with pytest.raises(SystemExit, match="--lr cannot change when resuming"):
         recipe.main(["--resume", reference["run_id"], "--lr", "0.1", "--max-epochs", "6", *common])

@@ -105,17 +105,7 @@ def run_url(experiment_id: str, run_id: str, port: int = 5000) -> str:
 
 def write_json_atomic(path: str | os.PathLike, payload: dict) -> None:
     """Write ``payload`` as JSON to ``path`` via a temporary file and an atomic rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
-    try:
-        with os.fdopen(fd, "w") as handle:
-            json.dump(payload, handle, indent=2, default=str)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_text_atomic(path, json.dumps(payload, indent=2, default=str))
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
