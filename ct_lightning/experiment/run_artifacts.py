@@ -16,6 +16,8 @@ import lightning as L
 import torch
 from lightning.pytorch.loggers import MLFlowLogger
 
+from ct_lightning.experiment.tracking import retry_race
+
 MODEL_NAME = "model"
 
 
@@ -104,7 +106,9 @@ def log_datasets(client, run_id: str, datamodule, data_dir: str | None = None) -
                                               name=f"{datamodule.name}-{split}", digest=_digest(x, y))
             entity = dataset._to_mlflow_entity()
         inputs.append(DatasetInput(entity, tags=[InputTag("mlflow.data.context", split)]))
-    client.log_inputs(run_id, datasets=inputs)
+    # Runs that start together insert the same dataset rows at once; MLflow's insert then fails on its
+    # UNIQUE constraint for all but one of them, and a retry finds the row and links it.
+    retry_race(lambda: client.log_inputs(run_id, datasets=inputs))
 
 
 def log_training_plots(client, run_id: str, module, datamodule, n_counterfactuals: int = 12) -> list[str]:
