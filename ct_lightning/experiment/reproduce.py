@@ -199,7 +199,10 @@ def run_task(task: Task) -> dict:
     key = training_key(config)
     run_id = task.reuse_run_id or find_finished_training(client, task.experiment, key)
     trained = run_id is None
-    if trained or find_evaluation(client, run_id, task.eval_key()) is None:
+    eval_key = task.eval_key()
+    # A new training has no evaluation yet; otherwise download and read the stored one once.
+    evaluated = trained or find_evaluation(client, run_id, eval_key) is None
+    if evaluated:
         # Printed by the process doing the work, so that with --jobs it shows what really runs.
         print(f"started {task.label} ({'training and ' if trained else ''}evaluation; "
               f"{'protected features immutable' if task.protected else 'all features mutable'}, "
@@ -210,8 +213,6 @@ def run_task(task: Task) -> dict:
             tags["mlflow.parentRunId"] = task.parent_run_id
         run_id = train(task.overrides(), tags=tags)["run_id"]
     train_seconds = time.perf_counter() - started
-    eval_key = task.eval_key()
-    evaluated = find_evaluation(client, run_id, eval_key) is None
     if evaluated:
         loaded = load_run(run_id, task.tracking_uri)
         datamodule = build_data(loaded.config)
