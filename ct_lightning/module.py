@@ -11,6 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ct_lightning.constraints import parse_mutability, resolve_domain
+from ct_lightning.epoch_block import EpochBlock
 from ct_lightning.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, make_generator
 from ct_lightning.losses import (adversarial_loss, check_objective, contrast_pairs, contrastive_divergence,
@@ -75,7 +76,7 @@ class CTModule(L.LightningModule):
         # Per stage and epoch: Σ batch_size·[loss, *TERMS] (train) or Σ batch_size·[loss] (val, test),
         # and [rows, correctly classified rows].
         self._epoch_sums: dict[str, torch.Tensor] = {}
-        self._epoch_counts: dict[str, torch.Tensor] = {}
+        self._epoch_counts: dict[str, tuple[int, torch.Tensor]] = {}
 
     @property
     def uses_counterfactuals(self) -> bool:
@@ -220,11 +221,14 @@ class CTModule(L.LightningModule):
             self.pool, stats = self.generate_pool(self.hparams.nce, self._rng(0), self._rng(0, shared=True))
             self._log_search(stats, len(self.pool))
 
-    def _pool_for_step(self, batch_idx: int) -> CounterfactualPool:
+    def _batches_per_epoch(self) -> int:
+        """The training batches per epoch that Lightning's loop runs (1 when unknown)."""
         n_batches = self.trainer.num_training_batches
-        n_batches = n_batches if math.isfinite(n_batches) and n_batches > 0 else 1
+        return int(n_batches) if math.isfinite(n_batches) and n_batches > 0 else 1
+
+    def _pool_for_step(self, batch_idx: int, n_batches: int) -> CounterfactualPool:
         if self.hparams.pool == "epoch":
-            return self.pool.chunk(batch_idx, int(n_batches))
+            return self.pool.chunk(batch_idx, n_batches)
         # n_batches is per rank, so each synchronous step searches nce / n_batches globally, split over ranks.
         pool, stats = self.generate_pool(math.ceil(self.hparams.nce / n_batches), self._rng(batch_idx + 1),
                                          self._rng(batch_idx + 1, shared=True))
@@ -232,17 +236,54 @@ class CTModule(L.LightningModule):
         return pool
 
     # ------------------------------------------------------------------------ steps
-    def training_step(self, batch, batch_idx: int) -> torch.Tensor:
+    def fuse_epochs(self, enabled: bool = True) -> None:
+        """Run each epoch's optimisation steps inside one Lightning step (manual optimisation).
+
+        Hand the module :class:`~ct_lightning.epoch_block.EpochBlock` batches (wrap the training loader in
+        :class:`~ct_lightning.epoch_block.EpochBlockLoader`); results are identical to Lightning's automatic
+        loop, without its per-step hooks. Single-process runs only (DDP synchronises per backward pass).
+        """
+        self.automatic_optimization = not enabled
+
+    def training_step(self, batch, batch_idx: int) -> torch.Tensor | None:
+        if self.automatic_optimization:
+            return self._step_loss(batch[0], batch[1], batch_idx, self._batches_per_epoch())
+        # Manual optimisation: the same order as Lightning's automatic closure (step, zero_grad, backward, step).
+        if isinstance(batch, EpochBlock):
+            steps, n_batches = enumerate(batch.batches()), len(batch)
+        else:
+            steps, n_batches = [(batch_idx, (batch[0], batch[1]))], self._batches_per_epoch()
+        optimizer = self.optimizers()
+        # Full precision on one process needs none of Lightning's per-step plumbing (hooks, precision
+        # plugin): step the optimiser directly and only count the step, as LightningOptimizer.step does.
+        direct = str(self.trainer.precision) in ("32-true", "32", "64-true", "64") and \
+            hasattr(optimizer, "_on_before_step") and self._world()[0] == 1
+        for index, (x, y) in steps:
+            loss = self._step_loss(x, y, index, n_batches)
+            if direct:
+                optimizer.optimizer.zero_grad()
+                loss.backward()
+                optimizer._on_before_step()
+                optimizer.optimizer.step()
+                optimizer._on_after_step()
+            else:
+                optimizer.zero_grad()
+                self.manual_backward(loss)
+                optimizer.step()
+        return None
+
+    def _step_loss(self, x: torch.Tensor, y: torch.Tensor, batch_idx: int, n_batches: int) -> torch.Tensor:
+        """The loss of one optimisation step on batch ``batch_idx`` of ``n_batches`` (Eq. 2), accumulated for logging."""
         hp = self.hparams
-        x, y = batch[0], batch[1]
         if not self.uses_counterfactuals:
             logits = self.model(x)
             clf = F.cross_entropy(logits, y)
-            zero = clf.detach() * 0.0
-            terms = {"clf": clf, "div": zero, "ridge": zero, "adv": zero}
             loss = hp.lambda_clf * clf
+            # [loss, clf] only: the other terms are 0 and are filled in once per epoch (on_train_epoch_end).
+            self._accumulate("train", torch.stack([loss.detach(), clf.detach()]), logits, y)
+            return loss
         else:
-            pool = self._pool_for_step(batch_idx)
+            pool = self._pool_for_step(batch_idx, n_batches)
             m = len(pool)
             # One forward pass over [x, x⁺, x', x'_tε] instead of four.
             logits = self.model(torch.cat([x, pool.x_pos, pool.x_neg, pool.nascent]))
@@ -264,18 +305,20 @@ class CTModule(L.LightningModule):
     def _accumulate(self, stage: str, values: torch.Tensor, logits: torch.Tensor, y: torch.Tensor) -> None:
         # Batch-size-weighted sums on the device (no host sync per step), reduced once per epoch exactly
         # as ``self.log(..., on_epoch=True, batch_size=len(y))`` and a micro accuracy metric would reduce them.
-        values = values.float() * len(y)
-        counts = torch.stack([torch.full_like(y[0], len(y)), (logits.detach().argmax(1) == y).sum()])
+        rows = len(y)
+        values = values.float() * rows
+        correct = (logits.detach().argmax(1) == y).sum()
         if stage in self._epoch_sums:
-            values, counts = values + self._epoch_sums[stage], counts + self._epoch_counts[stage]
-        self._epoch_sums[stage], self._epoch_counts[stage] = values, counts
+            values, correct = values + self._epoch_sums[stage], correct + self._epoch_counts[stage][1]
+            rows += self._epoch_counts[stage][0]
+        self._epoch_sums[stage], self._epoch_counts[stage] = values, (rows, correct)
 
     def _epoch_means(self, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The epoch's batch-weighted means and accuracy of ``stage``, and a fresh start; ``None`` without steps."""
         if stage not in self._epoch_sums:
             return None
-        sums, counts = self._epoch_sums.pop(stage), self._epoch_counts.pop(stage)
-        return sums / counts[0], counts[1].float() / counts[0].float()
+        sums, (rows, correct) = self._epoch_sums.pop(stage), self._epoch_counts.pop(stage)
+        return sums / rows, correct.float() / rows
 
     def on_train_epoch_end(self) -> None:
         """Log the epoch's training loss, loss terms, accuracy and ``ct_active`` once."""
@@ -283,6 +326,8 @@ class CTModule(L.LightningModule):
         if reduced is None:
             return
         means, accuracy = reduced
+        if len(means) < 1 + len(TERMS):  # a conventional epoch accumulates [loss, clf]
+            means = torch.cat([means, means.new_zeros(1 + len(TERMS) - len(means))])
         self.log("train/loss", means[0], on_step=False, on_epoch=True, prog_bar=True, sync_dist=True)
         for i, name in enumerate(TERMS, start=1):
             self.log(f"train/{name}", means[i], on_step=False, on_epoch=True, sync_dist=True)

@@ -8,6 +8,8 @@ from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 
 from datamodules.domain import infer_domain
 
+EVAL_BATCH_SIZE = 4096  # rows per forward pass of the validation and test loaders
+
 
 class IndexedTensorDataset(TensorDataset):
     """A ``TensorDataset`` that hands a ``DataLoader`` a whole batch at once: the batch sampler's indices
@@ -109,7 +111,10 @@ class TensorDataModule(L.LightningDataModule):
         # The order is a pure function of (seed, epoch), so a resumed run replays the same batches;
         # batches are sliced in one go (IndexedTensorDataset) instead of collated sample by sample.
         sampler = EpochSeededSampler(dataset, self.seed) if shuffle else None
-        return DataLoader(dataset, batch_size=self.batch_size, sampler=sampler, num_workers=self.num_workers,
+        # Evaluation batches only fix how many rows one forward pass takes: the per-split loss and accuracy
+        # are row-weighted means, so large batches give the same values with far fewer loop steps.
+        batch_size = self.batch_size if shuffle else max(self.batch_size, EVAL_BATCH_SIZE)
+        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=self.num_workers,
                           collate_fn=keep_batch)
 
     def train_dataloader(self) -> DataLoader:

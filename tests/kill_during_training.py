@@ -3,7 +3,8 @@
 Usage: python tests/kill_during_training.py OVERRIDES_JSON PHASE EPOCH BATCH
 PHASE: ``train`` (before training batch BATCH of epoch EPOCH), ``val`` (before validation batch
 BATCH of epoch EPOCH), ``epoch_end`` (right after epoch EPOCH's checkpoint was written, before
-Lightning logs the epoch's training metrics) or ``epoch_start`` (as epoch EPOCH starts).
+Lightning logs the epoch's training metrics), ``epoch_start`` (as epoch EPOCH starts) or ``step`` (before
+optimiser step BATCH of epoch EPOCH, also inside a fused epoch).
 """
 
 import json
@@ -44,6 +45,20 @@ class KillAt(Checkpoint):
 
     def on_train_epoch_end(self, trainer, pl_module):
         self._kill(trainer, "epoch_end")
+
+    def on_train_start(self, trainer, pl_module):
+        # ``step``: before optimiser step BATCH of epoch EPOCH, wherever the loop runs it (also inside a fused epoch).
+        optimizer = trainer.optimizers[0]
+        step, counter = optimizer.step, {"epoch": None, "index": 0}
+
+        def counted_step(*args, **kwargs):
+            if counter["epoch"] != trainer.current_epoch:
+                counter.update(epoch=trainer.current_epoch, index=0)
+            self._kill(trainer, "step", counter["index"])
+            counter["index"] += 1
+            return step(*args, **kwargs)
+
+        optimizer.step = counted_step
 
 
 if __name__ == "__main__":

@@ -46,6 +46,8 @@ TRAIN = [
     ("--data-dir {text}", "--data-dir"), ("--data ch --data-dir {nan_dir}", "cal_housing.data"),
     ("--resume 0123456789abcdef --tracking-uri {empty_store}", "--resume"), ("--no-such-flag", "--no-such-flag"),
     ("--threads -1", "--threads"), ("--accelerator tpu9", "--accelerator"), ("--experiment ''", "--experiment"),
+    ("--epoch-loop nope", "--epoch-loop"), ("--epoch-loop fused --fast-dev-run", "--epoch-loop"),
+    ("--epoch-loop fused --limit-train-batches 3", "--epoch-loop"),
 ]
 if not HAS_GPU:
     TRAIN.append(("--accelerator gpu", "--accelerator"))

@@ -35,7 +35,7 @@ class ReferenceCTModule(CTModule):
             terms = {"clf": clf, "div": zero, "ridge": zero, "adv": zero}
             loss = hp.lambda_clf * clf
         else:
-            pool = self._pool_for_step(batch_idx)
+            pool = self._pool_for_step(batch_idx, self._batches_per_epoch())
             m = len(pool)
             logits = self.model(torch.cat([x, pool.x_pos, pool.x_neg, pool.nascent]))
             logits, logits_pos, logits_neg, logits_adv = logits.split([len(x), m, m, m])

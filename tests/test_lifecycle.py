@@ -126,8 +126,9 @@ def assert_same_run(reference: dict, resumed: dict, client) -> None:
         assert histories[0] == histories[1], key
 
 
-@pytest.mark.parametrize("phase,epoch,batch", [("train", 2, 3), ("val", 1, 1), ("epoch_start", 3, 0),
-                                               ("train", 3, 4), ("train", 1, 0), ("epoch_end", 1, 0)])
+@pytest.mark.parametrize("phase,epoch,batch", [("train", 2, 3), ("val", 1, 0), ("epoch_start", 3, 0),
+                                               ("train", 3, 4), ("train", 1, 0), ("epoch_end", 1, 0),
+                                               ("step", 2, 2)])
 def test_killed_and_resumed_run_is_bit_identical(store, reference, phase, epoch, batch):
     exp = {**store, "experiment": f"kill-{phase}-{epoch}-{batch}"}
     kill_child({**KILL, **exp}, phase, epoch, batch)
@@ -138,6 +139,25 @@ def test_killed_and_resumed_run_is_bit_identical(store, reference, phase, epoch,
     assert resumed["run_id"] == killed.info.run_id and resumed["metrics"]["epochs"] == KILL["max_epochs"]
     assert client.get_run(killed.info.run_id).info.status == "FINISHED"
     assert_same_run(reference, resumed, client)
+
+
+FUSED = {**KILL, "limit_train_batches": None, "epoch_loop": "fused"}  # whole epochs, one Lightning step each
+
+
+@pytest.fixture(scope="module")
+def fused_reference(store):
+    """An uninterrupted run of the fused kill-test configuration."""
+    return train({**FUSED, **store, "experiment": "fused-reference"})
+
+
+@pytest.mark.parametrize("phase,epoch,batch", [("step", 2, 5), ("epoch_end", 1, 0), ("val", 2, 0)])
+def test_a_fused_run_killed_inside_an_epoch_resumes_bit_identical(store, fused_reference, phase, epoch, batch):
+    reference = fused_reference
+    exp = {**store, "experiment": f"kill-fused-{phase}-{epoch}-{batch}"}
+    kill_child({**FUSED, **exp}, phase, epoch, batch)
+    resumed = train({"resume": "latest", **exp, "progress": False})
+    assert resumed["metrics"]["epochs"] == FUSED["max_epochs"]
+    assert_same_run(reference, resumed, client_of(store))
 
 
 AMORTISED = {**KILL, "generator": "amortised",

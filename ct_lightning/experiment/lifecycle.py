@@ -17,7 +17,8 @@ from pathlib import Path
 RUN_ONLY_KEYS = frozenset({"checkpoint_dir", "summary_json", "run_name", "resume", "config", "overwrite", "progress"})
 # What may be given together with --resume: where output goes, how it runs, and --max-epochs (to extend the run).
 RESUME_OPTIONS = frozenset({"resume", "tracking_uri", "experiment", "summary_json", "overwrite", "progress",
-                            "max_epochs", "accelerator", "data_dir", "threads", "devices", "strategy"})
+                            "max_epochs", "accelerator", "data_dir", "threads", "devices", "strategy",
+                            "epoch_loop"})
 CHECKPOINT_DIR_TAG = "ct.checkpoint_dir"
 ERROR_TAG = "error"
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"   # read by the MLflow 3 UI to choose its view

@@ -28,6 +28,7 @@ from ct_lightning.experiment.validation import InputError, Rule, one_line
 
 _MODULE_DEFAULT = object()  # marker: the default is CTModule's
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
+EPOCH_LOOPS = ("auto", "fused", "lightning")
 
 
 def csv_ints(text: str) -> list[int]:
@@ -235,6 +236,9 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("threads", None, "torch intra-op threads: default 1 for the paper's small MLPs (more threads only "
             "fight other processes), torch's own choice for --model cnn or a GPU; 0 = torch's default",
             int, MODEL, low=0, metavar="N"),
+    Setting("epoch_loop", "auto", "fused: run each epoch's optimisation steps inside one Lightning step (same "
+            "results, without Lightning's per-step hooks; one process only); lightning: one Lightning step per "
+            "batch; auto: fused where it applies (default {DFLT})", group=MODEL, choices=EPOCH_LOOPS),
     # scaling out (Lightning's meanings; see README "Scaling out")
     Setting("devices", "auto", "Lightning devices per node: auto, a count (-1: all) or indices like 0,1 "
             "(default {DFLT})", lightning_devices, MODEL, metavar="DEVICES"),
@@ -315,7 +319,27 @@ def resolve_config(overrides: dict) -> dict:
     if config["center_distance"] is not None and data not in BLOB_DATA:
         raise ValueError(f"center_distance: {config['center_distance']!r} is not allowed for data {data!r}; "
                          "allowed only for the blob data sets ls, ol (or unset)")
+    blocker = fused_blocker(config)
+    if config["epoch_loop"] == "fused" and blocker:
+        raise ValueError(f"epoch_loop: 'fused' is not allowed with {blocker}; allowed: auto or lightning")
     return config
+
+
+def fused_blocker(config: dict) -> str | None:
+    """The setting that rules out the fused epoch loop (several processes, partial epochs), or ``None``."""
+    if config.get("fast_dev_run"):
+        return "fast_dev_run"
+    limit = config.get("limit_train_batches")
+    if limit is not None and not (isinstance(limit, float) and limit == 1.0):  # an int counts batches
+        return f"limit_train_batches={config['limit_train_batches']}"
+    if int(config.get("num_nodes") or 1) > 1:
+        return f"num_nodes={config['num_nodes']}"
+    devices = config.get("devices", "auto")
+    if devices not in ("auto", 1, -1) and not (isinstance(devices, list) and len(devices) == 1):
+        return f"devices={devices}"
+    if any(name in str(config.get("strategy") or "auto") for name in ("ddp", "fsdp", "deepspeed")):
+        return f"strategy={config['strategy']}"
+    return None
 
 
 def load_config_file(path: str | Path) -> dict:

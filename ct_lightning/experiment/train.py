@@ -24,8 +24,10 @@ from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, RE
 from ct_lightning.experiment.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
                                                    log_classifier, log_datasets, log_missing_epoch_metrics,
                                                    log_training_plots)
-from ct_lightning.experiment.settings import DEFAULTS, load_config_file, module_kwargs, resolve_config
+from ct_lightning.experiment.settings import (DEFAULTS, fused_blocker, load_config_file, module_kwargs,
+                                              resolve_config)
 from ct_lightning.experiment.tracking import local_store_dir, prepare_store, run_url, ui_command, write_json_atomic
+from ct_lightning.epoch_block import EpochBlockLoader, can_fuse
 from ct_lightning.module import CTModule
 
 
@@ -167,6 +169,20 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
         raise
 
 
+def _choose_epoch_loop(config: dict, trainer: L.Trainer, module: CTModule, datamodule) -> None:
+    """Fuse each epoch into one Lightning step (``epoch_loop`` fused, or auto where it applies)."""
+    blocker = fused_blocker(config) or (f"{trainer.world_size} processes" if trainer.world_size > 1 else None)
+    make_loader = datamodule.train_dataloader
+    if blocker is None and not can_fuse(make_loader()):
+        blocker = f"a training DataLoader that is not over tensors ({type(datamodule).__name__})"
+    if config["epoch_loop"] == "lightning" or (config["epoch_loop"] == "auto" and blocker):
+        return
+    if blocker:
+        raise ValueError(f"epoch_loop: 'fused' is not allowed with {blocker}; allowed: auto or lightning")
+    module.fuse_epochs(True)
+    datamodule.train_dataloader = lambda: EpochBlockLoader(make_loader())
+
+
 def _is_rank_zero() -> bool:
     """Whether this process is global rank 0 (always, outside a DDP launch)."""
     from lightning.pytorch.utilities.rank_zero import rank_zero_only
@@ -220,6 +236,7 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
                                    BurnIn(config["burnin"]), *extra_callbacks], deterministic=False,
                         enable_progress_bar=config["progress"], enable_model_summary=config["progress"],
                         fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, **trainer_kwargs)
+    _choose_epoch_loop(config, trainer, module, datamodule)
     started = time.perf_counter()
     with warnings.catch_warnings():
         if resume_from is not None:  # the folder is the run's own, holding the checkpoint it resumes from
