@@ -39,8 +39,8 @@ from ct_lightning.experiment.protocol_options import add_protocol_arguments, pro
 from ct_lightning.experiment.settings import add_arguments
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
                                               check_tracking_reachable, store_location)
-from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_output_file,
-                                                check_run_ids, check_writable_folder, exit_on_error)
+from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_accelerator,
+                                                check_output_file, check_run_ids, check_writable_folder, exit_on_error)
 
 ROLES = catalogue.constant("ct_lightning.experiment.reproduce", "ROLES")  # (role, objective, protected)
 LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
@@ -57,7 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"data set(s), comma-separated, or all: {', '.join(catalogue.available_datasets())}")
     parser.add_argument("--jobs", type=Rule("int", low=1).argtype(), default=1,
                         help="train and evaluate this many models at once in separate processes (default %(default)s)")
-    add_arguments(parser, ["threads"])
+    add_arguments(parser, ["threads", "accelerator"])
     budget = parser.add_argument_group("training")
     budget.add_argument("--max-epochs", type=Rule("int", low=1).argtype(), default=100,
                         help="training epochs (default %(default)s)")
@@ -110,7 +110,7 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
     from ct_lightning.experiment.reproduce import Task, role_training_overrides  # noqa: PLC0415 - heavy
 
     training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "search_lr": args.search_lr,
-                "data_dir": args.data_dir,
+                "data_dir": args.data_dir, "accelerator": args.accelerator,
                 "limit_train_batches": args.limit_train_batches}
     roles = ROLES if args.actionability else ROLES[:2]
     tasks = []
@@ -122,7 +122,7 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
             role_training = {**role_training_overrides(args.protocol, data, role), **given}
             tasks.append(Task(data, role, objective, protected, role_training, protocol, args.tracking_uri,
                               args.experiment, parent, (ids[i] or None) if ids else None,
-                              threads_for(args.threads)))
+                              threads_for(args.threads, accelerator=args.accelerator)))
     return tasks
 
 
@@ -220,6 +220,7 @@ def main(argv: list[str] | None = None) -> dict:
             if ids and len(ids) != len(names):
                 raise InputError(f"--{key.replace('_', '-')}-run-id", ",".join(ids),
                                  f"one id per data set ({len(names)}), empty entries to train")
+        check_accelerator("--accelerator", args.accelerator)
         check_tracking_reachable(args.tracking_uri)
         check_writable_folder("--out-dir", args.out_dir)
         check_output_file("--summary-json", args.summary_json)
@@ -228,7 +229,7 @@ def main(argv: list[str] | None = None) -> dict:
     except KNOWN_ERRORS as error:
         exit_on_error(error, parser)
     print(f"MLflow store: {store_location(args.tracking_uri)}", flush=True)
-    print(apply_threads(threads_for(args.threads)), flush=True)
+    print(apply_threads(threads_for(args.threads, accelerator=args.accelerator)), flush=True)
     from mlflow.tracking import MlflowClient  # noqa: PLC0415 - heavy: only after the checks
 
     from ct_lightning.evaluation.plots import plot_robust_accuracy_panels  # noqa: PLC0415

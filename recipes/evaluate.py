@@ -18,12 +18,12 @@ import tempfile
 from pathlib import Path
 
 from ct_lightning.experiment import catalogue
-from ct_lightning.experiment.preflight import apply_threads, threads_for
+from ct_lightning.experiment.preflight import apply_threads, evaluation_device, threads_for
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
 from ct_lightning.experiment.settings import add_arguments, datasets_and_aliases
 from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, anchor_tracking_uri, write_json_atomic
-from ct_lightning.experiment.validation import (KNOWN_ERRORS, Parser, Rule, check_checkpoint_file, check_model_fits,
-                                                check_output_file, check_run_ids, check_writable_folder,
+from ct_lightning.experiment.validation import (KNOWN_ERRORS, Parser, Rule, check_accelerator, check_checkpoint_file,
+                                                check_model_fits, check_output_file, check_run_ids, check_writable_folder,
                                                 exit_on_error)
 
 
@@ -47,13 +47,14 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-log", dest="log", action="store_false", help="do not log to the MLflow run")
     parser.add_argument("--unsafe-load", action="store_true",
                         help="load checkpoints with weights_only=False (only for checkpoints you trust)")
-    add_arguments(parser, ["threads"])
+    add_arguments(parser, ["threads", "accelerator"])
     add_protocol_arguments(parser)
     return parser
 
 
 def check_inputs(args: argparse.Namespace) -> None:
     """Every check that needs no model: output paths, the checkpoint file or the run id in its store."""
+    check_accelerator("--accelerator", args.accelerator)
     check_output_file("--summary-json", args.summary_json)
     if args.out_dir:
         check_writable_folder("--out-dir", args.out_dir)
@@ -74,7 +75,7 @@ def main(argv: list[str] | None = None) -> dict:
         check_inputs(args)
     except KNOWN_ERRORS as error:
         exit_on_error(error, parser)
-    print(apply_threads(threads_for(args.threads)), flush=True)
+    print(apply_threads(threads_for(args.threads, accelerator=args.accelerator)), flush=True)
     from ct_lightning.evaluation import evaluate_model, evaluation_constraints  # noqa: PLC0415 - heavy
     from ct_lightning.evaluation.plots import evaluation_figures, metric_history  # noqa: PLC0415
     from ct_lightning.experiment.runs import build_data, load_checkpoint_with_config, load_run, log_evaluation  # noqa: PLC0415
@@ -93,6 +94,7 @@ def main(argv: list[str] | None = None) -> dict:
         constraints = evaluation_constraints(loaded.module, datamodule, args.protect, args.all_mutable)
     except KNOWN_ERRORS as error:
         exit_on_error(error, parser)
+    loaded.module.to(evaluation_device(args.accelerator))  # the data follow the model's device
     x, y = (datamodule.x_test, datamodule.y_test) if args.split == "test" else (datamodule.x_val, datamodule.y_val)
     result = evaluate_model(loaded.module, x, y, datamodule.n_classes, config, constraints.mutability,
                             constraints.lower, constraints.upper, x_train=datamodule.x_train,

@@ -72,6 +72,9 @@ COMPARE = [
                                                        "--tracking-uri"),
     ("--data circles,moons --bl-run-id a", "--bl-run-id"), ("--data circles --threads x", "--threads"),
 ]
+if not HAS_GPU:
+    EVALUATE.append(("--checkpoint {other_ckpt} --accelerator gpu", "--accelerator"))
+    COMPARE.append(("--data circles --accelerator gpu", "--accelerator"))
 CONSISTENCY = [
     ("--n-models 0", "--n-models"), ("--mode nope", "--mode"), ("--kinds XX", "--kinds"), ("--tau 1.5", "--tau"),
     ("--data nope", "--data"), ("--max-epochs 0", "--max-epochs"), ("--summary-json {tmp}", "--summary-json"),

@@ -59,3 +59,27 @@ def test_the_masked_search_makes_no_host_sync_inside_a_step(circles):
         search_counterfactuals(model, x, target, ECCo(), 1.0, 3, 0.3, check_every=100)  # no check: no sync
     finally:
         torch.cuda.set_sync_debug_mode("default")
+
+
+def test_train_evaluate_and_compare_run_on_the_gpu(tmp_path):
+    """The recipes' GPU path: a fused-epoch CT training, the evaluation protocol and a comparison on CUDA."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    common = ["--tracking-uri", store, "--accelerator", "gpu"]
+    run = lambda *args: subprocess.run([sys.executable, *args], cwd=root, capture_output=True, text=True,  # noqa: E731
+                                       timeout=900)
+    trained = run("recipes/train.py", "--data", "circles", "--max-epochs", "2", "--nce", "100", "--no-progress",
+                  "--summary-json", str(tmp_path / "train.json"), *common)
+    assert trained.returncode == 0, trained.stderr[-2000:]
+    summary = json.loads((tmp_path / "train.json").read_text())
+    evaluated = run("recipes/evaluate.py", "--run-id", summary["run_id"], "--n-runs", "2", "--n-individuals", "10",
+                    "--summary-json", str(tmp_path / "eval.json"), *common)
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    compared = run("recipes/compare.py", "--data", "circles", "--max-epochs", "2", "--n-runs", "2",
+                   "--n-individuals", "10", "--no-actionability", "--out-dir", str(tmp_path / "cmp"), *common)
+    assert compared.returncode == 0, compared.stderr[-2000:]

@@ -77,3 +77,12 @@ def apply_threads(threads: int) -> str:
         torch.set_num_threads(threads)
         return f"torch threads: {threads} (--threads N to change; 0 = torch's default)"
     return f"torch threads: {torch.get_num_threads()} (torch's default; --threads N to change)"
+
+
+def evaluation_device(accelerator: str | None):
+    """The torch device an evaluation runs on for a Lightning ``accelerator`` value (``auto``: CUDA if present)."""
+    import torch
+
+    if accelerator in ("gpu", "cuda") or (accelerator in (None, "auto") and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("mps") if accelerator == "mps" else torch.device("cpu")

@@ -188,6 +188,7 @@ def run_task(task: Task) -> dict:
     from mlflow.tracking import MlflowClient
 
     from ct_lightning.evaluation import EvaluationConfig, evaluate_model, evaluation_constraints
+    from ct_lightning.experiment.preflight import evaluation_device
     from ct_lightning.experiment.runs import build_data, load_run, log_evaluation
     from ct_lightning.experiment.train import train
 
@@ -215,6 +216,7 @@ def run_task(task: Task) -> dict:
     train_seconds = time.perf_counter() - started
     if evaluated:
         loaded = load_run(run_id, task.tracking_uri)
+        loaded.module.to(evaluation_device(task.training.get("accelerator")))  # the data follow the model
         datamodule = build_data(loaded.config)
         constraints = evaluation_constraints(loaded.module, datamodule, protect=task.protected,
                                              all_mutable=not task.protected)
