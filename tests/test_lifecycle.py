@@ -261,6 +261,16 @@ def test_mlflow_ui_names_tags_model_datasets_and_epoch_steps(store, tmp_path):
     assert {t.key: t.value for t in train_set.tags}["mlflow.data.context"] == "train"
     schema = json.loads(train_set.dataset.schema)["mlflow_colspec"]
     assert [c["name"] for c in schema] == ["x1", "x2", "label"]
+    # The schema taken from a few rows is MLflow's own inference over the whole split.
+    import mlflow.data
+    import pandas as pd
+
+    from ct_lightning.experiment.data import build_datamodule
+    from ct_lightning.experiment.settings import resolve_config
+
+    moons = build_datamodule(resolve_config({"data": "moons"}))
+    frame = pd.DataFrame(moons.x_train.numpy(), columns=["x1", "x2"]).assign(label=moons.y_train.numpy())
+    assert schema == mlflow.data.from_pandas(frame, targets="label").schema.to_dict()
     assert train_set.dataset.digest and train_set.dataset.source
 
     history = client.get_metric_history(runs[0]["run_id"], "train/loss")
