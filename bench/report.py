@@ -92,6 +92,7 @@ def render(results: dict, argv: list[str]) -> str:
     lines += _targets(results)
     lines += _reference_section(results)
     lines += _search_section(results)
+    lines += _compile_section(results)
     lines += _overhead_section(results)
     lines += _memory_section(results)
     lines += _protocol_section(results)
@@ -144,8 +145,9 @@ def _reference_section(results: dict) -> list[str]:
     lines = ["## 0. Against a plain-PyTorch loop (issue 13)", "",
              "The reference is a hand-written loop: the same model, batch size, Adam learning rate and data order "
              "(`torch.randperm` from the data module's seeded generator, as `DataLoader(shuffle=True)` draws), plus a "
-             "forward pass over the validation split each epoch. *vanilla* and *full* are `train()` runs of "
-             "`ct_lightning.experiment.train` as users run them: validation, the last/best checkpoints and MLflow "
+             "forward pass over the validation split each epoch (in the validation loader's batches of up to 4 096 rows). "
+             "*vanilla* and *full* are `train()` runs of "
+             "`ct_lightning.experiment.train` as users run them (default settings, so the fused epoch loop): validation, the last/best checkpoints and MLflow "
              "logging into a temporary SQLite store (no progress bar). The three are interleaved; an epoch runs "
              "from one `on_train_epoch_start` to the next, the first epoch of each run is a warm-up. CPU time is "
              "this process's CPU seconds (it includes SQLite's and MLflow's work, not time spent waiting for a "
@@ -189,22 +191,45 @@ def _reference_section(results: dict) -> list[str]:
     return lines
 
 
-REFERENCE_NOTES = """Where the ratios stand and why (profiles taken with cProfile on `train()` runs, see the report of
-issue 13): after the changes below, our step does what the plain loop does plus Lightning's per-step
-machinery, roughly 40 hook dispatches per step (`_call_callback_hooks`, `_call_lightning_module_hook`, each
-setting `_current_fx_name` through `nn.Module.__setattr__`) and the automatic-optimisation closure; on the
-paper's 32-unit MLP with batch 30 (circles: 120 steps of ~0.4 ms of arithmetic) this is several times the
-arithmetic itself, so the vanilla target (≤ 1.2×) is out of reach for any Lightning `training_step` on
-circles; with batch 1 000 (Adult, MNIST) it is a small share. Per epoch, the two `ModelCheckpoint` saves
-(~25 ms each here) and MLflow's SQLite writes (two `log_batch` calls per epoch, validation and training, each
-a committed transaction of 10–70 ms on this loaded disk) add a fixed cost that is a large share of a 0.1–0.3 s
-plain epoch; their wall time also includes waiting for the disk (SQLite commits, checkpoint files), which is
-why the wall ratios exceed the CPU ones on circles. The CT targets on Adult and MNIST are bound by the search:
-with the paper's nce = 5 000 and T = 30, a CT-trained model's counterfactuals mostly use all 30 steps, i.e.
-up to 150 000 row forward+backward passes per epoch against one pass per training row (*rows* column), so
-the *floor* column is at or above the target before any overhead; the remaining gap to the floor is the
-search's elementwise work per step (section 1, anatomy), largest on MNIST's 784-wide rows.
+REFERENCE_NOTES = """Where the ratios stand and why (cProfile of `train()` runs; the profiles are summarised in the note of
+issue 13). *vanilla* and *full* run with the default `epoch_loop="auto"`, which on one process fuses each
+epoch into one Lightning step (`ct_lightning/epoch_block.py`): the module runs the epoch's optimisation steps
+itself, with the same batches, order and arithmetic as Lightning's loop (`tests/test_epoch_block.py` checks
+identical weights and metrics), so Lightning's ~40 hook dispatches and closure run once per epoch instead of
+once per batch. The last column is the same vanilla run with Lightning's per-batch loop
+(`--epoch-loop lightning`), which is what the fused loop saves on circles (120 steps of batch 30); with batch
+1 000 (Adult 27 steps, MNIST 11) there is little per-step cost to save. What remains above the plain loop is a
+fixed cost per epoch that the plain loop does not pay: Lightning's validation loop and epoch-end hooks, two
+`ModelCheckpoint` writes (last and best, each a file written and renamed), and one MLflow SQLite transaction
+with the epoch's metrics (~6 ms; the logger now sends an epoch's validation and training metrics in one
+batch). These total roughly 20–45 ms here, the same order as a whole plain epoch (27–45 ms), which is why
+the vanilla target (≤ 1.2×) is not met: it would leave under 10 ms per epoch for validation, checkpoints and
+tracking. The CT targets on Adult and MNIST are bound by the search: with the paper's nce = 5 000 and T = 30,
+a CT-trained model's counterfactuals mostly use all 30 steps, i.e. up to 150 000 row forward+backward passes
+per epoch against one pass per training row (*rows* column), so the *floor* column is at or above the target
+before any overhead; the remaining gap to the floor is the search's elementwise work per step (section 1,
+anatomy), largest on MNIST's 784-wide rows.
 """
+
+
+# ------------------------------------------------------------------------------------------- compile
+def _compile_section(results: dict) -> list[str]:
+    rows = results.get("compile") or []
+    if not rows:
+        return []
+    lines = ["### torch.compile for the search step", "",
+             "`bench/compile_bench.py`: the two parts of a search step at the search's shapes (pool 1 000, the "
+             "paper's MLP), eager against `torch.compile(dynamic=True)` (rows drop out as they converge, so the "
+             "batch size varies): the model's forward and input-gradient backward, and the step's elementwise work "
+             "over the n×D pool (SGD step with the ℓ1 cost gradient, domain clamp, ε-ball test), which the "
+             "compiler fuses into one kernel. Medians of 30; the compile time is paid once per process and shape "
+             "family.", ""]
+    table = [[r["data"], str(r["features"]), f"{r['model_eager_ms']:.3f}", f"{r['model_compiled_ms']:.3f}",
+              f"{r['step_eager_ms']:.3f}", f"{r['step_compiled_ms']:.3f}",
+              f"{r['compile_model_s']:.1f} / {r['compile_step_s']:.1f}"] for r in rows]
+    lines += _table(["data", "features", "model fwd+bwd eager ms", "compiled ms", "elementwise step eager ms",
+                     "compiled ms", "compile s (model / step)"], table)
+    return lines
 
 
 # -------------------------------------------------------------------------------------------- search

@@ -28,7 +28,7 @@ import torch  # noqa: E402
 from bench.common import (REPO, load_average, load_datamodule, machine_info, pick_device,  # noqa: E402
                           setup_environment, train_vanilla)
 
-SECTIONS = ("reference", "search", "overhead", "memory", "scaling")
+SECTIONS = ("reference", "search", "compile", "overhead", "memory", "scaling")
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -193,6 +193,13 @@ def main(argv=None) -> dict:
         section.update({"train_accuracy": accuracy, "n_features": datamodule.n_features,
                         "n_classes": datamodule.n_classes, "n_train": len(datamodule.y_train), "model": "cnn"})
         results["search_extra"] = {"mnist (LeNet CNN)": section}
+
+    if "compile" in args.sections:
+        from bench.compile_bench import measure
+
+        shapes = [name for name in ("circles", "adult", "mnist") if name in args.data]
+        log(f"[compile] torch.compile against eager for the search step's two parts: {', '.join(shapes)}")
+        results["compile"] = [measure(name, device) for name in shapes]
 
     if "overhead" in args.sections:
         for name, datamodule in datamodules.items():
