@@ -618,6 +618,27 @@ All of them keep every logged value and every search output the same (tests name
   `tests/test_search_closed_form.py` checks the outputs against the previous search (kept in
   `tests/reference_search.py`) on circles and Adult- and MNIST-shaped data (MLP and CNN), with
   mutability and domain constraints: converged flags and step counts equal, points within 1e-5.
+* **The fused epoch loop** (`ct_lightning/epoch_block.py`, `CTModule.training_step`, setting `epoch_loop`,
+  default `auto`): on one process the training loader is wrapped in an `EpochBlockLoader` that hands
+  Lightning one block per epoch (the epoch's rows gathered once in the sampler's batch order, and the batch
+  sizes); the module runs the epoch's optimisation steps itself (manual optimisation: step, `zero_grad`,
+  backward, optimiser step, the order of Lightning's automatic closure; in full precision the optimiser is
+  stepped directly and only the step counter is advanced, so `global_step` and the checkpoints are as before).
+  Lightning's per-step hooks and closure then run once per epoch. `auto` falls back to Lightning's per-batch
+  loop under DDP, `fast_dev_run`, `limit_train_batches` or a loader that is not over tensors; `fused` with
+  one of those is a one-line error. `tests/test_epoch_block.py` trains vanilla, CT and per-step-pool CT
+  with burn-in both ways and checks identical weights and identical logged histories;
+  `tests/test_lifecycle.py` kills fused runs inside an epoch (before an optimiser step), at the epoch end
+  and during validation, and resumes them bit-identically.
+* **One MLflow transaction per epoch** (`EpochStepMLFlowLogger`): an epoch's validation and training metrics
+  are sent in one `log_batch` (a SQLite transaction, ~6 ms) when the next epoch's first metrics arrive or
+  the stage ends; a kill in between loses nothing, since the epoch's checkpoint carries its metrics and
+  `--resume` logs them.
+* **Validation and test loaders in batches of up to 4 096 rows** (`datamodules.base.EVAL_BATCH_SIZE`): the
+  logged loss and accuracy are row-weighted means, so they are unchanged up to float rounding of the sum,
+  with 1 instead of 40 Lightning validation steps on circles.
+* **Conventional (vanilla) steps accumulate [loss, clf] only**; the zero div/ridge/adv terms are filled in
+  once per epoch.
 * **A search path without host syncs for accelerators** (`search._search_masked`, the default off CPU):
   every row stays in the batch and frozen rows are masked with `torch.where`, so a step issues no
   `.item()`/`nonzero`/`int(...)`; one `all()` every `check_every` (8) steps stops the loop once every row
