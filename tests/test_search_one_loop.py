@@ -116,22 +116,35 @@ def test_feature_space_search_is_unchanged(case, packed, generator, tau):
 
 
 @pytest.mark.parametrize("tau", [0.75, 1.0], ids=["converging", "fixed-T"])
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "masked"])
 @pytest.mark.parametrize("case", list(CASES))
-def test_latent_search_is_unchanged(case, tau):
+def test_latent_search_is_unchanged(case, packed, tau):
     x, target, model, vae, mutability, lower, upper = problem(case)
     converged = inside = 0
     for lambda_cost, lr, steps, epsilon in ((0.001, 0.25, 20, 0.3), (0.01, 5.0, 20, 1.5), (0.0, 10.0, 20, 1.2),
                                             (0.01, 0.5, 0, 0.3)):
         arguments = (model, vae, x, target, lambda_cost, lr, tau, steps, epsilon, mutability, lower, upper)
-        new, old = latent_search(*arguments), reference_latent_search(*arguments)
+        new, old = latent_search(*arguments, packed=packed), reference_latent_search(*arguments)
         assert_same(new, old)
         assert torch.equal(new.counterfactual, old.counterfactual) and torch.equal(new.nascent, old.nascent)
         converged += int(new.converged.sum())
         inside += int((new.nascent_steps > 0).sum())
     assert (converged > 0) == (tau < 1.0) and inside > 0
     with torch.inference_mode():
-        new, old = latent_search(*arguments[:2], x.clone(), *arguments[3:]), reference_latent_search(*arguments)
-    assert_same(new, old)
+        new = latent_search(*arguments[:2], x.clone(), *arguments[3:], packed=packed)
+    assert_same(new, reference_latent_search(*arguments))
+
+
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "masked"])
+def test_edge_cases_are_unchanged(packed):
+    """No rows, one row, no steps, one step."""
+    x, target, model, vae, mutability, lower, upper = problem("adult-shaped")
+    for n in (0, 1, 5):
+        for steps in (0, 1, 3):
+            feature = (model, x[:n], target[:n], ECCo(), 0.75, steps, 0.3, mutability, lower, upper)
+            assert_same(search_counterfactuals(*feature, packed=packed), reference_search(*feature, packed=packed))
+            revise = (model, vae, x[:n], target[:n], 0.0, 10.0, 0.75, steps, 1.2, mutability, lower, upper)
+            assert_same(latent_search(*revise, packed=packed), reference_latent_search(*revise))
 
 
 @pytest.mark.parametrize("name", sorted(GENERATORS))
