@@ -40,7 +40,7 @@ from ct_lightning.experiment.settings import add_arguments
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
                                               check_tracking_reachable, store_location)
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_output_file,
-                                                check_run_ids, check_writable_folder, exit_on_error)
+                                                check_run_ids, check_writable_folder, console_entry, exit_on_error)
 
 ROLES = catalogue.constant("ct_lightning.experiment.reproduce", "ROLES")  # (role, objective, protected)
 LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
@@ -309,5 +309,7 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+cli = console_entry(main)  # the console script ct-compare
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

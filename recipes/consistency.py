@@ -17,6 +17,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from ct_lightning.experiment.settings import ACCELERATORS, add_arguments, datase
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
                                               check_tracking_reachable, store_location, write_json_atomic)
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, Parser, Rule, InputError, check_accelerator,
-                                                check_output_file, exit_on_error)
+                                                check_output_file, console_entry, exit_on_error)
 
 CONSISTENCY = "ct_lightning.experiment.consistency"  # read without importing torch (see catalogue)
 KINDS = catalogue.constant(CONSISTENCY, "KINDS")
@@ -155,5 +156,7 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+cli = console_entry(main)  # the console script ct-consistency
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

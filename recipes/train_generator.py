@@ -16,6 +16,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +29,7 @@ from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKI
                                               write_json_atomic)
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_accelerator,
                                                 check_checkpoint_file, check_model_fits, check_output_file,
-                                                check_run_ids, exit_on_error)
+                                                check_run_ids, console_entry, exit_on_error)
 
 VARIANTS = catalogue.constant("ct_lightning.generators.amortised.training", "VARIANTS")
 
@@ -212,5 +213,7 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+cli = console_entry(main)  # the console script ct-train-generator
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())
