@@ -114,6 +114,7 @@ def generators() -> list[str]:
 
 @cache
 def _static_generators() -> list[str]:
+    # Every file of the package, as ct_lightning.generators imports every module of it: a new file is found here too.
     try:
         names = [args[0] for args in _decorated_names(_ct_dir() / "generators", "register_generator")]
         if names:
