@@ -189,9 +189,11 @@ def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> Se
             nascent_steps.index_fill_(0, ids, step)
 
     def freeze(ids: torch.Tensor, points: torch.Tensor, inside: torch.Tensor, step: int) -> None:
+        """Rows ``ids`` converged at ``step`` with these points."""
         x_cf.index_copy_(0, ids, points)
         record_nascent(ids, points, inside, step)
         steps.index_fill_(0, ids, step)
+        converged.index_fill_(0, ids, True)
 
     # The rows still searching, packed; `active` maps them to rows of the outputs. `previous`: their points
     # at the step before, `was_inside`: whether those lay within ε (ℓ∞) of the factual.
@@ -214,7 +216,6 @@ def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> Se
         n_done = int(done.sum())  # the step's one host sync: how many rows froze
         if n_done == len(active):
             freeze(active, points, inside, step)
-            converged.index_fill_(0, active, True)
             break
         if n_done:
             # Stable partition: searching rows first (in order), then the frozen ones.
@@ -222,7 +223,6 @@ def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> Se
             keep, frozen = order[:len(order) - n_done], order[len(order) - n_done:]
             ids = active.index_select(0, frozen)
             freeze(ids, points.index_select(0, frozen), inside.index_select(0, frozen), step)
-            converged.index_fill_(0, ids, True)
             same = points is rows  # the variable is the point itself (feature space): select it once
             active, rows, grad, rows_x, rows_target, inside = (
                 t.index_select(0, keep) for t in (active, rows, grad, rows_x, rows_target, inside))
