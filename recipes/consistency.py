@@ -99,12 +99,11 @@ def log_summary(summary: dict, args: argparse.Namespace) -> str:
     from mlflow.tracking import MlflowClient
 
     from ct_lightning.experiment.consistency import flat_metrics
-    from ct_lightning.experiment.tracking import prepare_store
+    from ct_lightning.experiment.tracking import ensure_experiment, prepare_store
 
+    artifact_location = prepare_store(args.tracking_uri)  # the store, created once under a file lock
     client = MlflowClient(tracking_uri=args.tracking_uri)
-    experiment = client.get_experiment_by_name(args.experiment)
-    experiment_id = experiment.experiment_id if experiment else \
-        client.create_experiment(args.experiment, artifact_location=prepare_store(args.tracking_uri))
+    experiment_id = ensure_experiment(client, args.experiment, artifact_location)
     run = client.create_run(experiment_id, run_name=args.run_name or f"consistency-{summary['data']}-{summary['mode']}",
                             tags={"recipe": "consistency"})
     run_id = run.info.run_id

@@ -171,7 +171,8 @@ def main(argv: list[str] | None = None) -> dict:
     if loaded.run_id:
         tags["classifier_run_id"] = loaded.run_id
     logger = MLFlowLogger(experiment_name=args.experiment, run_name=args.run_name or f"generator-{args.variant}",
-                          tracking_uri=args.tracking_uri, artifact_location=prepare_store(args.tracking_uri), tags=tags)
+                          tracking_uri=args.tracking_uri, artifact_location=prepare_store(args.tracking_uri, args.experiment),
+                          tags=tags)
     logger.log_hyperparams({**{k: v for k, v in vars(args).items() if k not in ("summary_json",)},
                             "classifier_checkpoint": loaded.checkpoint})
     workdir = Path(tempfile.mkdtemp(prefix="ct-generator-"))
