@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import Annotated
 
 import lightning as L
 import torch
@@ -42,17 +43,60 @@ class CTModule(L.LightningModule):
     ``domain`` is ``"infer"`` (SPEC §2), ``None`` or ``[lower, upper]`` (scalars or per-feature lists).
     """
 
-    def __init__(self, model: nn.Module | None = None, n_features: int | None = None, n_classes: int = 2,
-                 hidden_sizes: tuple[int, ...] | list[int] = (32,), activation: str = "relu",
-                 architecture: str = "mlp",
-                 objective: str = "full", lambda_clf: float = 1.0, lambda_div: float = 0.5,
-                 lambda_reg: float = 0.1, lambda_adv: float = 0.25, generator: str = "ecco",
-                 lambda_cost: float = 0.001, lambda_energy: float = 5.0, search_lr: float = 0.25,
-                 max_steps: int = 30, tau: float = 0.75, epsilon: float = 0.3, nce: int = 1000,
-                 pool: str = "epoch", generator_options: dict | None = None,
-                 mutability: dict | str | None = None,
-                 feature_names: list[str] | None = None, domain="infer", domain_std: float = 3.0,
-                 lr: float = 1e-3, seed: int = 0):
+    # An argument annotated ``Annotated[type, {"help": ..., "group": ..., bounds}]`` is a training setting: its
+    # default and this option make DEFAULTS, the command-line option, the YAML key and its validation
+    # (ct_lightning.experiment.settings; "choices" names a function of ct_lightning.experiment.catalogue).
+    def __init__(
+        self, model: nn.Module | None = None, n_features: int | None = None, n_classes: int = 2,
+        hidden_sizes: Annotated[tuple[int, ...] | list[int], {"help": "MLP hidden layer sizes, e.g. 64,64 (default 32)",
+                                                              "group": "model and optimiser", "low": 1}] = (32,),
+        activation: Annotated[str, {"help": "MLP activation (default {DFLT})", "group": "model and optimiser",
+                                    "choices": "activations"}] = "relu",
+        architecture: str = "mlp",
+        objective: Annotated[str, {
+            "help": "full: all terms; vanilla: baseline; energy: clf+div+ridge; adversarial: clf+adv (default {DFLT})",
+            "group": "counterfactual training", "choices": "objectives"}] = "full",
+        lambda_clf: Annotated[float, {"help": "weight of the classification loss (default {DFLT})",
+                                      "group": "counterfactual training", "low": 0.0}] = 1.0,
+        lambda_div: Annotated[float, {"help": "weight of the contrastive divergence (default {DFLT})",
+                                      "group": "counterfactual training", "low": 0.0}] = 0.5,
+        lambda_reg: Annotated[float, {"help": "weight of the energy ridge penalty [Table 2] (SPEC default {DFLT})",
+                                      "group": "counterfactual training", "table2": True, "low": 0.0}] = 0.1,
+        lambda_adv: Annotated[float, {"help": "weight of the adversarial loss (default {DFLT})",
+                                      "group": "counterfactual training", "low": 0.0}] = 0.25,
+        generator: Annotated[str, {"help": "default {DFLT}", "group": "counterfactual search",
+                                   "choices": "generators"}] = "ecco",
+        lambda_cost: Annotated[float, {"help": "ℓ1 distance penalty λ_cst (default {DFLT})",
+                                       "group": "counterfactual search", "low": 0.0}] = 0.001,
+        lambda_energy: Annotated[float, {"help": "ECCo energy penalty λ_egy (default {DFLT})",
+                                         "group": "counterfactual search", "low": 0.0}] = 5.0,
+        search_lr: Annotated[float, {"help": "SGD step size η of the search (default {DFLT})",
+                                     "group": "counterfactual search", "low": 0.0, "low_open": True}] = 0.25,
+        max_steps: Annotated[int, {"help": "maximum search steps T (default {DFLT})", "group": "counterfactual search",
+                                   "low": 0}] = 30,
+        tau: Annotated[float, {
+            "help": "target-probability threshold for convergence [Table 2] (SPEC default {DFLT})",
+            "group": "counterfactual search", "table2": True, "low": 0.0, "high": 1.0, "low_open": True}] = 0.75,
+        epsilon: Annotated[float, {"help": "ℓ∞ radius for nascent counterfactuals (default {DFLT})",
+                                   "group": "counterfactual training", "low": 0.0}] = 0.3,
+        nce: Annotated[int, {"help": "counterfactuals searched per epoch [Table 2]", "group": "counterfactual training",
+                             "table2": True, "low": 1}] = 1000,
+        pool: Annotated[str, {"help": "epoch: search all nce counterfactuals once per epoch (fast); step: search "
+                                      "inside each step (default {DFLT})", "group": "counterfactual training",
+                              "choices": "pool_modes"}] = "epoch",
+        generator_options: Annotated[dict | None, {
+            "help": "generator settings as KEY=VALUE,... or a JSON object, e.g. variant=gan,refit_every=5 "
+                    "(amortised) or latent_dim=4 (revise)", "group": "counterfactual search",
+            "metavar": "OPTIONS"}] = None,
+        mutability: dict | str | None = None,
+        feature_names: list[str] | None = None, domain="infer",
+        domain_std: Annotated[float, {"help": "n in the inferred domain μ ± nσ (default {DFLT})",
+                                      "group": "counterfactual search", "low": 0.0}] = 3.0,
+        lr: Annotated[float, {"help": "Adam learning rate (default {DFLT})", "group": "model and optimiser",
+                              "low": 0.0, "low_open": True}] = 1e-3,
+        seed: Annotated[int, {"help": "seed for model, shuffling and CT (default {DFLT})", "group": "data", "low": 0,
+                              "high": 4294967295}] = 0,
+    ):
         super().__init__()
         self.uses_energy, self.uses_adversarial = check_objective(objective)
         if pool not in POOL_MODES:

@@ -40,7 +40,8 @@ from ct_lightning.experiment.settings import add_arguments
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
                                               check_tracking_reachable, store_location)
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_accelerator,
-                                                check_output_file, check_run_ids, check_writable_folder, exit_on_error)
+                                                check_output_file, check_run_ids, check_writable_folder, console_entry,
+                                                exit_on_error)
 
 ROLES = catalogue.constant("ct_lightning.experiment.reproduce", "ROLES")  # (role, objective, protected)
 LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
@@ -236,7 +237,7 @@ def main(argv: list[str] | None = None) -> dict:
     from ct_lightning.experiment.reproduce import SYNTHETIC  # noqa: PLC0415
     from ct_lightning.experiment.reproduce import (find_or_create_parent, run_tasks, stable_key,  # noqa: PLC0415
                                                    training_key)
-    from ct_lightning.experiment.lifecycle import ensure_experiment, link_children  # noqa: PLC0415
+    from ct_lightning.experiment.lifecycle import link_children  # noqa: PLC0415
     from ct_lightning.experiment.reproduce import describe_plan  # noqa: PLC0415
     from ct_lightning.experiment.tracking import prepare_store  # noqa: PLC0415
 
@@ -244,14 +245,14 @@ def main(argv: list[str] | None = None) -> dict:
     out_dir.mkdir(parents=True, exist_ok=True)
     artifact_location = prepare_store(args.tracking_uri, args.experiment)  # created once, under a file lock
     client = MlflowClient(tracking_uri=args.tracking_uri)
-    key_tasks = build_tasks(names, reuse_lists, args, None)
+    tasks = build_tasks(names, reuse_lists, args, None)
     reproduction_key = stable_key({"tasks": [(t.label, training_key(t.resolved_config()), t.eval_key())
-                                             for t in key_tasks], "n_boot": args.n_boot,
+                                             for t in tasks], "n_boot": args.n_boot,
                                    "confidence": args.confidence})
-    ensure_experiment(client, args.experiment, artifact_location)
     parent = find_or_create_parent(client, args.experiment, artifact_location, reproduction_key,
                                    f"compare {','.join(names)}")
-    tasks = build_tasks(names, reuse_lists, args, parent)
+    for task in tasks:  # the same tasks, now children of the parent run (their configuration is resolved once)
+        task.parent_run_id = parent
     command = f"{sys.executable} recipes/compare.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     client.log_param(parent, "data", ",".join(names))
     for key in ("max_epochs", "seed", "protocol", "n_boot", "confidence"):
@@ -310,5 +311,7 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+cli = console_entry(main)  # the console script ct-compare
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -17,6 +17,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
@@ -26,7 +27,7 @@ from ct_lightning.experiment.settings import ACCELERATORS, add_arguments, datase
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
                                               check_tracking_reachable, store_location, write_json_atomic)
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, Parser, Rule, InputError, check_accelerator,
-                                                check_output_file, exit_on_error)
+                                                check_output_file, console_entry, exit_on_error)
 
 CONSISTENCY = "ct_lightning.experiment.consistency"  # read without importing torch (see catalogue)
 KINDS = catalogue.constant(CONSISTENCY, "KINDS")
@@ -98,12 +99,11 @@ def log_summary(summary: dict, args: argparse.Namespace) -> str:
     from mlflow.tracking import MlflowClient
 
     from ct_lightning.experiment.consistency import flat_metrics
-    from ct_lightning.experiment.tracking import prepare_store
+    from ct_lightning.experiment.tracking import ensure_experiment, prepare_store
 
+    artifact_location = prepare_store(args.tracking_uri)  # the store, created once under a file lock
     client = MlflowClient(tracking_uri=args.tracking_uri)
-    experiment = client.get_experiment_by_name(args.experiment)
-    experiment_id = experiment.experiment_id if experiment else \
-        client.create_experiment(args.experiment, artifact_location=prepare_store(args.tracking_uri))
+    experiment_id = ensure_experiment(client, args.experiment, artifact_location)
     run = client.create_run(experiment_id, run_name=args.run_name or f"consistency-{summary['data']}-{summary['mode']}",
                             tags={"recipe": "consistency"})
     run_id = run.info.run_id
@@ -155,5 +155,7 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+cli = console_entry(main)  # the console script ct-consistency
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -14,6 +14,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 from pathlib import Path
 
@@ -24,7 +25,7 @@ from ct_lightning.experiment.settings import add_arguments, datasets_and_aliases
 from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, anchor_tracking_uri, write_json_atomic
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, Parser, Rule, check_accelerator, check_checkpoint_file,
                                                 check_model_fits, check_output_file, check_run_ids, check_writable_folder,
-                                                exit_on_error)
+                                                console_entry, exit_on_error)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -135,5 +136,7 @@ def main(argv: list[str] | None = None) -> dict:
     return payload
 
 
+cli = console_entry(main)  # the console script ct-evaluate
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -25,6 +25,7 @@ from ct_lightning.experiment.executor import LocalExecutor, RayTuneExecutor, req
 from ct_lightning.experiment.settings import add_arguments
 from ct_lightning.experiment.sweep import MODES, SEARCHES, parse_space, run_sweep
 from ct_lightning.experiment.tracking import local_store_dir
+from ct_lightning.experiment.validation import console_entry
 
 SWEEP_OPTIONS = ("param", "search", "num_samples", "sweep_seed", "metric", "mode", "executor", "address",
                  "cpus_per_trial", "gpus_per_trial", "max_concurrent", "jobs", "sweep_name", "sweep_json",
@@ -95,5 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+cli = console_entry(main)  # the console script ct-sweep
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

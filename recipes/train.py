@@ -16,11 +16,12 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import sys
 
 from ct_lightning.experiment.preflight import apply_threads, preflight_training, threads_for
 from ct_lightning.experiment.settings import add_arguments
 from ct_lightning.experiment.tracking import store_location
-from ct_lightning.experiment.validation import KNOWN_ERRORS, Parser, exit_on_error
+from ct_lightning.experiment.validation import KNOWN_ERRORS, Parser, console_entry, exit_on_error
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -62,5 +63,7 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+cli = console_entry(main)  # the console script ct-train
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

@@ -16,6 +16,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -28,7 +29,7 @@ from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKI
                                               write_json_atomic)
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_accelerator,
                                                 check_checkpoint_file, check_model_fits, check_output_file,
-                                                check_run_ids, exit_on_error)
+                                                check_run_ids, console_entry, exit_on_error)
 
 VARIANTS = catalogue.constant("ct_lightning.generators.amortised.training", "VARIANTS")
 
@@ -170,7 +171,8 @@ def main(argv: list[str] | None = None) -> dict:
     if loaded.run_id:
         tags["classifier_run_id"] = loaded.run_id
     logger = MLFlowLogger(experiment_name=args.experiment, run_name=args.run_name or f"generator-{args.variant}",
-                          tracking_uri=args.tracking_uri, artifact_location=prepare_store(args.tracking_uri), tags=tags)
+                          tracking_uri=args.tracking_uri, artifact_location=prepare_store(args.tracking_uri, args.experiment),
+                          tags=tags)
     logger.log_hyperparams({**{k: v for k, v in vars(args).items() if k not in ("summary_json",)},
                             "classifier_checkpoint": loaded.checkpoint})
     workdir = Path(tempfile.mkdtemp(prefix="ct-generator-"))
@@ -212,5 +214,7 @@ def main(argv: list[str] | None = None) -> dict:
     return summary
 
 
+cli = console_entry(main)  # the console script ct-train-generator
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())

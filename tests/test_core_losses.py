@@ -136,7 +136,7 @@ def test_generic_and_ecco_penalties_by_hand():
     assert ecco.penalty(x_cf, x, logits, target, 0, 30).item() == pytest.approx(0.3 + 5 * phi * (4 + 1e-3 * 16))
     # T = 100: b = 4, a = 0.4; t = 6 → 0.4 · 10^−0.9
     assert energy_decay(6, 100) == pytest.approx(0.4 * 10 ** -0.9)
-    with pytest.raises(ValueError, match="generator.*allowed: generic, ecco"):
+    with pytest.raises(ValueError, match="generator.*allowed: amortised, ecco, generic, revise, sns"):
         make_generator("dice")
 
 

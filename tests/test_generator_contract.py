@@ -86,3 +86,56 @@ def test_registry_names_match_and_unknown_names_are_errors():
         assert generator.config()["generator"].split("+")[0] in (name, "ecco"), name
     with pytest.raises(ValueError, match="generator: unknown 'nope'; allowed: "):
         make_generator("nope")
+
+
+NEW_GENERATOR = '''"""Random points near the factual, projected onto the constraints (a generator in one file)."""
+
+import torch
+
+from ct_lightning.constraints import Constraints
+from ct_lightning.generators.base import CounterfactualGenerator, SearchResult
+from ct_lightning.generators.registry import register_generator
+from ct_lightning.generators.search import target_reached
+
+
+@register_generator("noisy")
+class Noisy(CounterfactualGenerator):
+    def __init__(self, lambda_cost=0.001, lr=0.25, scale=0.1):
+        self.scale = scale
+
+    def config(self):
+        return {"generator": self.name, "scale": self.scale}
+
+    def generate(self, model, x, target, tau=0.75, max_steps=30, epsilon=0.3, mutability=None, lower=None,
+                 upper=None):
+        x_cf = Constraints(mutability, lower, upper, x.device).project(x + self.scale * torch.randn_like(x), x)
+        with torch.no_grad():
+            converged = target_reached(model(x_cf), target, tau)
+        inside = (x_cf - x).abs().amax(1) <= epsilon
+        zeros = torch.zeros(len(x), dtype=torch.long, device=x.device)
+        return SearchResult(x_cf, torch.where(inside[:, None], x_cf, x), converged, zeros, zeros)
+'''
+
+
+def test_a_new_generator_is_one_new_file(tmp_path):
+    """A generator file dropped into (a copy of) the package, nothing else: it is registered, the command lines'
+    catalogue (read from the source, without torch) lists it, and this contract test checks it."""
+    import os
+    import subprocess
+    import sys
+
+    from package_copy import ROOT, copy_package, run_with_copy
+
+    (copy_package(tmp_path) / "generators" / "noisy.py").write_text(NEW_GENERATOR)
+    catalogue = run_with_copy(tmp_path, "import json, sys; from ct_lightning.experiment import catalogue; "
+                                        "print(json.dumps([catalogue.generators(), 'torch' in sys.modules]))")
+    assert catalogue == [["amortised", "ecco", "generic", "noisy", "revise", "sns"], False]
+    registry = run_with_copy(tmp_path, "import json; from ct_lightning.generators import GENERATORS, make_generator; "
+                                       "noisy = make_generator('noisy', scale=0.2); "
+                                       "print(json.dumps([sorted(GENERATORS), noisy.config()]))")
+    assert registry == [catalogue[0], {"generator": "noisy", "scale": 0.2}]
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), str(ROOT)])}
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "noisy or registry",
+                           str(ROOT / "tests" / "test_generator_contract.py")], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0 and "2 passed" in done.stdout, done.stdout[-3000:]

@@ -13,7 +13,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["ct_lightning", "ct_lightning.generators", "ct_lightning.metrics", "ct_lightning.evaluation",
             "ct_lightning.callbacks", "ct_lightning.experiment", "datamodules"]
 # Layers of ct_lightning, lowest first: a module may import only from its own layer or lower ones.
-LAYERS = [{"constraints", "eval_mode", "models", "pool", "attacks", "losses", "trainer_data"}, {"metrics"},
+LAYERS = [{"constraints", "eval_mode", "models", "pool", "attacks", "losses", "trainer_data", "epoch_block"}, {"metrics"},
           {"generators"}, {"module"}, {"evaluation"}, {"callbacks"}, {"experiment"}]
 
 

@@ -13,10 +13,10 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.experiment.lifecycle import (ERROR_TAG, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND, RUN_ONLY_KEYS,
-                                               defining_config)
+from ct_lightning.experiment.lifecycle import ERROR_TAG, RUN_ONLY_KEYS, defining_config
 from ct_lightning.experiment.runs import load_checkpoint
 from ct_lightning.experiment.settings import load_config_file
+from ct_lightning.experiment.tracking import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
 from ct_lightning.experiment.train import train
 from recipe_loader import load_recipe
 
@@ -301,3 +301,31 @@ def test_mlflow_ui_names_tags_model_datasets_and_epoch_steps(store, tmp_path):
 class FirstWeights(L.Callback):
     def on_train_start(self, trainer, pl_module):
         self.state = {k: v.detach().clone() for k, v in pl_module.model.state_dict().items()}
+
+
+def test_one_ensure_experiment_creates_once_and_tags(tmp_path):
+    from ct_lightning.experiment.tracking import ensure_experiment, prepare_store
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    artifacts = prepare_store(uri)
+    client = MlflowClient(tracking_uri=uri)
+    made_elsewhere = client.create_experiment("plain")  # e.g. by another tool: no kind tag yet
+    assert ensure_experiment(client, "plain") == made_elsewhere
+    created = ensure_experiment(client, "new", artifacts)
+    assert ensure_experiment(client, "new", artifacts) == created
+    assert prepare_store(uri, "third") == artifacts
+    for name in ("plain", "new", "third"):
+        assert client.get_experiment_by_name(name).tags[EXPERIMENT_KIND_TAG] == MODEL_TRAINING_KIND
+    assert client.get_experiment(created).artifact_location == artifacts
+
+
+def test_atomic_writes_leave_a_whole_file_or_the_old_one(tmp_path):
+    from ct_lightning.experiment.tracking import atomic_file, write_text_atomic
+
+    target = tmp_path / "out" / "table.md"
+    write_text_atomic(target, "first")
+    assert target.read_text() == "first" and target.stat().st_mode & 0o777 == 0o644
+    with pytest.raises(RuntimeError), atomic_file(target) as temporary:
+        temporary.write_text("half")
+        raise RuntimeError("interrupted")
+    assert target.read_text() == "first" and [p.name for p in target.parent.iterdir()] == ["table.md"]

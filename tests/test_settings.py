@@ -1,6 +1,7 @@
 """The settings table: one source for defaults, command-line options, validation and CTModule's arguments."""
 
 import argparse
+import ast
 import inspect
 from pathlib import Path
 
@@ -21,6 +22,85 @@ def test_module_settings_take_ctmodule_defaults():
         if setting.module:
             default = parameters[setting.name].default
             assert DEFAULTS[setting.name] == (list(default) if isinstance(default, tuple) else default), setting.name
+
+
+NEW_ARGUMENT = ('        lambda_smooth: Annotated[float, {"help": "weight of a smoothness penalty (default {DFLT})",\n'
+                '                                         "group": "counterfactual training", "low": 0.0}] = 0.0,\n')
+NEW_ROW = '    Setting("patience", 5, "epochs without val/acc gain before stopping (default {DFLT})", int, CT, low=1),\n'
+
+ONE_EDIT = """
+import contextlib, io, json, sys, tempfile
+from pathlib import Path
+from ct_lightning.experiment import settings
+from recipe_loader import load_recipe
+
+def refused(call):
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            call()
+    except SystemExit as stop:
+        return stop.code, stderr.getvalue().strip()
+    except ValueError as error:
+        return None, str(error)
+    raise AssertionError("accepted")
+
+parser = load_recipe("train").build_parser()
+yaml_file = Path(tempfile.mkdtemp()) / "c.yaml"
+yaml_file.write_text("lambda-smooth: 0.5\\npatience: 3\\n")
+bad_yaml = yaml_file.with_name("bad.yaml")
+bad_yaml.write_text("lambda_smooth: -1\\n")
+config = settings.resolve_config({"data": "moons", "lambda_smooth": 0.25, "patience": 7})
+result = {
+    "defaults": [settings.DEFAULTS["lambda_smooth"], settings.DEFAULTS["patience"]],
+    "module": [settings.SETTINGS_BY_NAME["lambda_smooth"].module, settings.SETTINGS_BY_NAME["patience"].module],
+    "parsed": [vars(parser.parse_args(["--lambda-smooth", "0.5"]))["lambda_smooth"],
+               vars(parser.parse_args(["--patience", "7"]))["patience"]],
+    "cli_errors": [refused(lambda: parser.parse_args(["--lambda-smooth", "-1"])),
+                   refused(lambda: parser.parse_args(["--patience", "0"]))],
+    "yaml": settings.load_config_file(yaml_file),
+    "yaml_error": refused(lambda: settings.load_config_file(bad_yaml)),
+    "config_error": refused(lambda: settings.resolve_config({"data": "moons", "patience": "ten"})),
+    "kwargs": {k: v for k, v in settings.module_kwargs(config, 2, 2, ["x1", "x2"], None).items()
+               if k in ("lambda_smooth", "patience")},
+}
+if "--module" in sys.argv:
+    from ct_lightning.module import CTModule
+    module = CTModule(**settings.module_kwargs(config, 2, 2, ["x1", "x2"], None))
+    result["hparams"] = module.hparams.lambda_smooth
+print(json.dumps(result))
+"""
+
+
+def test_a_new_setting_is_one_edit(tmp_path):
+    """One annotated CTModule argument, or one row of the table, and nothing else: a default, an option of
+    recipes/train.py, a YAML key and validation (and for the argument, CTModule receives it)."""
+    from package_copy import copy_package, run_with_copy
+
+    package = copy_package(tmp_path)
+    module = package / "module.py"
+    source = module.read_text()
+    anchor = "        seed: Annotated[int,"
+    assert source.count(anchor) == 1
+    module.write_text(source.replace(anchor, NEW_ARGUMENT + anchor))
+    settings = package / "experiment" / "settings.py"
+    source = settings.read_text()
+    anchor = '    Setting("burnin",'
+    assert source.count(anchor) == 1
+    settings.write_text(source.replace(anchor, NEW_ROW + anchor))
+    sys_path = f"import sys; sys.argv.append('--module'); sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+    result = run_with_copy(tmp_path, sys_path + ONE_EDIT)
+    assert result["defaults"] == [0.0, 5] and result["module"] == [True, False]
+    assert result["parsed"] == [0.5, 7]
+    (code, lambda_smooth), (code_row, patience) = result["cli_errors"]
+    assert code == code_row == 2
+    assert lambda_smooth.startswith("error: --lambda-smooth: got -1; allowed: a finite number ≥ 0 ")
+    assert patience.startswith("error: --patience: got 0; allowed: an integer ≥ 1 ")
+    assert result["yaml"] == {"lambda_smooth": 0.5, "patience": 3}
+    yaml_error = result["yaml_error"][1]
+    assert yaml_error.startswith("config ") and "lambda_smooth: got -1; allowed: a finite number ≥ 0" in yaml_error
+    assert result["config_error"] == [None, "patience: got 'ten'; allowed: an integer ≥ 1"]
+    assert result["kwargs"] == {"lambda_smooth": 0.25} and result["hparams"] == 0.25
 
 
 def test_every_setting_is_a_command_line_option():
@@ -82,6 +162,12 @@ def test_catalogue_read_from_source_equals_the_imported_registries():
     parameters = inspect.signature(CTModule.__init__).parameters
     assert catalogue.module_defaults() == {k: p.default for k, p in parameters.items()
                                            if p.default is not inspect.Parameter.empty}
+    # The settings among CTModule's arguments: read from the source = read from the imported signature.
+    imported = {name: catalogue._option(ast.parse(p.annotation, mode="eval").body) for name, p in parameters.items()
+                if isinstance(p.annotation, str)}
+    assert catalogue.module_options() == {name: {**option, "default": parameters[name].default}
+                                          for name, option in imported.items() if option is not None}
+    assert {s.name for s in SETTINGS if s.module} == set(catalogue.module_options())
 
 
 def test_command_line_modules_do_not_import_torch():

@@ -4,9 +4,10 @@
 and generators, the objectives and ``CTModule``'s default arguments live in modules that import
 torch and Lightning (over ten seconds on a busy machine). This module reads those same values from
 the source files with :mod:`ast` (the decorators ``@register("name", "alias")`` and
-``@register_generator("name")``, literal constants and literal signature defaults), so they keep one
-source. Where the source cannot be read that way (an installed wheel without sources, a default that
-is not a literal) it falls back to importing the real thing. ``tests/test_bad_inputs.py`` checks that
+``@register_generator("name")``, literal constants, literal signature defaults and the options of the
+``CTModule`` arguments that are settings), so they keep one source. Where the source cannot be read that
+way (an installed wheel without sources, a default that is not a literal) it falls back to importing the
+real thing. ``tests/test_bad_inputs.py`` checks that
 both ways give the same values.
 """
 
@@ -113,6 +114,7 @@ def generators() -> list[str]:
 
 @cache
 def _static_generators() -> list[str]:
+    # Every file of the package, as ct_lightning.generators imports every module of it: a new file is found here too.
     try:
         names = [args[0] for args in _decorated_names(_ct_dir() / "generators", "register_generator")]
         if names:
@@ -179,9 +181,24 @@ def mutability_kinds() -> tuple[str, ...]:
     return tuple(constant("ct_lightning.constraints", "MUTABILITY_KINDS"))
 
 
+def activations() -> list[str]:
+    """MLP activations (the keys of ``ct_lightning.models.ACTIVATIONS``)."""
+    return list(constant("ct_lightning.models", "ACTIVATIONS"))
+
+
+def _option(annotation: ast.expr | None) -> dict | None:
+    """The option of an ``Annotated[type, {...}]`` annotation (with ``"type"``: the type's name), else ``None``."""
+    if not (isinstance(annotation, ast.Subscript) and getattr(annotation.value, "id", None) == "Annotated"
+            and isinstance(annotation.slice, ast.Tuple) and len(annotation.slice.elts) == 2):
+        return None
+    base, option = annotation.slice.elts
+    return {**ast.literal_eval(option), "type": getattr(base, "id", None)}
+
+
 @cache
-def module_defaults() -> dict:
-    """Default values of ``CTModule.__init__``'s keyword arguments."""
+def _ctmodule_arguments() -> list[tuple[str, ast.expr | None, object]]:
+    """``(name, annotation, default)`` of ``CTModule.__init__``'s keyword arguments, read from the source (else
+    from the imported signature, whose annotations are source text too: ``from __future__ import annotations``)."""
     try:
         tree = ast.parse((_ct_dir() / "module.py").read_text())
         cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "CTModule")
@@ -190,11 +207,30 @@ def module_defaults() -> dict:
         positional = args.posonlyargs + args.args
         pairs = list(zip(positional[len(positional) - len(args.defaults):], args.defaults))
         pairs += [(a, d) for a, d in zip(args.kwonlyargs, args.kw_defaults) if d is not None]
-        return {arg.arg: ast.literal_eval(default) for arg, default in pairs}
+        return [(arg.arg, arg.annotation, ast.literal_eval(default)) for arg, default in pairs]
     except (OSError, SyntaxError, ValueError, StopIteration):
         import inspect  # noqa: PLC0415
 
         from ct_lightning.module import CTModule  # noqa: PLC0415
 
-        return {name: p.default for name, p in inspect.signature(CTModule.__init__).parameters.items()
-                if p.default is not inspect.Parameter.empty}
+        return [(name, ast.parse(p.annotation, mode="eval").body if isinstance(p.annotation, str) else None,
+                 p.default) for name, p in inspect.signature(CTModule.__init__).parameters.items()
+                if p.default is not inspect.Parameter.empty]
+
+
+def module_defaults() -> dict:
+    """Default values of ``CTModule.__init__``'s keyword arguments."""
+    return {name: default for name, _, default in _ctmodule_arguments()}
+
+
+@cache
+def module_options() -> dict[str, dict]:
+    """The ``CTModule`` arguments that are training settings (annotated ``Annotated[type, {option}]``), in
+    signature order: name → the option (``help``, ``group``, bounds, ``choices``...) with ``"type"`` (the
+    annotation's type name, ``None`` for a union) and ``"default"``."""
+    options = {}
+    for name, annotation, default in _ctmodule_arguments():
+        option = _option(annotation)
+        if option is not None:
+            options[name] = {**option, "default": default}
+    return options

@@ -13,6 +13,10 @@ import shlex
 import sys
 from pathlib import Path
 
+# The experiment itself (created once, tagged for the UI's model-training view) is tracking.ensure_experiment's;
+# it stays importable from here for experiment/train.py.
+from ct_lightning.experiment.tracking import ensure_experiment  # noqa: F401
+
 # Where one run writes and how it is shown: never part of the logged configuration that a repeat reuses.
 RUN_ONLY_KEYS = frozenset({"checkpoint_dir", "summary_json", "run_name", "resume", "config", "overwrite", "progress"})
 # What may be given together with --resume: where output goes, how it runs, and --max-epochs (to extend the run).
@@ -21,8 +25,6 @@ RESUME_OPTIONS = frozenset({"resume", "tracking_uri", "experiment", "summary_jso
                             "epoch_loop"})
 CHECKPOINT_DIR_TAG = "ct.checkpoint_dir"
 ERROR_TAG = "error"
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"   # read by the MLflow 3 UI to choose its view
-MODEL_TRAINING_KIND = "custom_model_development"  # the model-training view (not GenAI)
 
 
 def defining_config(config: dict) -> dict:
@@ -77,15 +79,6 @@ def check_outputs(config: dict, resuming: bool = False) -> None:
         if path.is_dir() and any(path.iterdir()) and not overwrite:
             raise ValueError(f"checkpoint_dir: {path} already holds files (another run's checkpoints?); choose a "
                              f"new folder, leave it out (each run then gets its own) or pass --overwrite")
-
-
-def ensure_experiment(client, name: str, artifact_location: str | None) -> str:
-    """The id of experiment ``name`` (created if missing), marked so the UI opens its model-training view."""
-    found = client.get_experiment_by_name(name)
-    experiment_id = found.experiment_id if found else client.create_experiment(name, artifact_location=artifact_location)
-    if found is None or found.tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING_KIND:
-        client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
-    return experiment_id
 
 
 def create_run(client, experiment_id: str, config: dict, tags: dict | None = None) -> tuple[str, str]:

@@ -12,15 +12,16 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import signal
 import sys
 import tempfile
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
+
+from ct_lightning.experiment.tracking import atomic_file
 
 # Settings that say where a run writes or how it shows progress, not what it trains.
 NON_DEFINING_KEYS = frozenset({"tracking_uri", "experiment", "run_name", "checkpoint_dir", "summary_json",
@@ -99,18 +100,9 @@ def save_evaluation(result, path: str | Path) -> Path:
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(result.config).items()},
         "factuals": result.factuals, "counterfactuals": result.counterfactuals,
     }
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
-    os.close(fd)
-    try:
-        torch.save(payload, tmp)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
+    with atomic_file(path) as temporary:
+        torch.save(payload, temporary)
+    return Path(path)
 
 
 def load_evaluation(path: str | Path):
@@ -153,6 +145,7 @@ class Task:
     parent_run_id: str | None = None
     reuse_run_id: str | None = None
     threads: int = 1
+    _config: dict | None = field(default=None, init=False, repr=False, compare=False)  # resolved once
 
     @property
     def label(self) -> str:
@@ -165,10 +158,12 @@ class Task:
                 "progress": False}
 
     def resolved_config(self) -> dict:
-        """The fully resolved training configuration (what the key is computed from)."""
+        """The fully resolved training configuration (what the key is computed from), resolved once per task."""
         from ct_lightning.experiment.settings import resolve_config
 
-        return resolve_config(self.overrides())
+        if self._config is None:
+            self._config = resolve_config(self.overrides())
+        return dict(self._config)
 
     def eval_key(self) -> str:
         return evaluation_key(self.protocol, self.protected, not self.protected)

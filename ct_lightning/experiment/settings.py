@@ -1,13 +1,16 @@
-"""The one table of training settings: defaults, command-line options, validation and CTModule's arguments.
+"""The training settings: defaults, command-line options, validation and CTModule's arguments.
 
-Each :class:`Setting` row says its default, type, help, command-line group and allowed values. From the
-table come ``DEFAULTS``, the options of ``recipes/train.py`` (:func:`add_arguments`), the checks of
-:func:`validate_config` and the keyword arguments of ``CTModule`` (:func:`module_kwargs`). Settings that
-are ``CTModule`` arguments take their default from ``CTModule``'s signature. The per-data-set values of
-SPEC Table 2 (``tau``, ``nce``, ``lambda_reg``, ``batch_size``) come from the data module classes
-(``ct_defaults``, ``default_batch_size``), their one source; ``configs/*.yaml`` are checked against them.
+Each :class:`Setting` says its default, type, help, command-line group and allowed values. From the
+settings come ``DEFAULTS``, the options of ``recipes/train.py`` (:func:`add_arguments`), the checks of
+:func:`validate_config` and the keyword arguments of ``CTModule`` (:func:`module_kwargs`). A setting has
+one home: a ``CTModule`` argument annotated ``Annotated[type, {"help": ..., "group": ..., bounds}]`` is one
+(its default and option are read from ``CTModule``'s source by ``catalogue.module_options``, without
+importing torch); every other setting (data, trainer, tracking) is a row of ``TABLE`` below. The
+per-data-set values of SPEC Table 2 (``tau``, ``nce``, ``lambda_reg``, ``batch_size``) come from the data
+module classes (``ct_defaults``, ``default_batch_size``), their one source; ``configs/*.yaml`` are checked
+against them.
 
-A new setting is one row here (plus its use where it acts, e.g. a new ``CTModule`` argument).
+A new setting is one edit (plus its use where it acts): an annotated ``CTModule`` argument, or a row here.
 """
 
 from __future__ import annotations
@@ -26,7 +29,6 @@ from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.tracking import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
 from ct_lightning.experiment.validation import InputError, Rule, one_line
 
-_MODULE_DEFAULT = object()  # marker: the default is CTModule's
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 EPOCH_LOOPS = ("auto", "fused", "lightning")
 
@@ -66,7 +68,7 @@ def lightning_strategies() -> list[str]:
 class Setting:
     """One training setting: its default, how the command line reads it and which values it allows.
 
-    ``module``: passed to ``CTModule`` under the same name (the default then comes from its signature).
+    ``module``: a ``CTModule`` argument, passed under the same name (made by :func:`module_setting`).
     ``table2``: the data set's SPEC Table 2 value replaces the default. ``choices`` may be a callable
     (evaluated when needed, e.g. the registered generators). ``low``/``high`` bound numbers, open
     at that end when ``low_open``/``high_open``. ``flag``/``action``/``nargs``/``const``/``metavar``
@@ -74,7 +76,7 @@ class Setting:
     """
 
     name: str
-    default: Any = _MODULE_DEFAULT
+    default: Any = None
     help: str = ""
     type: Callable | None = None
     group: str | None = "tracking and output"
@@ -93,11 +95,8 @@ class Setting:
 
     @property
     def value(self) -> Any:
-        """The default value (``CTModule``'s for module settings; sequences become lists)."""
-        if self.default is not _MODULE_DEFAULT:
-            return self.default
-        default = catalogue.module_defaults()[self.name]
-        return list(default) if isinstance(default, tuple) else default
+        """The default value (sequences become lists)."""
+        return list(self.default) if isinstance(self.default, tuple) else self.default
 
     @property
     def option(self) -> str:
@@ -168,7 +167,7 @@ EXTRA_CHECKS: dict[str, Callable[[Any, str], None]] = {
 DATA, CT, SEARCH, MODEL, START, TRACK = ("data", "counterfactual training", "counterfactual search",
                                          "model and optimiser", "fine-tuning and resuming", "tracking and output")
 
-SETTINGS: tuple[Setting, ...] = (
+TABLE: tuple[Setting, ...] = (
     Setting("config", None, "YAML file with any of these options (long names, e.g. max_epochs: 50)", group=""),
     # data
     Setting("data", "circles", "data set: {AVAILABLE} (default {DFLT})", group=DATA, choices=datasets_and_aliases),
@@ -177,42 +176,11 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("center_distance", None, "blob data sets (ls, ol) only: move the two default centres along the line "
             "through them, about their midpoint, to this distance (sensitivity studies; default: the data set's "
             "random centres)", float, DATA, low=0.0, low_open=True),
-    Setting("seed", help="seed for model, shuffling and CT (default {DFLT})", type=int, group=DATA, module=True,
-            low=0, high=2**32 - 1),
     # counterfactual training
-    Setting("objective", help="full: all terms; vanilla: baseline; energy: clf+div+ridge; adversarial: clf+adv "
-            "(default {DFLT})", group=CT, module=True, choices=catalogue.objectives),
     Setting("max_epochs", 100, "training epochs (default {DFLT})", int, CT, low=1),
     Setting("burnin", 0.0, "share of epochs trained conventionally before CT starts, in [0, 1) (default {DFLT})",
             float, CT, low=0.0, high=1.0, high_open=True),
-    Setting("nce", help="counterfactuals searched per epoch [Table 2]", type=int, group=CT, module=True, table2=True,
-            low=1),
-    Setting("pool", help="epoch: search all nce counterfactuals once per epoch (fast); step: search inside each "
-            "step (default {DFLT})", group=CT, module=True, choices=catalogue.pool_modes),
-    Setting("lambda_clf", help="weight of the classification loss (default {DFLT})", type=float, group=CT,
-            module=True, low=0.0),
-    Setting("lambda_div", help="weight of the contrastive divergence (default {DFLT})", type=float, group=CT,
-            module=True, low=0.0),
-    Setting("lambda_reg", help="weight of the energy ridge penalty [Table 2] (SPEC default {DFLT})", type=float,
-            group=CT, module=True, table2=True, low=0.0),
-    Setting("lambda_adv", help="weight of the adversarial loss (default {DFLT})", type=float, group=CT, module=True,
-            low=0.0),
-    Setting("epsilon", help="ℓ∞ radius for nascent counterfactuals (default {DFLT})", type=float, group=CT,
-            module=True, low=0.0),
     # counterfactual search
-    Setting("generator", help="default {DFLT}", group=SEARCH, module=True, choices=catalogue.generators),
-    Setting("generator_options", help="generator settings as KEY=VALUE,... or a JSON object, e.g. "
-            "variant=gan,refit_every=5 (amortised) or latent_dim=4 (revise)", group=SEARCH, module=True,
-            metavar="OPTIONS"),
-    Setting("tau", help="target-probability threshold for convergence [Table 2] (SPEC default {DFLT})", type=float,
-            group=SEARCH, module=True, table2=True, low=0.0, high=1.0, low_open=True),
-    Setting("max_steps", help="maximum search steps T (default {DFLT})", type=int, group=SEARCH, module=True, low=0),
-    Setting("search_lr", help="SGD step size η of the search (default {DFLT})", type=float, group=SEARCH,
-            module=True, low=0.0, low_open=True),
-    Setting("lambda_cost", help="ℓ1 distance penalty λ_cst (default {DFLT})", type=float, group=SEARCH, module=True,
-            low=0.0),
-    Setting("lambda_energy", help="ECCo energy penalty λ_egy (default {DFLT})", type=float, group=SEARCH,
-            module=True, low=0.0),
     Setting("immutable", [], "comma-separated feature names that must not change, e.g. age,sex", group=SEARCH),
     Setting("protect", False, "make the data set's default protected features immutable", group=SEARCH,
             action="store_true"),
@@ -220,17 +188,9 @@ SETTINGS: tuple[Setting, ...] = (
             + "|".join(catalogue.mutability_kinds()), group=SEARCH),
     Setting("domain", True, "do not project counterfactuals onto the data domain", group=SEARCH, flag="--no-domain",
             action="store_false"),
-    Setting("domain_std", help="n in the inferred domain μ ± nσ (default {DFLT})", type=float, group=SEARCH,
-            module=True, low=0.0),
     # model and optimiser
     Setting("model", "mlp", "mlp, cnn (LeNet-style, for MNIST) or package.module:factory returning an nn.Module "
             "(called with n_features, n_classes if it takes them) (default {DFLT})", group=MODEL),
-    Setting("hidden_sizes", help="MLP hidden layer sizes, e.g. 64,64 (default 32)", type=csv_ints, group=MODEL,
-            module=True, low=1),
-    Setting("activation", help="MLP activation (default {DFLT})", group=MODEL, module=True,
-            choices=lambda: list(catalogue.constant("ct_lightning.models", "ACTIVATIONS"))),
-    Setting("lr", help="Adam learning rate (default {DFLT})", type=float, group=MODEL, module=True, low=0.0,
-            low_open=True),
     Setting("accelerator", "auto", "Lightning accelerator: auto, cpu, gpu, cuda, mps (default {DFLT})", group=MODEL,
             choices=ACCELERATORS),
     Setting("threads", None, "torch intra-op threads: default 1 for the paper's small MLPs (more threads only "
@@ -273,6 +233,29 @@ SETTINGS: tuple[Setting, ...] = (
     Setting("eval_every", 0, "every N epochs, evaluate counterfactuals on the validation split and log val/ip, "
             "val/ip_star, val/cost, ... (default {DFLT}: off)", int, low=0),
 )
+GROUPS = ("", DATA, CT, SEARCH, MODEL, START, TRACK)  # the sections of --help, in this order
+KINDS = {"int": int, "float": float, "str": None}
+
+
+def module_setting(name: str, option: dict) -> Setting:
+    """The setting of a ``CTModule`` argument from its option (:func:`catalogue.module_options`): the type from the
+    annotation (a sequence default: comma-separated integers), ``choices`` naming a catalogue function."""
+    option = dict(option)
+    kind, default, choices = option.pop("type"), option.pop("default"), option.pop("choices", None)
+    if option.get("group") not in GROUPS:
+        raise ValueError(f"CTModule argument {name}: group must be one of {GROUPS}, got {option.get('group')!r}")
+    kind = KINDS[kind] if kind in KINDS else csv_ints if isinstance(default, (tuple, list)) else None
+    return Setting(name, default, type=kind, module=True, choices=getattr(catalogue, choices) if choices else None,
+                   **option)
+
+
+def in_group_order(settings) -> tuple[Setting, ...]:
+    """``settings`` grouped as ``--help`` shows them (the table's rows first within a group)."""
+    return tuple(sorted(settings, key=lambda setting: GROUPS.index(setting.group)))
+
+
+SETTINGS: tuple[Setting, ...] = in_group_order(
+    [*TABLE, *(module_setting(name, option) for name, option in catalogue.module_options().items())])
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
 DEFAULTS: dict[str, Any] = {s.name: s.value for s in SETTINGS}
 # Settings whose SPEC Table 2 value (the data module's ct_defaults) replaces the default.

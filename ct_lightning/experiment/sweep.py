@@ -180,9 +180,9 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         # Trials may run in other working directories (Ray workers): make the store path absolute.
         tracking_uri = "sqlite:///" + str(Path(tracking_uri[len("sqlite:///"):]).resolve())
     base = {**base, "tracking_uri": tracking_uri, "experiment": experiment}
-    artifact_location = prepare_store(tracking_uri)
-    experiment_id = ensure_experiment(tracking_uri, experiment, artifact_location)
+    artifact_location = prepare_store(tracking_uri)  # the store, created once under a file lock
     client = MlflowClient(tracking_uri=tracking_uri)
+    experiment_id = ensure_experiment(client, experiment, artifact_location)
     key = sweep_key(base, settings, metric, mode)
     parent, reopened = find_or_create_sweep_parent(client, experiment_id, key, name or f"sweep {','.join(space)}")
     if not reopened:

@@ -1,4 +1,4 @@
-"""MLflow tracking: the default local SQLite store and atomic result files."""
+"""MLflow tracking: the default local SQLite store, its experiments and atomic result files."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 try:
@@ -48,21 +49,28 @@ def retry_race(action, attempts: int = 8, delay: float = 0.25):
     return None
 
 
-def ensure_experiment(tracking_uri: str, experiment: str, artifact_location: str | None = None) -> str:
-    """The id of ``experiment`` in the store, created (once, even with many concurrent callers) if missing."""
-    from mlflow.tracking import MlflowClient
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"   # read by the MLflow 3 UI to choose its view
+MODEL_TRAINING_KIND = "custom_model_development"  # the model-training view (not GenAI)
+
+
+def ensure_experiment(client, name: str, artifact_location: str | None = None) -> str:
+    """The id of experiment ``name`` in ``client``'s store: created if missing (once, even with many concurrent
+    callers: the known races are retried) and marked so the UI opens its model-training view."""
 
     def get_or_create() -> str:
-        client = MlflowClient(tracking_uri=tracking_uri)
-        found = client.get_experiment_by_name(experiment)
-        return found.experiment_id if found else client.create_experiment(experiment,
-                                                                          artifact_location=artifact_location)
+        found = client.get_experiment_by_name(name)
+        experiment_id = found.experiment_id if found else client.create_experiment(
+            name, artifact_location=artifact_location)
+        if found is None or found.tags.get(EXPERIMENT_KIND_TAG) != MODEL_TRAINING_KIND:
+            client.set_experiment_tag(experiment_id, EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND)
+        return experiment_id
 
     return retry_race(get_or_create)
 
 
 def prepare_store(tracking_uri: str, experiment: str | None = None) -> str | None:
-    """Create a local SQLite store (and ``experiment``, if given); return the artifact location to use with it.
+    """Create a local SQLite store (and ``experiment``, if given: :func:`ensure_experiment`); return the artifact
+    location to use with it.
 
     MLflow 3 rejects the old file store, so local runs track in SQLite and keep artifacts as
     files in ``artifacts/`` next to the database. Many processes may start at once on a fresh
@@ -70,19 +78,20 @@ def prepare_store(tracking_uri: str, experiment: str | None = None) -> str | Non
     them fails with ``table experiments already exists``. A server store (``http://...``) creates
     its own tables; there only the experiment is created, with retries.
     """
+    from mlflow.tracking import MlflowClient
+
     if tracking_uri.startswith("sqlite:///"):
         store = local_store_dir(tracking_uri)
         artifacts = (store / "artifacts").resolve().as_uri()
         with store_lock(store):
+            client = MlflowClient(tracking_uri=tracking_uri)
             if experiment is not None:
-                ensure_experiment(tracking_uri, experiment, artifacts)
+                ensure_experiment(client, experiment, artifacts)
             else:
-                from mlflow.tracking import MlflowClient
-
-                retry_race(lambda: MlflowClient(tracking_uri=tracking_uri).search_experiments(max_results=1))
+                retry_race(lambda: client.search_experiments(max_results=1))
         return artifacts
     if experiment is not None:
-        ensure_experiment(tracking_uri, experiment)
+        ensure_experiment(MlflowClient(tracking_uri=tracking_uri), experiment)
     return None
 
 
@@ -110,16 +119,24 @@ def write_json_atomic(path: str | os.PathLike, payload: dict) -> None:
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
     """Write ``text`` to ``path`` via a temporary file and an atomic rename."""
+    with atomic_file(path) as temporary:
+        temporary.write_text(text)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary file beside ``path`` to write (its folder created, mode 0644: results are meant to be shared),
+    renamed onto ``path`` in one step when the block ends, removed if it raises: readers never see half a file."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    os.chmod(tmp, 0o644)  # mkstemp makes 0600; results are meant to be shared
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    os.chmod(temporary, 0o644)  # mkstemp makes 0600
     try:
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
-        os.replace(tmp, path)
+        yield Path(temporary)
+        os.replace(temporary, path)
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        Path(temporary).unlink(missing_ok=True)
         raise
 
 

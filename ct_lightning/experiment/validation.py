@@ -227,6 +227,20 @@ def exit_on_error(error: BaseException, parser: argparse.ArgumentParser | None =
 KNOWN_ERRORS = (ValueError, EnvironmentProblem, OSError)
 
 
+def console_entry(main: Callable[[list[str] | None], Any]) -> Callable[[], int]:
+    """A recipe's console-script entry (``ct-train = "recipes.train:cli"``): run ``main`` on the command line and
+    return exit code 0. ``main`` returns its summary for callers in Python, which a console script's
+    ``sys.exit(cli())`` must not see (it would print it and exit 1); errors still end inside ``main`` with their
+    one-line message and exit code 1 or 2."""
+
+    def cli() -> int:
+        main(None)
+        return 0
+
+    cli.__doc__ = f"Console-script entry: ``{main.__module__}.main`` on the command line; exit code 0 on success."
+    return cli
+
+
 # --- checks of the environment -------------------------------------------------------------------------------
 
 def _nearest_existing(path: Path) -> Path:

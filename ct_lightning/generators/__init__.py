@@ -1,19 +1,36 @@
 """Counterfactual generators: the contract (``base``), the registry, the batched search and the catalogue.
 
-Every generator of the catalogue is imported here explicitly, so ``GENERATORS`` is complete as soon
-as this package is imported. A new generator is one new module with a ``@register_generator("name")``
-class derived from :class:`CounterfactualGenerator`, plus one import line below.
+Every module of this package (subpackages included) is imported here, so ``GENERATORS`` is complete as soon
+as this package is imported: a new generator is one new module with a ``@register_generator("name")``
+class derived from :class:`CounterfactualGenerator`, and nothing else. ``ct_lightning.experiment.catalogue``
+reads the names from the same files without importing them.
 """
+
+import importlib
+import pkgutil
 
 from ct_lightning.generators.base import CounterfactualGenerator, FitContext, SearchResult, prepare_standalone
 from ct_lightning.generators.registry import GENERATORS, generator_class, make_generator, register_generator
 from ct_lightning.generators.search import search_counterfactuals
 
-# The catalogue (registration happens in the class decorators).
-from ct_lightning.generators.feature_space import ECCo, Generic, energy_decay
-from ct_lightning.generators.revise import Revise
-from ct_lightning.generators.amortised import Amortised
-from ct_lightning.generators.sns import SNSRefined, stable_neighbor_search
+# The infrastructure above; every other module is (or holds) part of the catalogue.
+INFRASTRUCTURE = ("base", "registry", "search")
+
+
+def _import_catalogue() -> None:
+    """Import every module of this package but the infrastructure (registration happens in the decorators)."""
+    for module in pkgutil.walk_packages(__path__, f"{__name__}."):
+        if module.name.removeprefix(f"{__name__}.") not in INFRASTRUCTURE:
+            importlib.import_module(module.name)
+
+
+_import_catalogue()
+
+# The public names of the catalogue's modules.
+from ct_lightning.generators.amortised import Amortised  # noqa: E402
+from ct_lightning.generators.feature_space import ECCo, Generic, energy_decay  # noqa: E402
+from ct_lightning.generators.revise import Revise  # noqa: E402
+from ct_lightning.generators.sns import SNSRefined, stable_neighbor_search  # noqa: E402
 
 __all__ = ["GENERATORS", "Amortised", "CounterfactualGenerator", "ECCo", "FitContext", "Generic", "Revise",
            "SNSRefined", "SearchResult", "energy_decay", "generator_class", "make_generator", "prepare_standalone",

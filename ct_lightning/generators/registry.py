@@ -32,7 +32,7 @@ def generator_class(name: str) -> Callable:
     """The class (or factory) registered under ``name``, with an error naming the allowed ones."""
     key = name.lower()
     if key not in GENERATORS:
-        raise ValueError(f"generator: unknown {name!r}; allowed: {', '.join(GENERATORS)}")
+        raise ValueError(f"generator: unknown {name!r}; allowed: {', '.join(sorted(GENERATORS))}")
     return GENERATORS[key]
 
 

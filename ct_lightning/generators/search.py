@@ -1,15 +1,18 @@
-"""Batched gradient-based counterfactual search (Eq. 1) over a whole pool at once.
+"""Batched gradient-based counterfactual search over a whole pool at once: the one active-rows loop.
 
 All counterfactuals of a pool live in one tensor. Each step runs one forward and one
 backward pass over the rows that are still searching; a row freezes as soon as its
 target probability reaches ``tau`` and the loop ends when every row has converged or
-``max_steps`` steps are spent.
+``max_steps`` steps are spent. :func:`active_rows_search` is that loop for any search variable;
+:class:`FeatureSpace` searches ``x'`` itself (Eq. 1: Generic, ECCo), REVISE a VAE's latent code
+(:class:`ct_lightning.generators.revise.latent.LatentSpace`).
 """
 
 from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import Protocol
 
 import torch
 import torch.nn.functional as F
@@ -53,69 +56,214 @@ def _closed_form_step(generator, logits: torch.Tensor, rows: torch.Tensor, rows_
     return done, grad
 
 
-def _has_closed_form(generator) -> bool:
-    # Generators whose penalty depends on the logits and |x' − x| alone give its gradient in closed form:
-    # one backward pass through the model with the logit gradient as grad_outputs, no graph of its own.
-    return callable(getattr(generator, "has_closed_form", None)) and generator.has_closed_form()
+class SearchSpace(Protocol):
+    """What an active-rows search optimises (see :func:`active_rows_search`)."""
+
+    modules: tuple[nn.Module, ...]  # put in eval mode, with gradients on, for the search
+
+    def start(self, x: torch.Tensor) -> torch.Tensor: ...  # the search variable at the factuals
+
+    def gradient(self, v: torch.Tensor, x: torch.Tensor, target: torch.Tensor, tau: float, step: int,
+                 max_steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...  # points, done, ∂loss/∂v
+
+    def reached(self, v: torch.Tensor, x: torch.Tensor, target: torch.Tensor,
+                tau: float) -> tuple[torch.Tensor, torch.Tensor]: ...  # points, done (no gradient)
+
+    def advance(self, v: torch.Tensor, grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor: ...  # the next v
 
 
-def _step_gradient(generator, closed_form: bool, model: nn.Module, rows: torch.Tensor, rows_x: torch.Tensor,
-                   target: torch.Tensor, tau: float, step: int, max_steps: int):
-    """One forward and one backward pass: τ-convergence of ``rows`` and the input gradient of Eq. 1."""
-    rows = rows.detach().requires_grad_(True)
-    logits = model(rows)
-    if closed_form:
-        return _closed_form_step(generator, logits, rows, rows_x, target, tau, step, max_steps)
-    done = target_reached(logits.detach(), target, tau)
-    loss = F.cross_entropy(logits, target, reduction="sum") + \
-        generator.penalty(rows, rows_x, logits, target, step, max_steps).sum()
-    (grad,) = torch.autograd.grad(loss, rows)
-    return done, grad
+class FeatureSpace:
+    """The search variable is the counterfactual ``x'`` itself (Generic, ECCo): Eq. 1's input gradient,
+    in closed form where the generator gives its penalty's gradient, and a constrained SGD step."""
+
+    def __init__(self, model: nn.Module, generator, limits: Constraints):
+        self.model, self.generator, self.limits = model, generator, limits
+        self.modules = (model,)
+        # Generators whose penalty depends on the logits and |x' − x| alone give its gradient in closed form:
+        # one backward pass through the model with the logit gradient as grad_outputs, no graph of its own.
+        self.closed_form = callable(getattr(generator, "has_closed_form", None)) and generator.has_closed_form()
+
+    def start(self, x: torch.Tensor) -> torch.Tensor:
+        """The search starts at the factual."""
+        return x
+
+    def gradient(self, rows: torch.Tensor, rows_x: torch.Tensor, target: torch.Tensor, tau: float, step: int,
+                 max_steps: int):
+        """One forward and one backward pass: the points, their τ-convergence and the input gradient of Eq. 1."""
+        points = rows
+        rows = rows.detach().requires_grad_(True)
+        logits = self.model(rows)
+        if self.closed_form:
+            return (points, *_closed_form_step(self.generator, logits, rows, rows_x, target, tau, step, max_steps))
+        done = target_reached(logits.detach(), target, tau)
+        loss = F.cross_entropy(logits, target, reduction="sum") + \
+            self.generator.penalty(rows, rows_x, logits, target, step, max_steps).sum()
+        (grad,) = torch.autograd.grad(loss, rows)
+        return points, done, grad
+
+    def reached(self, rows: torch.Tensor, rows_x: torch.Tensor, target: torch.Tensor, tau: float):
+        """The points and their τ-convergence, without a gradient (the check after the last step)."""
+        with torch.no_grad():
+            return rows, target_reached(self.model(rows), target, tau)
+
+    def advance(self, rows: torch.Tensor, grad: torch.Tensor, rows_x: torch.Tensor) -> torch.Tensor:
+        """One SGD step, the gradient masked by mutability and the point projected onto the constraints."""
+        return self.limits.step(rows, grad, self.generator.lr, rows_x)
 
 
-def _search_masked(model, x, target, generator, tau, max_steps, epsilon, limits: Constraints,
-                   check_every: int) -> SearchResult:
-    """The search with every row kept in the batch and frozen rows masked: the same per-row path as the
-    packed search, with no host sync inside a step (for accelerators)."""
+def _distance(points: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    """ℓ∞ distance of each point from its factual."""
+    return torch.sub(points, x).abs_().amax(1)
+
+
+def _search_masked(space: SearchSpace, x, target, tau, max_steps, epsilon, check_every: int) -> SearchResult:
+    """The loop with every row kept in the batch and frozen rows masked: the same per-row path as the
+    packed loop, with no host sync inside a step (for accelerators)."""
     n = len(x)
     device = x.device
-    closed_form = _has_closed_form(generator)
-    with gradient_scope(model):
+    rows = space.start(x)
+    x_cf, nascent = x.clone(), x.clone()
+    nascent_steps = torch.zeros(n, dtype=torch.long, device=device)
+    steps = torch.full((n,), max_steps, dtype=torch.long, device=device)
+    converged = torch.zeros(n, dtype=torch.bool, device=device)
+    previous = was_inside = None
+    last = -1
+    for step in range(max_steps):
+        points, done, grad = space.gradient(rows, x, target, tau, step, max_steps)
+        inside = _distance(points, x) <= epsilon
+        if previous is not None:  # a row leaving the ε-ball: its previous point is its nascent CE so far
+            leaving = was_inside & ~inside & ~converged
+            nascent = torch.where(leaving[:, None], previous, nascent)
+            nascent_steps = torch.where(leaving, step - 1, nascent_steps)
+        newly = done & ~converged  # `converged` doubles as "frozen" until the loop ends
+        x_cf = torch.where(newly[:, None], points, x_cf)
+        record = newly & inside
+        nascent = torch.where(record[:, None], points, nascent)
+        nascent_steps = torch.where(record, step, nascent_steps)
+        steps = torch.where(newly, step, steps)
+        converged = converged | newly
+        rows = torch.where(~converged[:, None], space.advance(rows, grad, x), rows)
+        previous, was_inside, last = points, inside, step
+        if (step + 1) % check_every == 0 and bool(converged.all()):  # the only host sync
+            break
+    searching = ~converged
+    points, reached = space.reached(rows, x, target, tau)
+    inside = _distance(points, x) <= epsilon
+    if previous is not None:
+        leaving = was_inside & ~inside & searching
+        nascent = torch.where(leaving[:, None], previous, nascent)
+        nascent_steps = torch.where(leaving, last, nascent_steps)
+    x_cf = torch.where(searching[:, None], points, x_cf)
+    record = searching & inside
+    nascent = torch.where(record[:, None], points, nascent)
+    nascent_steps = torch.where(record, max_steps, nascent_steps)
+    converged = torch.where(searching, reached, converged)
+    return SearchResult(x_cf, nascent, converged, steps, nascent_steps)
+
+
+def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> SearchResult:
+    """The loop with the rows still searching packed in their own tensors (see :func:`active_rows_search`)."""
+    n = len(x)
+    device = x.device
+    # On CPU the rows to write are found with nonzero (free there); on an accelerator, where nonzero
+    # would cost a host sync, every row is written and the unselected ones go to a scratch row n.
+    select_rows = device.type == "cpu"
+    scratch = 0 if select_rows else 1
+    x_cf = x.clone()
+    nascent = torch.cat([x, x[:scratch]]) if scratch else x.clone()
+    nascent_steps = torch.zeros(n + scratch, dtype=torch.long, device=device)
+    steps = torch.full((n,), max_steps, dtype=torch.long, device=device)
+    converged = torch.zeros(n, dtype=torch.bool, device=device)
+
+    def record_nascent(ids: torch.Tensor, points: torch.Tensor, mask: torch.Tensor, step: int) -> None:
+        """nascent[ids[i]] = points[i] and nascent_steps[ids[i]] = step where mask[i]."""
+        if select_rows:
+            chosen = mask.nonzero().squeeze(1)
+            if chosen.numel():
+                ids = ids.index_select(0, chosen)
+                nascent.index_copy_(0, ids, points.index_select(0, chosen))
+                nascent_steps.index_fill_(0, ids, step)
+        else:
+            ids = torch.where(mask, ids, n)
+            nascent.index_copy_(0, ids, points)
+            nascent_steps.index_fill_(0, ids, step)
+
+    def freeze(ids: torch.Tensor, points: torch.Tensor, inside: torch.Tensor, step: int) -> None:
+        """Rows ``ids`` converged at ``step`` with these points."""
+        x_cf.index_copy_(0, ids, points)
+        record_nascent(ids, points, inside, step)
+        steps.index_fill_(0, ids, step)
+        converged.index_fill_(0, ids, True)
+
+    # The rows still searching, packed; `active` maps them to rows of the outputs. `previous`: their points
+    # at the step before, `was_inside`: whether those lay within ε (ℓ∞) of the factual.
+    active = torch.arange(n, device=device)
+    rows, rows_x, rows_target = space.start(x), x, target
+    previous = was_inside = None
+    for step in range(max_steps + 1):
+        if step == max_steps:  # convergence check only: no graph, no step
+            points, done = space.reached(rows, rows_x, rows_target, tau)
+        else:
+            points, done, grad = space.gradient(rows, rows_x, rows_target, tau, step, max_steps)
+        inside = _distance(points, rows_x) <= epsilon
+        if previous is not None:  # a row leaving the ε-ball: its previous point is its nascent CE so far
+            record_nascent(active, previous, was_inside & ~inside, step - 1)
+        if step == max_steps:  # rows that used all max_steps steps
+            converged[active] = done
+            x_cf.index_copy_(0, active, points)
+            record_nascent(active, points, inside, max_steps)
+            break
+        n_done = int(done.sum())  # the step's one host sync: how many rows froze
+        if n_done == len(active):
+            freeze(active, points, inside, step)
+            break
+        if n_done:
+            # Stable partition: searching rows first (in order), then the frozen ones.
+            order = torch.argsort(done.to(torch.uint8), stable=True)
+            keep, frozen = order[:len(order) - n_done], order[len(order) - n_done:]
+            ids = active.index_select(0, frozen)
+            freeze(ids, points.index_select(0, frozen), inside.index_select(0, frozen), step)
+            same = points is rows  # the variable is the point itself (feature space): select it once
+            active, rows, grad, rows_x, rows_target, inside = (
+                t.index_select(0, keep) for t in (active, rows, grad, rows_x, rows_target, inside))
+            points = rows if same else points.index_select(0, keep)
+        rows = space.advance(rows, grad, rows_x)
+        previous, was_inside = points, inside
+    return SearchResult(x_cf, nascent[:n], converged, steps, nascent_steps[:n])
+
+
+def active_rows_search(space: SearchSpace, x: torch.Tensor, target: torch.Tensor, tau: float = 0.75,
+                       max_steps: int = 30, epsilon: float = 0.3, packed: bool | None = None,
+                       check_every: int = 8) -> SearchResult:
+    """The one batched active-rows loop of every iterative search (feature space, REVISE's latent space).
+
+    ``space`` (a :class:`SearchSpace`) says what differs: ``start(x)`` gives the search variable (``x'``
+    itself, or a latent code), ``gradient(v, x, target, tau, step, max_steps)`` the counterfactual points at
+    ``v`` (detached), their τ-convergence and the gradient of the objective with respect to ``v`` (one
+    forward and one backward pass), ``reached(v, x, target, tau)`` the points and their convergence without
+    a gradient, ``advance(v, grad, x)`` the next variable (the step and any projection); ``modules`` are put
+    in eval mode with gradients on. Per row: at each step ``s`` the row freezes with its current point once its
+    target probability reaches ``tau`` (``steps = s``), otherwise it takes a step; after ``max_steps`` steps
+    its point is checked once more. The nascent counterfactual is the last path point within ``epsilon``
+    (ℓ∞) of the factual (the factual itself if none is), written when a row leaves the ε-ball or freezes.
+
+    ``packed`` (default: on CPU only): the rows still searching are kept packed in their own tensors, so a
+    step costs one forward and one backward pass over the active rows plus a few elementwise operations,
+    and one host sync (the count of rows that froze) to shrink the batch. Otherwise, on an accelerator, all
+    rows stay in the batch and frozen ones are masked: no host sync except one every ``check_every`` steps
+    to stop early once every row has converged.
+    """
+    if check_every < 1:
+        raise ValueError(f"check_every: must be at least 1, got {check_every}")
+    if packed is None:
+        packed = x.device.type == "cpu"
+    with gradient_scope(*space.modules):
+        # Inference tensors (made under torch.inference_mode) cannot take part in autograd: copy them.
         x = x.detach().clone() if x.is_inference() else x.detach()
         target = target.detach().clone()
-        rows, x_cf, nascent = x.clone(), x.clone(), x.clone()
-        nascent_steps = torch.zeros(n, dtype=torch.long, device=device)
-        steps = torch.full((n,), max_steps, dtype=torch.long, device=device)
-        converged = torch.zeros(n, dtype=torch.bool, device=device)
-        inside = torch.ones(n, dtype=torch.bool, device=device)
-        for step in range(max_steps):
-            done, grad = _step_gradient(generator, closed_form, model, rows, x, target, tau, step, max_steps)
-            newly = done & ~converged  # `converged` doubles as "frozen" until the loop ends
-            x_cf = torch.where(newly[:, None], rows, x_cf)
-            record = newly & inside
-            nascent = torch.where(record[:, None], rows, nascent)
-            nascent_steps = torch.where(record, step, nascent_steps)
-            steps = torch.where(newly, step, steps)
-            converged = converged | newly
-            moving = ~converged
-            moved = limits.step(rows, grad, generator.lr, x)
-            moved_inside = torch.sub(moved, x).abs_().amax(1) <= epsilon
-            leaving = moving & inside & ~moved_inside  # last point within ε so far
-            nascent = torch.where(leaving[:, None], rows, nascent)
-            nascent_steps = torch.where(leaving, step, nascent_steps)
-            rows = torch.where(moving[:, None], moved, rows)
-            inside = torch.where(moving, moved_inside, inside)
-            if (step + 1) % check_every == 0 and bool(converged.all()):  # the only host sync
-                break
-        searching = ~converged
-        with torch.no_grad():
-            reached = target_reached(model(rows), target, tau)
-        x_cf = torch.where(searching[:, None], rows, x_cf)
-        record = searching & inside
-        nascent = torch.where(record[:, None], rows, nascent)
-        nascent_steps = torch.where(record, max_steps, nascent_steps)
-        converged = torch.where(searching, reached, converged)
-    return SearchResult(x_cf, nascent, converged, steps, nascent_steps)
+        if packed:
+            return _search_packed(space, x, target, tau, max_steps, epsilon)
+        return _search_masked(space, x, target, tau, max_steps, epsilon, check_every)
 
 
 def search_counterfactuals(model: nn.Module, x: torch.Tensor, target: torch.Tensor, generator,
@@ -123,104 +271,12 @@ def search_counterfactuals(model: nn.Module, x: torch.Tensor, target: torch.Tens
                            mutability: torch.Tensor | None = None, lower: torch.Tensor | None = None,
                            upper: torch.Tensor | None = None, packed: bool | None = None,
                            check_every: int = 8) -> SearchResult:
-    """Search counterfactuals of ``x`` for classes ``target`` with ``generator``'s penalty.
+    """Search counterfactuals of ``x`` for classes ``target`` with ``generator``'s penalty (Eq. 1, feature space).
 
     ``mutability`` holds per-feature codes from :func:`ct_lightning.constraints.parse_mutability`;
     ``lower``/``upper`` are per-feature domain bounds (``None``: unbounded). Works inside
     Lightning's inference mode: gradients are switched on locally and the model's
-    parameters receive none.
-
-    The rows still searching are kept packed in their own tensors (``rows``, ``rows_x``, ...);
-    a row is written to the outputs once, when it freezes, so a step costs one forward and one
-    backward pass over the active rows plus a few elementwise operations, and one host sync
-    (the count of rows that froze) to shrink the batch. The nascent counterfactual (the last path
-    point within ε of the factual) is written only when a row leaves the ε-ball or freezes.
-
-    ``packed`` (default: on CPU only) selects that scheme; otherwise, on an accelerator, all rows stay
-    in the batch and frozen ones are masked (:func:`_search_masked`): no host sync except one every
-    ``check_every`` steps to stop early once every row has converged.
+    parameters receive none. ``packed`` and ``check_every``: see :func:`active_rows_search`.
     """
-    if check_every < 1:
-        raise ValueError(f"check_every: must be at least 1, got {check_every}")
-    n, n_features = x.shape
-    device = x.device
-    limits = Constraints(mutability, lower, upper, device)
-    if packed is None:
-        packed = device.type == "cpu"
-    if not packed:
-        return _search_masked(model, x, target, generator, tau, max_steps, epsilon, limits, check_every)
-    # On CPU the rows to write are found with nonzero (free there); on an accelerator, where nonzero
-    # would cost a host sync, every row is written and the unselected ones go to a scratch row n.
-    select_rows = device.type == "cpu"
-    closed_form = _has_closed_form(generator)
-    scratch = 0 if select_rows else 1
-    with gradient_scope(model):
-        # Inference tensors (made under torch.inference_mode) cannot take part in autograd: copy them.
-        x = x.detach().clone() if x.is_inference() else x.detach()
-        target = target.detach().clone()
-        x_cf = x.clone()
-        nascent = torch.cat([x, x[:scratch]]) if scratch else x.clone()
-        nascent_steps = torch.zeros(n + scratch, dtype=torch.long, device=device)
-        steps = torch.full((n,), max_steps, dtype=torch.long, device=device)
-        converged = torch.zeros(n, dtype=torch.bool, device=device)
-
-        def record_nascent(ids: torch.Tensor, points: torch.Tensor, mask: torch.Tensor, step: int) -> None:
-            """nascent[ids[i]] = points[i] and nascent_steps[ids[i]] = step where mask[i]."""
-            if select_rows:
-                chosen = mask.nonzero().squeeze(1)
-                if chosen.numel():
-                    ids = ids.index_select(0, chosen)
-                    nascent.index_copy_(0, ids, points.index_select(0, chosen))
-                    nascent_steps.index_fill_(0, ids, step)
-            else:
-                ids = torch.where(mask, ids, n)
-                nascent.index_copy_(0, ids, points)
-                nascent_steps.index_fill_(0, ids, step)
-
-        # The rows still searching, packed; `active` maps them to rows of the outputs. `inside`:
-        # whether a row's current point lies within ε (ℓ∞) of its factual (the factual itself does).
-        active = torch.arange(n, device=device)
-        rows, rows_x, rows_target = x, x, target
-        inside = torch.ones(n, dtype=torch.bool, device=device)
-        for step in range(max_steps + 1):
-            if active.numel() == 0:
-                break
-            if step == max_steps:  # convergence check only: no graph, no step
-                with torch.no_grad():
-                    logits = model(rows)
-                converged[active] = target_reached(logits, rows_target, tau)
-                break
-            done, grad = _step_gradient(generator, closed_form, model, rows, rows_x, rows_target, tau, step,
-                                        max_steps)
-            rows = rows.detach()
-            n_done = int(done.sum())  # the step's one host sync: how many rows froze
-            if n_done == len(active):
-                x_cf.index_copy_(0, active, rows)
-                record_nascent(active, rows, inside, step)
-                steps.index_fill_(0, active, step)
-                converged.index_fill_(0, active, True)
-                active = active[:0]
-                break
-            # One SGD step for every row (elementwise, so frozen rows can be dropped afterwards).
-            moved = limits.step(rows, grad, generator.lr, rows_x)
-            moved_inside = torch.sub(moved, rows_x).abs_().amax(1) <= epsilon
-            # A row leaving the ε-ball (and not freezing): its current point is its nascent CE so far.
-            record_nascent(active, rows, inside & ~moved_inside & ~done, step)
-            if n_done:
-                # Stable partition: searching rows first (in order), then the frozen ones.
-                order = torch.argsort(done.to(torch.uint8), stable=True)
-                keep, frozen = order[:len(order) - n_done], order[len(order) - n_done:]
-                ids = active.index_select(0, frozen)
-                points = rows.index_select(0, frozen)
-                x_cf.index_copy_(0, ids, points)
-                record_nascent(ids, points, inside.index_select(0, frozen), step)
-                steps.index_fill_(0, ids, step)
-                converged.index_fill_(0, ids, True)
-                active, moved, rows_x, rows_target, moved_inside = (
-                    t.index_select(0, keep) for t in (active, moved, rows_x, rows_target, moved_inside))
-            rows, inside = moved, moved_inside
-        if active.numel():  # rows that used all max_steps steps
-            x_cf.index_copy_(0, active, rows.detach())
-            record_nascent(active, rows.detach(), inside, max_steps)
-    nascent, nascent_steps = nascent[:n], nascent_steps[:n]
-    return SearchResult(x_cf, nascent, converged, steps, nascent_steps)
+    space = FeatureSpace(model, generator, Constraints(mutability, lower, upper, x.device))
+    return active_rows_search(space, x, target, tau, max_steps, epsilon, packed, check_every)

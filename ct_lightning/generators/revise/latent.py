@@ -7,8 +7,8 @@ every decoding (``none`` features are copied bit for bit from the factual, monot
 cannot move the forbidden way). The ℓ1 term uses the raw decoding, as in the SPEC, so the latent
 code is also pulled towards points that agree with the factual on its protected features.
 
-The search is batched like :func:`ct_lightning.generators.search.search_counterfactuals`: every row stops
-on its own when its target probability reaches ``τ`` (frozen rows get no more steps), the loop
+The search runs in the one batched loop, :func:`ct_lightning.generators.search.active_rows_search`: every
+row stops on its own when its target probability reaches ``τ`` (frozen rows get no more steps), the loop
 ends when all rows are done, and the nascent counterfactual is the last decoded path point
 within ``ε`` (ℓ∞) of the factual (the factual itself if none is).
 """
@@ -23,57 +23,62 @@ from ct_lightning.constraints import Constraints
 from ct_lightning.generators.base import CounterfactualGenerator, FitContext, SearchResult
 from ct_lightning.generators.registry import register_generator
 from ct_lightning.generators.revise.vae import VAESettings, load_or_train_vae
-from ct_lightning.generators.search import gradient_scope, target_reached
+from ct_lightning.generators.search import active_rows_search, target_reached
+
+
+class LatentSpace:
+    """REVISE's search variable for :func:`ct_lightning.generators.search.active_rows_search`: the latent code
+    ``z``, decoded and projected to the counterfactual ``x' = enforce(dec(z))``; plain SGD steps on ``z``."""
+
+    def __init__(self, model: nn.Module, vae: nn.Module, limits: Constraints, lambda_cost: float, lr: float):
+        self.model, self.vae, self.limits, self.lambda_cost, self.lr = model, vae, limits, lambda_cost, lr
+        self.modules = (model, vae)
+
+    def start(self, x: torch.Tensor) -> torch.Tensor:
+        """``enc_mean(x)``."""
+        with torch.no_grad():
+            return self.vae.encode_mean(x).clone()
+
+    def gradient(self, z: torch.Tensor, rows_x: torch.Tensor, target: torch.Tensor, tau: float, step: int,
+                 max_steps: int):
+        """The decoded points, their τ-convergence and the gradient in ``z`` of
+        ``CE(M(x'), y⁺) + λ·‖dec(z) − x‖₁`` (the ℓ1 term on the raw decoding)."""
+        z = z.detach().requires_grad_(True)
+        decoded = self.vae.decode(z)
+        points = self.limits.project(decoded, rows_x)
+        logits = self.model(points)
+        done = target_reached(logits.detach(), target, tau)
+        loss = F.cross_entropy(logits, target, reduction="sum") + self.lambda_cost * (decoded - rows_x).abs().sum()
+        (grad,) = torch.autograd.grad(loss, z)
+        return points.detach(), done, grad
+
+    def reached(self, z: torch.Tensor, rows_x: torch.Tensor, target: torch.Tensor, tau: float):
+        """The decoded points and their τ-convergence, without a gradient."""
+        with torch.no_grad():
+            points = self.limits.project(self.vae.decode(z), rows_x)
+            return points, target_reached(self.model(points), target, tau)
+
+    def advance(self, z: torch.Tensor, grad: torch.Tensor, rows_x: torch.Tensor) -> torch.Tensor:
+        """A plain SGD step on ``z`` (the constraints act on the decoded point)."""
+        return z - self.lr * grad
 
 
 def latent_search(model: nn.Module, vae: nn.Module, x: torch.Tensor, target: torch.Tensor,
                   lambda_cost: float = 0.001, lr: float = 0.25, tau: float = 0.75, max_steps: int = 30,
                   epsilon: float = 0.3, mutability: torch.Tensor | None = None,
-                  lower: torch.Tensor | None = None, upper: torch.Tensor | None = None) -> SearchResult:
+                  lower: torch.Tensor | None = None, upper: torch.Tensor | None = None,
+                  packed: bool = True) -> SearchResult:
     """Batched REVISE search of counterfactuals of ``x`` for classes ``target`` through ``vae``.
 
     ``vae`` needs ``encode_mean`` and ``decode``. Neither the model nor the VAE receives gradients;
     works inside Lightning's inference mode. Returns a :class:`SearchResult` whose
-    ``counterfactual`` rows are decoded, projected points.
+    ``counterfactual`` rows are decoded, projected points. ``packed``: see
+    :func:`ct_lightning.generators.search.active_rows_search` (packed on every device by default).
     """
-    n, n_features = x.shape
-    device = x.device
-    codes = torch.zeros(n_features, dtype=torch.long, device=device) if mutability is None else mutability.to(device)
-    with gradient_scope(model, vae):
-        x = x.detach().clone()
-        target = target.detach().clone()
-        with torch.no_grad():
-            z = vae.encode_mean(x).clone()
-        x_cf, nascent = x.clone(), x.clone()
-        steps = torch.zeros(n, dtype=torch.long, device=device)
-        nascent_steps = torch.zeros(n, dtype=torch.long, device=device)
-        converged = torch.zeros(n, dtype=torch.bool, device=device)
-        active = torch.arange(n, device=device)
-        limits = Constraints(codes, lower, upper, device)
-        for step in range(max_steps + 1):
-            if active.numel() == 0:
-                break
-            rows_z = z[active].requires_grad_(step < max_steps)
-            rows_x, rows_target = x[active], target[active]
-            decoded = vae.decode(rows_z)
-            rows_cf = limits.project(decoded, rows_x)
-            logits = model(rows_cf)
-            x_cf[active] = rows_cf.detach()
-            inside = (rows_cf.detach() - rows_x).abs().amax(1) <= epsilon
-            nascent[active[inside]] = rows_cf.detach()[inside]
-            nascent_steps[active[inside]] = steps[active[inside]]
-            done = target_reached(logits.detach(), rows_target, tau)
-            converged[active[done]] = True
-            if step == max_steps:
-                break
-            loss = F.cross_entropy(logits, rows_target, reduction="sum") + \
-                lambda_cost * (decoded - rows_x).abs().sum()
-            (grad,) = torch.autograd.grad(loss, rows_z)
-            keep = ~done
-            active = active[keep]
-            z[active] = rows_z.detach()[keep] - lr * grad[keep]
-            steps[active] += 1
-    return SearchResult(x_cf, nascent, converged, steps, nascent_steps)
+    with torch.inference_mode(False):  # the masks take part in autograd (through the projection): no inference tensors
+        limits = Constraints(mutability, lower, upper, x.device)
+    space = LatentSpace(model, vae, limits, lambda_cost, lr)
+    return active_rows_search(space, x, target, tau, max_steps, epsilon, packed)
 
 
 @register_generator("revise")
