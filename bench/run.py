@@ -195,11 +195,12 @@ def main(argv=None) -> dict:
         results["search_extra"] = {"mnist (LeNet CNN)": section}
 
     if "compile" in args.sections:
-        from bench.compile_bench import measure
+        from bench.compile_bench import measure, search_end_to_end
 
         shapes = [name for name in ("circles", "adult", "mnist") if name in args.data]
         log(f"[compile] torch.compile against eager for the search step's two parts: {', '.join(shapes)}")
         results["compile"] = [measure(name, device) for name in shapes]
+        results["compile_search"] = [search_end_to_end(name, device) for name in shapes]
 
     if "overhead" in args.sections:
         for name, datamodule in datamodules.items():
