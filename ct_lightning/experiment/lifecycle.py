@@ -13,10 +13,6 @@ import shlex
 import sys
 from pathlib import Path
 
-# The experiment itself (created once, tagged for the UI's model-training view) is tracking.ensure_experiment's;
-# it stays importable from here for experiment/train.py.
-from ct_lightning.experiment.tracking import ensure_experiment  # noqa: F401
-
 # Where one run writes and how it is shown: never part of the logged configuration that a repeat reuses.
 RUN_ONLY_KEYS = frozenset({"checkpoint_dir", "summary_json", "run_name", "resume", "config", "overwrite", "progress"})
 # What may be given together with --resume: where output goes, how it runs, and --max-epochs (to extend the run).

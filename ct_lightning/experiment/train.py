@@ -19,14 +19,15 @@ from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_wei
 from ct_lightning.experiment.data import build_datamodule, mutability_spec
 from ct_lightning.experiment.preflight import preflight_training
 from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, RESUME_OPTIONS, check_outputs,
-                                              completed_epochs, create_run, defining_config, ensure_experiment,
+                                              completed_epochs, create_run, defining_config,
                                               find_resumable_run, mark_failed, resume_command)
 from ct_lightning.experiment.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
                                                    log_classifier, log_datasets, log_missing_epoch_metrics,
                                                    log_training_plots)
 from ct_lightning.experiment.settings import (DEFAULTS, fused_blocker, load_config_file, module_kwargs,
                                               resolve_config)
-from ct_lightning.experiment.tracking import local_store_dir, prepare_store, run_url, ui_command, write_json_atomic
+from ct_lightning.experiment.tracking import (ensure_experiment, local_store_dir, prepare_store, run_url, ui_command,
+                                              write_json_atomic)
 from ct_lightning.epoch_block import EpochBlockLoader, can_fuse
 from ct_lightning.module import CTModule
 
