@@ -344,11 +344,14 @@ def child_main(spec: dict) -> dict:
     hwm_setup = _status_kib("VmHWM")  # peak of imports and data loading
     reset = _reset_peak()
     overrides = {"nce": spec["nce"]} if spec.get("nce") else {}
+    if spec.get("hidden"):
+        overrides["hidden_sizes"] = [int(spec["hidden"])]
     result = fit_timed(datamodule, spec["objective"], spec["epochs"], spec["accelerator"], overrides)
     peak_fit = _status_kib("VmHWM") if reset else None
     # ru_maxrss is not used: in a child made by fork+exec, Linux carries the parent's high-water mark over.
     epochs = result["epochs"][1:]
-    return {**spec, "n_features": datamodule.n_features, "n_train": len(datamodule.y_train),
+    return {**spec, "hidden": spec.get("hidden") or 32, "n_features": datamodule.n_features,
+            "n_train": len(datamodule.y_train),
             "batch_size": datamodule.batch_size, "nce_used": result["nce"], "setup_s": setup_s,
             "rss_setup_mib": rss_setup / 1024 if rss_setup else None,
             "peak_setup_mib": hwm_setup / 1024 if hwm_setup else None,

@@ -51,6 +51,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                                                          "(default 2,10,100,1000; --quick 100)")
     parser.add_argument("--nce", default=None, help="nce values of the scaling runs, at 100 features "
                                                     "(default 1000,5000,20000; --quick 1000)")
+    parser.add_argument("--hidden", default=None, help="hidden-layer widths of the model-size scaling runs, at 100 "
+                                                       "features and nce 1 000 (default 32,256,1024; --quick 32)")
     parser.add_argument("--reference-epochs", type=int, default=None,
                         help="epochs per run of the plain-PyTorch reference comparison, the first a warm-up "
                              "(default 4, --quick 3)")
@@ -81,6 +83,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "repeats": 2 if quick else 5, "fit_repeats": 1 if quick else 2, "epochs": 2 if quick else 4,
         "loop_subset": 10 if quick else 100,
         "features": "100" if quick else "2,10,100,1000", "nce": "1000" if quick else "1000,5000,20000",
+        "hidden": "32" if quick else "32,256,1024",
         "reference_epochs": 3 if quick else 4, "reference_repeats": 1 if quick else 2,
     }
     for key, value in defaults.items():
@@ -92,6 +95,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args.pool_sizes = [int(v) for v in args.pool_sizes.split(",") if v.strip()]
     args.features = [int(v) for v in args.features.split(",") if v.strip()]
     args.nce = [int(v) for v in args.nce.split(",") if v.strip()]
+    args.hidden = [int(v) for v in args.hidden.split(",") if v.strip()]
     args.sections = [s.strip() for s in args.sections.split(",") if s.strip()]
     if args.device not in ("auto", "cpu", "cuda"):
         parser.error(f"--device: unknown {args.device!r}; allowed: auto, cpu, cuda")
@@ -127,7 +131,7 @@ def main(argv=None) -> dict:
     device = pick_device(args.device)
     results = {"machine": machine_info(device), "settings": {
         k: getattr(args, k) for k in ("data", "pool_sizes", "repeats", "fit_repeats", "epochs", "loop_subset",
-                                      "features", "nce", "sections", "threads", "quick", "accelerator",
+                                      "features", "nce", "hidden", "sections", "threads", "quick", "accelerator",
                                       "gc_freeze", "baseline_search", "reference_epochs", "reference_repeats",
                                       "reference_cnn")},
         "reference": {}, "search": {}, "overhead": {}, "memory": [], "scaling": [], "skipped": {}}
@@ -228,9 +232,10 @@ def main(argv=None) -> dict:
         specs += [("memory", {**common, "data": name, "objective": objective})
                   for name in datamodules for objective in objectives]
     if "scaling" in args.sections:
-        grid = [(d, 1000) for d in args.features] + [(100, n) for n in args.nce if n != 1000]
-        specs += [("scaling", {**common, "data": None, "features": features, "nce": nce, "objective": "full"})
-                  for features, nce in grid]
+        grid = [(d, 1000, 32) for d in args.features] + [(100, n, 32) for n in args.nce if n != 1000] + \
+            [(100, 1000, h) for h in args.hidden if h != 32]
+        specs += [("scaling", {**common, "data": None, "features": features, "nce": nce, "hidden": hidden,
+                               "objective": "full"}) for features, nce, hidden in grid]
     # One fresh process per configuration; --quick runs them all in one process to save start-up time.
     batches = [specs] if args.quick and specs else [[item] for item in specs]
     for batch in batches:
