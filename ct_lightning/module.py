@@ -249,9 +249,12 @@ class CTModule(L.LightningModule):
             counts, total = gathered[:, 0], gathered[:, 0].sum().clamp_min(1.0)
             stats = {key: (gathered[:, i + 1].max() if key == "search_seconds" else
                            (gathered[:, i + 1] * counts).sum() / total).item() for i, key in enumerate(stats)}
+        # With pool="step" an epoch's searches are averaged weighted by their pool sizes (equal within an epoch),
+        # the same in Lightning's per-batch loop and in a fused epoch (where the batch is the whole epoch).
         for key, value in stats.items():  # identical on every rank now; sync_dist keeps them so
-            self.log(f"train/cf_{key}", value, on_step=False, on_epoch=True, sync_dist=True)
-        self.log("train/cf_count", float(count), on_step=False, on_epoch=True, reduce_fx="sum", sync_dist=True)
+            self.log(f"train/cf_{key}", value, on_step=False, on_epoch=True, sync_dist=True, batch_size=max(count, 1))
+        self.log("train/cf_count", float(count), on_step=False, on_epoch=True, reduce_fx="sum", sync_dist=True,
+                 batch_size=max(count, 1))
 
     def on_train_epoch_start(self) -> None:
         self.pool = None
