@@ -644,7 +644,7 @@ All of them keep every logged value and every search output the same (tests name
   mutability and domain constraints: converged flags and step counts equal, points within 1e-5.
 * **The fused epoch loop** (`ct_lightning/epoch_block.py`, `CTModule.training_step`, setting `epoch_loop`,
   default `auto`): on one process the training loader is wrapped in an `EpochBlockLoader` that hands
-  Lightning one block per epoch (the epoch's rows gathered once in the sampler's batch order, and the batch
+  Lightning one block per epoch (the data tensors, the epoch's row order from the sampler and the batch
   sizes); the module runs the epoch's optimisation steps itself (manual optimisation: step, `zero_grad`,
   backward, optimiser step, the order of Lightning's automatic closure; in full precision the optimiser is
   stepped directly and only the step counter is advanced, so `global_step` and the checkpoints are as before).

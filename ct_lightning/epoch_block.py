@@ -3,9 +3,9 @@
 Lightning dispatches some forty hooks and an optimisation closure around every ``training_step``.
 On the paper's small MLPs (a 32-unit layer, batch 30) that costs several times the step's own
 arithmetic. :class:`EpochBlockLoader` wraps a training ``DataLoader`` over tensors and yields one
-:class:`EpochBlock` per epoch: the epoch's rows, gathered once in the loader's batch order, and the
-batch sizes. ``CTModule`` then runs the epoch's optimisation steps itself (manual optimisation), one
-per batch, with the same batches, in the same order and with the same arithmetic as Lightning's
+:class:`EpochBlock` per epoch: the epoch's row order and batch sizes, with the data tensors.
+``CTModule`` then runs the epoch's optimisation steps itself (manual optimisation), one per batch,
+with the same batches, in the same order and with the same arithmetic as Lightning's
 automatic loop: the trained weights and every logged metric are identical (``tests/test_epoch_block.py``).
 """
 
@@ -19,18 +19,21 @@ import torch
 
 @dataclass
 class EpochBlock:
-    """One epoch of training batches: ``x``/``y`` hold the rows in batch order, ``batch_sizes`` the split."""
+    """One epoch of training batches: batch ``i`` is ``x[index[a:b]], y[index[a:b]]``, the ``i``-th of the
+    slices of ``index`` (the epoch's row order) given by ``batch_sizes``."""
 
     x: torch.Tensor
     y: torch.Tensor
+    index: torch.Tensor
     batch_sizes: list[int]
 
     def __len__(self) -> int:
         return len(self.batch_sizes)
 
     def batches(self) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
-        """The epoch's ``(x, y)`` batches, in order (views into the block, no copies)."""
-        return zip(self.x.split(self.batch_sizes), self.y.split(self.batch_sizes))
+        """The epoch's ``(x, y)`` batches, in order, each gathered when it is needed (as a hand-written loop does)."""
+        for rows in self.index.split(self.batch_sizes):
+            yield self.x[rows], self.y[rows]
 
 
 def can_fuse(loader) -> bool:
@@ -61,5 +64,4 @@ class EpochBlockLoader:
     def __iter__(self) -> Iterator[EpochBlock]:
         batches = [list(batch) for batch in self.batch_sampler]
         index = torch.as_tensor([i for batch in batches for i in batch], dtype=torch.long)
-        x, y = self.dataset.tensors[0], self.dataset.tensors[1]
-        yield EpochBlock(x[index], y[index], [len(batch) for batch in batches])
+        yield EpochBlock(self.dataset.tensors[0], self.dataset.tensors[1], index, [len(batch) for batch in batches])

@@ -28,9 +28,9 @@ def test_block_holds_exactly_the_loaders_batches_of_each_epoch():
             assert torch.equal(x, x_ref) and torch.equal(y, y_ref)
     # Different epochs give different orders (the sampler's epoch reaches the wrapped loader).
     blocks.sampler.set_epoch(0)
-    first = next(iter(blocks)).y.clone()
+    first = next(iter(blocks)).index.clone()
     blocks.sampler.set_epoch(1)
-    assert not torch.equal(first, next(iter(blocks)).y)
+    assert not torch.equal(first, next(iter(blocks)).index)
 
 
 def test_only_tensor_loaders_can_be_fused():
