@@ -45,14 +45,20 @@ def elementwise_step(x, grad, factual, lower, upper, lr: float, lambda_cost: flo
     return x, nascent
 
 
-def measure(name: str, device: torch.device, rows: int = 1000, repeats: int = 30) -> dict:
-    """Eager and compiled times of both parts for one data set's shapes; compile seconds."""
+def _problem(name: str, device: torch.device, rows: int):
+    """The paper's MLP (seeded) for one data set's shapes, ``rows`` random factuals and targets, domain ±3."""
     n_features, n_classes = SHAPES[name]
     torch.manual_seed(0)
     model = build_model("mlp", n_features, n_classes, [32], "relu").to(device).eval()
     x = torch.randn(rows, n_features, device=device)
     target = torch.randint(n_classes, (rows,), device=device)
     lower, upper = torch.full((n_features,), -3.0, device=device), torch.full((n_features,), 3.0, device=device)
+    return model, x, target, lower, upper
+
+
+def measure(name: str, device: torch.device, rows: int = 1000, repeats: int = 30) -> dict:
+    """Eager and compiled times of both parts for one data set's shapes; compile seconds."""
+    model, x, target, lower, upper = _problem(name, device, rows)
 
     def passes(forward):
         def run():
@@ -70,7 +76,7 @@ def measure(name: str, device: torch.device, rows: int = 1000, repeats: int = 30
     started = time.perf_counter()
     compiled_step(x, grad, x, lower, upper, 0.1, 0.001, 0.3)
     compile_step_s = time.perf_counter() - started
-    out = {"data": name, "rows": rows, "features": n_features, "device": str(device),
+    out = {"data": name, "rows": rows, "features": x.shape[1], "device": str(device),
            "model_eager_ms": _median_ms(passes(model), repeats, device),
            "model_compiled_ms": _median_ms(passes(compiled_model), repeats, device),
            "step_eager_ms": _median_ms(lambda: elementwise_step(x, grad, x, lower, upper, 0.1, 0.001, 0.3),
@@ -91,12 +97,7 @@ def search_end_to_end(name: str, device: torch.device, rows: int = 1000, repeats
     from ct_lightning.generators import ECCo
     from ct_lightning.generators.search import FeatureSpace, active_rows_search
 
-    n_features, n_classes = SHAPES[name]
-    torch.manual_seed(0)
-    model = build_model("mlp", n_features, n_classes, [32], "relu").to(device).eval()
-    x = torch.randn(rows, n_features, device=device)
-    target = torch.randint(n_classes, (rows,), device=device)
-    lower, upper = torch.full((n_features,), -3.0, device=device), torch.full((n_features,), 3.0, device=device)
+    model, x, target, lower, upper = _problem(name, device, rows)
     generator = ECCo()
     limits = Constraints(None, lower, upper, device)
     compiled_advance = torch.compile(
