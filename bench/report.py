@@ -205,11 +205,10 @@ once per batch. The last column is the same vanilla run with Lightning's per-bat
 (`--epoch-loop lightning`), which is what the fused loop saves on circles (120 steps of batch 30); with batch
 1 000 (Adult 27 steps, MNIST 11) there is little per-step cost to save. What remains above the plain loop is a
 fixed cost per epoch that the plain loop does not pay: Lightning's validation loop and epoch-end hooks, two
-`ModelCheckpoint` writes (last and best, each a file written and renamed), and one MLflow SQLite transaction
-with the epoch's metrics (~6 ms; the logger now sends an epoch's validation and training metrics in one
-batch). These total roughly 20–45 ms here, the same order as a whole plain epoch (27–45 ms), which is why
-the vanilla target (≤ 1.2×) is not met: it would leave under 10 ms per epoch for validation, checkpoints and
-tracking. The CT targets on Adult and MNIST are bound by the search: with the paper's nce = 5 000 and T = 30,
+`ModelCheckpoint` writes (last and best, each a file written and renamed, 3–7 ms per epoch) and Lightning's
+epoch-end logging; MLflow's SQLite transaction (6–12 ms) is now paid once every 2 s rather than every epoch.
+These total roughly 15–25 ms here, against a whole plain epoch of 27–45 ms, which is why the vanilla target
+(≤ 1.2×) is not met: it would leave 5–9 ms per epoch for validation, checkpoints and tracking. The CT targets on Adult and MNIST are bound by the search: with the paper's nce = 5 000 and T = 30,
 a CT-trained model's counterfactuals mostly use all 30 steps, i.e. up to 150 000 row forward+backward passes
 per epoch against one pass per training row (*rows* column), so the *floor* column is at or above the target
 before any overhead; the remaining gap to the floor is the search's elementwise work per step (section 1,
@@ -622,11 +621,13 @@ NOTES = """## Changes of issue 13 (a CT epoch against a plain loop)
 
 All of them keep every logged value and every search output the same (tests named below):
 
-* **Loss terms and accuracy summed on the device, logged once per epoch** (`CTModule._accumulate`,
-  `on_train_epoch_end`, `on_validation_epoch_end`, `on_test_epoch_end`): a step adds `batch_size ×
-  [loss, clf, div, ridge, adv]` and `[rows, correct]` to two small tensors, with no host sync; the epoch logs
-  `train/{loss,clf,div,ridge,adv,acc,ct_active}`, `val/{loss,acc}` and `test/{loss,acc}` once, with
-  `sync_dist=True`, which is exactly Lightning's batch-size-weighted epoch mean and a micro accuracy.
+* **Loss terms and accuracy reduced once per epoch** (`CTModule._accumulate`, `_sum_steps`,
+  `on_train_epoch_end`, `on_validation_epoch_end`, `on_test_epoch_end`): a step only keeps its detached loss
+  terms, logits and labels (no kernel, no host sync); every 64 steps and at the epoch's end they are summed
+  (`batch_size × [loss, clf, div, ridge, adv]` in float64, and the correctly classified rows), and the epoch
+  logs `train/{loss,clf,div,ridge,adv,acc,ct_active}`, `val/{loss,acc}` and `test/{loss,acc}` once, with
+  `sync_dist=True`: Lightning's batch-size-weighted epoch mean and a micro accuracy. Summing per step on the
+  device (the first version) cost ~10 small kernels per step, ~20 % of a plain circles step.
   `tests/test_epoch_logging.py` runs the previous implementation (kept in the test) and the new one on the
   same seeded fits and compares every value every logger received, step by step, and the final metrics.
   This removed the largest fixed cost of a small-batch epoch.
@@ -654,10 +655,13 @@ All of them keep every logged value and every search output the same (tests name
   with burn-in both ways and checks identical weights and identical logged histories;
   `tests/test_lifecycle.py` kills fused runs inside an epoch (before an optimiser step), at the epoch end
   and during validation, and resumes them bit-identically.
-* **One MLflow transaction per epoch** (`EpochStepMLFlowLogger`): an epoch's validation and training metrics
-  are sent in one `log_batch` (a SQLite transaction, ~6 ms) when the next epoch's first metrics arrive or
-  the stage ends; a kill in between loses nothing, since the epoch's checkpoint carries its metrics and
-  `--resume` logs them.
+* **MLflow metrics sent a few epochs at a time** (`EpochStepMLFlowLogger`): metrics wait in the logger, by
+  epoch, and go to the store in one `log_batch` (one SQLite transaction, 6–12 ms measured here) once 2 s have
+  passed since the last send, at the next epoch's first metric; an epoch longer than that is sent when the
+  next one starts logging, as before. Every checkpoint carries the epochs not yet sent
+  (`EpochMetricsInCheckpoint`) and `--resume` logs those the store lacks, so a kill loses nothing
+  (`tests/test_metric_batching.py`; the kill-and-resume tests of `tests/test_lifecycle.py` compare the
+  resumed run's metric histories with an uninterrupted run's, and fail when checkpoints do not carry them).
 * **Validation and test loaders in batches of up to 4 096 rows** (`datamodules.base.EVAL_BATCH_SIZE`): the
   logged loss and accuracy are row-weighted means, so they are unchanged up to float rounding of the sum,
   with 1 instead of 40 Lightning validation steps on circles.
@@ -712,37 +716,20 @@ of a step; small on circles, where a step is kernel-launch overhead.
 
 ## Proposed changes outside the files of this benchmark (for the lead)
 
-1. **`module.py`: slice the pool once per epoch.** `_pool_for_step` → `CounterfactualPool.chunk` rebuilds
-   `torch.linspace(...).round().long().tolist()` and five slices at every step (*pool slicing* row: a few
-   percent of a circles CT epoch); computing the bounds once per epoch (or splitting with
-   `tensor_split`) gives the same chunks.
-2. **Large pools (results change, so only proposed):** a CT epoch on Adult/MNIST is bound by nce × T
+1. **Large pools (results change, so only proposed):** a CT epoch on Adult/MNIST is bound by nce × T
    row-steps (section 2). A smaller nce or T for wide inputs, or refreshing only part of the pool each epoch,
    are the levers; the paper's defaults were chosen for quality, not speed.
-3. **Threads.** With torch's default of 2 intra-op threads on this shared 2-core machine, small kernels
+2. **Threads.** With torch's default of 2 intra-op threads on this shared 2-core machine, small kernels
    (softmax, cross-entropy, the optimiser) wait on OpenMP barriers whenever the other core is busy with another
    job (see *Threads* in section 1: the same search is several times slower with 2 threads than with 1; a
    circles CT epoch measured with Lightning's profiler was ~6× slower). The benchmark uses `--threads 1` by
    default (`--threads 0` keeps torch's default); the training recipes may want the same
    (`torch.set_num_threads(1)` or `OMP_NUM_THREADS=1`) for the paper's small MLPs on a shared CPU.
-4. **`experiment/train.py`: MLflow and checkpoint cost per epoch.** A `train()` epoch makes two MLflow
-   `log_batch` calls (validation end, training end), each a committed SQLite transaction, and saves two
-   checkpoints (section 0, *validation + checkpoints + MLflow* column). MLflow's asynchronous logging
-   (`MLFLOW_ENABLE_ASYNC_LOGGING=true`, or `log_metrics(..., synchronous=False)` in a small logger subclass)
-   would take the commits off the training thread; `ModelCheckpoint(every_n_epochs=...)` is the user's lever
-   for the saves.
-5. **`experiment/train.py`: a cheap progress bar.** With per-step logging gone the progress bar has one
-   metric to show; `TQDMProgressBar(refresh_rate=max(1, batches // 20))` would redraw it ~20 times per epoch
-   instead of at every step (not measured here: the benchmark runs without a progress bar).
-6. **`--accelerator` for evaluate and compare.** `evaluate_model` already runs on the model's device and the
-   search has a sync-free path for accelerators; the recipes need only an option that moves the loaded model
-   (`.to("cuda")`) before evaluating.
-
-## GPU
-
-No GPU was lent to the session that made these changes: the GPU path (`tests/test_gpu.py`, the masked search,
-`--device cuda` / `--accelerator gpu` of this benchmark) was built and tested on CPU only (the GPU tests skip
-without CUDA), and the issue's GPU targets (100 CT epochs on MNIST MLP ≤ 1 min and CNN ≤ 3 min on one H100,
-Adult, with and without `torch.compile`) are not measured yet. On a GPU machine: `pytest tests/test_gpu.py`,
-then `python bench/run.py --device cuda --accelerator gpu --reference-cnn`.
+3. **`experiment/train.py`: checkpoint cost per epoch.** A `train()` epoch saves `last.ckpt` and, when
+   `val/acc` improves, `best.ckpt` (3–7 ms each here); `ModelCheckpoint(every_n_epochs=...)` would be the
+   lever, at the price of a resume that repeats up to that many epochs, so it is not the default.
+4. **`experiment/train.py`: a cheap progress bar.** In a fused epoch Lightning's bar advances once per
+   epoch (one block); with `--epoch-loop lightning` it redraws at every step, and
+   `TQDMProgressBar(refresh_rate=max(1, batches // 20))` would redraw it ~20 times per epoch instead (not
+   measured here: the benchmark runs without a progress bar).
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import torch
@@ -35,6 +36,13 @@ class ClassSampler:
         return self.order[self.offsets[classes] + (u * counts).long().clamp(max=counts - 1)]
 
 
+@functools.lru_cache(maxsize=64)
+def chunk_bounds(n: int, n_chunks: int) -> tuple[int, ...]:
+    """The ``n_chunks + 1`` bounds of near-equal slices of ``range(n)`` (computed once per size: every
+    training step asks for its slice)."""
+    return tuple(torch.linspace(0, n, n_chunks + 1).round().long().tolist())
+
+
 @dataclass
 class CounterfactualPool:
     """Counterfactuals ready for Eq. 2: positives, negatives, nascent CEs and their labels."""
@@ -50,7 +58,7 @@ class CounterfactualPool:
 
     def chunk(self, index: int, n_chunks: int) -> "CounterfactualPool":
         """The ``index``-th of ``n_chunks`` near-equal slices (empty past the end)."""
-        bounds = torch.linspace(0, len(self), n_chunks + 1).round().long().tolist()
+        bounds = chunk_bounds(len(self), n_chunks)
         lo, hi = (bounds[index], bounds[index + 1]) if index < n_chunks else (0, 0)
         return CounterfactualPool(*(t[lo:hi] for t in
                                     (self.x_pos, self.x_neg, self.nascent, self.labels, self.target)))

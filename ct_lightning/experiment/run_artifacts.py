@@ -8,13 +8,17 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import warnings
+import re
 import tempfile
+import time
+import warnings
 from pathlib import Path
 
 import lightning as L
 import torch
+from lightning.fabric.utilities.logger import _add_prefix
 from lightning.pytorch.loggers import MLFlowLogger
+from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
 from ct_lightning.experiment.tracking import retry_race
 
@@ -24,31 +28,57 @@ MODEL_NAME = "model"
 class EpochStepMLFlowLogger(MLFlowLogger):
     """``MLFlowLogger`` that logs epoch-level metrics with ``step = epoch``, so the UI plots them per epoch.
 
-    An epoch's metrics arrive in several calls (validation, then training); they are sent to the
-    store as one batch when the next epoch's first metrics arrive, or at :meth:`flush` and the end of
-    a stage. Each batch is a store transaction (tens of milliseconds on SQLite), a fixed cost per call.
-    A run killed while an epoch's metrics wait here loses nothing: that epoch's checkpoint holds them
-    and ``--resume`` logs them (:func:`log_missing_epoch_metrics`).
+    Each store call is a transaction (several milliseconds on SQLite, a round trip to a server), a fixed
+    cost as large as a whole epoch of the paper's small models. So metrics wait here, by epoch, and are
+    sent together in one batch once ``flush_seconds`` have passed since the last send (at an epoch's
+    first metric), at :meth:`flush` and at the end of a stage: an epoch longer than ``flush_seconds``
+    is sent as soon as the next one starts logging, as before; fast epochs are sent a few at a time.
+    A run killed while metrics wait here loses nothing: every checkpoint holds the epochs not yet sent
+    (:class:`EpochMetricsInCheckpoint`) and ``--resume`` logs them (:func:`log_missing_epoch_metrics`).
     """
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args, flush_seconds: float = 2.0, **kwargs):
         super().__init__(*args, **kwargs)
-        self._pending: dict = {}
-        self._pending_step: int | None = None
+        self.flush_seconds = flush_seconds
+        self._pending: dict[int, dict] = {}  # step -> {"timestamp": ms of its first metric, "metrics": {...}}
+        self._last_flush = time.monotonic()
 
+    @rank_zero_only
     def log_metrics(self, metrics, step=None):
         if "epoch" in metrics:
             step = int(metrics["epoch"])
-        if self._pending and step != self._pending_step:
+        step = step or 0
+        if step not in self._pending and self._pending and time.monotonic() - self._last_flush >= self.flush_seconds:
             self.flush()
-        self._pending.update(metrics)
-        self._pending_step = step
+        entry = self._pending.setdefault(step, {"timestamp": int(time.time() * 1000), "metrics": {}})
+        entry["metrics"].update(metrics)
 
+    def unsent(self) -> list[dict]:
+        """The epochs whose metrics wait here: ``[{"epoch": step, "metrics": {key: value}}]`` (for checkpoints)."""
+        return [{"epoch": step, "metrics": {k: float(v) for k, v in entry["metrics"].items() if not isinstance(v, str)}}
+                for step, entry in self._pending.items()]
+
+    @rank_zero_only
     def flush(self) -> None:
-        """Send the metrics waiting for the rest of their epoch."""
-        if self._pending:
-            pending, self._pending = self._pending, {}
-            super().log_metrics(pending, self._pending_step)
+        """Send every waiting metric to the store, in one batch."""
+        self._last_flush = time.monotonic()
+        if not self._pending:
+            return
+        pending, self._pending = self._pending, {}
+        from mlflow.entities import Metric
+
+        batch = []
+        for step, entry in pending.items():
+            for key, value in _add_prefix(entry["metrics"], self._prefix, self.LOGGER_JOIN_CHAR).items():
+                if isinstance(value, str):
+                    warnings.warn(f"MLflow: discarding metric {key}={value!r}: a string is not a metric value")
+                    continue
+                name = re.sub("[^a-zA-Z0-9_/. -]+", "", key)  # the characters MLflow allows in a metric name
+                if name != key:
+                    warnings.warn(f"MLflow: metric {key!r} logged as {name!r} (MLflow allows only letters, digits "
+                                  "and '_', '/', '.', '-', ' ' in metric names)")
+                batch.append(Metric(key=name, value=value, timestamp=entry["timestamp"], step=step))
+        self.experiment.log_batch(run_id=self.run_id, metrics=batch, **self._log_batch_kwargs)
 
     def finalize(self, status: str = "success") -> None:
         self.flush()
@@ -197,10 +227,9 @@ def load_model_uri(uri: str, tracking_uri: str) -> tuple[dict[str, torch.Tensor]
 
 
 class EpochMetricsInCheckpoint(L.Callback):
-    """Store the epoch's metrics in every checkpoint, so a resume can log those a kill prevented.
-
-    Lightning writes the epoch-end checkpoint just before it sends the epoch's training metrics to
-    the logger; a run killed in between would otherwise lack that epoch in its history.
+    """Store in every checkpoint the metrics the store may not have yet, so a resume can log those a kill lost:
+    the epoch's own (Lightning writes the epoch-end checkpoint just before it sends the epoch's training
+    metrics to the logger) and those still waiting in :class:`EpochStepMLFlowLogger`.
     """
 
     def on_save_checkpoint(self, trainer, pl_module, checkpoint: dict) -> None:
@@ -209,23 +238,27 @@ class EpochMetricsInCheckpoint(L.Callback):
             if isinstance(value, torch.Tensor) and value.numel() == 1:
                 metrics[key] = float(value.item())
         checkpoint["ct_epoch_metrics"] = {"epoch": int(trainer.current_epoch), "metrics": metrics}
+        checkpoint["ct_unsent_metrics"] = [entry for logger in trainer.loggers
+                                           if isinstance(logger, EpochStepMLFlowLogger) for entry in logger.unsent()]
 
 
 def log_missing_epoch_metrics(client, run_id: str, checkpoint) -> int:
-    """Log the metrics stored in ``checkpoint`` at ``step = epoch`` where the run's history lacks that step.
-
-    Returns how many values were logged.
-    """
-    import time as _time
-
+    """Log the metrics stored in ``checkpoint`` (see :class:`EpochMetricsInCheckpoint`) at ``step = epoch``
+    where the run's history lacks that step. Returns how many values were logged."""
     from mlflow.entities import Metric
 
-    stored = torch.load(checkpoint, map_location="cpu", weights_only=True).get("ct_epoch_metrics")
-    if not stored:
-        return 0
-    epoch, now = stored["epoch"], int(_time.time() * 1000)
-    missing = [Metric(key, value, now, epoch) for key, value in {**stored["metrics"], "epoch": float(epoch)}.items()
-               if all(m.step != epoch for m in client.get_metric_history(run_id, key))]
+    stored = torch.load(checkpoint, map_location="cpu", weights_only=True)
+    epochs = [*stored.get("ct_unsent_metrics", []), *([stored["ct_epoch_metrics"]] if stored.get("ct_epoch_metrics") else [])]
+    by_epoch: dict[int, dict] = {}
+    for entry in epochs:
+        by_epoch.setdefault(int(entry["epoch"]), {}).update(entry["metrics"])
+    now, histories, missing = int(time.time() * 1000), {}, []
+    for epoch, metrics in sorted(by_epoch.items()):
+        for key, value in {**metrics, "epoch": float(epoch)}.items():
+            if key not in histories:
+                histories[key] = {m.step for m in client.get_metric_history(run_id, key)}
+            if epoch not in histories[key]:
+                missing.append(Metric(key, value, now, epoch))
     if missing:
         client.log_batch(run_id, metrics=missing)
     return len(missing)

@@ -15,6 +15,7 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from mlflow.tracking import MlflowClient
 
 from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation, EpochSeed
+from ct_lightning.experiment.allocator import keep_freed_memory
 from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
 from ct_lightning.experiment.data import build_datamodule, mutability_spec
 from ct_lightning.experiment.preflight import preflight_training
@@ -138,6 +139,7 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     started ends FAILED with the error message as its ``error`` tag. ``echo`` prints progress lines.
     """
     overrides = preflight_training(overrides).overrides  # every check before anything is created
+    keep_freed_memory()  # the search's pool-sized tensors are reused instead of page-faulted in at every step
     config, run_id, resume_from, weights = _prepare(overrides, echo)
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = build_datamodule(config)

@@ -234,6 +234,9 @@ def console_entry(main: Callable[[list[str] | None], Any]) -> Callable[[], int]:
     one-line message and exit code 1 or 2."""
 
     def cli() -> int:
+        from ct_lightning.experiment.allocator import keep_freed_memory
+
+        keep_freed_memory()  # a recipe's process is the user's: searches reuse their pool-sized blocks
         main(None)
         return 0
 
