@@ -21,10 +21,14 @@ DEFAULT_DATA_DIR = "/work/shared/data/raw"
 
 
 def setup_environment() -> None:
-    """Read the raw data from the shared copy (unless CT_DATA_DIR is set) and never download."""
+    """Read the raw data from the shared copy (unless CT_DATA_DIR is set) and never download; tune the allocator
+    as the recipes do (``keep_freed_memory``), so that every section measures what a recipe's process runs."""
+    from ct_lightning.experiment.allocator import keep_freed_memory
+
     if not os.environ.get("CT_DATA_DIR") and Path(DEFAULT_DATA_DIR).is_dir():
         os.environ["CT_DATA_DIR"] = DEFAULT_DATA_DIR
     os.environ.setdefault("CT_OFFLINE", "1")
+    keep_freed_memory()
 
 
 def pick_device(name: str = "auto") -> torch.device:
@@ -83,6 +87,12 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+def _allocator_tuned() -> bool:
+    from ct_lightning.experiment.allocator import keep_freed_memory
+
+    return keep_freed_memory()
+
+
 def machine_info(device: torch.device) -> dict:
     import lightning
 
@@ -94,6 +104,7 @@ def machine_info(device: torch.device) -> dict:
         "torch": torch.__version__,
         "lightning": lightning.__version__,
         "torch_threads": torch.get_num_threads(),
+        "allocator": "glibc malloc, freed blocks kept (keep_freed_memory)" if _allocator_tuned() else "default",
         "device": str(device),
         "load_average_start": load_average(),
     }

@@ -64,6 +64,7 @@ def render(results: dict, argv: list[str]) -> str:
         ["device (search)", m["device"] + (f" ({m['gpu']})" if m.get("gpu") else "")],
         ["Python / torch / Lightning", f"{m['python']} / {m['torch']} / {m['lightning']}"],
         ["torch intra-op threads", str(m["torch_threads"])],
+        ["memory allocator", m.get("allocator", "default")],
         ["load average (1, 5, 15 min) at start / end",
          f"{m['load_average_start']} / {m.get('load_average_end', 'n/a')}"],
         ["date", m["date"]],

@@ -38,10 +38,12 @@ def target_reached(logits: torch.Tensor, target: torch.Tensor, tau: float) -> to
 
 def _closed_form_step(generator, logits: torch.Tensor, rows: torch.Tensor, rows_x: torch.Tensor,
                       target: torch.Tensor, tau: float, step: int, max_steps: int):
-    """τ-convergence and the input gradient of ``CE(logits, target) + penalty`` (summed over rows).
+    """τ-convergence, the input gradient of ``CE(logits, target) + penalty`` (summed over rows) and the ℓ∞
+    distance of each row from its factual.
 
     ∂CE/∂logits = softmax − onehot(target); the generator adds ``∂penalty/∂logit[target]`` per row
-    and the weight ``λ_cst`` of its ℓ1 cost, whose input gradient is ``λ_cst·sign(x' − x)``.
+    and the weight ``λ_cst`` of its ℓ1 cost, whose input gradient is ``λ_cst·sign(x' − x)``. The
+    difference ``x' − x`` is formed once, for that sign and for the distance.
     """
     with torch.no_grad():
         probs = logits.detach().softmax(1)
@@ -51,9 +53,11 @@ def _closed_form_step(generator, logits: torch.Tensor, rows: torch.Tensor, rows_
         delta = torch.full_like(target, -1, dtype=probs.dtype) if target_logit is None else target_logit - 1.0
         grad_logits = probs.scatter_add_(1, column, delta[:, None])
     (grad,) = torch.autograd.grad(logits, rows, grad_outputs=grad_logits)
+    offset = torch.sub(rows.detach(), rows_x)
+    distance = _largest_magnitude(offset)
     if lambda_cost:
-        grad = grad.add_(torch.sub(rows.detach(), rows_x).sign_(), alpha=lambda_cost)
-    return done, grad
+        grad = grad.add_(offset.sign_(), alpha=lambda_cost)
+    return done, grad, distance
 
 
 class SearchSpace(Protocol):
@@ -63,8 +67,9 @@ class SearchSpace(Protocol):
 
     def start(self, x: torch.Tensor) -> torch.Tensor: ...  # the search variable at the factuals
 
-    def gradient(self, v: torch.Tensor, x: torch.Tensor, target: torch.Tensor, tau: float, step: int,
-                 max_steps: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]: ...  # points, done, ∂loss/∂v
+    def gradient(self, v: torch.Tensor, x: torch.Tensor, target: torch.Tensor, tau: float, step: int, max_steps: int
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]: ...
+    # points, done, ∂loss/∂v, and the points' ℓ∞ distances from x where the space has them at hand (else None)
 
     def reached(self, v: torch.Tensor, x: torch.Tensor, target: torch.Tensor,
                 tau: float) -> tuple[torch.Tensor, torch.Tensor]: ...  # points, done (no gradient)
@@ -89,7 +94,8 @@ class FeatureSpace:
 
     def gradient(self, rows: torch.Tensor, rows_x: torch.Tensor, target: torch.Tensor, tau: float, step: int,
                  max_steps: int):
-        """One forward and one backward pass: the points, their τ-convergence and the input gradient of Eq. 1."""
+        """One forward and one backward pass: the points, their τ-convergence, the input gradient of Eq. 1 and
+        (in closed form) the points' ℓ∞ distances from their factuals."""
         points = rows
         rows = rows.detach().requires_grad_(True)
         logits = self.model(rows)
@@ -99,7 +105,7 @@ class FeatureSpace:
         loss = F.cross_entropy(logits, target, reduction="sum") + \
             self.generator.penalty(rows, rows_x, logits, target, step, max_steps).sum()
         (grad,) = torch.autograd.grad(loss, rows)
-        return points, done, grad
+        return points, done, grad, None
 
     def reached(self, rows: torch.Tensor, rows_x: torch.Tensor, target: torch.Tensor, tau: float):
         """The points and their τ-convergence, without a gradient (the check after the last step)."""
@@ -111,9 +117,14 @@ class FeatureSpace:
         return self.limits.step(rows, grad, self.generator.lr, rows_x)
 
 
-def _distance(points: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-    """ℓ∞ distance of each point from its factual."""
-    return torch.sub(points, x).abs_().amax(1)
+def _largest_magnitude(offset: torch.Tensor) -> torch.Tensor:
+    """Per row, ``max |offset|``, as ``max(max offset, −min offset)``: two reductions, no ``|offset|`` tensor."""
+    return torch.maximum(offset.amax(1), offset.amin(1).neg_())
+
+
+def _distance(points: torch.Tensor, x: torch.Tensor, known: torch.Tensor | None = None) -> torch.Tensor:
+    """ℓ∞ distance of each point from its factual (``known`` when the search space already computed it)."""
+    return known if known is not None else _largest_magnitude(torch.sub(points, x))
 
 
 def _search_masked(space: SearchSpace, x, target, tau, max_steps, epsilon, check_every: int) -> SearchResult:
@@ -129,8 +140,8 @@ def _search_masked(space: SearchSpace, x, target, tau, max_steps, epsilon, check
     previous = was_inside = None
     last = -1
     for step in range(max_steps):
-        points, done, grad = space.gradient(rows, x, target, tau, step, max_steps)
-        inside = _distance(points, x) <= epsilon
+        points, done, grad, distance = space.gradient(rows, x, target, tau, step, max_steps)
+        inside = _distance(points, x, distance) <= epsilon
         if previous is not None:  # a row leaving the ε-ball: its previous point is its nascent CE so far
             leaving = was_inside & ~inside & ~converged
             nascent = torch.where(leaving[:, None], previous, nascent)
@@ -202,10 +213,10 @@ def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> Se
     previous = was_inside = None
     for step in range(max_steps + 1):
         if step == max_steps:  # convergence check only: no graph, no step
-            points, done = space.reached(rows, rows_x, rows_target, tau)
+            (points, done), distance = space.reached(rows, rows_x, rows_target, tau), None
         else:
-            points, done, grad = space.gradient(rows, rows_x, rows_target, tau, step, max_steps)
-        inside = _distance(points, rows_x) <= epsilon
+            points, done, grad, distance = space.gradient(rows, rows_x, rows_target, tau, step, max_steps)
+        inside = _distance(points, rows_x, distance) <= epsilon
         if previous is not None:  # a row leaving the ε-ball: its previous point is its nascent CE so far
             record_nascent(active, previous, was_inside & ~inside, step - 1)
         if step == max_steps:  # rows that used all max_steps steps
@@ -239,8 +250,8 @@ def active_rows_search(space: SearchSpace, x: torch.Tensor, target: torch.Tensor
 
     ``space`` (a :class:`SearchSpace`) says what differs: ``start(x)`` gives the search variable (``x'``
     itself, or a latent code), ``gradient(v, x, target, tau, step, max_steps)`` the counterfactual points at
-    ``v`` (detached), their τ-convergence and the gradient of the objective with respect to ``v`` (one
-    forward and one backward pass), ``reached(v, x, target, tau)`` the points and their convergence without
+    ``v`` (detached), their τ-convergence, the gradient of the objective with respect to ``v`` (one
+    forward and one backward pass) and the points' ℓ∞ distances from ``x`` if it formed them (else ``None``), ``reached(v, x, target, tau)`` the points and their convergence without
     a gradient, ``advance(v, grad, x)`` the next variable (the step and any projection); ``modules`` are put
     in eval mode with gradients on. Per row: at each step ``s`` the row freezes with its current point once its
     target probability reaches ``tau`` (``steps = s``), otherwise it takes a step; after ``max_steps`` steps

@@ -50,7 +50,7 @@ class LatentSpace:
         done = target_reached(logits.detach(), target, tau)
         loss = F.cross_entropy(logits, target, reduction="sum") + self.lambda_cost * (decoded - rows_x).abs().sum()
         (grad,) = torch.autograd.grad(loss, z)
-        return points.detach(), done, grad
+        return points.detach(), done, grad, None
 
     def reached(self, z: torch.Tensor, rows_x: torch.Tensor, target: torch.Tensor, tau: float):
         """The decoded points and their τ-convergence, without a gradient."""
