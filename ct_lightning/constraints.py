@@ -127,9 +127,13 @@ class Constraints:
             x_cf = torch.where(self.none, x, x_cf)
         return x_cf
 
-    def step(self, rows: torch.Tensor, grad: torch.Tensor, lr: float, x: torch.Tensor) -> torch.Tensor:
-        """One constrained SGD step ``project(rows - lr * mask_gradient(grad), x)`` in a fresh buffer."""
-        moved = torch.mul(self.mask_gradient(grad), lr)
+    def step(self, rows: torch.Tensor, grad: torch.Tensor, lr: float, x: torch.Tensor,
+             reuse_gradient: bool = False) -> torch.Tensor:
+        """One constrained SGD step ``project(rows - lr * mask_gradient(grad), x)``, in a fresh buffer or, with
+        ``reuse_gradient`` (for callers that own ``grad`` and need it no more), in ``grad``'s: the step's
+        passes then write into memory that is already in use rather than into a new pool-sized block."""
+        masked = self.mask_gradient(grad)
+        moved = masked.mul_(lr) if reuse_gradient or masked is not grad else torch.mul(masked, lr)
         moved = torch.sub(rows, moved, out=moved)
         return self.project(moved, x, in_place=True)
 

@@ -113,8 +113,9 @@ class FeatureSpace:
             return rows, target_reached(self.model(rows), target, tau)
 
     def advance(self, rows: torch.Tensor, grad: torch.Tensor, rows_x: torch.Tensor) -> torch.Tensor:
-        """One SGD step, the gradient masked by mutability and the point projected onto the constraints."""
-        return self.limits.step(rows, grad, self.generator.lr, rows_x)
+        """One SGD step, the gradient masked by mutability and the point projected onto the constraints
+        (written into ``grad``'s buffer: the loop is done with it)."""
+        return self.limits.step(rows, grad, self.generator.lr, rows_x, reuse_gradient=True)
 
 
 def _largest_magnitude(offset: torch.Tensor) -> torch.Tensor:
@@ -251,9 +252,10 @@ def active_rows_search(space: SearchSpace, x: torch.Tensor, target: torch.Tensor
     ``space`` (a :class:`SearchSpace`) says what differs: ``start(x)`` gives the search variable (``x'``
     itself, or a latent code), ``gradient(v, x, target, tau, step, max_steps)`` the counterfactual points at
     ``v`` (detached), their τ-convergence, the gradient of the objective with respect to ``v`` (one
-    forward and one backward pass) and the points' ℓ∞ distances from ``x`` if it formed them (else ``None``), ``reached(v, x, target, tau)`` the points and their convergence without
-    a gradient, ``advance(v, grad, x)`` the next variable (the step and any projection); ``modules`` are put
-    in eval mode with gradients on. Per row: at each step ``s`` the row freezes with its current point once its
+    forward and one backward pass) and the points' ℓ∞ distances from ``x`` if it formed them (else
+    ``None``), ``reached(v, x, target, tau)`` the points and their convergence without a gradient,
+    ``advance(v, grad, x)`` the next variable (the step and any projection; it may write into ``grad``,
+    which the loop does not use after it); ``modules`` are put in eval mode with gradients on. Per row: at each step ``s`` the row freezes with its current point once its
     target probability reaches ``tau`` (``steps = s``), otherwise it takes a step; after ``max_steps`` steps
     its point is checked once more. The nascent counterfactual is the last path point within ``epsilon``
     (ℓ∞) of the factual (the factual itself if none is), written when a row leaves the ε-ball or freezes.
