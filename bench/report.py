@@ -207,9 +207,12 @@ once per batch. The last column is the same vanilla run with Lightning's per-bat
 1 000 (Adult 27 steps, MNIST 11) there is little per-step cost to save. What remains above the plain loop is a
 fixed cost per epoch that the plain loop does not pay: Lightning's validation loop and epoch-end hooks, two
 `ModelCheckpoint` writes (last and best, each a file written and renamed, 3–7 ms per epoch) and Lightning's
-epoch-end logging; MLflow's SQLite transaction (6–12 ms) is now paid once every 2 s rather than every epoch.
+epoch-end logging. MLflow's SQLite transaction (7–11 ms for one epoch's ~15 metrics) is now paid once every
+2 s for all the epochs since the last one (20 epochs in one batch: 28–34 ms, i.e. ~1.5 ms per epoch); the
+short runs timed here send theirs after the last epoch, so this table leaves that amortised ~1.5 ms out.
 These total roughly 15–25 ms here, against a whole plain epoch of 27–45 ms, which is why the vanilla target
-(≤ 1.2×) is not met: it would leave 5–9 ms per epoch for validation, checkpoints and tracking. The CT targets on Adult and MNIST are bound by the search: with the paper's nce = 5 000 and T = 30,
+(≤ 1.2×) is not met: it would leave 5–9 ms per epoch for validation, checkpoints and tracking.
+The CT targets on Adult and MNIST are bound by the search: with the paper's nce = 5 000 and T = 30,
 a CT-trained model's counterfactuals mostly use all 30 steps, i.e. up to 150 000 row forward+backward passes
 per epoch against one pass per training row (*rows* column), so the *floor* column is at or above the target
 before any overhead; the remaining gap to the floor is the search's elementwise work per step (section 1,
@@ -315,7 +318,9 @@ def _search_section(results: dict) -> list[str]:
                          f"({bare / total:.0%}); ECCo penalty {_ms(penalty)} ms ({penalty / total:.0%}), "
                          f"SGD step + projection {_ms(update)} ms ({update / total:.0%}), convergence check + "
                          f"nascent tracking {_ms(tracking)} ms ({tracking / total:.0%}); the real search differs from "
-                         f"the last loop by {_ms(total - p[ANATOMY_LEVELS[3]])} ms (closed-form penalty gradient, freezing bookkeeping, noise).")
+                         f"the last loop by {_ms(total - p[ANATOMY_LEVELS[3]])} ms (closed-form penalty gradient, "
+                         "x' − x formed once for the cost's sign and the ε-ball test, the SGD step written into the "
+                         "gradient's buffer, freezing bookkeeping, noise).")
         lines.append("")
     for name, section in results.get("search_extra", {}).items():
         rows = [[f"{r['pool']:,}", r["mode"], f"{r['cf_steps']:,}", _ms(r["search_s"]), _ms(r["bare_s"]),
