@@ -153,11 +153,18 @@ def protect_positive(x_pos: torch.Tensor, x_cf: torch.Tensor, codes: torch.Tenso
     """Sec. 3.4: set ``x⁺[d] := x'[d]`` where moving ``x'[d]`` towards ``x⁺[d]`` is not allowed.
 
     Per feature: ``none → x'``, ``increase → max(x', x⁺)``, ``decrease → min(x', x⁺)``,
-    ``both → x⁺``.
+    ``both → x⁺``. Only the kinds some feature has cost a pass over the rows; with every feature
+    ``both`` the result is ``x_pos`` itself.
     """
-    out = torch.where(codes == NONE, x_cf, x_pos)
-    out = torch.where(codes == INCREASE, torch.maximum(x_cf, x_pos), out)
-    return torch.where(codes == DECREASE, torch.minimum(x_cf, x_pos), out)
+    present = set(torch.unique(codes).tolist())  # one value per feature: cheap, once per pool
+    out = x_pos
+    if NONE in present:
+        out = torch.where(codes == NONE, x_cf, out)
+    if INCREASE in present:
+        out = torch.where(codes == INCREASE, torch.maximum(x_cf, x_pos), out)
+    if DECREASE in present:
+        out = torch.where(codes == DECREASE, torch.minimum(x_cf, x_pos), out)
+    return out
 
 
 def resolve_domain(domain, x_train: torch.Tensor, n_std: float = 3.0,

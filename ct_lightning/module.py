@@ -15,8 +15,7 @@ from ct_lightning.constraints import parse_mutability, resolve_domain
 from ct_lightning.epoch_block import EpochBlock
 from ct_lightning.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, make_generator
-from ct_lightning.losses import (adversarial_loss, check_objective, contrast_pairs, contrastive_divergence,
-                                 energy_ridge)
+from ct_lightning.losses import adversarial_loss, check_objective, contrast_pairs, energy_terms
 from ct_lightning.models import build_model
 from ct_lightning.pool import ClassSampler, CounterfactualPool, random_targets
 from ct_lightning.trainer_data import trainer_tensors
@@ -337,8 +336,7 @@ class CTModule(L.LightningModule):
             logits = self.model(torch.cat([x, pool.x_pos, pool.x_neg, pool.nascent]))
             logits, logits_pos, logits_neg, logits_adv = logits.split([len(x), m, m, m])
             clf = F.cross_entropy(logits, y)
-            div = contrastive_divergence(logits_pos, logits_neg, pool.target)
-            ridge = energy_ridge(logits_pos, logits_neg, pool.target)
+            div, ridge = energy_terms(logits_pos, logits_neg, pool.target)
             adv = adversarial_loss(logits_adv, pool.labels)
             if not self.uses_energy:
                 div, ridge = div.detach() * 0.0, ridge.detach() * 0.0

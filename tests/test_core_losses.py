@@ -78,6 +78,17 @@ def test_protection_rules(kind, x_pos, x_cf, expected):
     assert out.item() == expected
 
 
+@pytest.mark.parametrize("kinds", [["both"] * 4, ["none", "both", "both", "none"], ["increase", "decrease", "both", "both"],
+                                   ["none", "increase", "decrease", "both"], ["decrease"] * 4])
+def test_protection_with_any_mix_of_kinds_matches_the_rules_element_by_element(kinds):
+    generator = torch.Generator().manual_seed(3)
+    x_pos, x_cf = torch.randn(6, 4, generator=generator), torch.randn(6, 4, generator=generator)
+    rules = {"none": lambda p, c: c, "increase": max, "decrease": min, "both": lambda p, c: p}
+    expected = [[rules[kinds[j]](float(x_pos[i, j]), float(x_cf[i, j])) for j in range(4)] for i in range(6)]
+    out = protect_positive(x_pos, x_cf, parse_mutability(kinds, 4))
+    assert out.tolist() == expected
+
+
 def test_protection_removes_divergence_gradient_of_immutable_feature():
     """With feature 0 immutable, the divergence no longer pushes θ[y⁺, 0] (Prop. 3.1)."""
     model = linear_model()
@@ -182,3 +193,23 @@ def test_infer_domain_formula():
     assert upper.tolist() == pytest.approx(torch.maximum(mean + 3 * std, x.max(0).values).tolist())
     lower1, upper1 = infer_domain(x, n_std=0.1)  # narrow band: the observed range wins
     assert lower1.tolist() == [0.0, 10.0] and upper1.tolist() == [2.0, 40.0]
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_energy_terms_equal_divergence_and_ridge_with_their_gradients(seed):
+    from ct_lightning.losses import energy_terms
+
+    generator = torch.Generator().manual_seed(seed)
+    logits_pos, logits_cf = torch.randn(40, 5, generator=generator), torch.randn(40, 5, generator=generator)
+    target = torch.randint(0, 5, (40,), generator=generator)
+    separate = [t.clone().requires_grad_() for t in (logits_pos, logits_cf)]
+    (0.3 * contrastive_divergence(*separate, target) + 0.7 * energy_ridge(*separate, target)).backward()
+    together = [t.clone().requires_grad_() for t in (logits_pos, logits_cf)]
+    divergence, ridge = energy_terms(*together, target)
+    (0.3 * divergence + 0.7 * ridge).backward()
+    assert torch.equal(divergence, contrastive_divergence(logits_pos, logits_cf, target))
+    assert torch.equal(ridge, energy_ridge(logits_pos, logits_cf, target))
+    for a, b in zip(separate, together):
+        assert torch.equal(a.grad, b.grad)
+    empty = torch.zeros(0, dtype=torch.long)
+    assert [v.item() for v in energy_terms(logits_pos[:0], logits_cf[:0], empty)] == [0.0, 0.0]
