@@ -206,8 +206,10 @@ once per batch. The last column is the same vanilla run with Lightning's per-bat
 (`--epoch-loop lightning`), which is what the fused loop saves on circles (120 steps of batch 30); with batch
 1 000 (Adult 27 steps, MNIST 11) there is little per-step cost to save. What remains above the plain loop is a
 fixed cost per epoch that the plain loop does not pay: Lightning's validation loop and epoch-end hooks, two
-`ModelCheckpoint` writes (last and best, each a file written and renamed, 3–7 ms per epoch) and Lightning's
-epoch-end logging. MLflow's SQLite transaction (7–11 ms for one epoch's ~15 metrics) is now paid once every
+`ModelCheckpoint` writes (last and best, each a file written and renamed, 3–7 ms per epoch; on MNIST ~2.5 ms of
+that is pickling the 784 `feature_names` of the hyperparameters, one `persistent_id` call per object) and
+Lightning's epoch-end logging: each `self.log` costs ~350 µs (`_ResultMetric.to` walks the metric's state with
+`apply_to_collection` at every call), and an epoch logs ~15 values (5–7 ms). MLflow's SQLite transaction (7–11 ms for one epoch's ~15 metrics) is now paid once every
 2 s for all the epochs since the last one (20 epochs in one batch: 28–34 ms, i.e. ~1.5 ms per epoch); the
 short runs timed here send theirs after the last epoch, so this table leaves that amortised ~1.5 ms out.
 These total roughly 15–25 ms here, against a whole plain epoch of 27–45 ms, which is why the vanilla target
