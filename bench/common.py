@@ -87,14 +87,10 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-def _allocator_tuned() -> bool:
-    from ct_lightning.experiment.allocator import keep_freed_memory
-
-    return keep_freed_memory()
-
-
 def machine_info(device: torch.device) -> dict:
     import lightning
+
+    from ct_lightning.experiment.allocator import keep_freed_memory  # applied once: here it reports the state
 
     info = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
@@ -104,7 +100,7 @@ def machine_info(device: torch.device) -> dict:
         "torch": torch.__version__,
         "lightning": lightning.__version__,
         "torch_threads": torch.get_num_threads(),
-        "allocator": "glibc malloc, freed blocks kept (keep_freed_memory)" if _allocator_tuned() else "default",
+        "allocator": "glibc malloc, freed blocks kept (keep_freed_memory)" if keep_freed_memory() else "default",
         "device": str(device),
         "load_average_start": load_average(),
     }

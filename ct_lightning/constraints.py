@@ -156,14 +156,14 @@ def protect_positive(x_pos: torch.Tensor, x_cf: torch.Tensor, codes: torch.Tenso
     ``both → x⁺``. Only the kinds some feature has cost a pass over the rows; with every feature
     ``both`` the result is ``x_pos`` itself.
     """
-    present = set(torch.unique(codes).tolist())  # one value per feature: cheap, once per pool
+    kinds = Constraints(codes)  # the masks of the kinds present, as a search uses them
     out = x_pos
-    if NONE in present:
-        out = torch.where(codes == NONE, x_cf, out)
-    if INCREASE in present:
-        out = torch.where(codes == INCREASE, torch.maximum(x_cf, x_pos), out)
-    if DECREASE in present:
-        out = torch.where(codes == DECREASE, torch.minimum(x_cf, x_pos), out)
+    if kinds.none is not None:
+        out = torch.where(kinds.none, x_cf, out)
+    if kinds.increase is not None:
+        out = torch.where(kinds.increase, torch.maximum(x_cf, x_pos), out)
+    if kinds.decrease is not None:
+        out = torch.where(kinds.decrease, torch.minimum(x_cf, x_pos), out)
     return out
 
 

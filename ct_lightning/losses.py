@@ -28,29 +28,25 @@ def target_energy(logits: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
     return -logits.gather(1, target[:, None]).squeeze(1)
 
 
-def contrastive_divergence(logits_pos: torch.Tensor, logits_cf: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Eq. 3 averaged over rows: ``E(x⁺, y⁺) − E(x'_T, y⁺)``."""
-    if target.numel() == 0:
-        return logits_pos.sum() * 0.0
-    return (target_energy(logits_pos, target) - target_energy(logits_cf, target)).mean()
-
-
-def energy_ridge(logits_pos: torch.Tensor, logits_cf: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
-    """Ridge on the energies: ``M(x⁺)[y⁺]² + M(x'_T)[y⁺]²`` averaged over rows."""
-    if target.numel() == 0:
-        return logits_pos.sum() * 0.0
-    return (target_energy(logits_pos, target).square() + target_energy(logits_cf, target).square()).mean()
-
-
 def energy_terms(logits_pos: torch.Tensor, logits_cf: torch.Tensor,
                  target: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`contrastive_divergence` and :func:`energy_ridge` together, from one gather of each energy
-    (what a training step computes: the same values, half the energy kernels)."""
+    """Eq. 3's contrastive divergence and the energy ridge, averaged over rows, from one gather of each
+    energy (a training step needs both): ``E(x⁺, y⁺) − E(x'_T, y⁺)`` and ``M(x⁺)[y⁺]² + M(x'_T)[y⁺]²``."""
     if target.numel() == 0:
         zero = logits_pos.sum() * 0.0
         return zero, zero
     energy_pos, energy_cf = target_energy(logits_pos, target), target_energy(logits_cf, target)
     return (energy_pos - energy_cf).mean(), (energy_pos.square() + energy_cf.square()).mean()
+
+
+def contrastive_divergence(logits_pos: torch.Tensor, logits_cf: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Eq. 3 averaged over rows: ``E(x⁺, y⁺) − E(x'_T, y⁺)`` (see :func:`energy_terms`)."""
+    return energy_terms(logits_pos, logits_cf, target)[0]
+
+
+def energy_ridge(logits_pos: torch.Tensor, logits_cf: torch.Tensor, target: torch.Tensor) -> torch.Tensor:
+    """Ridge on the energies: ``M(x⁺)[y⁺]² + M(x'_T)[y⁺]²`` averaged over rows (see :func:`energy_terms`)."""
+    return energy_terms(logits_pos, logits_cf, target)[1]
 
 
 def adversarial_loss(logits_nascent: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:

@@ -365,12 +365,12 @@ class CTModule(L.LightningModule):
         values = torch.stack([torch.stack(terms) for terms, _, _ in steps]).double()  # steps × terms
         sizes = [len(y) for _, _, y in steps]
         weights = torch.tensor(sizes, dtype=torch.float64, device=values.device)
-        sums = (values * weights[:, None]).sum(0)
+        sums, rows = (values * weights[:, None]).sum(0), sum(sizes)
         correct = (torch.cat([logits for _, logits, _ in steps]).argmax(1) == torch.cat([y for _, _, y in steps])).sum()
         if stage in self._epoch_sums:
-            before, rows, correct_before = self._epoch_sums[stage]
-            sums, correct, sizes = sums + before, correct + correct_before, [rows, *sizes]
-        self._epoch_sums[stage] = (sums, sum(sizes), correct)
+            sums_before, rows_before, correct_before = self._epoch_sums[stage]
+            sums, rows, correct = sums + sums_before, rows + rows_before, correct + correct_before
+        self._epoch_sums[stage] = (sums, rows, correct)
 
     def _epoch_means(self, stage: str) -> tuple[torch.Tensor, torch.Tensor] | None:
         """The epoch's batch-size-weighted means of the accumulated terms and its accuracy, and a fresh start;

@@ -2,8 +2,8 @@
 
 A counterfactual search allocates several pool-sized tensors per step (an MNIST pool of 5 000 rows is
 15 MB each). glibc serves blocks that large with ``mmap`` and unmaps them when freed, so every step
-pays the kernel's page faults again for memory it just gave back: ~57 000 faults and a quarter of an
-MNIST search's time (docs/performance.md). :func:`keep_freed_memory` raises glibc's mmap threshold to
+pays the kernel's page faults again for memory it just gave back: 20 000–130 000 faults per CT epoch on
+MNIST, and 10–14 % of its CPU time (docs/performance.md). :func:`keep_freed_memory` raises glibc's mmap threshold to
 its maximum (32 MiB) and its trim threshold to 1 GiB, so those blocks come from, and go back to, the
 heap. The process then holds on to up to 1 GiB of freed memory instead of returning it at once.
 """

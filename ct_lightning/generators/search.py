@@ -255,9 +255,9 @@ def active_rows_search(space: SearchSpace, x: torch.Tensor, target: torch.Tensor
     forward and one backward pass) and the points' ℓ∞ distances from ``x`` if it formed them (else
     ``None``), ``reached(v, x, target, tau)`` the points and their convergence without a gradient,
     ``advance(v, grad, x)`` the next variable (the step and any projection; it may write into ``grad``,
-    which the loop does not use after it); ``modules`` are put in eval mode with gradients on. Per row: at each step ``s`` the row freezes with its current point once its
-    target probability reaches ``tau`` (``steps = s``), otherwise it takes a step; after ``max_steps`` steps
-    its point is checked once more. The nascent counterfactual is the last path point within ``epsilon``
+    which the loop does not use after it); ``modules`` are put in eval mode with gradients on. Per row: at
+    each step ``s`` the row freezes with its current point once its target probability reaches ``tau``
+    (``steps = s``), otherwise it takes a step; after ``max_steps`` steps its point is checked once more. The nascent counterfactual is the last path point within ``epsilon``
     (ℓ∞) of the factual (the factual itself if none is), written when a row leaves the ε-ball or freezes.
 
     ``packed`` (default: on CPU only): the rows still searching are kept packed in their own tensors, so a
