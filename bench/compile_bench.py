@@ -7,7 +7,9 @@ Two parts of a search step, at the search's shapes (pool 1 000, the paper's MLP)
 * the step's elementwise work over the n×D pool (SGD step, ℓ1 cost gradient, domain clamp, the
   nascent ε-ball test), which a compiler can fuse into one kernel.
 
-Also the one-off compile time. Usage: ``python bench/compile_bench.py [--device cuda] [--out FILE.json]``.
+Also the one-off compile time; then the library's whole search with its compiled step
+(``search_compile``, ``ct_lightning/generators/compiled_step.py``) off and on, at pools of 1 000 and 5 000.
+Usage: ``python bench/compile_bench.py [--device cuda] [--out FILE.json]``.
 """
 
 from __future__ import annotations
@@ -90,37 +92,50 @@ def measure(name: str, device: torch.device, rows: int = 1000, repeats: int = 30
     return out
 
 
-def search_end_to_end(name: str, device: torch.device, rows: int = 1000, repeats: int = 5) -> dict:
-    """The real search (ECCo, pool ``rows``, fixed T = 30: τ = 1) eager against the same loop whose step
-    (mask, SGD update, domain clamp: ``FeatureSpace.advance``) is compiled; outputs compared."""
-    from ct_lightning.constraints import Constraints
+def search_end_to_end(name: str, device: torch.device, pools=(1000, 5000), repeats: int = 7) -> list[dict]:
+    """The library's search (ECCo, fixed T = 30: τ = 1, domain ±3) with ``search_compile`` off and on, interleaved
+    ``repeats`` times after a first compiled call (which compiles, or loads torch's on-disk cache); outputs compared.
+    Wall and CPU milliseconds (medians) per pool size."""
+    from bench.common import median, timed
     from ct_lightning.generators import ECCo
-    from ct_lightning.generators.search import FeatureSpace, active_rows_search
+    from ct_lightning.generators.compiled_step import search_compile, set_search_compile
+    from ct_lightning.generators.search import search_counterfactuals
 
-    model, x, target, lower, upper = _problem(name, device, rows)
-    generator = ECCo()
-    limits = Constraints(None, lower, upper, device)
-    compiled_advance = torch.compile(
-        lambda v, grad, v_x: limits.project(v - generator.lr * limits.mask_gradient(grad), v_x), dynamic=True)
+    previous = search_compile()
+    out = []
+    try:
+        for rows in pools:
+            model, x, target, lower, upper = _problem(name, device, rows)
+            generator = ECCo()
 
-    def search(compiled: bool):
-        space = FeatureSpace(model, generator, limits)
-        if compiled:
-            space.advance = compiled_advance
-        return active_rows_search(space, x, target, 1.0, 30, 0.3)
+            def search(mode: str):
+                set_search_compile(mode)
+                return search_counterfactuals(model, x, target, generator, 1.0, 30, 0.3, None, lower, upper)
 
-    started = time.perf_counter()
-    fused = search(True)
-    compile_s = time.perf_counter() - started
-    eager = search(False)
-    out = {"data": name, "rows": rows, "compile_s": compile_s,
-           "search_eager_ms": _median_ms(lambda: search(False), repeats, device),
-           "search_compiled_ms": _median_ms(lambda: search(True), repeats, device),
-           "max_abs_difference": float((fused.counterfactual - eager.counterfactual).abs().max()),
-           "same_converged": bool(torch.equal(fused.converged, eager.converged))}
-    print(f"{name}: search (pool {rows}, fixed T) eager {out['search_eager_ms']:.1f} ms, compiled step "
-          f"{out['search_compiled_ms']:.1f} ms (compile {compile_s:.1f} s); max |Δx'| {out['max_abs_difference']:.2e}",
-          flush=True)
+            first = []
+            with timed(first, device):
+                compiled = search("on")
+            eager = search("off")
+            times = {"off": [], "on": []}
+            for _ in range(repeats):
+                for mode in times:
+                    with timed(times[mode], device):
+                        search(mode)
+            row = {"data": name, "rows": rows, "features": x.shape[1], "first_compiled_call_s": first[0][0],
+                   "search_eager_ms": 1e3 * median(w for w, _ in times["off"]),
+                   "search_compiled_ms": 1e3 * median(w for w, _ in times["on"]),
+                   "search_eager_cpu_ms": 1e3 * median(c for _, c in times["off"]),
+                   "search_compiled_cpu_ms": 1e3 * median(c for _, c in times["on"]),
+                   "max_abs_difference": float((compiled.counterfactual - eager.counterfactual).abs().max()),
+                   "same_converged": bool(torch.equal(compiled.converged, eager.converged)
+                                          and torch.equal(compiled.steps, eager.steps))}
+            print(f"{name}: search (pool {rows}, fixed T) eager {row['search_eager_ms']:.1f} ms, compiled step "
+                  f"{row['search_compiled_ms']:.1f} ms (CPU ×{row['search_compiled_cpu_ms'] / row['search_eager_cpu_ms']:.2f}; "
+                  f"first call {row['first_compiled_call_s']:.1f} s); max |Δx'| {row['max_abs_difference']:.2e}",
+                  flush=True)
+            out.append(row)
+    finally:
+        set_search_compile(previous)
     return out
 
 
@@ -134,7 +149,7 @@ def main() -> None:
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     results = [measure(name, torch.device(args.device)) for name in args.data.split(",")]
-    searches = [search_end_to_end(name, torch.device(args.device)) for name in args.data.split(",")]
+    searches = [row for name in args.data.split(",") for row in search_end_to_end(name, torch.device(args.device))]
     if args.out:
         with open(args.out, "w") as handle:
             json.dump({"torch": torch.__version__, "threads": torch.get_num_threads(), "results": results,

@@ -70,14 +70,15 @@ def plain_epochs(datamodule, architecture: str, epochs: int, device: torch.devic
 
 
 def our_epochs(data: str, objective: str, architecture: str, epochs: int, accelerator: str, store: Path,
-               seed: int = 0, epoch_loop: str = "auto") -> list:
+               seed: int = 0, epoch_loop: str = "auto", search_compile: str = "auto") -> list:
     """Wall/CPU seconds of each epoch of a ``train()`` run (validation, checkpoints, MLflow included)."""
     from bench.epoch_bench import EpochTimer
     from ct_lightning.experiment.train import train
 
     timer = EpochTimer()
     train({"data": data, "objective": objective, "model": architecture, "max_epochs": epochs, "seed": seed,
-           "accelerator": accelerator, "progress": False, "epoch_loop": epoch_loop, "tracking_uri": f"sqlite:///{store / 'mlflow.db'}",
+           "accelerator": accelerator, "progress": False, "epoch_loop": epoch_loop, "search_compile": search_compile,
+           "tracking_uri": f"sqlite:///{store / 'mlflow.db'}",
            "experiment": "bench-reference"}, callbacks=[timer])
     return timer.epochs
 
@@ -94,6 +95,11 @@ def run_reference_section(name: str, datamodule, epochs: int, repeats: int, acce
     # vanilla/full: as users run them (the default epoch loop, fused on one process); vanilla_lightning: the
     # same run with Lightning's per-batch loop (epoch_loop="lightning"), for what fusing the epoch saves.
     runs = {"plain": [], "vanilla": [], "full": [], "vanilla_lightning": []}
+    # full_eager: the CT run with search_compile off, where auto compiles the search step (large pools).
+    from ct_lightning.generators.compiled_step import AUTO_MIN_VALUES
+
+    if architecture == "mlp" and _settings(datamodule, {})["nce"] * datamodule.n_features >= AUTO_MIN_VALUES:
+        runs["full_eager"] = []
     with tempfile.TemporaryDirectory(prefix="ct-bench-reference-") as folder:
         store = Path(folder)
         for _ in range(repeats):
@@ -102,6 +108,9 @@ def run_reference_section(name: str, datamodule, epochs: int, repeats: int, acce
                 runs[objective].append(our_epochs(name, objective, architecture, epochs, accelerator, store))
             runs["vanilla_lightning"].append(our_epochs(name, "vanilla", architecture, epochs, accelerator, store,
                                                         epoch_loop="lightning"))
+            if "full_eager" in runs:
+                runs["full_eager"].append(our_epochs(name, "full", architecture, epochs, accelerator, store,
+                                                     search_compile="off"))
     out = {"architecture": architecture, "epochs": epochs, "repeats": repeats, "batch_size": datamodule.batch_size,
            "n_train": len(datamodule.y_train), "n_val": len(datamodule.y_val)}
     for key, values in runs.items():
@@ -111,7 +120,10 @@ def run_reference_section(name: str, datamodule, epochs: int, repeats: int, acce
     plain = out["plain"]
     label = name if architecture == "mlp" else f"{name}-{architecture}"
     ct_target = CT_TARGETS.get(label)
-    for key, target in (("vanilla", VANILLA_TARGET), ("full", ct_target), ("vanilla_lightning", None)):
+    for key, target in (("vanilla", VANILLA_TARGET), ("full", ct_target), ("vanilla_lightning", None),
+                        ("full_eager", None)):
+        if key not in out:
+            continue
         ratio = out[key]["epoch_s"] / plain["epoch_s"]
         ratio_cpu = out[key]["epoch_cpu_s"] / plain["epoch_cpu_s"]
         out[key].update({"ratio": ratio, "ratio_cpu": ratio_cpu, "target": target,
@@ -119,7 +131,9 @@ def run_reference_section(name: str, datamodule, epochs: int, repeats: int, acce
     log(f"  plain {plain['epoch_s']:.3f} s  vanilla {out['vanilla']['epoch_s']:.3f} s "
         f"(×{out['vanilla']['ratio']:.2f}, CPU ×{out['vanilla']['ratio_cpu']:.2f})  full {out['full']['epoch_s']:.3f} s "
         f"(×{out['full']['ratio']:.2f}, CPU ×{out['full']['ratio_cpu']:.2f})  vanilla with Lightning's "
-        f"per-batch loop {out['vanilla_lightning']['epoch_s']:.3f} s (CPU ×{out['vanilla_lightning']['ratio_cpu']:.2f})")
+        f"per-batch loop {out['vanilla_lightning']['epoch_s']:.3f} s (CPU ×{out['vanilla_lightning']['ratio_cpu']:.2f})"
+        + (f"  full, eager search step {out['full_eager']['epoch_s']:.3f} s (CPU ×{out['full_eager']['ratio_cpu']:.2f})"
+           if "full_eager" in out else ""))
     return out
 
 

@@ -21,7 +21,7 @@ from pathlib import Path
 from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.preflight import apply_threads, evaluation_device, threads_for
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
-from ct_lightning.experiment.settings import add_arguments, datasets_and_aliases
+from ct_lightning.experiment.settings import DEFAULTS, add_arguments, datasets_and_aliases
 from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, anchor_tracking_uri, write_json_atomic
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, Parser, Rule, check_accelerator, check_checkpoint_file,
                                                 check_model_fits, check_output_file, check_run_ids, check_writable_folder,
@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--no-log", dest="log", action="store_false", help="do not log to the MLflow run")
     parser.add_argument("--unsafe-load", action="store_true",
                         help="load checkpoints with weights_only=False (only for checkpoints you trust)")
-    add_arguments(parser, ["threads", "accelerator"])
+    add_arguments(parser, ["threads", "accelerator", "search_compile"])
     add_protocol_arguments(parser)
     return parser
 
@@ -78,6 +78,9 @@ def main(argv: list[str] | None = None) -> dict:
         exit_on_error(error, parser)
     print(apply_threads(threads_for(args.threads, accelerator=args.accelerator)), flush=True)
     from ct_lightning.evaluation import evaluate_model, evaluation_constraints  # noqa: PLC0415 - heavy
+    from ct_lightning.generators.compiled_step import set_search_compile  # noqa: PLC0415
+
+    set_search_compile(args.search_compile or DEFAULTS["search_compile"])
     from ct_lightning.evaluation.plots import evaluation_figures, metric_history  # noqa: PLC0415
     from ct_lightning.experiment.runs import build_data, load_checkpoint_with_config, load_run, log_evaluation  # noqa: PLC0415
 

@@ -181,6 +181,11 @@ def mutability_kinds() -> tuple[str, ...]:
     return tuple(constant("ct_lightning.constraints", "MUTABILITY_KINDS"))
 
 
+def search_compile_modes() -> tuple[str, ...]:
+    """``ct_lightning.generators.compiled_step.SEARCH_COMPILE_MODES``."""
+    return tuple(constant("ct_lightning.generators.compiled_step", "SEARCH_COMPILE_MODES"))
+
+
 def activations() -> list[str]:
     """MLP activations (the keys of ``ct_lightning.models.ACTIVATIONS``)."""
     return list(constant("ct_lightning.models", "ACTIVATIONS"))

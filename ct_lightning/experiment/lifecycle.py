@@ -18,7 +18,7 @@ RUN_ONLY_KEYS = frozenset({"checkpoint_dir", "summary_json", "run_name", "resume
 # What may be given together with --resume: where output goes, how it runs, and --max-epochs (to extend the run).
 RESUME_OPTIONS = frozenset({"resume", "tracking_uri", "experiment", "summary_json", "overwrite", "progress",
                             "max_epochs", "accelerator", "data_dir", "threads", "devices", "strategy",
-                            "epoch_loop"})
+                            "epoch_loop", "search_compile"})
 CHECKPOINT_DIR_TAG = "ct.checkpoint_dir"
 ERROR_TAG = "error"
 

@@ -26,7 +26,7 @@ from ct_lightning.experiment.tracking import atomic_file
 # Settings that say where a run writes or how it shows progress, not what it trains.
 NON_DEFINING_KEYS = frozenset({"tracking_uri", "experiment", "run_name", "checkpoint_dir", "summary_json",
                                "progress", "resume", "config", "data_dir", "accelerator", "threads",
-                               "overwrite", "epoch_loop"})
+                               "overwrite", "epoch_loop", "search_compile"})
 CONFIG_KEY_TAG = "ct.config_key"
 ROLES = (  # (role, objective, protected)
     ("bl", "vanilla", False), ("ct", "full", False), ("bl_protected", "vanilla", True), ("ct_protected", "full", True))

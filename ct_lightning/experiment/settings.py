@@ -188,6 +188,10 @@ TABLE: tuple[Setting, ...] = (
             + "|".join(catalogue.mutability_kinds()), group=SEARCH),
     Setting("domain", True, "do not project counterfactuals onto the data domain", group=SEARCH, flag="--no-domain",
             action="store_false"),
+    Setting("search_compile", "auto", "compile the search step after the backward pass into one kernel with "
+            "torch.compile (same results): on, off, or auto: only for large pools (rows x features; MNIST and Adult at "
+            "the paper's nce), where it pays off (default {DFLT})", group=SEARCH,
+            choices=catalogue.search_compile_modes),
     # model and optimiser
     Setting("model", "mlp", "mlp, cnn (LeNet-style, for MNIST) or package.module:factory returning an nn.Module "
             "(called with n_features, n_classes if it takes them) (default {DFLT})", group=MODEL),

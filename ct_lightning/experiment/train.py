@@ -30,6 +30,7 @@ from ct_lightning.experiment.settings import (DEFAULTS, fused_blocker, load_conf
 from ct_lightning.experiment.tracking import (ensure_experiment, local_store_dir, prepare_store, run_url, ui_command,
                                               write_json_atomic)
 from ct_lightning.epoch_block import EpochBlockLoader, can_fuse
+from ct_lightning.generators.compiled_step import set_search_compile
 from ct_lightning.module import CTModule
 
 
@@ -141,6 +142,7 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     overrides = preflight_training(overrides).overrides  # every check before anything is created
     keep_freed_memory()  # the search's pool-sized tensors are reused instead of page-faulted in at every step
     config, run_id, resume_from, weights = _prepare(overrides, echo)
+    set_search_compile(config["search_compile"])
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = build_datamodule(config)
     module = build_module(config, datamodule)

@@ -19,6 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ct_lightning.constraints import Constraints
+from ct_lightning.generators.compiled_step import step_for
 from ct_lightning.eval_mode import eval_mode
 from ct_lightning.generators.base import SearchResult
 
@@ -36,14 +37,12 @@ def target_reached(logits: torch.Tensor, target: torch.Tensor, tau: float) -> to
     return logits.softmax(1).gather(1, target[:, None]).squeeze(1) >= tau
 
 
-def _closed_form_step(generator, logits: torch.Tensor, rows: torch.Tensor, rows_x: torch.Tensor,
-                      target: torch.Tensor, tau: float, step: int, max_steps: int):
-    """τ-convergence, the input gradient of ``CE(logits, target) + penalty`` (summed over rows) and the ℓ∞
-    distance of each row from its factual.
+def _logit_gradient(generator, logits: torch.Tensor, target: torch.Tensor, tau: float, step: int,
+                    max_steps: int):
+    """τ-convergence, ``∂(CE(logits, target) + penalty)/∂logits`` per row and the weight ``λ_cst`` of the ℓ1 cost.
 
-    ∂CE/∂logits = softmax − onehot(target); the generator adds ``∂penalty/∂logit[target]`` per row
-    and the weight ``λ_cst`` of its ℓ1 cost, whose input gradient is ``λ_cst·sign(x' − x)``. The
-    difference ``x' − x`` is formed once, for that sign and for the distance.
+    ∂CE/∂logits = softmax − onehot(target); the generator adds ``∂penalty/∂logit[target]`` per row. The
+    ℓ1 cost's input gradient, ``λ_cst·sign(x' − x)``, does not pass through the model.
     """
     with torch.no_grad():
         probs = logits.detach().softmax(1)
@@ -51,13 +50,7 @@ def _closed_form_step(generator, logits: torch.Tensor, rows: torch.Tensor, rows_
         done = probs.gather(1, column).squeeze(1) >= tau
         target_logit, lambda_cost = generator.penalty_gradient(logits.detach(), target, step, max_steps)
         delta = torch.full_like(target, -1, dtype=probs.dtype) if target_logit is None else target_logit - 1.0
-        grad_logits = probs.scatter_add_(1, column, delta[:, None])
-    (grad,) = torch.autograd.grad(logits, rows, grad_outputs=grad_logits)
-    offset = torch.sub(rows.detach(), rows_x)
-    distance = _largest_magnitude(offset)
-    if lambda_cost:
-        grad = grad.add_(offset.sign_(), alpha=lambda_cost)
-    return done, grad, distance
+        return done, probs.scatter_add_(1, column, delta[:, None]), lambda_cost
 
 
 class SearchSpace(Protocol):
@@ -81,12 +74,18 @@ class FeatureSpace:
     """The search variable is the counterfactual ``x'`` itself (Generic, ECCo): Eq. 1's input gradient,
     in closed form where the generator gives its penalty's gradient, and a constrained SGD step."""
 
-    def __init__(self, model: nn.Module, generator, limits: Constraints):
+    def __init__(self, model: nn.Module, generator, limits: Constraints, compiled_step=None):
         self.model, self.generator, self.limits = model, generator, limits
         self.modules = (model,)
         # Generators whose penalty depends on the logits and |x' − x| alone give its gradient in closed form:
         # one backward pass through the model with the logit gradient as grad_outputs, no graph of its own.
         self.closed_form = callable(getattr(generator, "has_closed_form", None)) and generator.has_closed_form()
+        # With a compiled step (closed form only), the cost's sign, the SGD step, the projection and the next
+        # points' distances are one kernel in `advance`; `_advanced` keeps the points it returned and their
+        # distances, which the next `gradient` reports unless the loop has repacked the rows in between.
+        self.compiled_step = compiled_step if self.closed_form else None
+        self._advanced = None
+        self._scalars: dict[float, torch.Tensor] = {}
 
     def start(self, x: torch.Tensor) -> torch.Tensor:
         """The search starts at the factual."""
@@ -100,7 +99,18 @@ class FeatureSpace:
         rows = rows.detach().requires_grad_(True)
         logits = self.model(rows)
         if self.closed_form:
-            return (points, *_closed_form_step(self.generator, logits, rows, rows_x, target, tau, step, max_steps))
+            done, grad_logits, self.lambda_cost = _logit_gradient(self.generator, logits, target, tau, step,
+                                                                  max_steps)
+            (grad,) = torch.autograd.grad(logits, rows, grad_outputs=grad_logits)
+            if self.compiled_step is not None:
+                known = self._advanced[1] if self._advanced is not None and self._advanced[0] is points else None
+                return points, done, grad, known
+            # x' − x once, for the cost's sign and the distance.
+            offset = torch.sub(points.detach(), rows_x)
+            distance = _largest_magnitude(offset)
+            if self.lambda_cost:
+                grad = grad.add_(offset.sign_(), alpha=self.lambda_cost)
+            return points, done, grad, distance
         done = target_reached(logits.detach(), target, tau)
         loss = F.cross_entropy(logits, target, reduction="sum") + \
             self.generator.penalty(rows, rows_x, logits, target, step, max_steps).sum()
@@ -114,8 +124,22 @@ class FeatureSpace:
 
     def advance(self, rows: torch.Tensor, grad: torch.Tensor, rows_x: torch.Tensor) -> torch.Tensor:
         """One SGD step, the gradient masked by mutability and the point projected onto the constraints
-        (written into ``grad``'s buffer: the loop is done with it)."""
-        return self.limits.step(rows, grad, self.generator.lr, rows_x, reuse_gradient=True)
+        (written into ``grad``'s buffer: the loop is done with it; or by the compiled step)."""
+        if self.compiled_step is None:
+            return self.limits.step(rows, grad, self.generator.lr, rows_x, reuse_gradient=True)
+        limits = self.limits
+        points, distance = self.compiled_step(
+            rows, rows_x, grad, self._scalar(self.generator.lr, rows), self._scalar(self.lambda_cost, rows),
+            limits.lower, limits.upper, limits.none, limits.increase, limits.decrease)
+        self._advanced = (points, distance)
+        return points
+
+    def _scalar(self, value: float, like: torch.Tensor) -> torch.Tensor:
+        """``value`` as a 0-d tensor on ``like``'s device, made once per search (a Python float would be
+        compiled into the kernel, so each new value would compile it again)."""
+        if value not in self._scalars:
+            self._scalars[value] = torch.tensor(value, dtype=like.dtype, device=like.device)
+        return self._scalars[value]
 
 
 def _largest_magnitude(offset: torch.Tensor) -> torch.Tensor:
@@ -291,5 +315,5 @@ def search_counterfactuals(model: nn.Module, x: torch.Tensor, target: torch.Tens
     Lightning's inference mode: gradients are switched on locally and the model's
     parameters receive none. ``packed`` and ``check_every``: see :func:`active_rows_search`.
     """
-    space = FeatureSpace(model, generator, Constraints(mutability, lower, upper, x.device))
+    space = FeatureSpace(model, generator, Constraints(mutability, lower, upper, x.device), step_for(x.numel()))
     return active_rows_search(space, x, target, tau, max_steps, epsilon, packed, check_every)

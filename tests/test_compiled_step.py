@@ -1,0 +1,160 @@
+"""The compiled search step (``search_compile``): its formula against a by-hand computation, the compiled search
+against the eager one and the autograd reference on circles and Adult- and MNIST-shaped data, the ``auto``
+rule, the fallback when compilation fails, and a CT training that is the same with and without it."""
+
+import warnings
+
+import pytest
+import torch
+from reference_search import search_counterfactuals as reference_search
+from test_search_closed_form import CASES, trained_model
+
+from ct_lightning.constraints import BOTH, DECREASE, INCREASE, NONE, Constraints
+from ct_lightning.experiment.settings import validate_config
+from ct_lightning.generators import ECCo, Generic
+from ct_lightning.generators import compiled_step
+from ct_lightning.generators.compiled_step import (AUTO_MIN_VALUES, CompiledStep, constrained_step,
+                                                   set_search_compile, step_for)
+from ct_lightning.generators.search import search_counterfactuals
+
+
+@pytest.fixture
+def compile_mode():
+    """Set the process-wide mode for one test; restore the previous one after it."""
+    previous = compiled_step.search_compile()
+    yield set_search_compile
+    set_search_compile(previous)
+
+
+def by_hand(rows, x, grad, lr, lambda_cost, lower, upper, codes):
+    """The step element by element in Python floats, from the rules as SPEC states them."""
+    out, distance = [], []
+    for r_row, x_row, g_row in zip(rows.tolist(), x.tolist(), grad.tolist()):
+        new_row = []
+        for d, (r, f, g) in enumerate(zip(r_row, x_row, g_row)):
+            g = g + lambda_cost * ((r > f) - (r < f))
+            kind = codes[d]
+            if kind == NONE or (kind == INCREASE and g > 0) or (kind == DECREASE and g < 0):
+                g = 0.0
+            v = min(max(r - lr * g, lower[d]), upper[d])
+            v = max(v, f) if kind == INCREASE else min(v, f) if kind == DECREASE else f if kind == NONE else v
+            new_row.append(v)
+        out.append(new_row)
+        distance.append(max(abs(v - f) for v, f in zip(new_row, x_row)))
+    return torch.tensor(out), torch.tensor(distance)
+
+
+def test_constrained_step_is_the_rules_by_hand():
+    generator = torch.Generator().manual_seed(0)
+    codes = [BOTH, INCREASE, DECREASE, NONE] * 2
+    rows, x = torch.randn(5, 8, generator=generator), torch.randn(5, 8, generator=generator)
+    x[0, :4] = rows[0, :4]  # x' = x: no cost gradient
+    grad = torch.randn(5, 8, generator=generator)
+    lower, upper = torch.full((8,), -0.8), torch.full((8,), 0.9)
+    limits = Constraints(torch.tensor(codes), lower, upper)
+    moved, distance = constrained_step(rows, x, grad, torch.tensor(0.3), torch.tensor(0.05), lower, upper,
+                                       limits.none, limits.increase, limits.decrease)
+    expected, expected_distance = by_hand(rows, x, grad, 0.3, 0.05, lower.tolist(), upper.tolist(), codes)
+    torch.testing.assert_close(moved, expected)
+    torch.testing.assert_close(distance, expected_distance)
+    assert not torch.equal(moved, rows)
+
+
+@pytest.mark.parametrize("generator", [ECCo(), Generic(), ECCo(lambda_cost=0.0)], ids=["ecco", "generic", "no-cost"])
+@pytest.mark.parametrize("case", ["circles", "adult-shaped", "mnist-shaped"])
+@pytest.mark.parametrize("packed", [True, False], ids=["packed", "masked"])
+def test_compiled_search_returns_the_eager_search(case, generator, packed, compile_mode):
+    architecture, x, y, n_classes, mutability, lower, upper = CASES[case]()
+    model = trained_model(architecture, x, y, n_classes)
+    with torch.no_grad():
+        target = (model(x).argmax(1) + 1 + torch.randint(n_classes - 1, (len(y),),
+                                                          generator=torch.Generator().manual_seed(3))) % n_classes
+    results = {}
+    for mode in ("on", "off"):
+        compile_mode(mode)
+        results[mode] = search_counterfactuals(model, x, target, generator, 0.75, 30, 0.3, mutability, lower, upper,
+                                               packed=packed, check_every=5)
+    compiled, eager = results["on"], results["off"]
+    old = reference_search(model, x, target, generator, 0.75, 30, 0.3, mutability, lower, upper)
+    for result in (eager, old):
+        assert torch.equal(compiled.converged, result.converged) and torch.equal(compiled.steps, result.steps)
+        assert torch.equal(compiled.nascent_steps, result.nascent_steps)
+    torch.testing.assert_close(compiled.counterfactual, eager.counterfactual, rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(compiled.nascent, eager.nascent, rtol=1e-6, atol=1e-6)
+    # Rows froze at different steps (the packed loop repacked them) and some used every step.
+    assert 0 < int(compiled.converged.sum()) < len(y) or case == "circles"
+    assert len(compiled.steps.unique()) > 2
+
+
+def test_compiled_search_runs_inside_inference_mode(compile_mode):
+    """Lightning validates under inference mode; the search (and its compiled step) must still work there."""
+    compile_mode("on")
+    architecture, x, y, n_classes, mutability, lower, upper = CASES["adult-shaped"]()
+    model = trained_model(architecture, x, y, n_classes)
+    target = 1 - y
+    with torch.inference_mode():
+        inside = search_counterfactuals(model, x, target, ECCo(), 0.75, 30, 0.3, mutability, lower, upper)
+    outside = search_counterfactuals(model, x, target, ECCo(), 0.75, 30, 0.3, mutability, lower, upper)
+    assert torch.equal(inside.steps, outside.steps)
+    torch.testing.assert_close(inside.counterfactual, outside.counterfactual, rtol=0, atol=0)
+
+
+def test_auto_compiles_only_large_pools(compile_mode):
+    compile_mode("auto")
+    assert step_for(AUTO_MIN_VALUES - 1) is None and step_for(AUTO_MIN_VALUES) is not None
+    compile_mode("off")
+    assert step_for(10 * AUTO_MIN_VALUES) is None
+    compile_mode("on")
+    assert step_for(1) is not None
+
+
+def test_an_unknown_mode_is_refused_in_one_line():
+    with pytest.raises(ValueError, match=r"search_compile: 'fast' is not allowed; allowed: auto, on, off"):
+        set_search_compile("fast")
+    with pytest.raises(ValueError, match=r"search_compile.*'fast'.*auto, on, off"):
+        validate_config({"search_compile": "fast"})
+
+
+def test_a_failing_compiler_warns_once_and_steps_eagerly():
+    def broken_backend(graph, example_inputs):
+        raise RuntimeError("no compiler here")
+
+    step = CompiledStep(backend=broken_backend)
+    generator = torch.Generator().manual_seed(1)
+    rows, x, grad = (torch.randn(6, 3, generator=generator) for _ in range(3))
+    args = (rows, x, grad, torch.tensor(0.1), torch.tensor(0.01), None, None, None, None, None)
+    with pytest.warns(RuntimeWarning, match="search_compile: torch.compile failed .*no compiler here"):
+        first = step(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = step(*args)
+    expected = constrained_step(*args)
+    for result in (first, second):
+        assert torch.equal(result[0], expected[0]) and torch.equal(result[1], expected[1])
+
+
+def test_ct_training_is_the_same_with_the_compiled_step(tmp_path):
+    """A short CT run on circles with the step compiled and eager: the same weights and metrics."""
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.checkpoints import read_checkpoint
+    from ct_lightning.experiment.train import train
+
+    runs = {}
+    try:
+        for mode in ("on", "off"):
+            summary = train({"data": "circles", "max_epochs": 2, "nce": 300, "progress": False,
+                             "search_compile": mode, "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+                             "checkpoint_dir": str(tmp_path / mode)})
+            runs[mode] = summary, read_checkpoint(summary["checkpoints"]["last"])[0]
+    finally:
+        set_search_compile("auto")
+    (on, on_weights), (off, off_weights) = runs["on"], runs["off"]
+    for key in off_weights:
+        assert torch.equal(on_weights[key], off_weights[key]), key
+    def measured(metrics):  # everything but timings
+        return {key: value for key, value in metrics.items() if not key.endswith("_seconds")}
+
+    assert measured(on["metrics"]) == measured(off["metrics"]) and "train/div" in on["metrics"]
+    client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
+    assert client.get_run(on["run_id"]).data.params["search_compile"] == "on"
