@@ -124,9 +124,11 @@ def _targets(results: dict) -> list[str]:
         for key, name in (("vanilla", "vanilla"), ("full", "CT")):
             target = section[key]["target"]
             if target is not None:
+                measured = f"×{section[key]['ratio']:.2f} (CPU time ×{section[key]['ratio_cpu']:.2f})"
+                if key == "full" and "plain_ct" in section:  # the same CT work in a hand-written loop
+                    measured += f"; plain CT loop ×{section['plain_ct']['ratio_cpu']:.2f}"
                 reference_rows.append([f"{name} epoch ≤ {target:g}× plain-PyTorch epoch ({label}, as users run it)",
-                                       f"×{section[key]['ratio']:.2f} (CPU time ×{section[key]['ratio_cpu']:.2f})",
-                                       _yes(section[key]["met"])])
+                                       measured, _yes(section[key]["met"])])
     rows = reference_rows + bare_rows + loop_rows + epoch_rows
     if not rows:
         return []
@@ -162,12 +164,24 @@ def _reference_section(results: dict) -> list[str]:
                      f"×{vanilla['ratio']:.2f} (×{vanilla['ratio_cpu']:.2f})",
                      f"{_s(full['epoch_s'])} ({_s(full['epoch_cpu_s'])})",
                      f"×{full['ratio']:.2f} (×{full['ratio_cpu']:.2f})"])
-        lightning, eager = section.get("vanilla_lightning"), section.get("full_eager")
+        lightning, eager, plain_ct = (section.get(key) for key in ("vanilla_lightning", "full_eager", "plain_ct"))
         rows[-1] += [f"{_s(lightning['epoch_s'])} (×{lightning['ratio_cpu']:.2f})" if lightning else "n/a",
-                     f"{_s(eager['epoch_s'])} (×{eager['ratio_cpu']:.2f})" if eager else "not compiled"]
+                     f"{_s(eager['epoch_s'])} (×{eager['ratio_cpu']:.2f})" if eager else "not compiled",
+                     f"{_s(plain_ct['epoch_s'])} (×{plain_ct['ratio_cpu']:.2f})" if plain_ct else "n/a",
+                     f"×{full['epoch_cpu_s'] / plain_ct['epoch_cpu_s']:.2f}" if plain_ct else "n/a"]
     lines += _table(["data", "batch", "rows", "plain s/epoch (CPU)", "vanilla s/epoch (CPU)", "vanilla/plain (CPU)",
                      "full s/epoch (CPU)", "full/plain (CPU)", "vanilla, Lightning's per-batch loop s/epoch "
-                     "(CPU ratio to plain)", "full with `--search-compile off` s/epoch (CPU ratio to plain)"], rows)
+                     "(CPU ratio to plain)", "full with `--search-compile off` s/epoch (CPU ratio to plain)",
+                     "plain CT loop s/epoch (CPU ratio to plain)", "full / plain CT loop (CPU)"], rows)
+    if any("plain_ct" in section for section in reference.values()):
+        lines += ["*plain CT loop*: a hand-written loop doing a CT epoch's work without Lightning "
+                  "(`bench/reference_bench.py: plain_ct_epochs`): the paper-default pool (nce factuals, random "
+                  "targets, x⁺ and the library's batched search, compiled where `search_compile=auto` compiles), "
+                  "then per batch one forward over [x, x⁺, x', x'_tε] of the batch's share of the pool, Eq. 2's "
+                  "loss, backward and Adam, and the validation forward. Its ratio to the plain loop is what the CT "
+                  "work itself costs on this machine, whatever the framework: where it is above a CT target, no "
+                  "implementation of Algorithm 1 with the paper's settings meets that target here; *full / plain CT "
+                  "loop* is what our `train()` adds to that work (validation, checkpoints, MLflow, Lightning).", ""]
     overhead = results.get("overhead", {})
     anatomy = []
     for label, section in reference.items():

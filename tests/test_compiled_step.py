@@ -158,3 +158,24 @@ def test_ct_training_is_the_same_with_the_compiled_step(tmp_path):
     assert measured(on["metrics"]) == measured(off["metrics"]) and "train/div" in on["metrics"]
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert client.get_run(on["run_id"]).data.params["search_compile"] == "on"
+
+
+def test_one_compiled_kernel_serves_every_step_of_a_search():
+    """Recompiling costs seconds in the middle of a search: the step at the factuals (points aliasing them),
+    a single row, and a row count equal to the feature count must not compile variants of their own."""
+    from torch._dynamo.utils import counters
+
+    step = CompiledStep()
+    generator = torch.Generator().manual_seed(2)
+    # float64: a variant no other test compiles (compiled code is cached per function), so exactly one is new.
+    options = {"dtype": torch.float64}
+    lower, upper = torch.full((7,), -1.0, **options), torch.full((7,), 1.0, **options)
+    before = counters["stats"]["unique_graphs"]
+    for n in (7, 5, 1, 9, 12, 3):  # first n == the feature count, as when a pool of 1 000 rows has 1 000 features
+        x, grad = (torch.randn(n, 7, generator=generator, **options) for _ in range(2))
+        for rows in (x, x + 0.1 * torch.randn(n, 7, generator=generator, **options)):
+            args = (rows, x, grad, torch.tensor(0.25, **options), torch.tensor(0.001, **options), lower, upper,
+                    None, None, None)
+            result, expected = step(*args), constrained_step(*args)
+            assert torch.equal(result[0], expected[0]) and torch.equal(result[1], expected[1])
+    assert counters["stats"]["unique_graphs"] - before == 1

@@ -17,6 +17,7 @@ import functools
 import warnings
 
 import torch
+import torch.fx.experimental._config as torch_fx_config
 
 SEARCH_COMPILE_MODES = ("auto", "on", "off")
 AUTO_MIN_VALUES = 250_000  # rows × features of a pool from which ``auto`` compiles the step
@@ -80,10 +81,16 @@ class CompiledStep:
         self.compiled = torch.compile(constrained_step, dynamic=True, backend=backend)
 
     def __call__(self, *args):
+        rows, x = args[0], args[1]
         with torch.no_grad():
-            if self.compiled is not None:
+            # Each of these would compile another variant of the kernel (seconds, in the middle of a search):
+            # the first step, where the points are the factuals themselves (an aliasing guard), and one row
+            # (sizes 0 and 1 are always specialised); they run eagerly. Without duck sizing, a pool whose
+            # row count happens to equal its feature count does not get a variant of its own either.
+            if self.compiled is not None and rows is not x and rows.shape[0] > 1:
                 try:
-                    return self.compiled(*args)
+                    with torch_fx_config.patch(use_duck_shape=False):
+                        return self.compiled(*args)
                 except Exception as error:  # noqa: BLE001 - any compiler failure: fall back to eager
                     cause = getattr(error, "inner_exception", None) or error  # the compiler's own error
                     first_line = (str(cause).strip().splitlines() or [""])[0][:200]
