@@ -250,7 +250,12 @@ without Lightning: on circles a CT step (one forward over the batch and its shar
 loss terms and their backward: about 40 more small kernels per step, each launch-bound at batch 30) costs
 about twice a vanilla step, so even a hand-written CT loop is above circles' ×1.5; on Adult and MNIST the
 search's work puts it far above ×2 and ×4. Our `train()` CT epoch is within ~1.2× of that hand-written loop
-(the per-epoch costs above, plus the module's bookkeeping).
+(the per-epoch costs above, plus the module's bookkeeping). The LeNet CNN on MNIST (×3 target) has no plain CT
+row (its CT epoch alone takes ~45 s here), but the same count decides it: its search costs ×1.1 of its bare
+passes (section 1), and an epoch's search runs up to nce × T = 150 000 forward+backward passes of single images
+against 11 000 for the training epoch, ~14× its training work, so any implementation of the paper's settings
+is above ×10 before the CT step's fourfold forward and backward; what would meet ×3 is a smaller nce or T
+(proposal 1 below), not a faster implementation.
 """
 
 
