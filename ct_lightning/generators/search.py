@@ -19,9 +19,9 @@ import torch.nn.functional as F
 from torch import nn
 
 from ct_lightning.constraints import Constraints
-from ct_lightning.generators.compiled_step import step_for
 from ct_lightning.eval_mode import eval_mode
 from ct_lightning.generators.base import SearchResult
+from ct_lightning.generators.compiled_step import step_for
 
 
 @contextlib.contextmanager
