@@ -52,8 +52,7 @@ def test_constrained_step_is_the_rules_by_hand():
     grad = torch.randn(5, 8, generator=generator)
     lower, upper = torch.full((8,), -0.8), torch.full((8,), 0.9)
     limits = Constraints(torch.tensor(codes), lower, upper)
-    moved, distance = constrained_step(rows, x, grad, torch.tensor(0.3), torch.tensor(0.05), lower, upper,
-                                       limits.none, limits.increase, limits.decrease)
+    moved, distance = constrained_step(rows, x, grad, torch.tensor(0.3), torch.tensor(0.05), limits)
     expected, expected_distance = by_hand(rows, x, grad, 0.3, 0.05, lower.tolist(), upper.tolist(), codes)
     torch.testing.assert_close(moved, expected)
     torch.testing.assert_close(distance, expected_distance)
@@ -122,7 +121,7 @@ def test_a_failing_compiler_warns_once_and_steps_eagerly():
     step = CompiledStep(backend=broken_backend)
     generator = torch.Generator().manual_seed(1)
     rows, x, grad = (torch.randn(6, 3, generator=generator) for _ in range(3))
-    args = (rows, x, grad, torch.tensor(0.1), torch.tensor(0.01), None, None, None, None, None)
+    args = (rows, x, grad, torch.tensor(0.1), torch.tensor(0.01), Constraints(None))
     with pytest.warns(RuntimeWarning, match="search_compile: torch.compile failed .*no compiler here"):
         first = step(*args)
     with warnings.catch_warnings():
@@ -174,8 +173,8 @@ def test_one_compiled_kernel_serves_every_step_of_a_search():
     for n in (7, 5, 1, 9, 12, 3):  # first n == the feature count, as when a pool of 1 000 rows has 1 000 features
         x, grad = (torch.randn(n, 7, generator=generator, **options) for _ in range(2))
         for rows in (x, x + 0.1 * torch.randn(n, 7, generator=generator, **options)):
-            args = (rows, x, grad, torch.tensor(0.25, **options), torch.tensor(0.001, **options), lower, upper,
-                    None, None, None)
+            args = (rows, x, grad, torch.tensor(0.25, **options), torch.tensor(0.001, **options),
+                    Constraints(None, lower, upper))  # a new instance per call, as each search makes its own
             result, expected = step(*args), constrained_step(*args)
             assert torch.equal(result[0], expected[0]) and torch.equal(result[1], expected[1])
     assert counters["stats"]["unique_graphs"] - before == 1

@@ -39,33 +39,13 @@ def search_compile() -> str:
     return _mode
 
 
-def constrained_step(rows, x, grad, lr, lambda_cost, lower, upper, none, increase, decrease):
-    """The next points and their ℓ∞ distances from the factuals ``x``: ``rows − lr·g`` projected, where ``g`` is
-    ``grad + λ_cst·sign(rows − x)`` with the components that mutability forbids set to zero.
-
-    ``lr`` and ``lambda_cost`` are 0-d tensors; ``lower``/``upper`` the domain bounds and ``none``/``increase``/
-    ``decrease`` the per-feature mutability masks (``None``: absent). The same arithmetic, in the same order, as
-    the eager search (``Constraints.step`` after the closed-form gradient).
+def constrained_step(rows, x, grad, lr, lambda_cost, limits):
+    """The next points and their ℓ∞ distances from the factuals ``x``: ``limits.step`` (mutability mask, SGD step,
+    projection; :class:`ct_lightning.constraints.Constraints`) on ``grad + λ_cst·sign(rows − x)``, written without
+    in-place operations so that it compiles into one kernel. ``lr`` and ``lambda_cost`` are 0-d tensors.
     """
     grad = grad + lambda_cost * torch.sign(rows - x)
-    forbidden = none
-    if increase is not None:
-        rule = increase & (grad > 0)
-        forbidden = rule if forbidden is None else forbidden | rule
-    if decrease is not None:
-        rule = decrease & (grad < 0)
-        forbidden = rule if forbidden is None else forbidden | rule
-    if forbidden is not None:
-        grad = grad.masked_fill(forbidden, 0.0)
-    moved = rows - lr * grad
-    if lower is not None or upper is not None:
-        moved = moved.clamp(lower, upper)
-    if increase is not None:
-        moved = torch.where(increase, torch.maximum(moved, x), moved)
-    if decrease is not None:
-        moved = torch.where(decrease, torch.minimum(moved, x), moved)
-    if none is not None:
-        moved = torch.where(none, x, moved)
+    moved = limits.project(rows - lr * limits.mask_gradient(grad), x)
     offset = moved - x
     return moved, torch.maximum(offset.amax(1), -offset.amin(1))
 

@@ -127,10 +127,8 @@ class FeatureSpace:
         (written into ``grad``'s buffer: the loop is done with it; or by the compiled step)."""
         if self.compiled_step is None:
             return self.limits.step(rows, grad, self.generator.lr, rows_x, reuse_gradient=True)
-        limits = self.limits
-        points, distance = self.compiled_step(
-            rows, rows_x, grad, self._scalar(self.generator.lr, rows), self._scalar(self.lambda_cost, rows),
-            limits.lower, limits.upper, limits.none, limits.increase, limits.decrease)
+        points, distance = self.compiled_step(rows, rows_x, grad, self._scalar(self.generator.lr, rows),
+                                              self._scalar(self.lambda_cost, rows), self.limits)
         self._advanced = (points, distance)
         return points
 
