@@ -35,8 +35,8 @@ def _settings(datamodule, overrides: dict) -> dict:
     return {**DEFAULTS, **{k: v for k, v in datamodule.ct_defaults.items() if k in DATA_DEFAULT_KEYS}, **overrides}
 
 
-def plain_epochs(datamodule, architecture: str, epochs: int, device: torch.device, seed: int = 0) -> list:
-    """Wall/CPU seconds of each epoch of the hand-written loop (train + validation forward)."""
+def _hand_written_setup(datamodule, architecture: str, device: torch.device, seed: int):
+    """What both hand-written loops start from: the settings, the seeded model, Adam, and the data on ``device``."""
     from ct_lightning.models import build_model
 
     config = _settings(datamodule, {})
@@ -45,9 +45,22 @@ def plain_epochs(datamodule, architecture: str, epochs: int, device: torch.devic
                         list(config.get("hidden_sizes") or [32]), config.get("activation") or "relu").to(device)
     optimiser = torch.optim.Adam(model.parameters(), lr=config["lr"])
     x, y = datamodule.x_train.to(device), datamodule.y_train.to(device)
-    x_val = datamodule.x_val.to(device)
-    batch = datamodule.batch_size
+    return config, model, optimiser, x, y, datamodule.x_val.to(device)
+
+
+def _validation_forward(model, x_val: torch.Tensor, batch: int) -> None:
+    """The forward pass over the validation split, in the validation loader's batches."""
+    model.eval()
     eval_batch = max(batch, EVAL_BATCH_SIZE)
+    with torch.no_grad():
+        for start in range(0, len(x_val), eval_batch):
+            model(x_val[start:start + eval_batch])
+
+
+def plain_epochs(datamodule, architecture: str, epochs: int, device: torch.device, seed: int = 0) -> list:
+    """Wall/CPU seconds of each epoch of the hand-written loop (train + validation forward)."""
+    _, model, optimiser, x, y, x_val = _hand_written_setup(datamodule, architecture, device, seed)
+    batch = datamodule.batch_size
     generator = torch.Generator().manual_seed(datamodule.seed)
     times = []
     for _ in range(epochs):
@@ -60,10 +73,7 @@ def plain_epochs(datamodule, architecture: str, epochs: int, device: torch.devic
             optimiser.zero_grad()
             F.cross_entropy(model(x[index]), y[index]).backward()
             optimiser.step()
-        model.eval()
-        with torch.no_grad():  # in the validation loader's batches
-            for start in range(0, len(x_val), eval_batch):
-                model(x_val[start:start + eval_batch])
+        _validation_forward(model, x_val, batch)
         sync(device)
         times.append(clock.read())
     return times
@@ -79,23 +89,15 @@ def plain_ct_epochs(datamodule, architecture: str, epochs: int, device: torch.de
     from ct_lightning.generators import make_generator
     from ct_lightning.generators.search import search_counterfactuals
     from ct_lightning.losses import adversarial_loss, energy_terms
-    from ct_lightning.models import build_model
     from ct_lightning.pool import ClassSampler, chunk_bounds, random_targets
 
-    config = _settings(datamodule, {})
-    torch.manual_seed(seed)
-    model = build_model(architecture, datamodule.n_features, datamodule.n_classes,
-                        list(config.get("hidden_sizes") or [32]), config.get("activation") or "relu").to(device)
-    optimiser = torch.optim.Adam(model.parameters(), lr=config["lr"])
-    x, y = datamodule.x_train.to(device), datamodule.y_train.to(device)
-    x_val = datamodule.x_val.to(device)
+    config, model, optimiser, x, y, x_val = _hand_written_setup(datamodule, architecture, device, seed)
     lower, upper = resolve_domain("infer", datamodule.x_train, config["domain_std"], datamodule)
     lower, upper = lower.to(device), upper.to(device)
     search = make_generator(config["generator"], config["lambda_cost"], config["lambda_energy"], config["search_lr"])
     sampler = ClassSampler(datamodule.y_train, datamodule.n_classes)
     batch, nce, n_classes = datamodule.batch_size, config["nce"], datamodule.n_classes
     n_batches = -(-len(y) // batch)
-    eval_batch = max(batch, EVAL_BATCH_SIZE)
     generator, rng = torch.Generator().manual_seed(datamodule.seed), torch.Generator().manual_seed(seed)
     times = []
     for _ in range(epochs):
@@ -125,10 +127,7 @@ def plain_ct_epochs(datamodule, architecture: str, epochs: int, device: torch.de
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
-        model.eval()
-        with torch.no_grad():
-            for start in range(0, len(x_val), eval_batch):
-                model(x_val[start:start + eval_batch])
+        _validation_forward(model, x_val, batch)
         sync(device)
         times.append(clock.read())
     return times
