@@ -1,13 +1,19 @@
-"""Actionability constraints: per-feature mutability and domain bounds.
+"""Actionability constraints: per-feature mutability, domain bounds and feature types.
 
 Mutability follows the CARLA/DiCE vocabulary: ``both`` (default), ``increase``,
 ``decrease`` and ``none``. Internally a constraint set is a tensor of integer
 codes, one per feature, so that every operation on it is vectorised.
+
+Feature types (:class:`FeatureTypes`) say which columns form one categorical feature (a one-hot
+group) and which are integers in original units; :meth:`Constraints.snap` maps any point to the
+nearest valid one (one category per group, integers on their grid) for all rows at once.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import torch
 
@@ -48,6 +54,12 @@ def mutability_pairs(text: str, argument: str = "mutability") -> dict[str, str]:
     return pairs
 
 
+def one_hot_prefix(name) -> str | None:
+    """The categorical feature a ``feature=value`` column belongs to (``None`` for other names)."""
+    name = str(name)
+    return name.split("=", 1)[0] if "=" in name else None
+
+
 def parse_mutability(spec, n_features: int, feature_names: Sequence[str] | None = None,
                      argument: str = "mutability") -> torch.Tensor:
     """Turn a mutability spec into a tensor of codes (0 both, 1 increase, 2 decrease, 3 none).
@@ -72,9 +84,89 @@ def parse_mutability(spec, n_features: int, feature_names: Sequence[str] | None 
         if kind not in MUTABILITY_KINDS:
             raise ValueError(f"{argument}: unknown kind {kind!r} for feature {key!r}; "
                              f"allowed: {', '.join(MUTABILITY_KINDS)}")
-        for index in _resolve_feature(key, feature_names, n_features, argument):
+        indices = _resolve_feature(key, feature_names, n_features, argument)
+        if kind in ("increase", "decrease") and feature_names is not None and \
+                any(one_hot_prefix(feature_names[i]) is not None for i in indices):
+            raise ValueError(f"{argument}: {key!r} is categorical (one-hot columns), so {kind!r} has no meaning; "
+                             "allowed for a categorical feature: both, none")
+        for index in indices:
             codes[index] = MUTABILITY_KINDS.index(kind)
     return codes
+
+
+@dataclass
+class FeatureTypes:
+    """Which columns are categorical (one-hot groups) and which are integers, for valid counterfactuals.
+
+    ``groups``: per categorical feature, the column indices of its one-hot encoding (a group of one
+    column is a 0/1 binary feature). ``integers``: indices of integer features. ``offset`` and
+    ``scale`` (per feature, optional) give original units as ``raw = x * scale + offset``: a one-hot
+    column is 1 ("on") at ``(1 - offset) / scale`` and 0 at ``-offset / scale``, and an integer feature
+    lies on the grid of whole numbers in raw units. ``names`` (optional) are for messages.
+    """
+
+    n_features: int
+    groups: list[list[int]] = field(default_factory=list)
+    integers: list[int] = field(default_factory=list)
+    offset: torch.Tensor | None = None
+    scale: torch.Tensor | None = None
+    names: list[str] | None = None
+
+    def __post_init__(self):
+        self.groups = [[int(c) for c in group] for group in self.groups if len(group)]
+        self.integers = [int(c) for c in self.integers]
+        columns = [c for group in self.groups for c in group] + self.integers
+        if any(not 0 <= c < self.n_features for c in columns):
+            raise ValueError(f"feature types: a column index is out of range for {self.n_features} features")
+        if len(set(columns)) != len(columns):
+            raise ValueError("feature types: a column belongs to two one-hot groups or is both categorical and integer")
+        for name in ("offset", "scale"):
+            value = getattr(self, name)
+            if value is not None:
+                value = torch.as_tensor(value, dtype=torch.float32).flatten()
+                if len(value) != self.n_features:
+                    raise ValueError(f"feature types: {name} needs {self.n_features} values, got {len(value)}")
+                setattr(self, name, value)
+        if self.scale is not None and bool((self.scale <= 0).any()):
+            raise ValueError("feature types: every scale must be positive")
+
+    @classmethod
+    def from_names(cls, feature_names: Sequence[str] | None, n_features: int | None = None,
+                   integer_features: Sequence[str] = (), offset=None, scale=None) -> "FeatureTypes":
+        """One-hot groups from ``feature=value`` names (columns sharing the prefix before ``=``), integer
+        features by name (a categorical name is refused), and the raw-unit ``offset``/``scale``."""
+        names = [str(n) for n in (feature_names or [])]
+        n_features = len(names) if n_features is None else int(n_features)
+        groups: dict[str, list[int]] = {}
+        for index, name in enumerate(names):
+            prefix = one_hot_prefix(name)
+            if prefix is not None:
+                groups.setdefault(prefix, []).append(index)
+        integers = []
+        for name in integer_features:
+            if name not in names:
+                raise ValueError(f"integer_features: unknown feature {name!r}; known: {', '.join(names[:30])}")
+            if one_hot_prefix(name) is not None:
+                raise ValueError(f"integer_features: {name!r} is a one-hot column, not an integer feature")
+            integers.append(names.index(name))
+        return cls(n_features, list(groups.values()), integers, offset, scale, names or None)
+
+    @property
+    def empty(self) -> bool:
+        """No categorical and no integer features: every point is valid."""
+        return not self.groups and not self.integers
+
+    def raw_units(self, columns: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(offset, scale)`` of ``columns`` (0 and 1 where none were given)."""
+        index = torch.tensor(columns, dtype=torch.long)
+        offset = torch.zeros(len(columns)) if self.offset is None else self.offset[index]
+        scale = torch.ones(len(columns)) if self.scale is None else self.scale[index]
+        return offset, scale
+
+    def invalid_rows(self, x: torch.Tensor, atol: float = 1e-4) -> torch.Tensor:
+        """Per row: some one-hot group is not exactly one category, or an integer feature is off its grid."""
+        limits = Constraints(None, types=self, device=x.device)
+        return ((limits.snap(x, x) - x).abs() > atol).any(1)
 
 
 class Constraints:
@@ -85,7 +177,7 @@ class Constraints:
     """
 
     def __init__(self, codes: torch.Tensor | None, lower: torch.Tensor | None = None,
-                 upper: torch.Tensor | None = None, device=None):
+                 upper: torch.Tensor | None = None, device=None, types: FeatureTypes | None = None):
         self.lower, self.upper = lower, upper
         self.none = self.increase = self.decrease = None
         if codes is not None:
@@ -94,6 +186,40 @@ class Constraints:
             self.none = codes == NONE if NONE in present else None
             self.increase = codes == INCREASE if INCREASE in present else None
             self.decrease = codes == DECREASE if DECREASE in present else None
+        self.types = None if types is None or types.empty else types
+        self.snaps = self.types is not None  # whether snap() changes anything
+        if self.snaps:
+            self._set_up_snap(self.types, codes, device if device is not None else
+                              (codes.device if codes is not None else None))
+
+    def _set_up_snap(self, types: FeatureTypes, codes: torch.Tensor | None, device) -> None:
+        """The index and value tensors :meth:`snap` needs, built once (the loop over groups runs here only)."""
+        columns = [c for group in types.groups for c in group]
+        if codes is not None and columns:
+            monotone = codes.cpu()[torch.tensor(columns)]
+            if bool(((monotone == INCREASE) | (monotone == DECREASE)).any()):
+                raise ValueError("mutability: a categorical feature (one-hot group) cannot be 'increase' or "
+                                 "'decrease'; allowed: both, none")
+        self.cat_columns = torch.tensor(columns, dtype=torch.long, device=device)
+        self.cat_group = torch.tensor([g for g, group in enumerate(types.groups) for _ in group], dtype=torch.long,
+                                      device=device)
+        self.n_groups = len(types.groups)
+        self.cat_binary = torch.tensor([len(group) == 1 for group in types.groups for _ in group], dtype=torch.bool,
+                                       device=device)
+        offset, scale = types.raw_units(columns)
+        self.cat_off = ((0.0 - offset) / scale).to(device)
+        self.cat_on = ((1.0 - offset) / scale).to(device)
+        self.cat_position = torch.arange(len(columns), device=device)
+        self.int_columns = torch.tensor(types.integers, dtype=torch.long, device=device)
+        offset, scale = types.raw_units(types.integers)
+        self.int_offset, self.int_scale = offset.to(device), scale.to(device)
+        self.int_low = self.int_high = None
+        if types.integers and self.lower is not None and self.upper is not None:
+            # Whole numbers inside the domain: rounding never leaves it.
+            index = self.int_columns.to(self.lower.device)
+            low = (self.lower[index].float().cpu() * scale + offset).ceil()
+            high = (self.upper[index].float().cpu() * scale + offset).floor()
+            self.int_low, self.int_high = low.to(device), torch.maximum(low, high).to(device)
 
     def mask_gradient(self, grad: torch.Tensor) -> torch.Tensor:
         """Zero gradient components that would move a feature the forbidden way.
@@ -126,6 +252,37 @@ class Constraints:
         if self.none is not None:
             x_cf = torch.where(self.none, x, x_cf)
         return x_cf
+
+    def snap(self, points: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The nearest valid points: per one-hot group the column with the largest value (in 0/1 units; the
+        first on ties) is "on" and the others "off", a one-column group is on from 0.5, integer features are
+        rounded in original units (to whole numbers inside the domain); then mutability is restored from
+        ``x``. All rows and groups at once: one scatter per reduction. ``points`` itself without types."""
+        if not self.snaps:
+            return points
+        out = points
+        if self.n_groups:
+            n = len(points)
+            share = (points.index_select(1, self.cat_columns) - self.cat_off) / (self.cat_on - self.cat_off)
+            group = self.cat_group.expand(n, -1)
+            top = share.new_full((n, self.n_groups), -math.inf).scatter_reduce(1, group, share, "amax")
+            first = torch.where(share == top.gather(1, group), self.cat_position, len(self.cat_position))
+            first = torch.full((n, self.n_groups), len(self.cat_position), dtype=torch.long,
+                               device=points.device).scatter_reduce(1, group, first, "amin")
+            hot = torch.where(self.cat_binary, share >= 0.5, self.cat_position == first.gather(1, group))
+            out = out.index_copy(1, self.cat_columns, torch.where(hot, self.cat_on, self.cat_off).to(points.dtype))
+        if len(self.int_columns):
+            raw = (points.index_select(1, self.int_columns) * self.int_scale + self.int_offset).round()
+            if self.int_low is not None:
+                raw = torch.minimum(torch.maximum(raw, self.int_low), self.int_high)
+            out = out.index_copy(1, self.int_columns, ((raw - self.int_offset) / self.int_scale).to(points.dtype))
+        if self.increase is not None:
+            out = torch.where(self.increase, torch.maximum(out, x), out)
+        if self.decrease is not None:
+            out = torch.where(self.decrease, torch.minimum(out, x), out)
+        if self.none is not None:
+            out = torch.where(self.none, x, out)
+        return out
 
     def step(self, rows: torch.Tensor, grad: torch.Tensor, lr: float, x: torch.Tensor,
              reuse_gradient: bool = False) -> torch.Tensor:
@@ -165,6 +322,17 @@ def protect_positive(x_pos: torch.Tensor, x_cf: torch.Tensor, codes: torch.Tenso
     if kinds.decrease is not None:
         out = torch.where(kinds.decrease, torch.minimum(x_cf, x_pos), out)
     return out
+
+
+def resolve_feature_types(datamodule, feature_names: Sequence[str] | None, n_features: int) -> FeatureTypes:
+    """The data module's :meth:`feature_types` when it has one for these features, else one-hot groups from the
+    ``feature=value`` names (no integers)."""
+    describe = getattr(datamodule, "feature_types", None)
+    if callable(describe):
+        types = describe()
+        if types is not None and types.n_features == n_features:
+            return types
+    return FeatureTypes.from_names(feature_names, n_features)
 
 
 def resolve_domain(domain, x_train: torch.Tensor, n_std: float = 3.0,

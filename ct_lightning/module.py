@@ -11,10 +11,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ct_lightning.constraints import parse_mutability, resolve_domain
+from ct_lightning.constraints import Constraints, parse_mutability, resolve_domain, resolve_feature_types
 from ct_lightning.epoch_block import EpochBlock
 from ct_lightning.eval_mode import eval_mode
-from ct_lightning.generators import FitContext, make_generator
+from ct_lightning.generators import FitContext, generate_counterfactuals, make_generator
 from ct_lightning.losses import adversarial_loss, check_objective, contrast_pairs, energy_terms
 from ct_lightning.models import build_model
 from ct_lightning.pool import ClassSampler, CounterfactualPool, random_targets
@@ -147,6 +147,8 @@ class CTModule(L.LightningModule):
         self.lower, self.upper = resolve_domain(hp.domain, self.x_train, hp.domain_std, datamodule)
         if self.lower is not None:
             self.lower, self.upper = self.lower.to(self.device), self.upper.to(self.device)
+        self.feature_types = resolve_feature_types(datamodule, self.feature_names, n_features)
+        Constraints(self.mutability, types=self.feature_types)  # a one-line error for 'increase' on a category
         self.sampler = ClassSampler(self.y_train, hp.n_classes)
         self._data_ready = True
 
@@ -229,8 +231,8 @@ class CTModule(L.LightningModule):
         target = random_targets(predicted, hp.n_classes, rng)
         x_pos = self.x_train[self.sampler.sample(target, rng).to(self.device)]
         started = time.perf_counter()
-        result = self.generator.generate(self.model, x, target, hp.tau, hp.max_steps, hp.epsilon,
-                                         self.mutability, self.lower, self.upper)
+        result = generate_counterfactuals(self.generator, self.model, x, target, hp.tau, hp.max_steps, hp.epsilon,
+                                          self.mutability, self.lower, self.upper, self.feature_types)
         stats = {**result.stats(), "search_seconds": time.perf_counter() - started}
         self.last_factual_index = index.detach().cpu()  # this rank's factuals of the latest pool (for checks)
         x_pos, x_neg = contrast_pairs(x_pos, result.counterfactual, result.converged, self.mutability)

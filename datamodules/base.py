@@ -58,6 +58,7 @@ class TensorDataModule(L.LightningDataModule):
     default_batch_size = 32
     ct_defaults: dict = {}
     fixed_domain: tuple[float, float] | None = None  # e.g. (-1, 1) for images; None: inferred
+    integer_features: tuple[str, ...] = ()  # names of features that are whole numbers in original units
 
     def __init__(self, batch_size: int | None = None, seed: int = 0, num_workers: int = 0):
         super().__init__()
@@ -105,6 +106,21 @@ class TensorDataModule(L.LightningDataModule):
             lower = torch.full((self.n_features,), float(self.fixed_domain[0]))
             return lower, torch.full_like(lower, float(self.fixed_domain[1]))
         return infer_domain(self.x_train, n_std)
+
+    def feature_types(self):
+        """Categorical and integer structure for valid counterfactuals (:class:`ct_lightning.constraints.FeatureTypes`).
+
+        By default one-hot groups are the ``feature=value`` columns sharing a prefix, integers are the
+        class attribute ``integer_features``, and original units come from ``feature_mean``/``feature_scale``
+        where the data module has them (``raw = x * scale + mean``). A data module with a codec of its own
+        overrides this.
+        """
+        from ct_lightning.constraints import FeatureTypes  # the core type; data modules do not import it at load
+
+        mean, scale = getattr(self, "feature_mean", None), getattr(self, "feature_scale", None)
+        return FeatureTypes.from_names(self.feature_names, self.n_features, self.integer_features,
+                                       None if mean is None else torch.as_tensor(mean),
+                                       None if scale is None else torch.as_tensor(scale))
 
     def _loader(self, x, y, shuffle: bool) -> DataLoader:
         dataset = IndexedTensorDataset(x, y)

@@ -82,6 +82,7 @@ class AdultDataModule(TabularDataModule):
     table2_train, table2_test = 26049, 5010
     ct_defaults = {"tau": 0.75, "nce": 5000, "lambda_reg": 0.25}
     categorical = ADULT_CATEGORICAL
+    integer_features = ("age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "hours_per_week")
     protected_features = ("age",)
 
     def read(self, paths: list[Path]) -> tuple[pd.DataFrame, np.ndarray]:
@@ -140,6 +141,8 @@ class CreditDataModule(TabularDataModule):
     table2_train, table2_test = 10617, 1923
     ct_defaults = {"tau": 0.5, "nce": 5000, "lambda_reg": 0.25}
     categorical = ("sex", "education", "marriage")
+    integer_features = ("limit_bal", "age", "pay_0", *(f"pay_{i}" for i in range(2, 7)),
+                        *(f"bill_amt{i}" for i in range(1, 7)), *(f"pay_amt{i}" for i in range(1, 7)))
     balanced = True
     protected_features = ("age",)
 

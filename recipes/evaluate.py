@@ -103,7 +103,7 @@ def main(argv: list[str] | None = None) -> dict:
     result = evaluate_model(loaded.module, x, y, datamodule.n_classes, config, constraints.mutability,
                             constraints.lower, constraints.upper, x_train=datamodule.x_train,
                             feature_names=list(datamodule.feature_names), y_train=datamodule.y_train,
-                            data_name=datamodule.name)
+                            data_name=datamodule.name, feature_types=constraints.feature_types)
     summary = result.summary()
 
     client = None

@@ -45,7 +45,8 @@ class CounterfactualEvaluation(L.Callback):
         config = EvaluationConfig(**{**self.config.__dict__, "seed": self.config.seed + trainer.current_epoch})
         result = evaluate_model(pl_module, x, y, n_classes=n_classes, config=config,
                                 mutability=getattr(pl_module, "mutability", None),
-                                lower=getattr(pl_module, "lower", None), upper=getattr(pl_module, "upper", None))
+                                lower=getattr(pl_module, "lower", None), upper=getattr(pl_module, "upper", None),
+                                feature_types=getattr(pl_module, "feature_types", None))
         summary = result.summary()
         self.last = {METRICS[key].logged: (math.nan if summary[key] is None else float(summary[key])) for key in VAL_KEYS}
         for name, value in self.last.items():

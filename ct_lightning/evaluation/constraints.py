@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ct_lightning.constraints import NONE, parse_mutability, resolve_domain
+from ct_lightning.constraints import NONE, FeatureTypes, parse_mutability, resolve_domain, resolve_feature_types
 
 
 @dataclass
@@ -17,6 +17,7 @@ class EvaluationConstraints:
     lower: torch.Tensor | None
     upper: torch.Tensor | None
     immutable: list[str]
+    feature_types: FeatureTypes | None = None  # one-hot groups and integers: counterfactuals stay valid
 
     @property
     def protected_mask(self) -> torch.Tensor:
@@ -40,4 +41,5 @@ def evaluation_constraints(module, datamodule, protect: bool = False,
     codes = parse_mutability(spec or None, datamodule.n_features, names)
     lower, upper = resolve_domain(hp.get("domain", "infer"), datamodule.x_train, hp.get("domain_std", 3.0), datamodule)
     immutable = [names[i] if i < len(names) else str(i) for i in torch.nonzero(codes == NONE).flatten().tolist()]
-    return EvaluationConstraints(codes, lower, upper, immutable)
+    types = resolve_feature_types(datamodule, names, datamodule.n_features)
+    return EvaluationConstraints(codes, lower, upper, immutable, types)

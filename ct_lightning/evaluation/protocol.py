@@ -25,8 +25,10 @@ import numpy as np
 import torch
 from torch import nn
 
+from ct_lightning.constraints import FeatureTypes
 from ct_lightning.eval_mode import eval_mode
-from ct_lightning.generators import FitContext, generator_class, make_generator, prepare_standalone
+from ct_lightning.generators import (FitContext, generate_counterfactuals, generator_class, make_generator,
+                                     prepare_standalone)
 from ct_lightning.generators.search import search_counterfactuals
 from ct_lightning.metrics.functional import (counterfactual_cost, implausibility, mmd_implausibility,
                                              robust_accuracy)
@@ -256,7 +258,8 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
                    reference: tuple[torch.Tensor, torch.Tensor] | None = None,
                    robust: bool = True, attack_domain: bool = False,
                    x_train: torch.Tensor | None = None, feature_names: list[str] | None = None,
-                   y_train: torch.Tensor | None = None, data_name: str = "data") -> EvaluationResult:
+                   y_train: torch.Tensor | None = None, data_name: str = "data",
+                   feature_types: FeatureTypes | None = None) -> EvaluationResult:
     """Run the evaluation protocol for ``model`` on the split ``(x, y)`` (the test split in the paper).
 
     Factuals are drawn from ``x``; IP and IP* compare valid counterfactuals with the samples of
@@ -266,7 +269,9 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
     inputs to the domain. Works under Lightning's inference mode (validation hooks).
     Generators that learn from data (``revise``, ``amortised``) are fitted on the training split
     ``x_train`` with a :class:`~ct_lightning.generators.FitContext` that also carries ``feature_names``
-    (one-hot groups), ``y_train``, ``data_name`` and the constraints.
+    (one-hot groups), ``y_train``, ``data_name`` and the constraints. ``feature_types`` (default: one-hot
+    groups from ``feature_names``) makes every counterfactual a valid point (real categories, integers), and
+    validity, IP, IP* and cost are measured at that point.
     """
     config = config or EvaluationConfig()
     device = _model_device(model)
@@ -275,6 +280,8 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
     n_classes = int(n_classes or int(torch.cat([y, ref_y]).max()) + 1)
     lower = None if lower is None else lower.to(device)
     upper = None if upper is None else upper.to(device)
+    if feature_types is None:
+        feature_types = FeatureTypes.from_names(feature_names, x.shape[1])
 
     if config.factuals == "balanced":
         index, targets = draw_balanced(_logits(model, x).argmax(1).cpu(), n_classes, config.n_individuals,
@@ -300,8 +307,8 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
             prepare_standalone(generator, context)
         elif generator.needs_fit:
             raise ValueError(f"generator: {config.generator} learns from data; pass x_train to evaluate_model")
-        result = generator.generate(model, factuals, targets, config.tau, config.max_steps, 0.0,
-                                    mutability, lower, upper)
+        result = generate_counterfactuals(generator, model, factuals, targets, config.tau, config.max_steps, 0.0,
+                                          mutability, lower, upper, feature_types)
         blocks.append((lam, result))
 
     grid = config.energy_grid()
@@ -362,7 +369,8 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
 
 def counterfactuals_per_class(model: nn.Module, x: torch.Tensor, n_classes: int, config: EvaluationConfig | None = None,
                               lambda_energy: float = 5.0, mutability: torch.Tensor | None = None,
-                              lower: torch.Tensor | None = None, upper: torch.Tensor | None = None) -> torch.Tensor:
+                              lower: torch.Tensor | None = None, upper: torch.Tensor | None = None,
+                              feature_types: FeatureTypes | None = None) -> torch.Tensor:
     """Counterfactuals of every factual in ``x`` for every class, in one batched search.
 
     Returns shape ``(len(x), n_classes, n_features)``; entry ``[i, k]`` is the factual itself when
@@ -376,7 +384,8 @@ def counterfactuals_per_class(model: nn.Module, x: torch.Tensor, n_classes: int,
     targets = torch.arange(n_classes, device=device).repeat(n)
     generator = make_generator(config.generator, config.lambda_cost, lambda_energy, config.lr)
     result = search_counterfactuals(model, factuals, targets, generator, tau=config.tau, max_steps=config.max_steps,
-                                    epsilon=0.0, mutability=mutability, lower=lower, upper=upper)
+                                    epsilon=0.0, mutability=mutability, lower=lower, upper=upper,
+                                    feature_types=feature_types)
     out = result.counterfactual.reshape(n, n_classes, d)
     predicted = _logits(model, x).argmax(1)
     out[torch.arange(n, device=device), predicted] = x

@@ -24,7 +24,8 @@ import torch
 from ct_lightning.experiment.data import build_datamodule
 from ct_lightning.experiment.settings import resolve_config
 from ct_lightning.experiment.train import build_module
-from ct_lightning.generators import FitContext, make_generator, prepare_standalone, stable_neighbor_search
+from ct_lightning.generators import (FitContext, generate_counterfactuals, make_generator, prepare_standalone,
+                                     stable_neighbor_search)
 from ct_lightning.metrics.functional import invalidation_rate
 from ct_lightning.pool import random_targets
 
@@ -124,10 +125,12 @@ def base_counterfactuals(config: ConsistencyConfig, module, datamodule) -> dict[
         predicted = model(factuals).argmax(1)
     target = random_targets(predicted, datamodule.n_classes, rng)
     generator = _generator_for(config, module, datamodule)
-    result = generator.generate(model, factuals, target, config.tau, config.max_steps, 0.0, module.mutability,
-                                module.lower, module.upper)
+    types = getattr(module, "feature_types", None)
+    result = generate_counterfactuals(generator, model, factuals, target, config.tau, config.max_steps, 0.0,
+                                      module.mutability, module.lower, module.upper, types)
     refined = stable_neighbor_search(model, result.counterfactual, target, config.sns_delta, config.sns_steps,
-                                     config.sns_lr, config.sns_n_grid, module.mutability, module.lower, module.upper)
+                                     config.sns_lr, config.sns_n_grid, module.mutability, module.lower, module.upper,
+                                     feature_types=types)
     out = {}
     for name, x_cf in ((config.generator, result.counterfactual), (f"{config.generator}+sns", refined)):
         with torch.no_grad():

@@ -219,7 +219,7 @@ def run_task(task: Task) -> dict:
                                 EvaluationConfig(**task.protocol), constraints.mutability, constraints.lower,
                                 constraints.upper, x_train=datamodule.x_train,
                                 feature_names=list(datamodule.feature_names), y_train=datamodule.y_train,
-                                data_name=datamodule.name)
+                                data_name=datamodule.name, feature_types=constraints.feature_types)
         log_evaluation(client, run_id, result.summary())
         with tempfile.TemporaryDirectory(prefix="ct-eval-") as folder:
             path = save_evaluation(result, Path(folder) / f"{eval_key}.pt")

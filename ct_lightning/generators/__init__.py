@@ -9,7 +9,8 @@ reads the names from the same files without importing them.
 import importlib
 import pkgutil
 
-from ct_lightning.generators.base import CounterfactualGenerator, FitContext, SearchResult, prepare_standalone
+from ct_lightning.generators.base import (CounterfactualGenerator, FitContext, SearchResult, generate_counterfactuals,
+                                         prepare_standalone)
 from ct_lightning.generators.registry import GENERATORS, generator_class, make_generator, register_generator
 from ct_lightning.generators.search import search_counterfactuals
 
@@ -33,5 +34,6 @@ from ct_lightning.generators.revise import Revise  # noqa: E402
 from ct_lightning.generators.sns import SNSRefined, stable_neighbor_search  # noqa: E402
 
 __all__ = ["GENERATORS", "Amortised", "CounterfactualGenerator", "ECCo", "FitContext", "Generic", "Revise",
-           "SNSRefined", "SearchResult", "energy_decay", "generator_class", "make_generator", "prepare_standalone",
-           "register_generator", "search_counterfactuals", "stable_neighbor_search"]
+           "SNSRefined", "SearchResult", "energy_decay", "generate_counterfactuals", "generator_class",
+           "make_generator", "prepare_standalone", "register_generator", "search_counterfactuals",
+           "stable_neighbor_search"]

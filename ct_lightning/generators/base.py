@@ -8,7 +8,10 @@ the same way:
   (a VAE is trained here, a generator network is built); nothing for feature-space searches;
 - ``update(context, epoch)``: at the start of every CT epoch, and once before standalone use,
   to follow the classifier (an amortised network is (re)fitted here);
-- ``generate(model, x, target, tau, max_steps, epsilon, mutability, lower, upper)`` → :class:`SearchResult`;
+- ``generate(model, x, target, tau, max_steps, epsilon, mutability, lower, upper, feature_types=None)`` →
+  :class:`SearchResult`, every counterfactual valid for ``feature_types`` (one category per one-hot group,
+  integers on their grid) and its convergence judged there; callers go through
+  :func:`generate_counterfactuals`, which also makes a generator without ``feature_types`` comply;
 - ``config()``: primitive settings for logging;
 - ``shared_state()`` / ``load_shared_state(state, context)``: what ``fit``/``update`` learned, so that
   under DDP it is learned once on rank 0 and copied to the other ranks (nothing by default).
@@ -16,6 +19,7 @@ the same way:
 
 from __future__ import annotations
 
+import inspect
 from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -23,6 +27,8 @@ from typing import ClassVar
 
 import torch
 from torch import nn
+
+from ct_lightning.constraints import Constraints, FeatureTypes
 
 
 @dataclass
@@ -89,8 +95,10 @@ class CounterfactualGenerator(ABC):
     @abstractmethod
     def generate(self, model: nn.Module, x: torch.Tensor, target: torch.Tensor, tau: float = 0.75,
                  max_steps: int = 30, epsilon: float = 0.3, mutability: torch.Tensor | None = None,
-                 lower: torch.Tensor | None = None, upper: torch.Tensor | None = None) -> SearchResult:
-        """Counterfactuals of ``x`` for classes ``target``; must work under ``torch.inference_mode``."""
+                 lower: torch.Tensor | None = None, upper: torch.Tensor | None = None,
+                 feature_types: FeatureTypes | None = None) -> SearchResult:
+        """Counterfactuals of ``x`` for classes ``target``, valid for ``feature_types``; must work under
+        ``torch.inference_mode``."""
 
     @abstractmethod
     def config(self) -> dict:
@@ -108,6 +116,29 @@ class CounterfactualGenerator(ABC):
 
     def load_shared_state(self, state, context: FitContext) -> None:
         """Take over ``state`` from :meth:`shared_state` of the same generator on another rank."""
+
+
+def generate_counterfactuals(generator: CounterfactualGenerator, model: nn.Module, x: torch.Tensor,
+                             target: torch.Tensor, tau: float = 0.75, max_steps: int = 30, epsilon: float = 0.3,
+                             mutability: torch.Tensor | None = None, lower: torch.Tensor | None = None,
+                             upper: torch.Tensor | None = None,
+                             feature_types: FeatureTypes | None = None) -> SearchResult:
+    """``generator.generate(...)`` with ``feature_types`` where it takes them; a generator that does not gets
+    its counterfactual and nascent points snapped afterwards (:meth:`Constraints.snap`) and its convergence
+    judged again at the snapped points, so every generator's output is valid."""
+    if feature_types is None or feature_types.empty:
+        return generator.generate(model, x, target, tau, max_steps, epsilon, mutability, lower, upper)
+    if "feature_types" in inspect.signature(generator.generate).parameters:
+        return generator.generate(model, x, target, tau, max_steps, epsilon, mutability, lower, upper,
+                                  feature_types=feature_types)
+    result = generator.generate(model, x, target, tau, max_steps, epsilon, mutability, lower, upper)
+    limits = Constraints(mutability, lower, upper, x.device, feature_types)
+    with torch.no_grad():
+        result.counterfactual = limits.snap(result.counterfactual, x)
+        result.nascent = limits.snap(result.nascent, x)
+        probability = model(result.counterfactual).softmax(1).gather(1, target[:, None]).squeeze(1)
+        result.converged = probability >= tau
+    return result
 
 
 def prepare_standalone(generator: CounterfactualGenerator, context: FitContext) -> CounterfactualGenerator:

@@ -47,9 +47,10 @@ class Generic(CounterfactualGenerator):
         return {"generator": self.name, "lambda_cost": self.lambda_cost, "lr": self.lr}
 
     def generate(self, model, x, target, tau=0.75, max_steps=30, epsilon=0.3, mutability=None,
-                 lower=None, upper=None) -> SearchResult:
+                 lower=None, upper=None, feature_types=None) -> SearchResult:
         """Batched gradient search in the feature space (Eq. 1)."""
-        return search_counterfactuals(model, x, target, self, tau, max_steps, epsilon, mutability, lower, upper)
+        return search_counterfactuals(model, x, target, self, tau, max_steps, epsilon, mutability, lower, upper,
+                                      feature_types=feature_types)
 
 
 def energy_decay(step: int, max_steps: int) -> float:

@@ -18,7 +18,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ct_lightning.constraints import Constraints
+from ct_lightning.constraints import Constraints, FeatureTypes
 from ct_lightning.eval_mode import eval_mode
 from ct_lightning.generators.base import SearchResult
 from ct_lightning.generators.compiled_step import step_for
@@ -95,6 +95,8 @@ class FeatureSpace:
                  max_steps: int):
         """One forward and one backward pass: the points, their τ-convergence, the input gradient of Eq. 1 and
         (in closed form) the points' ℓ∞ distances from their factuals."""
+        if self.limits.snaps:
+            return self._snapped_gradient(rows, rows_x, target, tau, step, max_steps)
         points = rows
         rows = rows.detach().requires_grad_(True)
         logits = self.model(rows)
@@ -117,9 +119,35 @@ class FeatureSpace:
         (grad,) = torch.autograd.grad(loss, rows)
         return points, done, grad, None
 
+    def _snapped_gradient(self, rows: torch.Tensor, rows_x: torch.Tensor, target: torch.Tensor, tau: float,
+                          step: int, max_steps: int):
+        """:meth:`gradient` with categorical or integer features: the search variable stays continuous, the point
+        is its valid snap (:meth:`Constraints.snap`), and the model, τ-convergence, the model's input gradient
+        (straight through the snap) and the ℓ∞ distance are taken at that point; the ℓ1 cost's gradient
+        ``λ_cst·sign(x' − x)`` is taken on the continuous variable, as without types."""
+        with torch.no_grad():
+            points = self.limits.snap(rows.detach(), rows_x)
+        if self.closed_form:
+            inputs = points.clone().requires_grad_(True)
+            logits = self.model(inputs)
+            done, grad_logits, self.lambda_cost = _logit_gradient(self.generator, logits, target, tau, step,
+                                                                  max_steps)
+            (grad,) = torch.autograd.grad(logits, inputs, grad_outputs=grad_logits)
+            if self.compiled_step is None and self.lambda_cost:  # the compiled step adds it itself
+                grad = grad.add_(torch.sub(rows.detach(), rows_x).sign_(), alpha=self.lambda_cost)
+            return points, done, grad, None
+        variable = rows.detach().requires_grad_(True)
+        logits = self.model(variable + (points - variable).detach())
+        done = target_reached(logits.detach(), target, tau)
+        loss = F.cross_entropy(logits, target, reduction="sum") + \
+            self.generator.penalty(variable, rows_x, logits, target, step, max_steps).sum()
+        (grad,) = torch.autograd.grad(loss, variable)
+        return points, done, grad, None
+
     def reached(self, rows: torch.Tensor, rows_x: torch.Tensor, target: torch.Tensor, tau: float):
         """The points and their τ-convergence, without a gradient (the check after the last step)."""
         with torch.no_grad():
+            rows = self.limits.snap(rows, rows_x)
             return rows, target_reached(self.model(rows), target, tau)
 
     def advance(self, rows: torch.Tensor, grad: torch.Tensor, rows_x: torch.Tensor) -> torch.Tensor:
@@ -305,13 +333,16 @@ def search_counterfactuals(model: nn.Module, x: torch.Tensor, target: torch.Tens
                            tau: float = 0.75, max_steps: int = 30, epsilon: float = 0.3,
                            mutability: torch.Tensor | None = None, lower: torch.Tensor | None = None,
                            upper: torch.Tensor | None = None, packed: bool | None = None,
-                           check_every: int = 8) -> SearchResult:
+                           check_every: int = 8, feature_types: FeatureTypes | None = None) -> SearchResult:
     """Search counterfactuals of ``x`` for classes ``target`` with ``generator``'s penalty (Eq. 1, feature space).
 
     ``mutability`` holds per-feature codes from :func:`ct_lightning.constraints.parse_mutability`;
     ``lower``/``upper`` are per-feature domain bounds (``None``: unbounded). Works inside
     Lightning's inference mode: gradients are switched on locally and the model's
-    parameters receive none. ``packed`` and ``check_every``: see :func:`active_rows_search`.
+    parameters receive none. ``packed`` and ``check_every``: see :func:`active_rows_search`. With
+    ``feature_types`` (one-hot groups, integers) every returned point is valid and judged where it is valid
+    (see :meth:`FeatureSpace._snapped_gradient`); without, the search is exactly the plain one.
     """
-    space = FeatureSpace(model, generator, Constraints(mutability, lower, upper, x.device), step_for(x.numel()))
+    limits = Constraints(mutability, lower, upper, x.device, feature_types)
+    space = FeatureSpace(model, generator, limits, step_for(x.numel()))
     return active_rows_search(space, x, target, tau, max_steps, epsilon, packed, check_every)

@@ -27,7 +27,7 @@ from torch import nn
 
 from ct_lightning.constraints import Constraints
 from ct_lightning.eval_mode import frozen
-from ct_lightning.generators.base import CounterfactualGenerator, FitContext, SearchResult
+from ct_lightning.generators.base import CounterfactualGenerator, FitContext, SearchResult, generate_counterfactuals
 from ct_lightning.generators.registry import make_generator, register_generator
 from ct_lightning.generators.search import gradient_scope, target_reached
 
@@ -68,13 +68,15 @@ def stable_neighbor_search(model: nn.Module, x_cf: torch.Tensor, target: torch.T
                            steps: int = 50, lr: float | None = None, n_grid: int = 10,
                            mutability: torch.Tensor | None = None, lower: torch.Tensor | None = None,
                            upper: torch.Tensor | None = None, baseline: torch.Tensor | None = None,
-                           return_result: bool = False):
+                           return_result: bool = False, feature_types=None):
     """Refine a batch of counterfactuals with SNS; returns the refined tensor (or an :class:`SNSResult`).
 
     ``delta``: ℓ2 radius of the ball around each counterfactual; ``steps``: ascent steps;
     ``lr``: step length (default ``2·δ/steps``, as in the paper's setup); ``n_grid``: Riemann-sum
     points; ``mutability`` codes and ``lower``/``upper`` as in the search. Vectorised over rows;
     works inside Lightning's inference mode and leaves the model's parameters without gradients.
+    With ``feature_types`` every ascent step ends at a valid point (:meth:`Constraints.snap`), so
+    admissibility and the score are judged on real categories and integers.
     """
     if delta < 0 or steps < 0 or n_grid < 1:
         raise ValueError("sns: delta and steps must be ≥ 0 and n_grid ≥ 1")
@@ -90,7 +92,7 @@ def stable_neighbor_search(model: nn.Module, x_cf: torch.Tensor, target: torch.T
             start_valid = model(center).argmax(1) == target
         best, best_score = center.clone(), start_score.clone()
         x = center.clone()
-        limits = Constraints(codes, lower, upper, device)
+        limits = Constraints(codes, lower, upper, device, feature_types)
         for _ in range(steps):
             x.requires_grad_(True)
             score, _ = path_probability(model, x, target, n_grid, baseline)
@@ -98,7 +100,7 @@ def stable_neighbor_search(model: nn.Module, x_cf: torch.Tensor, target: torch.T
             ascent = -limits.mask_gradient(-grad)
             norm = ascent.norm(dim=1, keepdim=True)
             x = x.detach() + lr * ascent / norm.clamp_min(1e-12)
-            x = _project_ball(limits.project(x, center), center, delta)
+            x = limits.snap(_project_ball(limits.project(x, center), center, delta), center)
             with torch.no_grad():
                 score, prob = path_probability(model, x, target, n_grid, baseline)
                 on_target = model(x).argmax(1) == target
@@ -139,11 +141,12 @@ class SNSRefined(CounterfactualGenerator):
         self.generator.update(context, epoch)
 
     def generate(self, model, x, target, tau=0.75, max_steps=30, epsilon=0.3, mutability=None,
-                 lower=None, upper=None) -> SearchResult:
+                 lower=None, upper=None, feature_types=None) -> SearchResult:
         """The wrapped generator's search, then SNS on its counterfactuals."""
-        result = self.generator.generate(model, x, target, tau, max_steps, epsilon, mutability, lower, upper)
+        result = generate_counterfactuals(self.generator, model, x, target, tau, max_steps, epsilon, mutability,
+                                          lower, upper, feature_types)
         refined = stable_neighbor_search(model, result.counterfactual, target, self.delta, self.steps, self.lr,
-                                         self.n_grid, mutability, lower, upper)
+                                         self.n_grid, mutability, lower, upper, feature_types=feature_types)
         with torch.no_grad():
             converged = target_reached(model(refined), target, tau)
         result.counterfactual, result.converged = refined, converged

@@ -12,7 +12,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ct_lightning.constraints import enforce
+from ct_lightning.constraints import Constraints
 from ct_lightning.eval_mode import eval_mode
 from ct_lightning.generators.amortised.network import one_hot_groups
 from ct_lightning.generators.amortised.training import VARIANTS, CounterfactualNetworkModule
@@ -155,20 +155,22 @@ class Amortised(CounterfactualGenerator):
         self.fitted_epoch, self.n_fits, self.fit_seconds = state["fitted_epoch"], state["n_fits"], state["fit_seconds"]
 
     def generate(self, model, x, target, tau=0.75, max_steps=30, epsilon=0.3, mutability=None,
-                 lower=None, upper=None) -> SearchResult:
-        """Counterfactuals in one forward pass; ``max_steps`` is unused, constraints are enforced."""
+                 lower=None, upper=None, feature_types=None) -> SearchResult:
+        """Counterfactuals in one forward pass; ``max_steps`` is unused, constraints are enforced and, with
+        ``feature_types``, the counterfactual and the nascent point are snapped to valid categories/integers."""
         if self.net is None:
             raise RuntimeError("amortised: the network is not built; call fit(context) and update(context, epoch)")
         n, n_features = x.shape
         codes = torch.zeros(n_features, dtype=torch.long, device=x.device) if mutability is None else mutability.to(x.device)
         self.net.to(x.device)
+        limits = Constraints(codes, lower, upper, x.device, feature_types)
         with eval_mode(model), torch.no_grad():
             y_model = model(x).argmax(1)
-            x_cf = enforce(self.net.generate(x, target, y_model), x, codes, lower, upper)
+            x_cf = limits.snap(limits.project(self.net.generate(x, target, y_model), x), x)
             converged = target_reached(model(x_cf), target, tau)
         distance = (x_cf - x).abs().amax(1, keepdim=True)
         scale = torch.where(distance > epsilon, epsilon / distance.clamp_min(1e-12), torch.ones_like(distance))
-        nascent = x + scale * (x_cf - x)
+        nascent = limits.snap(x + scale * (x_cf - x), x)
         moved = (distance.squeeze(1) > 0) & (scale.squeeze(1) > 0)
         steps = torch.ones(n, dtype=torch.long, device=x.device)
         return SearchResult(x_cf, nascent, converged, steps, moved.long())

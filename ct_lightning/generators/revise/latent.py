@@ -19,7 +19,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ct_lightning.constraints import Constraints
+from ct_lightning.constraints import Constraints, FeatureTypes
 from ct_lightning.generators.base import CounterfactualGenerator, FitContext, SearchResult
 from ct_lightning.generators.registry import register_generator
 from ct_lightning.generators.revise.vae import VAESettings, load_or_train_vae
@@ -46,6 +46,8 @@ class LatentSpace:
         z = z.detach().requires_grad_(True)
         decoded = self.vae.decode(z)
         points = self.limits.project(decoded, rows_x)
+        if self.limits.snaps:  # the model sees the valid point; the gradient passes straight through the snap
+            points = points + (self.limits.snap(points.detach(), rows_x) - points).detach()
         logits = self.model(points)
         done = target_reached(logits.detach(), target, tau)
         loss = F.cross_entropy(logits, target, reduction="sum") + self.lambda_cost * (decoded - rows_x).abs().sum()
@@ -55,7 +57,7 @@ class LatentSpace:
     def reached(self, z: torch.Tensor, rows_x: torch.Tensor, target: torch.Tensor, tau: float):
         """The decoded points and their τ-convergence, without a gradient."""
         with torch.no_grad():
-            points = self.limits.project(self.vae.decode(z), rows_x)
+            points = self.limits.snap(self.limits.project(self.vae.decode(z), rows_x), rows_x)
             return points, target_reached(self.model(points), target, tau)
 
     def advance(self, z: torch.Tensor, grad: torch.Tensor, rows_x: torch.Tensor) -> torch.Tensor:
@@ -67,16 +69,17 @@ def latent_search(model: nn.Module, vae: nn.Module, x: torch.Tensor, target: tor
                   lambda_cost: float = 0.001, lr: float = 0.25, tau: float = 0.75, max_steps: int = 30,
                   epsilon: float = 0.3, mutability: torch.Tensor | None = None,
                   lower: torch.Tensor | None = None, upper: torch.Tensor | None = None,
-                  packed: bool = True) -> SearchResult:
+                  packed: bool = True, feature_types: FeatureTypes | None = None) -> SearchResult:
     """Batched REVISE search of counterfactuals of ``x`` for classes ``target`` through ``vae``.
 
     ``vae`` needs ``encode_mean`` and ``decode``. Neither the model nor the VAE receives gradients;
     works inside Lightning's inference mode. Returns a :class:`SearchResult` whose
     ``counterfactual`` rows are decoded, projected points. ``packed``: see
     :func:`ct_lightning.generators.search.active_rows_search` (packed on every device by default).
+    ``feature_types``: decoded points are snapped to valid categories and integers (straight-through gradient).
     """
     with torch.inference_mode(False):  # the masks take part in autograd (through the projection): no inference tensors
-        limits = Constraints(mutability, lower, upper, x.device)
+        limits = Constraints(mutability, lower, upper, x.device, feature_types)
     space = LatentSpace(model, vae, limits, lambda_cost, lr)
     return active_rows_search(space, x, target, tau, max_steps, epsilon, packed)
 
@@ -131,10 +134,10 @@ class Revise(CounterfactualGenerator):
             self.vae, self.vae_info = state["vae"].eval(), state["vae_info"]
 
     def generate(self, model, x, target, tau=0.75, max_steps=30, epsilon=0.3, mutability=None,
-                 lower=None, upper=None) -> SearchResult:
+                 lower=None, upper=None, feature_types=None) -> SearchResult:
         """Batched latent-space search (SPEC §2, REVISE)."""
         if self.vae is None:
             raise RuntimeError("revise: no VAE yet; call fit(context) first")
         self.vae.to(x.device)
         return latent_search(model, self.vae, x, target, self.lambda_cost, self.lr, tau, max_steps, epsilon,
-                             mutability, lower, upper)
+                             mutability, lower, upper, feature_types=feature_types)
