@@ -200,16 +200,30 @@ class Constraints:
             if bool(((monotone == INCREASE) | (monotone == DECREASE)).any()):
                 raise ValueError("mutability: a categorical feature (one-hot group) cannot be 'increase' or "
                                  "'decrease'; allowed: both, none")
-        self.cat_columns = torch.tensor(columns, dtype=torch.long, device=device)
-        self.cat_group = torch.tensor([g for g, group in enumerate(types.groups) for _ in group], dtype=torch.long,
-                                      device=device)
+        # Groups side by side in a padded (groups × widest) index, so that one arg-max over the last axis picks
+        # every group's category at once (the first on ties); padding points at an extra column of -inf.
+        n_features = types.n_features
+        widest = max((len(group) for group in types.groups), default=0)
         self.n_groups = len(types.groups)
-        self.cat_binary = torch.tensor([len(group) == 1 for group in types.groups for _ in group], dtype=torch.bool,
-                                       device=device)
-        offset, scale = types.raw_units(columns)
-        self.cat_off = ((0.0 - offset) / scale).to(device)
-        self.cat_on = ((1.0 - offset) / scale).to(device)
-        self.cat_position = torch.arange(len(columns), device=device)
+        padded = torch.full((self.n_groups, widest), n_features, dtype=torch.long)
+        for g, group in enumerate(types.groups):
+            padded[g, :len(group)] = torch.tensor(group)
+        self.cat_padded = padded.to(device)
+        self.cat_padded_flat = padded.flatten().to(device)
+        offset, scale = types.raw_units(list(range(n_features)))
+        off, on = (0.0 - offset) / scale, (1.0 - offset) / scale
+        categorical = torch.zeros(n_features, dtype=torch.bool)
+        categorical[columns] = True
+        self.cat_unit = bool((off[categorical] == 0).all() and (on[categorical] == 1).all())  # 0/1 in model units
+        # share = (x − off) / (on − off) on categorical columns (x elsewhere), with the padding column appended.
+        self.cat_share_shift = torch.cat([torch.where(categorical, off, 0.0), torch.zeros(1)]).to(device)
+        self.cat_share_width = torch.cat([torch.where(categorical, on - off, 1.0), torch.ones(1)]).to(device)
+        self.cat_keep = (~categorical).float().to(device)  # zero the categorical columns, then set "off" and "on"
+        self.cat_off_row = torch.where(categorical, off, 0.0).to(device)
+        self.cat_off, self.cat_on = torch.cat([off, off[:1]]).to(device), torch.cat([on, on[:1]]).to(device)
+        self.cat_binary = torch.tensor([len(group) == 1 for group in types.groups], dtype=torch.bool, device=device)
+        self.cat_any_binary = bool(self.cat_binary.any())
+        self.cat_group_index = torch.arange(self.n_groups, device=device)
         self.int_columns = torch.tensor(types.integers, dtype=torch.long, device=device)
         offset, scale = types.raw_units(types.integers)
         self.int_offset, self.int_scale = offset.to(device), scale.to(device)
@@ -257,20 +271,23 @@ class Constraints:
         """The nearest valid points: per one-hot group the column with the largest value (in 0/1 units; the
         first on ties) is "on" and the others "off", a one-column group is on from 0.5, integer features are
         rounded in original units (to whole numbers inside the domain); then mutability is restored from
-        ``x``. All rows and groups at once: one scatter per reduction. ``points`` itself without types."""
+        ``x``. All rows and groups at once (one arg-max over the padded groups). ``points`` itself without types."""
         if not self.snaps:
             return points
         out = points
         if self.n_groups:
             n = len(points)
-            share = (points.index_select(1, self.cat_columns) - self.cat_off) / (self.cat_on - self.cat_off)
-            group = self.cat_group.expand(n, -1)
-            top = share.new_full((n, self.n_groups), -math.inf).scatter_reduce(1, group, share, "amax")
-            first = torch.where(share == top.gather(1, group), self.cat_position, len(self.cat_position))
-            first = torch.full((n, self.n_groups), len(self.cat_position), dtype=torch.long,
-                               device=points.device).scatter_reduce(1, group, first, "amin")
-            hot = torch.where(self.cat_binary, share >= 0.5, self.cat_position == first.gather(1, group))
-            out = out.index_copy(1, self.cat_columns, torch.where(hot, self.cat_on, self.cat_off).to(points.dtype))
+            extended = torch.cat([points, points.new_full((n, 1), -math.inf)], 1)
+            if not self.cat_unit:
+                extended = (extended - self.cat_share_shift) / self.cat_share_width
+            share = extended.index_select(1, self.cat_padded_flat).view(n, self.n_groups, -1)
+            winner = share.argmax(2)
+            chosen = self.cat_padded[self.cat_group_index, winner]  # (rows, groups): the column that is on
+            value = self.cat_on[chosen]
+            if self.cat_any_binary:  # a one-column group is on from 0.5 only
+                value = torch.where(self.cat_binary & (share[:, :, 0] < 0.5), self.cat_off[chosen], value)
+            out = out * self.cat_keep if self.cat_unit else torch.addcmul(self.cat_off_row, out, self.cat_keep)
+            out = out.to(points.dtype).scatter_(1, chosen, value.to(points.dtype))
         if len(self.int_columns):
             raw = (points.index_select(1, self.int_columns) * self.int_scale + self.int_offset).round()
             if self.int_low is not None:
