@@ -22,7 +22,7 @@ import torch
 
 import ct_lightning.module as module_file
 from ct_lightning import CTModule
-from ct_lightning.constraints import Constraints, FeatureTypes
+from ct_lightning.constraints import Constraints, FeatureTypes, invalid_rows
 from ct_lightning.evaluation.protocol import EvaluationConfig, evaluate_model
 from datamodules.real import AdultDataModule
 
@@ -47,8 +47,8 @@ def shares(points: torch.Tensor, types: FeatureTypes) -> dict:
     """Share of rows with some one-hot group not exactly one category, and with an integer feature off its grid."""
     one_hot = FeatureTypes(types.n_features, types.groups, [], types.offset, types.scale)
     integers = FeatureTypes(types.n_features, [], types.integers, types.offset, types.scale)
-    return {"invalid_one_hot": float(one_hot.invalid_rows(points).float().mean()),
-            "invalid_integer": float(integers.invalid_rows(points).float().mean())}
+    return {"invalid_one_hot": float(invalid_rows(one_hot, points).float().mean()),
+            "invalid_integer": float(invalid_rows(integers, points).float().mean())}
 
 
 def evaluate(model, datamodule, types: FeatureTypes, config: EvaluationConfig, full: FeatureTypes) -> dict:

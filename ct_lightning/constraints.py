@@ -13,11 +13,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import torch
 
 from datamodules.domain import infer_domain  # noqa: F401  (re-exported: the SPEC §2 formula lives with the data)
+from datamodules.feature_types import FeatureTypes, one_hot_prefix  # re-exported: data modules describe their types
 
 MUTABILITY_KINDS = ("both", "increase", "decrease", "none")
 BOTH, INCREASE, DECREASE, NONE = range(4)
@@ -54,12 +54,6 @@ def mutability_pairs(text: str, argument: str = "mutability") -> dict[str, str]:
     return pairs
 
 
-def one_hot_prefix(name) -> str | None:
-    """The categorical feature a ``feature=value`` column belongs to (``None`` for other names)."""
-    name = str(name)
-    return name.split("=", 1)[0] if "=" in name else None
-
-
 def parse_mutability(spec, n_features: int, feature_names: Sequence[str] | None = None,
                      argument: str = "mutability") -> torch.Tensor:
     """Turn a mutability spec into a tensor of codes (0 both, 1 increase, 2 decrease, 3 none).
@@ -94,79 +88,10 @@ def parse_mutability(spec, n_features: int, feature_names: Sequence[str] | None 
     return codes
 
 
-@dataclass
-class FeatureTypes:
-    """Which columns are categorical (one-hot groups) and which are integers, for valid counterfactuals.
-
-    ``groups``: per categorical feature, the column indices of its one-hot encoding (a group of one
-    column is a 0/1 binary feature). ``integers``: indices of integer features. ``offset`` and
-    ``scale`` (per feature, optional) give original units as ``raw = x * scale + offset``: a one-hot
-    column is 1 ("on") at ``(1 - offset) / scale`` and 0 at ``-offset / scale``, and an integer feature
-    lies on the grid of whole numbers in raw units. ``names`` (optional) are for messages.
-    """
-
-    n_features: int
-    groups: list[list[int]] = field(default_factory=list)
-    integers: list[int] = field(default_factory=list)
-    offset: torch.Tensor | None = None
-    scale: torch.Tensor | None = None
-    names: list[str] | None = None
-
-    def __post_init__(self):
-        self.groups = [[int(c) for c in group] for group in self.groups if len(group)]
-        self.integers = [int(c) for c in self.integers]
-        columns = [c for group in self.groups for c in group] + self.integers
-        if any(not 0 <= c < self.n_features for c in columns):
-            raise ValueError(f"feature types: a column index is out of range for {self.n_features} features")
-        if len(set(columns)) != len(columns):
-            raise ValueError("feature types: a column belongs to two one-hot groups or is both categorical and integer")
-        for name in ("offset", "scale"):
-            value = getattr(self, name)
-            if value is not None:
-                value = torch.as_tensor(value, dtype=torch.float32).flatten()
-                if len(value) != self.n_features:
-                    raise ValueError(f"feature types: {name} needs {self.n_features} values, got {len(value)}")
-                setattr(self, name, value)
-        if self.scale is not None and bool((self.scale <= 0).any()):
-            raise ValueError("feature types: every scale must be positive")
-
-    @classmethod
-    def from_names(cls, feature_names: Sequence[str] | None, n_features: int | None = None,
-                   integer_features: Sequence[str] = (), offset=None, scale=None) -> "FeatureTypes":
-        """One-hot groups from ``feature=value`` names (columns sharing the prefix before ``=``), integer
-        features by name (a categorical name is refused), and the raw-unit ``offset``/``scale``."""
-        names = [str(n) for n in (feature_names or [])]
-        n_features = len(names) if n_features is None else int(n_features)
-        groups: dict[str, list[int]] = {}
-        for index, name in enumerate(names):
-            prefix = one_hot_prefix(name)
-            if prefix is not None:
-                groups.setdefault(prefix, []).append(index)
-        integers = []
-        for name in integer_features:
-            if name not in names:
-                raise ValueError(f"integer_features: unknown feature {name!r}; known: {', '.join(names[:30])}")
-            if one_hot_prefix(name) is not None:
-                raise ValueError(f"integer_features: {name!r} is a one-hot column, not an integer feature")
-            integers.append(names.index(name))
-        return cls(n_features, list(groups.values()), integers, offset, scale, names or None)
-
-    @property
-    def empty(self) -> bool:
-        """No categorical and no integer features: every point is valid."""
-        return not self.groups and not self.integers
-
-    def raw_units(self, columns: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(offset, scale)`` of ``columns`` (0 and 1 where none were given)."""
-        index = torch.tensor(columns, dtype=torch.long)
-        offset = torch.zeros(len(columns)) if self.offset is None else self.offset[index]
-        scale = torch.ones(len(columns)) if self.scale is None else self.scale[index]
-        return offset, scale
-
-    def invalid_rows(self, x: torch.Tensor, atol: float = 1e-4) -> torch.Tensor:
-        """Per row: some one-hot group is not exactly one category, or an integer feature is off its grid."""
-        limits = Constraints(None, types=self, device=x.device)
-        return ((limits.snap(x, x) - x).abs() > atol).any(1)
+def invalid_rows(types: FeatureTypes, x: torch.Tensor, atol: float = 1e-4) -> torch.Tensor:
+    """Per row of ``x``: some one-hot group is not exactly one category, or an integer feature is off its grid."""
+    limits = Constraints(None, types=types, device=x.device)
+    return ((limits.snap(x, x) - x).abs() > atol).any(1)
 
 
 class Constraints:

@@ -7,6 +7,7 @@ import torch
 from torch.utils.data import DataLoader, RandomSampler, TensorDataset
 
 from datamodules.domain import infer_domain
+from datamodules.feature_types import FeatureTypes
 
 EVAL_BATCH_SIZE = 4096  # rows per forward pass of the validation and test loaders
 
@@ -107,16 +108,14 @@ class TensorDataModule(L.LightningDataModule):
             return lower, torch.full_like(lower, float(self.fixed_domain[1]))
         return infer_domain(self.x_train, n_std)
 
-    def feature_types(self):
-        """Categorical and integer structure for valid counterfactuals (:class:`ct_lightning.constraints.FeatureTypes`).
+    def feature_types(self) -> FeatureTypes:
+        """Categorical and integer structure for valid counterfactuals (:class:`datamodules.feature_types.FeatureTypes`).
 
         By default one-hot groups are the ``feature=value`` columns sharing a prefix, integers are the
         class attribute ``integer_features``, and original units come from ``feature_mean``/``feature_scale``
         where the data module has them (``raw = x * scale + mean``). A data module with a codec of its own
         overrides this.
         """
-        from ct_lightning.constraints import FeatureTypes  # the core type; data modules do not import it at load
-
         mean, scale = getattr(self, "feature_mean", None), getattr(self, "feature_scale", None)
         return FeatureTypes.from_names(self.feature_names, self.n_features, self.integer_features,
                                        None if mean is None else torch.as_tensor(mean),
