@@ -109,7 +109,7 @@ class TensorDataModule(L.LightningDataModule):
         return infer_domain(self.x_train, n_std)
 
     def feature_types(self) -> FeatureTypes:
-        """Categorical and integer structure for valid counterfactuals (:class:`datamodules.feature_types.FeatureTypes`).
+        """Categorical and integer structure for valid counterfactuals (a :class:`FeatureTypes`).
 
         By default one-hot groups are the ``feature=value`` columns sharing a prefix, integers are the
         class attribute ``integer_features``, and original units come from ``feature_mean``/``feature_scale``

@@ -94,6 +94,7 @@ def evaluate(net: CounterfactualNetworkModule, classifier, datamodule, constrain
     """Generator and baseline metrics on up to ``--n-eval`` test factuals with random targets."""
     import torch  # noqa: PLC0415 - heavy
 
+    from ct_lightning.constraints import Constraints  # noqa: PLC0415
     from ct_lightning.generators import make_generator, search_counterfactuals  # noqa: PLC0415
     from ct_lightning.generators.amortised import one_hot_groups  # noqa: PLC0415
     from ct_lightning.metrics.quality import counterfactual_quality  # noqa: PLC0415
@@ -106,7 +107,9 @@ def evaluate(net: CounterfactualNetworkModule, classifier, datamodule, constrain
     y_target = random_targets(y_model, datamodule.n_classes, rng)
     groups = one_hot_groups(datamodule.feature_names)
     started = time.perf_counter()
-    x_cf = net.generate(x, y_target, y_model)
+    types = getattr(constraints, "feature_types", None)  # both sides give real categories and integers
+    x_cf = Constraints(constraints.mutability, constraints.lower, constraints.upper, types=types).snap(
+        net.generate(x, y_target, y_model), x)
     seconds = time.perf_counter() - started
     results = {"generator": {**counterfactual_quality(classifier, x, x_cf, y_target, groups, datamodule.n_classes),
                              "seconds": seconds}}
@@ -115,7 +118,7 @@ def evaluate(net: CounterfactualNetworkModule, classifier, datamodule, constrain
         started = time.perf_counter()
         found = search_counterfactuals(classifier, x, y_target, search, tau=0.95, max_steps=50, epsilon=0.0,
                                        mutability=constraints.mutability, lower=constraints.lower,
-                                       upper=constraints.upper)
+                                       upper=constraints.upper, feature_types=types)
         seconds = time.perf_counter() - started
         results[args.baseline] = {**counterfactual_quality(classifier, x, found.counterfactual, y_target, groups,
                                                            datamodule.n_classes), "seconds": seconds}
