@@ -157,7 +157,8 @@ class CTModule(L.LightningModule):
         datamodule = self._datamodule()
         return FitContext(model=self.model, x_train=self.x_train, y_train=self.y_train, n_classes=self.hparams.n_classes,
                           feature_names=self.feature_names, mutability=self.mutability, lower=self.lower,
-                          upper=self.upper, name=str(getattr(datamodule, "name", None) or "data"))
+                          upper=self.upper, name=str(getattr(datamodule, "name", None) or "data"),
+                          feature_types=self.feature_types)
 
     def on_train_start(self) -> None:
         # Not on_fit_start: Lightning sets trainer.train_dataloader only once training starts.

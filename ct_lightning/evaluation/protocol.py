@@ -303,7 +303,7 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
             context = FitContext(model=model, x_train=x_train.to(device).float(),
                                  y_train=None if y_train is None else y_train.to(device).long(), n_classes=n_classes,
                                  feature_names=feature_names, mutability=mutability, lower=lower, upper=upper,
-                                 name=data_name)
+                                 name=data_name, feature_types=feature_types)
             prepare_standalone(generator, context)
         elif generator.needs_fit:
             raise ValueError(f"generator: {config.generator} learns from data; pass x_train to evaluate_model")

@@ -105,7 +105,7 @@ def _generator_for(config: ConsistencyConfig, module, datamodule):
     context = FitContext(model=module.model, x_train=module.x_train, y_train=module.y_train,
                          n_classes=datamodule.n_classes, feature_names=list(datamodule.feature_names),
                          mutability=module.mutability, lower=module.lower, upper=module.upper,
-                         name=getattr(datamodule, "name", "data"))
+                         name=getattr(datamodule, "name", "data"), feature_types=getattr(module, "feature_types", None))
     return prepare_standalone(generator, context)
 
 

@@ -67,6 +67,7 @@ class FitContext:
     lower: torch.Tensor | None = None
     upper: torch.Tensor | None = None
     name: str = "data"
+    feature_types: FeatureTypes | None = None  # one-hot groups and integers (default: groups from feature_names)
 
     @property
     def device(self) -> torch.device:

@@ -63,9 +63,12 @@ class Amortised(CounterfactualGenerator):
 
     def build(self, classifier: nn.Module, n_features: int, n_classes: int, feature_names: Sequence[str] | None = None,
               mutability: torch.Tensor | None = None, lower: torch.Tensor | None = None,
-              upper: torch.Tensor | None = None) -> CounterfactualNetworkModule:
-        """Create the (untrained) network for ``classifier`` and the constraints."""
-        self.net = CounterfactualNetworkModule(n_features, n_classes, classifier, groups=one_hot_groups(feature_names),
+              upper: torch.Tensor | None = None, groups: Sequence[Sequence[int]] | None = None
+              ) -> CounterfactualNetworkModule:
+        """Create the (untrained) network for ``classifier`` and the constraints; one-hot ``groups`` default to the
+        ``feature=value`` names' groups."""
+        groups = one_hot_groups(feature_names) if groups is None else [list(g) for g in groups if len(g) >= 2]
+        self.net = CounterfactualNetworkModule(n_features, n_classes, classifier, groups=groups,
                                                mutability=mutability, lower=lower, upper=upper, **self.options)
         self.fitted_epoch = None
         return self.net
@@ -86,8 +89,9 @@ class Amortised(CounterfactualGenerator):
 
     def fit(self, context: FitContext) -> None:
         """Build the network for the context's classifier, one-hot groups and constraints (trained in ``update``)."""
+        types = context.feature_types
         self.build(context.model, context.x_train.shape[1], context.n_classes, context.feature_names,
-                   context.mutability, context.lower, context.upper)
+                   context.mutability, context.lower, context.upper, None if types is None else types.groups)
         pending, self._pending_state = getattr(self, "_pending_state", None), None
         if pending:
             self._restore(pending)
