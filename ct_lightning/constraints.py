@@ -125,16 +125,24 @@ class Constraints:
             if bool(((monotone == INCREASE) | (monotone == DECREASE)).any()):
                 raise ValueError("mutability: a categorical feature (one-hot group) cannot be 'increase' or "
                                  "'decrease'; allowed: both, none")
-        # Groups side by side in a padded (groups × widest) index, so that one arg-max over the last axis picks
-        # every group's category at once (the first on ties); padding points at an extra column of -inf.
+        # Groups of similar width side by side in a padded (groups × width) index, so that one arg-max over the last
+        # axis picks every group's category of that width class at once (the first on ties); padding points at an
+        # extra column of -inf. Width classes (powers of two) keep the padding small: Adult's 8 groups take 113
+        # padded values per row instead of 8 × 42. One-column groups are 0/1 features: on from a share of 0.5.
         n_features = types.n_features
-        widest = max((len(group) for group in types.groups), default=0)
         self.n_groups = len(types.groups)
-        padded = torch.full((self.n_groups, widest), n_features, dtype=torch.long)
-        for g, group in enumerate(types.groups):
-            padded[g, :len(group)] = torch.tensor(group)
-        self.cat_padded = padded.to(device)
-        self.cat_padded_flat = padded.flatten().to(device)
+        classes: dict[int, list[list[int]]] = {}
+        for group in types.groups:
+            classes.setdefault(0 if len(group) == 1 else (len(group) - 1).bit_length(), []).append(group)
+        self.cat_classes = []  # (binary?, padded index (groups × width), its flat view, row index of the groups)
+        for key in sorted(classes):
+            groups = classes[key]
+            width = max(len(group) for group in groups)
+            padded = torch.full((len(groups), width), n_features, dtype=torch.long)
+            for g, group in enumerate(groups):
+                padded[g, :len(group)] = torch.tensor(group)
+            self.cat_classes.append((key == 0, padded.to(device), padded.flatten().to(device),
+                                     torch.arange(len(groups), device=device)))
         offset, scale = types.raw_units(list(range(n_features)))
         off, on = (0.0 - offset) / scale, (1.0 - offset) / scale
         categorical = torch.zeros(n_features, dtype=torch.bool)
@@ -146,9 +154,6 @@ class Constraints:
         self.cat_keep = (~categorical).float().to(device)  # zero the categorical columns, then set "off" and "on"
         self.cat_off_row = torch.where(categorical, off, 0.0).to(device)
         self.cat_off, self.cat_on = torch.cat([off, off[:1]]).to(device), torch.cat([on, on[:1]]).to(device)
-        self.cat_binary = torch.tensor([len(group) == 1 for group in types.groups], dtype=torch.bool, device=device)
-        self.cat_any_binary = bool(self.cat_binary.any())
-        self.cat_group_index = torch.arange(self.n_groups, device=device)
         self.int_columns = torch.tensor(types.integers, dtype=torch.long, device=device)
         offset, scale = types.raw_units(types.integers)
         self.int_offset, self.int_scale = offset.to(device), scale.to(device)
@@ -196,7 +201,8 @@ class Constraints:
         """The nearest valid points: per one-hot group the column with the largest value (in 0/1 units; the
         first on ties) is "on" and the others "off", a one-column group is on from 0.5, integer features are
         rounded in original units (to whole numbers inside the domain); then mutability is restored from
-        ``x``. All rows and groups at once (one arg-max over the padded groups). ``points`` itself without types."""
+        ``x``. All rows and groups at once (one arg-max per width class of groups). ``points`` itself without
+        types."""
         if not self.snaps:
             return points
         out = points
@@ -205,14 +211,20 @@ class Constraints:
             extended = torch.cat([points, points.new_full((n, 1), -math.inf)], 1)
             if not self.cat_unit:
                 extended = (extended - self.cat_share_shift) / self.cat_share_width
-            share = extended.index_select(1, self.cat_padded_flat).view(n, self.n_groups, -1)
-            winner = share.argmax(2)
-            chosen = self.cat_padded[self.cat_group_index, winner]  # (rows, groups): the column that is on
-            value = self.cat_on[chosen]
-            if self.cat_any_binary:  # a one-column group is on from 0.5 only
-                value = torch.where(self.cat_binary & (share[:, :, 0] < 0.5), self.cat_off[chosen], value)
+            chosen, values = [], []
+            for binary, padded, flat, rows in self.cat_classes:  # a few width classes, not one pass per group
+                share = extended.index_select(1, flat).view(n, len(rows), -1)
+                if binary:
+                    column = padded[:, 0].expand(n, -1)
+                    value = torch.where(share[:, :, 0] >= 0.5, self.cat_on[column], self.cat_off[column])
+                else:
+                    column = padded[rows, share.argmax(2)]  # (rows, groups): the column that is on
+                    value = self.cat_on[column]
+                chosen.append(column)
+                values.append(value)
+            chosen, values = torch.cat(chosen, 1), torch.cat(values, 1)
             out = out * self.cat_keep if self.cat_unit else torch.addcmul(self.cat_off_row, out, self.cat_keep)
-            out = out.to(points.dtype).scatter_(1, chosen, value.to(points.dtype))
+            out = out.to(points.dtype).scatter_(1, chosen, values.to(points.dtype))
         if len(self.int_columns):
             raw = (points.index_select(1, self.int_columns) * self.int_scale + self.int_offset).round()
             if self.int_low is not None:
