@@ -19,14 +19,27 @@ def circles():
     return datamodule
 
 
+class DevicesSeen(L.Callback):
+    """Records, at each training epoch's end, the device types of the parameters, the training data and the pool."""
+
+    def __init__(self):
+        self.devices = []
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.devices.append((next(pl_module.model.parameters()).device.type, pl_module.x_train.device.type,
+                             pl_module.pool.x_neg.device.type))
+
+
 def test_ct_training_runs_on_the_gpu(circles):
     L.seed_everything(0, verbose=False)
     module = CTModule(n_features=2, n_classes=2, objective="full", nce=120, **{"tau": 0.5, "lambda_reg": 0.5})
+    seen = DevicesSeen()
     trainer = L.Trainer(max_epochs=2, accelerator="gpu", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, limit_train_batches=10,
-                        limit_val_batches=2)
+                        limit_val_batches=2, callbacks=[seen])
     trainer.fit(module, circles)
-    assert next(module.model.parameters()).is_cuda and module.x_train.is_cuda
+    # Lightning moves the module back to the CPU at teardown, so the devices are the ones seen while training.
+    assert seen.devices == [("cuda", "cuda", "cuda")] * 2, seen.devices
     metrics = trainer.callback_metrics
     for key in ("train/loss", "train/div", "train/acc", "val/acc", "train/cf_converged"):
         assert torch.isfinite(torch.as_tensor(metrics[key])), key

@@ -1,0 +1,152 @@
+"""Where a small model's fused training epoch spends its time on a GPU (issue 27): per-epoch times through
+Lightning's Trainer (the fused loop as ``train()`` sets it up, no tracking), the host synchronisations of one
+epoch with the Python line that caused each, and the profiler's top host-side operations.
+
+    python bench/gpu_probe.py --data circles --epochs 6 --out probe.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import sys
+import time
+import traceback
+import warnings
+from pathlib import Path
+
+if __package__ in (None, ""):
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import lightning as L  # noqa: E402
+import torch  # noqa: E402
+
+from bench.common import load_datamodule  # noqa: E402
+from bench.epoch_bench import build  # noqa: E402
+from ct_lightning.epoch_block import EpochBlockLoader  # noqa: E402
+
+
+class EpochClock(L.Callback):
+    """Wall seconds of each training epoch (synchronised), and of each validation pass."""
+
+    def __init__(self):
+        self.train, self.val, self._t = [], [], 0.0
+
+    def _now(self):
+        torch.cuda.synchronize()
+        return time.perf_counter()
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._t = self._now()
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.train.append(self._now() - self._t)
+
+    def on_validation_epoch_start(self, trainer, pl_module):
+        self._v = self._now()
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        self.val.append(self._now() - self._v)
+
+
+def fit(datamodule, objective, epochs, fused=True, validate=True, callbacks=(), overrides=None):
+    module, config = build(datamodule, objective, overrides)
+    clock = EpochClock()
+    trainer = L.Trainer(max_epochs=epochs, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="gpu", devices=1, num_sanity_val_steps=0,
+                        limit_val_batches=None if validate else 0, callbacks=[clock, *callbacks])
+    loader = datamodule.train_dataloader
+    if fused:
+        module.fuse_epochs(True)
+        datamodule.train_dataloader = lambda: EpochBlockLoader(loader())
+    started = time.perf_counter()
+    try:
+        trainer.fit(module, datamodule=datamodule)
+    finally:
+        datamodule.train_dataloader = loader
+    return {"objective": objective, "fused": fused, "train_s": clock.train, "val_s": clock.val,
+            "wall_s": time.perf_counter() - started, "batches": int(trainer.num_training_batches),
+            "train_acc": float(trainer.callback_metrics.get("train/acc", float("nan"))),
+            "val_acc": float(trainer.callback_metrics.get("val/acc", float("nan")))}
+
+
+class SyncSpy(L.Callback):
+    """Records the stack of every synchronising CUDA call in one training epoch (the second)."""
+
+    def __init__(self, epoch=1):
+        self.epoch, self.sites = epoch, collections.Counter()
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        if trainer.current_epoch == self.epoch:
+            self._old = warnings.showwarning
+            warnings.simplefilter("always")
+            spy = self
+
+            def show(message, category, filename, lineno, file=None, line=None):
+                frames = [f for f in traceback.extract_stack()[:-1]
+                          if "ct_lightning" in f.filename or "lightning" in f.filename or "torch/optim" in f.filename]
+                key = " <- ".join(f"{Path(f.filename).name}:{f.lineno}:{f.name}" for f in frames[-4:][::-1])
+                spy.sites[key] += 1
+
+            warnings.showwarning = show
+            torch.cuda.set_sync_debug_mode("warn")
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        if trainer.current_epoch == self.epoch:
+            torch.cuda.set_sync_debug_mode("default")
+            warnings.showwarning = self._old
+
+
+def profile_epoch(datamodule, objective):
+    from torch.profiler import ProfilerActivity, profile
+
+    holder = {}
+
+    class Prof(L.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            if trainer.current_epoch == 1:
+                holder["p"] = profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+                holder["p"].__enter__()
+
+        def on_train_epoch_end(self, trainer, pl_module):
+            if trainer.current_epoch == 1:
+                torch.cuda.synchronize()
+                holder["p"].__exit__(None, None, None)
+
+    fit(datamodule, objective, 2, validate=False, callbacks=[Prof()])
+    table = holder["p"].key_averages().table(sort_by="self_cpu_time_total", row_limit=30)
+    return table
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--data", default="circles")
+    parser.add_argument("--epochs", type=int, default=6)
+    parser.add_argument("--out", default="probe.json")
+    parser.add_argument("--profile-out", default="")
+    args = parser.parse_args()
+    results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "lightning": L.__version__}
+    for name in args.data.split(","):
+        datamodule = load_datamodule(name)
+        rows = results.setdefault(name, {})
+        for objective in ("vanilla", "full"):
+            rows[objective] = fit(datamodule, objective, args.epochs)
+            rows[objective + "_noval"] = fit(datamodule, objective, args.epochs, validate=False)
+            spy = SyncSpy()
+            fit(datamodule, objective, 2, validate=False, callbacks=[spy])
+            rows[objective + "_syncs"] = dict(spy.sites.most_common(20))
+            r = rows[objective]
+            print(name, objective, "train s/epoch", [round(t, 4) for t in r["train_s"]],
+                  "val", [round(t, 4) for t in r["val_s"]], "noval train",
+                  [round(t, 4) for t in rows[objective + "_noval"]["train_s"]], flush=True)
+            print("  syncs in one epoch:", sum(spy.sites.values()), flush=True)
+            for k, v in spy.sites.most_common(8):
+                print(f"   {v:5d} {k}", flush=True)
+        if args.profile_out:
+            Path(args.profile_out + f"_{name}.txt").write_text(profile_epoch(datamodule, "full"))
+    Path(args.out).write_text(json.dumps(results, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
