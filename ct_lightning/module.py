@@ -121,8 +121,6 @@ class CTModule(L.LightningModule):
         # steps before them: Σ batch_size·[loss, *terms] (float64), Σ batch_size, Σ correctly classified.
         self._epoch_steps: dict[str, list[tuple[tuple[torch.Tensor, ...], torch.Tensor, torch.Tensor]]] = {}
         self._epoch_sums: dict[str, tuple[torch.Tensor, int, torch.Tensor]] = {}
-        # Device copies of fused epochs' data tensors: (id, device) -> (source, source version, copy).
-        self._resident: dict[tuple[int, str], tuple[torch.Tensor, int, torch.Tensor]] = {}
 
     @property
     def uses_counterfactuals(self) -> bool:
@@ -293,25 +291,6 @@ class CTModule(L.LightningModule):
         loop, without its per-step hooks. Single-process runs only (DDP synchronises per backward pass).
         """
         self.automatic_optimization = not enabled
-
-    def transfer_batch_to_device(self, batch, device: torch.device, dataloader_idx: int):
-        # A fused epoch's block holds the whole training set. Off the CPU, copy it to the device once and reuse
-        # the copy every epoch (an MNIST epoch would copy 188 MB again), and send the epoch's row order without
-        # waiting for the device (a blocking copy synchronises the host with the GPU).
-        if isinstance(batch, EpochBlock) and device.type != "cpu":
-            return EpochBlock(self._resident_copy(batch.x, device), self._resident_copy(batch.y, device),
-                              batch.index.to(device, non_blocking=True), batch.batch_sizes)
-        return super().transfer_batch_to_device(batch, device, dataloader_idx)
-
-    def _resident_copy(self, tensor: torch.Tensor, device: torch.device) -> torch.Tensor:
-        """``tensor`` on ``device``: copied the first time, then reused while ``tensor`` is unchanged."""
-        key = (id(tensor), str(device))
-        kept = self._resident.get(key)
-        if kept is None or kept[0] is not tensor or kept[1] != tensor._version:
-            if len(self._resident) >= 8:  # another data module's tensors: forget the old ones
-                self._resident.clear()
-            kept = self._resident[key] = (tensor, tensor._version, tensor.to(device))
-        return kept[2]
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor | None:
         if self.automatic_optimization:
