@@ -119,6 +119,102 @@ def profile_epoch(datamodule, objective):
     return table
 
 
+def graph_epoch_bench(n_train=3600, n_features=2, batch=30, pool=1000, epochs=6, seed=0) -> dict:
+    """The CUDA-graph question, in plain PyTorch: a circles-sized epoch (``n_train`` rows in batches of ``batch``,
+    the paper's MLP, Adam; with ``pool`` > 0 each step also carries its share of a ``pool``-row counterfactual
+    pool, as a CT step does) run eagerly, step by step, against the same epoch captured once as one CUDA graph
+    and replayed (row order and pool copied into static buffers each epoch: the shapes do not change between
+    epochs). Seconds per epoch (median after the first) and the largest weight difference after equal epochs."""
+    import torch.nn.functional as F
+
+    def make():
+        torch.manual_seed(seed)
+        model = torch.nn.Sequential(torch.nn.Linear(n_features, 32), torch.nn.ReLU(),
+                                    torch.nn.Linear(32, 2)).cuda()
+        return model, torch.optim.Adam(model.parameters(), lr=1e-3, capturable=True)
+
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(n_train, n_features, device="cuda", generator=g)
+    y = (x.norm(dim=1) > 1).long()
+    sizes = [batch] * (n_train // batch) + ([n_train % batch] if n_train % batch else [])
+    bounds = torch.linspace(0, pool, len(sizes) + 1).round().long().tolist()
+
+    def epoch_body(model, opt, index, pool_x, pool_y):
+        for i, rows in enumerate(index.split(sizes)):
+            xb, yb = x[rows], y[rows]
+            lo, hi = bounds[i], bounds[i + 1]
+            logits = model(torch.cat([xb, pool_x[lo:hi]]))
+            loss = F.cross_entropy(logits[:len(xb)], yb)
+            if hi > lo:
+                loss = loss + 0.5 * F.cross_entropy(logits[len(xb):], pool_y[lo:hi])
+            opt.zero_grad(set_to_none=False)
+            loss.backward()
+            opt.step()
+
+    def orders(e):
+        gen = torch.Generator(device="cuda").manual_seed(100 + e)
+        return (torch.randperm(n_train, device="cuda", generator=gen),
+                torch.randn(pool, n_features, device="cuda", generator=gen),
+                torch.randint(2, (pool,), device="cuda", generator=gen))
+
+    out = {}
+    # eager
+    model, opt = make()
+    times = []
+    for e in range(epochs):
+        index, px, py = orders(e)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        epoch_body(model, opt, index, px, py)
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    eager_weights = [p.detach().clone() for p in model.parameters()]
+    out["eager_s"] = sorted(times[1:])[len(times[1:]) // 2]
+    # one graph per epoch
+    model, opt = make()
+    static_index, static_px, static_py = (t.clone() for t in orders(0))
+    # Warm up on a side stream (as torch.cuda.graphs' docs ask), then restore the seeded state and capture.
+    state = ([p.detach().clone() for p in model.parameters()], opt.state_dict())
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        epoch_body(model, opt, static_index, static_px, static_py)
+    torch.cuda.current_stream().wait_stream(side)
+    with torch.no_grad():
+        for p, v in zip(model.parameters(), state[0]):
+            p.copy_(v)
+    for group_state in opt.state.values():
+        for value in group_state.values():
+            value.zero_()
+    graph = torch.cuda.CUDAGraph()
+    capture_start = time.perf_counter()
+    with torch.cuda.graph(graph):
+        epoch_body(model, opt, static_index, static_px, static_py)
+    out["capture_s"] = time.perf_counter() - capture_start
+    with torch.no_grad():  # capturing ran nothing; but reset anyway so both runs start equal
+        for p, v in zip(model.parameters(), state[0]):
+            p.copy_(v)
+    for group_state in opt.state.values():
+        for value in group_state.values():
+            value.zero_()
+    times = []
+    for e in range(epochs):
+        index, px, py = orders(e)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        static_index.copy_(index)
+        static_px.copy_(px)
+        static_py.copy_(py)
+        graph.replay()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    out["graph_s"] = sorted(times[1:])[len(times[1:]) // 2]
+    out["max_weight_diff"] = max(float((a - b.detach()).abs().max()) for a, b in zip(eager_weights,
+                                                                                    model.parameters()))
+    out["steps"] = len(sizes)
+    return out
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--data", default="circles")
@@ -127,6 +223,13 @@ def main():
     parser.add_argument("--profile-out", default="")
     args = parser.parse_args()
     results = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "lightning": L.__version__}
+    for pool in (0, 1000):
+        try:
+            row = graph_epoch_bench(pool=pool)
+        except Exception as error:  # noqa: BLE001 - report it and go on with the Trainer measurements
+            row = {"error": f"{type(error).__name__}: {error}"}
+        results[f"graph_epoch_pool{pool}"] = row
+        print(f"plain epoch, pool {pool}: {row}", flush=True)
     for name in args.data.split(","):
         datamodule = load_datamodule(name)
         rows = results.setdefault(name, {})
