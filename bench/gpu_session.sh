@@ -25,7 +25,8 @@ case "${1:-}" in
   table1)
     mkdir -p /tmp/t1; started=$(date +%s.%N)
     python3 recipes/compare.py --data all --accelerator gpu --jobs "${JOBS:-8}" \
-      --tracking-uri "sqlite:////tmp/t1/mlflow.db" --out-dir "$OUT/table1" 2>&1 | grep -v Warning | tee "$OUT/table1.log"
+      --tracking-uri "sqlite:////tmp/t1/mlflow.db" --out-dir "$OUT/table1" 2>&1 | grep -v Warning \
+      | tee "$OUT/table1.log"
     echo "table1 wall seconds: $(echo "$(date +%s.%N) - $started" | bc)" | tee -a "$OUT/table1.log" ;;
   *) echo "usage: bash bench/gpu_session.sh checks|bench|table1" >&2; exit 2 ;;
 esac

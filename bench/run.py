@@ -314,7 +314,8 @@ def accelerator_main(args, argv) -> dict:
         log(f"bench: wrote {path}")
     if args.out:
         path = Path(args.out) if Path(args.out).is_absolute() else REPO / args.out
-        command = "python bench/run.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+        given = argv if argv is not None else sys.argv[1:]
+        command = "python bench/run.py " + " ".join(shlex.quote(a) for a in given)
         path.write_text(splice(path.read_text() if path.exists() else "", render_section(results, command)))
         log(f"bench: wrote {path}")
     return results
