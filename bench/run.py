@@ -109,6 +109,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--device: 'cuda' given but no CUDA device is available; allowed here: auto, cpu")
     if args.accelerator not in ("auto", "cpu", "gpu", "cuda"):
         parser.error(f"--accelerator: unknown {args.accelerator!r}; allowed: auto, cpu, gpu, cuda")
+    if args.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        parser.error(f"--accelerator: {args.accelerator!r} given but no CUDA device is available; allowed here: "
+                     "auto, cpu")
     unknown = set(args.sections) - set(SECTIONS)
     if unknown:
         parser.error(f"--sections: unknown {sorted(unknown)}; allowed: {', '.join(SECTIONS)}")
@@ -291,8 +294,6 @@ def accelerator_main(args, argv) -> dict:
     from datamodules import available
 
     quiet()
-    if not torch.cuda.is_available():
-        raise SystemExit("--accelerator: 'gpu' given but no CUDA device is available; allowed here: auto, cpu")
     started = time.perf_counter()
     names = args.data if "data" in args.given else (["circles", "adult", "mnist"] if args.quick else available())
     epochs = args.epochs if "epochs" in args.given else (3 if args.quick else 5)
