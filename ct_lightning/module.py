@@ -370,7 +370,8 @@ class CTModule(L.LightningModule):
             return
         values = torch.stack([torch.stack(terms) for terms, _, _ in steps]).double()  # steps × terms
         sizes = [len(y) for _, _, y in steps]
-        weights = torch.tensor(sizes, dtype=torch.float64, device=values.device)
+        # Built on the host and sent without a blocking copy (one would synchronise with the GPU every 64 steps).
+        weights = torch.tensor(sizes, dtype=torch.float64).to(values.device, non_blocking=True)
         sums, rows = (values * weights[:, None]).sum(0), sum(sizes)
         correct = (torch.cat([logits for _, logits, _ in steps]).argmax(1) == torch.cat([y for _, _, y in steps])).sum()
         if stage in self._epoch_sums:

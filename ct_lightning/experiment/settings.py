@@ -239,7 +239,8 @@ TABLE: tuple[Setting, ...] = (
             action="store_false"),
     Setting("search_compile", "auto", "compile the search step after the backward pass into one kernel with "
             "torch.compile (same results): on, off, or auto: only for large pools (rows x features; MNIST and Adult at "
-            "the paper's nce), where it pays off (default {DFLT})", group=SEARCH,
+            "the paper's nce), where it pays off; on a GPU only when the run's searches repay the compilation "
+            "(default {DFLT})", group=SEARCH,
             choices=catalogue.search_compile_modes, defines=False, on_resume=True),
     # model and optimiser
     Setting("model", "mlp", "mlp, cnn (LeNet-style, for MNIST) or package.module:factory returning an nn.Module "

@@ -30,7 +30,7 @@ from ct_lightning.experiment.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS
 from ct_lightning.experiment.tracking import (ensure_experiment, local_store_dir, prepare_store, run_url, ui_command,
                                               write_json_atomic)
 from ct_lightning.epoch_block import EpochBlockLoader, can_fuse
-from ct_lightning.generators.compiled_step import set_search_compile
+from ct_lightning.generators.compiled_step import set_expected_searches, set_search_compile
 from ct_lightning.module import CTModule
 
 
@@ -148,6 +148,7 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     set_search_compile(config["search_compile"])
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = build_datamodule(config)
+    set_expected_searches(expected_searches(config, datamodule))
     module = build_module(config, datamodule)
     codec = getattr(datamodule, "codec", None)
     if codec is not None:
@@ -182,6 +183,21 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     except BaseException as error:
         mark_failed(client, run_id, error)
         raise
+
+
+def expected_searches(config: dict, datamodule) -> int:
+    """The counterfactual searches a training run makes: one per epoch (``pool`` epoch) or one per training step
+    (``pool`` step); 0 for a vanilla run. ``search_compile`` ``auto`` weighs them against a compilation off the CPU."""
+    if config["objective"] == "vanilla":
+        return 0
+    per_epoch = 1
+    if config["pool"] == "step":
+        n_train = len(datamodule.train_tensors[1])
+        per_epoch = math.ceil(n_train / datamodule.batch_size)
+        limit = config.get("limit_train_batches")
+        if isinstance(limit, int) and not isinstance(limit, bool):  # a count of batches (a float is a share)
+            per_epoch = min(per_epoch, limit)
+    return int(config["max_epochs"]) * per_epoch
 
 
 def _choose_epoch_loop(config: dict, trainer: L.Trainer, module: CTModule, datamodule) -> None:
