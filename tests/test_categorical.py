@@ -282,3 +282,32 @@ def test_compiled_step_gives_the_same_valid_points(packed):
     torch.testing.assert_close(compiled.counterfactual, eager.counterfactual, rtol=1e-5, atol=1e-5)
     torch.testing.assert_close(compiled.nascent, eager.nascent, rtol=1e-5, atol=1e-5)
     assert not invalid_rows(types, compiled.counterfactual).any()
+
+
+def test_a_users_table_gets_real_categories_and_integers_in_original_units():
+    """tests/fixtures/loans.csv through the codec's data module: the search's counterfactuals decode to the
+    table's own categories and whole numbers (the codec standardises integers; snapping is in original units)."""
+    from pathlib import Path
+
+    from ct_lightning.generators import ECCo
+    from ct_lightning.generators.search import search_counterfactuals
+    from datamodules.table import TableDataModule
+
+    data = TableDataModule(Path(__file__).parent / "fixtures" / "loans.csv", target="approved")
+    data.setup()
+    types = data.feature_types()
+    assert len(types.groups) == 2 and len(types.integers) >= 4  # home_ownership, purpose; age, income, ...
+    assert not invalid_rows(types, data.x_train).any()
+    model = trained_model(data.x_train, data.y_train)
+    x = data.x_test[:40]
+    with torch.no_grad():
+        target = 1 - model(x).argmax(1)
+    lower, upper = data.domain()
+    found = search_counterfactuals(model, x, target, ECCo(lr=0.5), 0.7, 40, 0.3, None, lower, upper,
+                                   feature_types=types)
+    assert not invalid_rows(types, found.counterfactual).any()
+    plain = search_counterfactuals(model, x, target, ECCo(lr=0.5), 0.7, 40, 0.3, None, lower, upper)
+    assert invalid_rows(types, plain.counterfactual).any()
+    decoded = data.codec.decode(found.counterfactual.numpy())
+    encoded_again = torch.as_tensor(data.codec.encode(decoded), dtype=torch.float32)
+    torch.testing.assert_close(encoded_again, found.counterfactual, rtol=0, atol=1e-4)  # a real row, exactly

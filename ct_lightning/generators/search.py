@@ -344,5 +344,5 @@ def search_counterfactuals(model: nn.Module, x: torch.Tensor, target: torch.Tens
     (see :meth:`FeatureSpace._snapped_gradient`); without, the search is exactly the plain one.
     """
     limits = Constraints(mutability, lower, upper, x.device, feature_types)
-    space = FeatureSpace(model, generator, limits, step_for(x.numel()))
+    space = FeatureSpace(model, generator, limits, step_for(x.numel(), x.device.type))
     return active_rows_search(space, x, target, tau, max_steps, epsilon, packed, check_every)
