@@ -235,6 +235,11 @@ class TabularCodec:
                 for c in self.columns if c.kind == "categorical"]
 
     @property
+    def binary_columns(self) -> list[str]:
+        """The model inputs of binary columns (one 0/1 input each)."""
+        return [c.name for c in self.columns if c.kind == "binary"]
+
+    @property
     def integer_features(self) -> list[tuple[int, float, float]]:
         """``(index, mean, scale)`` of every column that must be an integer in original units (binary: 0/1)."""
         return [(self._slices[c.name].start, c.mean if c.kind == "integer" else 0.0,

@@ -17,6 +17,7 @@ import pandas as pd
 from datamodules.base import TensorDataModule
 from datamodules.codec import TabularCodec, read_spec
 from datamodules.feature_types import FeatureTypes
+from datamodules.feature_types import FeatureTypes
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
@@ -160,6 +161,25 @@ class TableDataModule(TensorDataModule):
             integers.append(index)
             offset[index], scale[index] = float(mean), float(std)
         return FeatureTypes(n_features, self.codec.groups, integers, offset, scale, list(self.codec.feature_names))
+
+    def feature_types(self) -> FeatureTypes:
+        """The codec's structure for valid counterfactuals: each categorical column's one-hot group, each binary
+        column a one-column group, integer columns on whole numbers of their original units."""
+        offset = np.zeros(len(self.codec.feature_names), dtype=np.float32)
+        scale = np.ones(len(self.codec.feature_names), dtype=np.float32)
+        integers = []
+        for index, mean, column_scale in self.codec.integer_features:
+            if self.codec.feature_names[index] in self.codec.binary_columns:
+                continue
+            offset[index], scale[index] = mean, column_scale
+            integers.append(index)
+        for column in self.codec.columns:
+            if column.kind == "continuous":
+                index = self.codec.feature_names.index(column.name)
+                offset[index], scale[index] = column.mean, column.scale
+        binary = [[self.codec.feature_names.index(name)] for name in self.codec.binary_columns]
+        return FeatureTypes(len(self.codec.feature_names), self.codec.groups + binary, integers, offset, scale,
+                            list(self.codec.feature_names))
 
     def describe(self) -> str:
         """What was read and inferred, for the start-up message."""

@@ -187,3 +187,23 @@ def test_train_from_a_csv_logs_the_preprocessing_with_the_run(tmp_path):
     module = CTModule.load_from_checkpoint(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
     assert module.preprocessing == logged
     assert {k for k, v in dict(module.hparams.mutability).items() if v == "none"} == {"age", "sex"}
+
+
+def test_the_search_sees_the_tables_categories_binaries_and_integers():
+    from ct_lightning.constraints import Constraints
+
+    data = TableDataModule(LOANS, target="approved")
+    data.setup()
+    types = data.feature_types()
+    names = data.feature_names
+    assert [[names[i] for i in group] for group in types.groups] == \
+        [[n for n in names if n.startswith("home_ownership=")], [n for n in names if n.startswith("purpose=")],
+         ["sex"]]
+    assert [names[i] for i in types.integers] == ["age", "income", "debt", "years_employed"]
+    # a point between categories and off the integer grid snaps to a row the codec decodes exactly
+    x = data.x_train[:8]
+    noisy = x + 0.3 * torch.randn(x.shape, generator=torch.Generator().manual_seed(0))
+    lower, upper = data.domain()
+    snapped = Constraints(torch.zeros(len(names), dtype=torch.long), lower, upper, types=types).snap(noisy, x)
+    decoded = data.codec.decode(snapped)
+    np.testing.assert_allclose(data.codec.encode(decoded), snapped.numpy(), atol=1e-4)
