@@ -14,8 +14,6 @@ Loading either needs ``ct-lightning`` installed (the classes are pickled by refe
 
 from __future__ import annotations
 
-import math
-import time
 import warnings
 
 import mlflow.pyfunc
@@ -141,23 +139,29 @@ def final_step(metrics: dict) -> int:
     return max(int(metrics.get("epochs", 1) or 1) - 1, 0)
 
 
-def link_final_metrics(client, run_id: str, model_ids: list[str], metrics: dict, datasets: dict) -> int:
-    """Log the run's final ``train/*`` and ``test/*`` metrics to its logged models, with the data set of each.
+def link_final_metrics(client, run_id: str, model_ids: list[str], datasets: dict) -> int:
+    """Link the run's last values of the metrics named ``PREFIX/...`` for each ``PREFIX`` of ``datasets``
+    (``{"test": (name, digest)}``) to its logged models, with that data set, so the model page lists it.
 
-    ``datasets`` maps a metric prefix (``train``, ``test``) to ``(name, digest)``; MLflow itself links the
-    metrics of the step a model is logged at (the last epoch), so the model page shows final values and,
-    from these, the data sets. Returns the number of values logged.
+    MLflow itself links the metrics of the step a model is logged at (the last epoch: ``train/*``, ``val/*``,
+    without a data set); the test metrics come one step later. Each value is logged again with its own step
+    and timestamp, which the run's store keeps as the same point (no duplicate in the run's curves).
+    Returns the number of values linked.
     """
     from mlflow.entities import Metric
 
-    now, batch, step = int(time.time() * 1000), [], final_step(metrics)
-    for key, value in metrics.items():
-        if key.split("/")[0] not in datasets or value is None or not isinstance(value, (int, float)) \
-                or not math.isfinite(float(value)):
+    batch = []
+    for key in client.get_run(run_id).data.metrics:
+        if key.split("/")[0] not in datasets:
             continue
+        history = client.get_metric_history(run_id, key)
+        own = [m for m in history if not getattr(m, "model_id", None)]
+        if not own:
+            continue
+        last = max(own, key=lambda m: (m.step, m.timestamp))
         name, digest = datasets[key.split("/")[0]]
         for model_id in model_ids:
-            batch.append(Metric(key, float(value), now, step, model_id=model_id, dataset_name=name,
+            batch.append(Metric(key, last.value, last.timestamp, last.step, model_id=model_id, dataset_name=name,
                                 dataset_digest=digest, run_id=run_id))
     for start in range(0, len(batch), 500):
         client.log_batch(run_id, metrics=batch[start:start + 500])
@@ -198,8 +202,6 @@ def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, modul
             warnings.warn(f"MLflow: predictor registered without a name ({error}); register it by hand: "
                           f"mlflow.register_model('runs:/{run_id}/{PREDICTOR_NAME}', '{name}')")
             predictor, name = log_predictor(module.model, codec, datamodule.x_train, search, None, run_id, step), None
-    datasets = {split: (f"{datamodule.name}-{split}", _digest(getattr(datamodule, f"x_{split}"),
-                                                             getattr(datamodule, f"y_{split}")))
-                for split in ("train", "test")}
-    link_final_metrics(client, run_id, [logged.model_id, predictor.model_id], metrics, datasets)
+    datasets = {"test": (f"{datamodule.name}-test", _digest(datamodule.x_test, datamodule.y_test))}
+    link_final_metrics(client, run_id, [logged.model_id, predictor.model_id], datasets)
     return {"model": logged.model_id, "predictor": predictor.model_id, "registered": name}
