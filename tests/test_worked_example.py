@@ -39,6 +39,10 @@ def test_the_page_shows_every_step():
 
 
 def test_worked_example_end_to_end(tmp_path):
+    import importlib.util
+
+    if importlib.util.find_spec("datamodules.codec") is None:  # TODO(merge): remove once branch data is merged
+        pytest.skip("needs datamodules.codec and train.py --data PATH (branch data, not merged yet)")
     if not shutil.which("curl"):
         pytest.skip("the page's commands use curl, which is not installed here")
     (tmp_path / "examples").symlink_to(ROOT / "examples")
