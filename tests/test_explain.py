@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -15,53 +14,9 @@ import torch
 
 from ct_lightning.evaluation.explanation import FeatureCodec, describe, explain, format_value, to_records
 from ct_lightning.models import build_mlp
+from explain_codec import SmallCodec, model_of_income_and_home
 
 ROOT = Path(__file__).resolve().parents[1]
-
-
-@dataclass
-class Column:
-    name: str
-    kind: str
-    mutability: str = "both"
-    categories: list = field(default_factory=list)
-
-
-class SmallCodec:
-    """A hand-made codec for the test: income standardised, home one-hot (decoded to the largest entry)."""
-
-    def __init__(self, immutable_home: bool = False):
-        self.columns = [Column("income", "continuous"), Column("home", "categorical",
-                                                               "none" if immutable_home else "both",
-                                                               ["rent", "own", "mortgage"])]
-        self.feature_names = ["income", "home=rent", "home=own", "home=mortgage"]
-        self.classes, self.target = ["no", "yes"], "approved"
-        self.mean, self.std = 50_000.0, 10_000.0
-
-    def encode(self, frame):
-        home = np.stack([(frame["home"] == c).to_numpy() for c in self.columns[1].categories], 1)
-        return np.concatenate([((frame["income"].to_numpy(float) - self.mean) / self.std)[:, None], home], 1) \
-            .astype(np.float32)
-
-    def decode(self, x):
-        x = np.asarray(x)
-        return pd.DataFrame({"income": x[:, 0] * self.std + self.mean,
-                             "home": [self.columns[1].categories[i] for i in x[:, 1:].argmax(1)]})
-
-    def decode_target(self, codes):
-        return [self.classes[int(c)] for c in np.asarray(codes)]
-
-    def mutability(self):
-        return {c.name: c.mutability for c in self.columns if c.mutability != "both"}
-
-
-def model_of_income_and_home() -> torch.nn.Module:
-    """Logits rising with income and with owning a home (class 1 = yes)."""
-    model = build_mlp(4, 2, [])
-    with torch.no_grad():
-        model[0].weight.copy_(torch.tensor([[-2.0, 0.5, -1.0, 0.0], [2.0, -0.5, 1.0, 0.0]]))
-        model[0].bias.zero_()
-    return model
 
 
 ROWS = pd.DataFrame({"income": [42_000.0, 38_500.0], "home": ["rent", "mortgage"]})
@@ -148,3 +103,43 @@ def test_ct_explain_on_a_logged_run_prints_writes_json_and_logs(tmp_path):
     folders = [a.path for a in MlflowClient(uri).list_artifacts(run["run_id"], "explanations")]
     files = {a.path.rsplit("/", 1)[1] for a in MlflowClient(uri).list_artifacts(run["run_id"], folders[0])}
     assert files == {"explanations.json", "explanations.csv", "explanations.png"}
+
+
+def test_rows_the_model_cannot_read_are_refused_before_the_search():
+    from ct_lightning.experiment.explanations import Explainable, check_rows
+    from ct_lightning.experiment.validation import InputError
+
+    loaded = Explainable(model_of_income_and_home(), SmallCodec(), {}, None, True)
+    for rows, message in ((ROWS.assign(home=["rent", "castle"]), "--rows: got 'home=castle' (unseen category); "
+                                                                  "allowed: one of rent, own, mortgage"),
+                          (ROWS.assign(income=["a lot", 1]), "--rows: got 'income=a lot'"),
+                          (ROWS.assign(income=[None, 1.0]), "--rows: got 'income=<missing>'"),
+                          (ROWS.assign(age=3), "--rows: got 'age' (unknown column)"),
+                          (ROWS[["home"]], "--rows: got 'income' (missing column)")):
+        with pytest.raises(InputError) as caught:
+            check_rows(rows.copy(), loaded, "--rows")
+        assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_predictor_of_a_tabular_codec_has_typed_named_columns_and_string_classes(tmp_path):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.served_model import log_predictor
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("t", artifact_location=str(tmp_path / "a"))).info.run_id
+    codec, model = SmallCodec(), model_of_income_and_home()
+    mlflow.set_tracking_uri(uri)
+    logged = log_predictor(model, codec, torch.from_numpy(codec.encode(ROWS)), {"generator": "generic", "tau": 0.9,
+                                                                                 "max_steps": 200}, None, run_id)
+    predictor = mlflow.pyfunc.load_model(logged.model_uri)
+    inputs = {c.name: c.type.name for c in predictor.metadata.signature.inputs}
+    assert inputs == {"income": "double", "home": "string"}
+    out = predictor.predict(ROWS, params={"explain": True})
+    assert out["prediction"].tolist() == ["no", "no"] and list(out.columns[:4]) == \
+        ["prediction", "probability", "probability_no", "probability_yes"]
+    direct = explain(model, ROWS, codec=codec, generator="generic", tau=0.9, max_steps=200)
+    assert out["changes"].tolist() == direct["changes"].tolist()
+    assert out["target_probability"].tolist() == pytest.approx(direct["probability"].tolist())

@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ct_lightning.evaluation.explanation import codec_from_dict, explain
+from ct_lightning.evaluation.explanation import explain
 
 PREDICTOR_NAME = "predictor"
 SEARCH_KEYS = ("generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "lr")
@@ -35,22 +35,13 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
     ``target`` (a class label, default: the most likely other class) and ``max_steps`` steer the search.
     """
 
-    def __init__(self, model: torch.nn.Module, codec: dict, search: dict):
+    def __init__(self, model: torch.nn.Module, codec, search: dict):
         self.model = model.cpu().eval()
-        self.codec_dict = codec
+        self.codec = codec  # the fitted preprocessing itself, pickled with the model
         self.search = {k: v for k, v in search.items() if k in SEARCH_KEYS}
-        self.codec = None
-
-    def load_context(self, context):  # noqa: D102 - MLflow's hook
-        self.codec = codec_from_dict(self.codec_dict)
-
-    def _codec(self):
-        if self.codec is None:
-            self.codec = codec_from_dict(self.codec_dict)
-        return self.codec
 
     def predict(self, context, model_input, params=None):  # noqa: D102 - documented on the class
-        codec = self._codec()
+        codec = self.codec
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
         params = dict(params or {})
         x = torch.as_tensor(codec.encode(frame[[c.name for c in codec.columns]]), dtype=torch.float32)
@@ -124,7 +115,7 @@ def log_predictor(model: torch.nn.Module, codec, x_encoded: torch.Tensor, search
 
     signature = predictor_signature(codec)
     example = example_rows(codec, x_encoded)
-    python_model = RawRowsClassifier(model, codec.to_dict(), search)
+    python_model = RawRowsClassifier(model, codec, search)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         # mlflow.pyfunc.log_model has no run_id; Model.log (which it calls) files the model under a given run.
