@@ -143,3 +143,20 @@ def test_predictor_of_a_tabular_codec_has_typed_named_columns_and_string_classes
     direct = explain(model, ROWS, codec=codec, generator="generic", tau=0.9, max_steps=200)
     assert out["changes"].tolist() == direct["changes"].tolist()
     assert out["target_probability"].tolist() == pytest.approx(direct["probability"].tolist())
+
+
+def test_a_run_that_trained_no_step_is_explained_from_its_logged_models(tmp_path):
+    from ct_lightning.experiment.explanations import explain_loaded, load_explainable, search_settings
+    from ct_lightning.experiment.train import train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = train({"data": "moons", "objective": "vanilla", "limit_train_batches": 0, "max_epochs": 1,
+                 "progress": False, "tracking_uri": uri})
+    assert run["checkpoints"]["last"] is None
+    loaded = load_explainable(run["run_id"], None, uri)
+    assert loaded.codec.feature_names == ["x1", "x2"]
+    rows = pd.DataFrame({"x1": [0.2, 1.5], "x2": [0.4, -0.3]})
+    result = explain_loaded(loaded, rows, None, search_settings(loaded.module, {"max_steps": 50}))
+    with torch.no_grad():
+        expected = torch.softmax(loaded.module.model(torch.tensor(rows.to_numpy(), dtype=torch.float32)), 1)
+    assert result["prediction_probability"].tolist() == pytest.approx(expected.max(1).values.tolist(), rel=1e-5)

@@ -46,15 +46,44 @@ def _fallback_codec(module) -> FeatureCodec:
                         n_classes=int(hp.n_classes), mutability=hp.mutability or None)
 
 
+def _from_logged_models(run_id: str, tracking_uri: str) -> Explainable:
+    """A run without checkpoints: its logged ``model`` (the classifier) and ``predictor`` (the codec), with the
+    settings of its ``config.json``."""
+    import mlflow.pyfunc
+    import mlflow.pytorch
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.run_artifacts import _tracking_uri
+    from ct_lightning.experiment.settings import DEFAULTS, module_kwargs
+    from ct_lightning.module import CTModule
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    folder = tempfile.mkdtemp(prefix="ct-explain-")
+    try:
+        config = {**DEFAULTS, **json.loads(Path(client.download_artifacts(run_id, "config.json", folder)).read_text())}
+        with _tracking_uri(tracking_uri):
+            model = mlflow.pytorch.load_model(f"runs:/{run_id}/model", map_location="cpu")
+            codec = mlflow.pyfunc.load_model(f"runs:/{run_id}/predictor").unwrap_python_model().codec
+    except Exception as error:  # noqa: BLE001 - MLflow raises several types for missing artifacts
+        raise FileNotFoundError(f"run {run_id}: no checkpoint and no logged model to explain "
+                                f"({str(error).splitlines()[0]})") from None
+    names = list(codec.feature_names)
+    module = CTModule(model=model, **module_kwargs(config, len(names), len(codec.classes), names, None))
+    return Explainable(module.eval(), codec, config, run_id, not isinstance(codec, FeatureCodec))
+
+
 def load_explainable(run_id: str | None = None, checkpoint: str | None = None, tracking_uri: str | None = None,
                      which: str = "last") -> Explainable:
-    """The model of an MLflow run (``checkpoints/WHICH.ckpt``, ``config.json``, ``preprocessing.json``) or of a
-    checkpoint file (preprocessing stored in it or beside it). Without a preprocessing the model's own inputs
+    """The model of an MLflow run (``checkpoints/WHICH.ckpt``, ``config.json``, ``preprocessing.json``; a run
+    without checkpoints: its logged models) or of a checkpoint file (preprocessing stored in it or beside it). Without a preprocessing the model's own inputs
     are the columns (:class:`FeatureCodec`)."""
     from ct_lightning.experiment.runs import load_checkpoint, load_run
 
     if run_id:
-        loaded = load_run(run_id, tracking_uri, which)
+        try:
+            loaded = load_run(run_id, tracking_uri, which)
+        except FileNotFoundError:  # a run that trained no step (--limit-train-batches 0) has no checkpoint
+            return _from_logged_models(run_id, tracking_uri)
         payload = _codec_in_checkpoint(loaded.checkpoint)
         if payload is None:
             from mlflow.tracking import MlflowClient

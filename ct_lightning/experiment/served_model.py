@@ -130,12 +130,13 @@ def final_step(metrics: dict) -> int:
     return max(int(metrics.get("epochs", 1) or 1) - 1, 0)
 
 
-def link_final_metrics(client, run_id: str, model_ids: list[str], datasets: dict) -> int:
+def link_final_metrics(client, run_id: str, model_ids: list[str], datasets: dict, logged_step: int) -> int:
     """Link the run's last values of the metrics named ``PREFIX/...`` for each ``PREFIX`` of ``datasets``
     (``{"test": (name, digest)}``) to its logged models, with that data set, so the model page lists it.
 
     MLflow itself links the metrics of the step a model is logged at (the last epoch: ``train/*``, ``val/*``,
-    without a data set); the test metrics come one step later. Each value is logged again with its own step
+    without a data set); the test metrics come one step later (at the same step when no epoch was trained,
+    and then stay without a data set). Each value is logged again with its own step
     and timestamp, which the run's store keeps as the same point (no duplicate in the run's curves).
     Returns the number of values linked.
     """
@@ -150,6 +151,8 @@ def link_final_metrics(client, run_id: str, model_ids: list[str], datasets: dict
         if not own:
             continue
         last = max(own, key=lambda m: (m.step, m.timestamp))
+        if last.step == logged_step:  # MLflow linked it already, with the model (a second link is refused)
+            continue
         name, digest = datasets[key.split("/")[0]]
         for model_id in model_ids:
             batch.append(Metric(key, last.value, last.timestamp, last.step, model_id=model_id, dataset_name=name,
@@ -194,5 +197,8 @@ def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, modul
                           f"mlflow.register_model('runs:/{run_id}/{PREDICTOR_NAME}', '{name}')")
             predictor, name = log_predictor(module.model, codec, datamodule.x_train, search, None, run_id, step), None
     datasets = {"test": (f"{datamodule.name}-test", _digest(datamodule.x_test, datamodule.y_test))}
-    link_final_metrics(client, run_id, [logged.model_id, predictor.model_id], datasets)
+    try:
+        link_final_metrics(client, run_id, [logged.model_id, predictor.model_id], datasets, step)
+    except Exception as error:  # noqa: BLE001 - the model pages' decoration must not fail a finished training
+        warnings.warn(f"MLflow: final metrics not linked to the logged models ({str(error).splitlines()[0]})")
     return {"model": logged.model_id, "predictor": predictor.model_id, "registered": name}
