@@ -29,6 +29,7 @@ from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.tracking import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
 from ct_lightning.experiment.validation import InputError, Rule, one_line
 
+TABLE_SUFFIXES = (".csv", ".parquet", ".pq")  # --data values that are table files
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 EPOCH_LOOPS = ("auto", "fused", "lightning")
 
@@ -123,7 +124,7 @@ class Setting:
         elif self.name == "immutable":
             kind = "names"
         return Rule(kind, self.low, self.high, self.low_open, self.high_open, self.choices,
-                    lower=self.name == "data", nonempty=self.name in ("tracking_uri", "experiment"))
+                    nonempty=self.name in ("tracking_uri", "experiment", "data"))
 
     def allowed(self) -> list | None:
         """The allowed values, if the setting has a fixed list."""
@@ -170,7 +171,34 @@ def _check_generator_options(value, option: str) -> None:
         raise InputError(option, value, "KEY=VALUE,... or a JSON object", str(error).split(": ", 1)[-1]) from None
 
 
+def is_table_file(value) -> bool:
+    """Whether a ``--data`` value names a table file (.csv or .parquet) instead of a data set."""
+    return isinstance(value, str) and Path(value).suffix.lower() in TABLE_SUFFIXES
+
+
+def is_factory(value) -> bool:
+    """Whether a ``--data`` value names a data-module class as ``package.module:Class``."""
+    return isinstance(value, str) and re.fullmatch(r"[A-Za-z_][\w.]*:[A-Za-z_]\w*", value) is not None
+
+
+def _check_data(value, option: str) -> None:
+    if catalogue.canonical_dataset(value) is not None or is_factory(value):
+        return
+    allowed = f"{', '.join(datasets_and_aliases())}, a .csv/.parquet file, or package.module:Class"
+    if is_table_file(value):
+        if not Path(value).is_file():
+            raise InputError(option, value, allowed, "file not found")
+        return
+    raise InputError(option, value, allowed)
+
+
+def _check_data_spec(value, option: str) -> None:
+    if not Path(str(value)).is_file():
+        raise InputError(option, value, "a YAML file", "file not found")
+
+
 EXTRA_CHECKS: dict[str, Callable[[Any, str], None]] = {
+    "data": _check_data, "data_spec": _check_data_spec,
     "mutability": _check_mutability, "model": _check_model,
     "generator_options": _check_generator_options}
 
@@ -182,7 +210,15 @@ TABLE: tuple[Setting, ...] = (
     Setting("config", None, "YAML file with any of these options (long names, e.g. max_epochs: 50)", group="",
             run_only=True),
     # data
-    Setting("data", "circles", "data set: {AVAILABLE} (default {DFLT})", group=DATA, choices=datasets_and_aliases),
+    Setting("data", "circles", "data set: {AVAILABLE}; or your own table, a .csv or .parquet file (with --target), "
+            "or package.module:Class (a TensorDataModule subclass) (default {DFLT})", group=DATA),
+    Setting("target", None, "table files: the column to predict (the class label)", group=DATA),
+    Setting("data_spec", None, "table files: a YAML file describing the columns (kind continuous|integer|"
+            "categorical|binary, mutability, lower, upper) and the positive class; default: kinds inferred from the "
+            "dtypes", group=DATA),
+    Setting("impute", "none", "table files: missing values are an error (none), drop those rows (drop), or are "
+            "filled from the training rows: median / most frequent value (median) (default {DFLT})", group=DATA,
+            choices=("none", "drop", "median")),
     Setting("data_dir", None, "folder with the raw data files (default: $CT_DATA_DIR, else the user cache)", group=DATA,
             defines=False, on_resume=True),
     Setting("batch_size", None, "training batch size [Table 2]", int, DATA, table2=True, low=1),
@@ -300,14 +336,42 @@ def validate_config(config: dict, label: Callable[[str], str] | None = None) -> 
 
 
 def data_class(data: str):
-    """The data module class of data set ``data`` (imports torch: not needed to check inputs)."""
+    """The data module class of ``data``: a registered name, a table file (``TableDataModule``) or
+    ``package.module:Class`` (imports torch: not needed to check inputs)."""
+    if is_table_file(data):
+        from datamodules.table import TableDataModule  # noqa: PLC0415
+
+        return TableDataModule
+    if is_factory(data):
+        import importlib  # noqa: PLC0415
+
+        from datamodules import TensorDataModule  # noqa: PLC0415
+
+        module_name, _, attribute = data.partition(":")
+        try:
+            found = getattr(importlib.import_module(module_name), attribute)
+        except (ImportError, AttributeError) as error:
+            raise InputError("data", data, "package.module:Class of an importable TensorDataModule subclass",
+                             str(error)) from None
+        if not (isinstance(found, type) and issubclass(found, TensorDataModule)):
+            raise InputError("data", data, "package.module:Class of a TensorDataModule subclass",
+                             f"{attribute} is {type(found).__name__}")
+        return found
     from datamodules import get_datamodule_class  # noqa: PLC0415
 
     return get_datamodule_class(data)
 
 
-def table2(data: str) -> dict[str, Any]:
-    """The SPEC Table 2 values of a data set (``tau``, ``nce``, ``lambda_reg``, ``batch_size``)."""
+def table2(data: str, config: dict | None = None) -> dict[str, Any]:
+    """The SPEC Table 2 values of a data set (``tau``, ``nce``, ``lambda_reg``, ``batch_size``); for a table
+    file, the values chosen from its training split's size (:func:`datamodules.table.table_defaults`)."""
+    if is_table_file(data):
+        from datamodules.table import TableDataModule  # noqa: PLC0415
+
+        config = config or {}
+        module = TableDataModule(data, config.get("target"), config.get("data_spec"), config.get("impute") or "none")
+        chosen = module.ct_defaults
+        return {**{k: v for k, v in chosen.items() if k in DATA_DEFAULT_KEYS}, "batch_size": chosen["batch_size"]}
     cls = data_class(data)
     return {**{k: v for k, v in cls.ct_defaults.items() if k in DATA_DEFAULT_KEYS}, "batch_size": cls.default_batch_size}
 
@@ -319,8 +383,10 @@ def resolve_config(overrides: dict) -> dict:
         raise ValueError(f"config: unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(DEFAULTS))}")
     given = {k: v for k, v in overrides.items() if v is not None}
     given["data"] = SETTINGS_BY_NAME["data"].checked(given.get("data", DEFAULTS["data"]))
-    data = catalogue.canonical_dataset(given["data"])
-    config = {**DEFAULTS, **table2(data), **given, "data": data}
+    data = catalogue.canonical_dataset(given["data"]) or given["data"]
+    if is_table_file(data):
+        data = str(Path(data).resolve())  # the run's configuration names the file absolutely
+    config = {**DEFAULTS, **table2(data, {**DEFAULTS, **given}), **given, "data": data}
     if isinstance(config["immutable"], str):
         config["immutable"] = [f.strip() for f in config["immutable"].split(",") if f.strip()]
     config = validate_config(config)

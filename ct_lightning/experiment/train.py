@@ -35,6 +35,9 @@ from ct_lightning.generators.compiled_step import set_search_compile
 from ct_lightning.module import CTModule
 
 
+PREPROCESSING_ARTIFACT = "preprocessing.json"  # the fitted codec of a table's run, beside config.json
+
+
 def build_module(config: dict, datamodule) -> CTModule:
     """A ``CTModule`` with the configured architecture for the configured data set."""
     return CTModule(**module_kwargs(config, datamodule.n_features, datamodule.n_classes, datamodule.feature_names,
@@ -147,6 +150,13 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = build_datamodule(config)
     module = build_module(config, datamodule)
+    codec = getattr(datamodule, "codec", None)
+    if codec is not None:
+        module.preprocessing = codec.to_dict()
+        echo(datamodule.describe(), flush=True)
+        chosen = {k: config[k] for k in ("tau", "nce", "lambda_reg", "batch_size")}
+        echo("CT settings (given, else chosen from the training rows' size): "
+             + ", ".join(f"{k} {v}" for k, v in chosen.items()), flush=True)
     if resume_from is None and config.get("from_checkpoint"):
         load_weights(module.model, weights, source=f"from_checkpoint {config['from_checkpoint']}")
 
@@ -214,6 +224,8 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         logger.log_hyperparams({k: v for k, v in defining.items() if k not in module.hparams})
         client.log_dict(run_id, defining, "config.json")
         client.log_dict(run_id, defining, "config.yaml")
+        if module.preprocessing is not None:
+            client.log_dict(run_id, module.preprocessing, PREPROCESSING_ARTIFACT)
         log_datasets(client, run_id, datamodule, config.get("data_dir"))
     else:
         client.log_dict(run_id, defining_config(config), "config.json")  # records an extended max_epochs
