@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> None:
 
     torch.manual_seed(args.seed)
     frame = pd.read_csv(args.csv)
-    codec = TabularCodec().fit(frame, args.target)
+    codec = TabularCodec.fit(frame, args.target)
     x = torch.from_numpy(codec.encode(frame.drop(columns=[args.target])))
     y = torch.as_tensor(codec.encode_target(frame[args.target]), dtype=torch.long)
     model = nn.Sequential(nn.Linear(x.shape[1], 64), nn.ReLU(), nn.Linear(64, 32), nn.ReLU(),
