@@ -86,8 +86,26 @@ TRAIN_GENERATOR = [
     ("--run-id 0123456789abcdef --tracking-uri {empty_store}", "--run-id"),
     ("--checkpoint {text} --baseline nope", "--baseline"),
 ]
+ROW5 = '\'{{"x1": 0.1, "x2": 0, "x3": 1, "x4": -1, "x5": 2}}\''  # a row of {other_ckpt}'s 5 unnamed features
+EXPLAIN = [
+    ("--checkpoint {other_ckpt}", "--rows --row"), ("--row " + ROW5, "--run-id --checkpoint"),
+    ("--checkpoint {text} --row " + ROW5, "--checkpoint"), ("--checkpoint {tmp}/missing.ckpt --row " + ROW5, "--checkpoint"),
+    ("--run-id 0123456789abcdef --tracking-uri {empty_store} --row " + ROW5, "--run-id"),
+    ("--checkpoint {other_ckpt} --row nope", "--row"), ("--checkpoint {other_ckpt} --row '[]'", "--row"),
+    ("--checkpoint {other_ckpt} --row '{{\"age\": 53}}'", "--row"),  # unknown column (no preprocessing: x1..x5)
+    ("--checkpoint {other_ckpt} --row '{{\"x1\": 0.1}}'", "--row"),  # missing columns
+    ("--checkpoint {other_ckpt} --row '{{\"x1\": \"abc\", \"x2\": 0, \"x3\": 1, \"x4\": -1, \"x5\": 2}}'",
+     "--row"),
+    ("--checkpoint {other_ckpt} --rows {tmp}/missing.csv", "--rows"), ("--checkpoint {other_ckpt} --rows {text}", "--rows"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --target 7", "--target"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --generator nope", "--generator"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --tau 0", "--tau"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --max-steps -1", "--max-steps"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --json {tmp}", "--json"),
+]
 CASES = [("train", *c) for c in TRAIN] + [("evaluate", *c) for c in EVALUATE] + [("compare", *c) for c in COMPARE] \
-    + [("consistency", *c) for c in CONSISTENCY] + [("train_generator", *c) for c in TRAIN_GENERATOR]
+    + [("consistency", *c) for c in CONSISTENCY] + [("train_generator", *c) for c in TRAIN_GENERATOR] \
+    + [("explain", *c) for c in EXPLAIN]
 
 
 def test_at_least_fifty_cases():

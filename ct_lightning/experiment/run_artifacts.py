@@ -109,10 +109,12 @@ def _tracking_uri(uri: str, experiment_id: str | None = None):
 
 
 def log_classifier(tracking_uri: str, experiment_id: str, run_id: str, model: torch.nn.Module,
-                   example: torch.Tensor):
+                   example: torch.Tensor, step: int = 0):
     """Log ``model`` (returns logits) as the run's MLflow model ``model`` with a signature and an input example.
 
-    ``mlflow.pyfunc.load_model("runs:/RUN_ID/model")`` then predicts the logits of a float32 array.
+    ``mlflow.pyfunc.load_model("runs:/RUN_ID/model")`` then predicts the logits of a float32 array, and
+    ``mlflow.pytorch.load_model`` returns the ``nn.Module`` itself (pickled, not a ``torch.export`` graph), which
+    evaluates and trains again.
     """
     import mlflow.pytorch
     from mlflow.models import infer_signature
@@ -124,7 +126,7 @@ def log_classifier(tracking_uri: str, experiment_id: str, run_id: str, model: to
     signature = infer_signature(example.numpy(), output)
     with _tracking_uri(tracking_uri, experiment_id):
         return mlflow.pytorch.log_model(model, name=MODEL_NAME, run_id=run_id, signature=signature,
-                                        input_example=example.numpy(),
+                                        input_example=example.numpy(), serialization_format="pickle", step=step,
                                         pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"])
 
 
@@ -205,6 +207,21 @@ def log_training_plots(client, run_id: str, module, datamodule, n_counterfactual
     return logged
 
 
+def _load_torch_module(uri: str) -> torch.nn.Module:
+    """The ``nn.Module`` of an MLflow model: the PyTorch flavour's, or the classifier inside a ``predictor`` pyfunc."""
+    import mlflow.pyfunc
+    import mlflow.pytorch
+    from mlflow.models import Model
+
+    flavors = Model.load(uri).flavors
+    if "pytorch" in flavors:
+        return mlflow.pytorch.load_model(uri, map_location="cpu")
+    wrapped = mlflow.pyfunc.load_model(uri).unwrap_python_model()
+    if not isinstance(getattr(wrapped, "model", None), torch.nn.Module):
+        raise ValueError(f"no PyTorch classifier in it (flavours: {', '.join(flavors)})")
+    return wrapped.model
+
+
 def load_model_uri(uri: str, tracking_uri: str) -> tuple[dict[str, torch.Tensor], dict]:
     """Weights and implied architecture of an MLflow model (``runs:/RUN_ID/model``, ``models:/NAME/VERSION``)."""
     import mlflow.pytorch
@@ -213,7 +230,7 @@ def load_model_uri(uri: str, tracking_uri: str) -> tuple[dict[str, torch.Tensor]
 
     try:
         with _tracking_uri(tracking_uri):
-            model = mlflow.pytorch.load_model(uri, map_location="cpu")
+            model = _load_torch_module(uri)
     except Exception as error:  # noqa: BLE001 - MLflow raises several types for a missing run/model
         raise ValueError(f"from_checkpoint: cannot load MLflow model {uri} from {tracking_uri} "
                          f"({str(error).splitlines()[0] if str(error) else type(error).__name__})") from None

@@ -23,8 +23,9 @@ from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, ch
                                               completed_epochs, create_run, defining_config,
                                               find_resumable_run, mark_failed, resume_command)
 from ct_lightning.experiment.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
-                                                   log_classifier, log_datasets, log_missing_epoch_metrics,
+                                                   log_datasets, log_missing_epoch_metrics,
                                                    log_training_plots)
+from ct_lightning.experiment.served_model import log_models
 from ct_lightning.experiment.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
                                               load_config_file, module_kwargs, resolve_config)
 from ct_lightning.experiment.tracking import (ensure_experiment, local_store_dir, prepare_store, run_url, ui_command,
@@ -294,7 +295,8 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     client.log_metric(run_id, "fit_seconds", fit_seconds)
     for path in set(summary["checkpoints"].values()) - {None, ""}:
         client.log_artifact(run_id, path, artifact_path="checkpoints")
-    log_classifier(config["tracking_uri"], experiment_id, run_id, module.model, datamodule.x_train)
+    summary["models"] = log_models(client, config["tracking_uri"], experiment_id, run_id, module, datamodule, config,
+                                   metrics, mutability_spec(config, datamodule) or None)
     summary["plots"] = log_training_plots(client, run_id, module, datamodule)
     if config["summary_json"]:
         write_json_atomic(config["summary_json"], summary)

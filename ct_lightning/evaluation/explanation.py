@@ -1,0 +1,287 @@
+"""Explain single decisions in the user's own units: prediction, counterfactual, and the changes that flip it.
+
+A *codec* turns raw rows (a pandas DataFrame in original units and categories) into model inputs and back
+(``encode``/``decode``, ``feature_names``, ``columns`` with ``name``, ``classes``, ``encode_target``,
+``decode_target``, ``mutability()``): ``datamodules.codec.TabularCodec`` for tabular data, or
+:class:`FeatureCodec` (the model's inputs as they are, named ``x1, x2, ...`` or by the data set's
+feature names) for the built-in data sets that have none. The probability of the target is computed
+again on the *decoded* counterfactual, re-encoded: the row a person would actually present.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+import numpy as np
+import pandas as pd
+import torch
+from torch import nn
+
+from ct_lightning.constraints import parse_mutability
+from ct_lightning.eval_mode import eval_mode
+from ct_lightning.generators import FitContext, make_generator, prepare_standalone
+
+COLUMNS = ["factual", "prediction", "prediction_probability", "target", "factual_probability", "counterfactual",
+           "changes", "probability", "valid", "converged"]
+
+
+@dataclass
+class FeatureColumn:
+    """One column of a :class:`FeatureCodec`: a model input taken as it is."""
+
+    name: str
+    kind: str = "continuous"
+    mutability: str = "both"
+    lower: float | None = None
+    upper: float | None = None
+    categories: list = field(default_factory=list)
+
+
+class FeatureCodec:
+    """The identity codec for data without a fitted preprocessing: each model input is a column of its own.
+
+    ``feature_names`` default to ``x1 ... xN``; classes are ``0 ... K-1``. Values are in model units.
+    """
+
+    def __init__(self, feature_names: Sequence[str] | None = None, n_features: int | None = None,
+                 n_classes: int = 2, mutability: Mapping[str, str] | None = None):
+        if feature_names is None:
+            if n_features is None:
+                raise ValueError("FeatureCodec: give feature_names or n_features")
+            feature_names = [f"x{i + 1}" for i in range(n_features)]
+        self.feature_names = list(feature_names)
+        self.spec = dict(mutability or {})  # by feature name or one-hot group prefix
+        self.columns = [FeatureColumn(name, mutability=self.spec.get(name, "both")) for name in self.feature_names]
+        self.target, self.classes = "label", list(range(n_classes))
+        self.positive = self.classes[-1]
+
+    def encode(self, frame: pd.DataFrame) -> np.ndarray:
+        """The columns, in order, as a float32 array."""
+        check_columns(frame, [c.name for c in self.columns])
+        return frame[self.feature_names].to_numpy(dtype=np.float32)
+
+    def decode(self, x) -> pd.DataFrame:
+        """Model inputs as a DataFrame with one column per feature."""
+        return pd.DataFrame(np.asarray(x, dtype=np.float32), columns=self.feature_names)
+
+    def encode_target(self, values) -> np.ndarray:
+        """Class labels (``0 ... K-1``) as integers."""
+        return np.asarray(values).astype(np.int64)
+
+    def decode_target(self, codes) -> list:
+        """Class indices as labels (the same integers)."""
+        return [self.classes[int(c)] for c in np.asarray(codes).reshape(-1)]
+
+    def mutability(self) -> dict[str, str]:
+        """``{feature or one-hot group: kind}`` as given."""
+        return dict(self.spec)
+
+    def to_dict(self) -> dict:
+        """A JSON-able description (``from_dict`` rebuilds it)."""
+        return {"kind": "features", "feature_names": self.feature_names, "n_classes": len(self.classes),
+                "mutability": self.mutability()}
+
+    @classmethod
+    def from_dict(cls, payload: dict) -> FeatureCodec:
+        """Rebuild from :meth:`to_dict`."""
+        return cls(payload["feature_names"], n_classes=payload["n_classes"], mutability=payload.get("mutability"))
+
+
+def codec_from_dict(payload: dict):
+    """A codec from its ``to_dict()`` form: a :class:`FeatureCodec` or a ``datamodules.codec.TabularCodec``."""
+    if payload.get("kind") == "features":
+        return FeatureCodec.from_dict(payload)
+    from datamodules.codec import TabularCodec  # noqa: PLC0415 - only tabular runs have one
+
+    return TabularCodec.from_dict(payload)
+
+
+def check_columns(frame: pd.DataFrame, columns: Sequence[str], option: str = "rows") -> None:
+    """Refuse rows that lack a column or carry one the model does not know (one-line ``ValueError``)."""
+    missing = [c for c in columns if c not in frame.columns]
+    if missing:
+        raise ValueError(f"{option}: missing column {', '.join(map(repr, missing))}; the model needs "
+                         f"{', '.join(columns)}")
+    unknown = [c for c in frame.columns if c not in columns]
+    if unknown:
+        raise ValueError(f"{option}: unknown column {', '.join(map(repr, unknown))}; allowed: {', '.join(columns)}")
+
+
+def _column_names(codec) -> list[str]:
+    return [c.name for c in codec.columns]
+
+
+def _target_codes(target, codec, predicted: torch.Tensor, probabilities: torch.Tensor) -> torch.Tensor:
+    """Target class indices: the given label for every row, else the most likely class other than the prediction."""
+    if target is None:
+        masked = probabilities.clone()
+        masked[torch.arange(len(predicted)), predicted] = -1.0
+        return masked.argmax(1)
+    labels = list(target) if isinstance(target, (list, tuple, np.ndarray, pd.Series)) else [target] * len(predicted)
+    if len(labels) != len(predicted):
+        raise ValueError(f"target: {len(labels)} targets for {len(predicted)} rows")
+    codes = []
+    for label in labels:
+        match = [i for i, c in enumerate(codec.classes) if c == label or str(c) == str(label)]
+        if not match:
+            raise ValueError(f"target: got {label!r}; allowed: {', '.join(map(str, codec.classes))}")
+        codes.append(match[0])
+    return torch.tensor(codes, dtype=torch.long)
+
+
+def _same(a, b) -> bool:
+    if isinstance(a, (int, float, np.number)) and isinstance(b, (int, float, np.number)) \
+            and not isinstance(a, bool) and not isinstance(b, bool):
+        return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-9)
+    return a == b or str(a) == str(b)
+
+
+def _plain(value):
+    """A JSON-able Python scalar."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float) and value.is_integer() and abs(value) < 2**53:
+        return value
+    return value
+
+
+def constraint_tensors(codec, n_features: int, mutability=None):
+    """Mutability codes (by the codec's own columns, plus ``mutability`` overrides) and encoded domain bounds."""
+    own = codec.mutability() or {}
+    names = list(codec.feature_names)
+    if not isinstance(own, Mapping):  # one kind per encoded feature
+        own = {name: kind for name, kind in zip(names, own)}
+    spec = {**dict(own), **dict(mutability or {})}
+    codes = parse_mutability({k: v for k, v in spec.items() if v != "both"}, n_features, names,
+                             argument="mutability")
+    lower, upper = None, None
+    bounds = getattr(codec, "encoded_bounds", None)
+    if callable(bounds):
+        found = bounds()
+        if found is not None:
+            lower, upper = (torch.as_tensor(b, dtype=torch.float32) for b in found)
+    return codes, lower, upper, spec
+
+
+def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "ecco", tau: float = 0.75,
+            max_steps: int = 100, epsilon: float = 0.3, lambda_cost: float = 0.001, lambda_energy: float = 5.0,
+            lr: float = 0.25, generator_options: dict | None = None, mutability: Mapping[str, str] | None = None,
+            x_train: torch.Tensor | None = None, y_train: torch.Tensor | None = None,
+            seed: int = 0) -> pd.DataFrame:
+    """Explain each row's prediction with a counterfactual, in original units; one output row per input row.
+
+    ``model`` returns logits (an ``nn.Module``, or a ``CTModule``: its codec-free defaults are its own
+    settings); ``rows`` is a DataFrame (or a list of dicts) with the codec's columns in original units;
+    ``target`` a class label (one for all rows, or one per row; default: the most likely other class).
+    Immutable columns (the codec's, plus ``mutability``) never change. Columns of the result:
+    ``factual`` and ``counterfactual`` (column → value), ``prediction`` and its ``prediction_probability``,
+    ``target`` and its ``factual_probability``, ``changes`` (a list of ``{feature, from, to}``), ``probability`` (of the target at the
+    decoded counterfactual, re-encoded), ``valid`` (the decoded counterfactual is predicted as the
+    target) and ``converged`` (the search itself reached ``tau`` before decoding).
+    """
+    classifier = getattr(model, "model", model)
+    hp = getattr(model, "hparams", None)
+    if codec is None:
+        names = getattr(hp, "feature_names", None) if hp is not None else None
+        n_classes = int(getattr(hp, "n_classes", 2)) if hp is not None else 2
+        n_features = int(getattr(hp, "n_features", 0) or 0) if hp is not None else 0
+        if names is None and not n_features:
+            raise ValueError("codec: needed to explain a plain nn.Module (e.g. FeatureCodec(n_features=...))")
+        codec = FeatureCodec(names, n_features=n_features, n_classes=n_classes,
+                             mutability=getattr(hp, "mutability", None) if hp is not None else None)
+    frame = pd.DataFrame(list(rows)) if not isinstance(rows, pd.DataFrame) else rows
+    if frame.empty:
+        raise ValueError("rows: got no rows; allowed: one or more rows with the model's columns")
+    columns = _column_names(codec)
+    check_columns(frame, columns)
+    frame = frame[columns].reset_index(drop=True)
+    x = torch.tensor(np.array(codec.encode(frame), dtype=np.float32))
+    device = next(classifier.parameters()).device
+    x = x.to(device)
+    codes, lower, upper, spec = constraint_tensors(codec, x.shape[1], mutability)
+    with eval_mode(classifier), torch.no_grad():
+        probabilities = torch.softmax(classifier(x), dim=1)
+    predicted = probabilities.argmax(1)
+    targets = _target_codes(target, codec, predicted.cpu(), probabilities.cpu()).to(device)
+
+    made = make_generator(generator, lambda_cost, lambda_energy, lr, **(generator_options or {}))
+    if getattr(made, "needs_fit", False):
+        if x_train is None:
+            raise ValueError(f"generator: {generator} learns from the training data; give x_train (or use generic "
+                             f"or ecco)")
+        context = FitContext(model=classifier, x_train=x_train.to(device).float(),
+                             y_train=None if y_train is None else y_train.to(device).long(),
+                             n_classes=len(codec.classes), feature_names=list(codec.feature_names),
+                             mutability=codes.to(device), lower=lower, upper=upper)
+        prepare_standalone(made, context)
+    torch.manual_seed(seed)
+    with eval_mode(classifier):
+        result = made.generate(classifier, x, targets, tau, max_steps, epsilon, codes.to(device),
+                               None if lower is None else lower.to(device), None if upper is None else upper.to(device))
+    factual_decoded = codec.decode(x.detach().cpu().numpy())
+    decoded = codec.decode(result.counterfactual.detach().cpu().numpy())
+    immutable = [c for c in columns if spec.get(c) == "none"]
+    for column in immutable:  # the search keeps them; decoding must not move them either
+        decoded[column] = frame[column].to_numpy()
+    x_back = torch.tensor(np.array(codec.encode(decoded[columns]), dtype=np.float32)).to(device)
+    with eval_mode(classifier), torch.no_grad():
+        back = torch.softmax(classifier(x_back), dim=1)
+    target_probability = back.gather(1, targets[:, None]).squeeze(1).cpu()
+    valid = (back.argmax(1) == targets).cpu()
+
+    predicted_labels = codec.decode_target(predicted.cpu().numpy())
+    target_labels = codec.decode_target(targets.cpu().numpy())
+    records = []
+    for i in range(len(frame)):
+        factual = {c: _plain(frame.at[i, c]) for c in columns}
+        counterfactual = {c: _plain(decoded.at[i, c]) for c in columns}
+        changes = [{"feature": c, "from": factual[c], "to": counterfactual[c]} for c in columns
+                   if not _same(factual_decoded.at[i, c], decoded.at[i, c])]
+        records.append({"factual": factual, "prediction": _plain(predicted_labels[i]),
+                        "prediction_probability": float(probabilities[i, predicted[i]]),
+                        "target": _plain(target_labels[i]),
+                        "factual_probability": float(probabilities[i, targets[i]]), "counterfactual": counterfactual, "changes": changes,
+                        "probability": float(target_probability[i]), "valid": bool(valid[i]),
+                        "converged": bool(result.converged[i])})
+    return pd.DataFrame(records, columns=COLUMNS)
+
+
+def format_value(value) -> str:
+    """A value as a person reads it: ``54,600``, ``0.25``, ``'rent'`` → ``rent``."""
+    if isinstance(value, (bool, np.bool_)):
+        return str(bool(value))
+    if isinstance(value, (int, np.integer)):
+        return f"{int(value):,}"
+    if isinstance(value, (float, np.floating)):
+        value = float(value)
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{int(value):,}"
+        if abs(value) >= 1000:
+            return f"{value:,.0f}"
+        return f"{value:.3g}"
+    return str(value)
+
+
+def describe(explanations: pd.DataFrame) -> str:
+    """The explanations as text, one block per row: the prediction, then each change ``feature: from → to``."""
+    lines = []
+    for i, row in explanations.iterrows():
+        lines.append(f"row {i}: predicted {row['prediction']} (probability {row['prediction_probability']:.2f})")
+        status = "valid" if row["valid"] else "NOT valid: the decoded counterfactual is not predicted as the target"
+        lines.append(f"  to get {row['target']} (probability {row['probability']:.2f}, {status}):")
+        if not row["changes"]:
+            lines.append("    no change found")
+        for change in row["changes"]:
+            lines.append(f"    {change['feature']}: {format_value(change['from'])} → {format_value(change['to'])}")
+    return "\n".join(lines)
+
+
+def to_records(explanations: pd.DataFrame) -> list[dict]:
+    """The explanations as a JSON-able list, one object per row."""
+    out = []
+    for _, row in explanations.iterrows():
+        out.append({key: (_plain(row[key]) if not isinstance(row[key], (dict, list)) else row[key])
+                    for key in COLUMNS})
+    return out

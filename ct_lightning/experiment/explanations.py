@@ -1,0 +1,238 @@
+"""Explaining a trained run: its model and preprocessing from a run or a checkpoint, rows in original units,
+and the explanations logged back to the run (a table and a plot)."""
+
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+from ct_lightning.evaluation.explanation import FeatureCodec, codec_from_dict, explain, to_records
+from ct_lightning.experiment.validation import InputError
+
+PREPROCESSING = "preprocessing.json"
+CHECKPOINT_KEYS = ("ct_preprocessing", "preprocessing")
+
+
+@dataclass
+class Explainable:
+    """A trained module with the codec of its inputs, its training configuration and where it came from."""
+
+    module: torch.nn.Module
+    codec: object
+    config: dict
+    run_id: str | None
+    has_preprocessing: bool
+
+
+def _codec_in_checkpoint(path: str | Path) -> dict | None:
+    payload = torch.load(path, map_location="cpu", weights_only=True)
+    for key in CHECKPOINT_KEYS:
+        found = payload.get(key) or (payload.get("hyper_parameters") or {}).get(key)
+        if found:
+            return json.loads(found) if isinstance(found, str) else found
+    sibling = Path(path).parent / PREPROCESSING
+    return json.loads(sibling.read_text()) if sibling.is_file() else None
+
+
+def _fallback_codec(module) -> FeatureCodec:
+    hp = module.hparams
+    return FeatureCodec(hp.feature_names or None, n_features=int(hp.n_features or 0) or None,
+                        n_classes=int(hp.n_classes), mutability=hp.mutability or None)
+
+
+def _from_logged_models(run_id: str, tracking_uri: str) -> Explainable:
+    """A run without checkpoints: its logged ``model`` (the classifier) and ``predictor`` (the codec), with the
+    settings of its ``config.json``."""
+    import mlflow.pyfunc
+    import mlflow.pytorch
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.run_artifacts import _tracking_uri
+    from ct_lightning.experiment.settings import DEFAULTS, module_kwargs
+    from ct_lightning.module import CTModule
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    folder = tempfile.mkdtemp(prefix="ct-explain-")
+    try:
+        config = {**DEFAULTS, **json.loads(Path(client.download_artifacts(run_id, "config.json", folder)).read_text())}
+        with _tracking_uri(tracking_uri):
+            model = mlflow.pytorch.load_model(f"runs:/{run_id}/model", map_location="cpu")
+            codec = mlflow.pyfunc.load_model(f"runs:/{run_id}/predictor").unwrap_python_model().codec
+    except Exception as error:  # noqa: BLE001 - MLflow raises several types for missing artifacts
+        raise FileNotFoundError(f"run {run_id}: no checkpoint and no logged model to explain "
+                                f"({str(error).splitlines()[0]})") from None
+    names = list(codec.feature_names)
+    module = CTModule(model=model, **module_kwargs(config, len(names), len(codec.classes), names, None))
+    return Explainable(module.eval(), codec, config, run_id, not isinstance(codec, FeatureCodec))
+
+
+def load_explainable(run_id: str | None = None, checkpoint: str | None = None, tracking_uri: str | None = None,
+                     which: str = "last") -> Explainable:
+    """The model of an MLflow run (``checkpoints/WHICH.ckpt``, ``config.json``, ``preprocessing.json``; a run
+    without checkpoints: its logged models) or of a checkpoint file (preprocessing stored in it or beside it). Without a preprocessing the model's own inputs
+    are the columns (:class:`FeatureCodec`)."""
+    from ct_lightning.experiment.runs import load_checkpoint, load_run
+
+    if run_id:
+        try:
+            loaded = load_run(run_id, tracking_uri, which)
+        except FileNotFoundError:  # a run that trained no step (--limit-train-batches 0) has no checkpoint
+            return _from_logged_models(run_id, tracking_uri)
+        payload = _codec_in_checkpoint(loaded.checkpoint)
+        if payload is None:
+            from mlflow.tracking import MlflowClient
+
+            client = MlflowClient(tracking_uri=tracking_uri)
+            if any(a.path == PREPROCESSING for a in client.list_artifacts(run_id)):
+                folder = tempfile.mkdtemp(prefix="ct-explain-")
+                payload = json.loads(Path(client.download_artifacts(run_id, PREPROCESSING, folder)).read_text())
+        module, config = loaded.module, loaded.config
+    else:
+        module = load_checkpoint(checkpoint)
+        payload = _codec_in_checkpoint(checkpoint)
+        sibling = Path(checkpoint).parent / "config.json"
+        config = json.loads(sibling.read_text()) if sibling.is_file() else {}
+    codec = codec_from_dict(payload) if payload else _fallback_codec(module)
+    return Explainable(module.eval(), codec, config, run_id, payload is not None)
+
+
+def read_rows(rows_file: str | None = None, row: str | None = None) -> pd.DataFrame:
+    """Rows in original units from a CSV file (``--rows``) or one JSON object (``--row``); one-line errors."""
+    if row is not None:
+        try:
+            value = json.loads(row)
+        except json.JSONDecodeError as error:
+            raise InputError("--row", row, "a JSON object such as '{\"age\": 53, \"income\": 54600}'",
+                             f"not JSON: {error.msg}") from None
+        values = value if isinstance(value, list) else [value]
+        if not values or not all(isinstance(v, dict) and v for v in values):
+            raise InputError("--row", row, "a JSON object (or a list of them) of column: value")
+        return pd.DataFrame(values)
+    try:
+        frame = pd.read_csv(rows_file)
+    except pd.errors.EmptyDataError:
+        raise InputError("--rows", rows_file, "a CSV file with a header and at least one row", "empty file") from None
+    if frame.empty:
+        raise InputError("--rows", rows_file, "a CSV file with a header and at least one row", "no rows")
+    return frame
+
+
+def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str) -> None:
+    """Refuse rows the model cannot read, before any search: missing or unknown columns, unseen categories,
+    non-numbers in numeric columns, missing values."""
+    columns = [c.name for c in explainable.codec.columns]
+    missing = [c for c in columns if c not in frame.columns]
+    unknown = [c for c in frame.columns if c not in columns]
+    note = "" if explainable.has_preprocessing else " (the run has no preprocessing.json, so the columns are the " \
+                                                    "model's own inputs)"
+    if unknown:
+        raise InputError(option, unknown[0], f"the model's columns {', '.join(columns)}{note}", "unknown column")
+    if missing:
+        raise InputError(option, missing[0], f"rows holding every column: {', '.join(columns)}", "missing column")
+    for column in explainable.codec.columns:
+        values = frame[column.name]
+        if values.isna().any():
+            raise InputError(option, f"{column.name}=<missing>", f"a value in every row for {column.name}")
+        if column.kind in ("categorical", "binary") and column.categories:
+            known = {str(c) for c in column.categories}
+            unseen = [v for v in values if str(v) not in known]
+            if unseen:
+                raise InputError(option, f"{column.name}={unseen[0]}", f"one of {', '.join(map(str, column.categories))}",
+                                 "unseen category")
+        elif not pd.api.types.is_numeric_dtype(values):
+            bad = next((v for v in values if pd.to_numeric(pd.Series([v]), errors="coerce").isna().all()), None)
+            if bad is not None:
+                raise InputError(option, f"{column.name}={bad}", f"a number for {column.name}")
+            frame[column.name] = pd.to_numeric(values)
+
+
+def search_settings(module, given: dict) -> dict:
+    """The search settings: those given, else the model's own (``generator``, ``tau``, ``max_steps`` ...)."""
+    hp = module.hparams
+    own = {"generator": hp.generator, "tau": hp.tau, "max_steps": max(int(hp.max_steps), 100), "epsilon": hp.epsilon,
+           "lambda_cost": hp.lambda_cost, "lambda_energy": hp.lambda_energy, "lr": hp.search_lr,
+           "generator_options": hp.generator_options or None}
+    renamed = {"search_lr": "lr"}
+    for key, value in given.items():
+        if value is not None:
+            own[renamed.get(key, key)] = value
+    return own
+
+
+def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, settings: dict | None = None,
+                   seed: int = 0) -> pd.DataFrame:
+    """:func:`explain` on a loaded model, with its training data for generators that learn from it."""
+    settings = dict(settings or {})
+    x_train = y_train = None
+    from ct_lightning.generators import generator_class
+
+    if getattr(generator_class(settings.get("generator", "ecco")), "needs_fit", False):
+        from ct_lightning.experiment.runs import build_data
+
+        datamodule = build_data(explainable.config)
+        x_train, y_train = datamodule.x_train, datamodule.y_train
+    immutable = {name: "none" for name in explainable.config.get("immutable") or []}
+    return explain(explainable.module, rows, target=target, codec=explainable.codec, mutability=immutable,
+                   x_train=x_train, y_train=y_train, seed=seed, **settings)
+
+
+def flat_table(explanations: pd.DataFrame) -> pd.DataFrame:
+    """One row per explained row: the prediction, target, probability, validity and the changes as text."""
+    from ct_lightning.evaluation.explanation import format_value
+
+    return pd.DataFrame({
+        "prediction": explanations["prediction"], "prediction_probability": explanations["prediction_probability"],
+        "target": explanations["target"], "probability": explanations["probability"],
+        "valid": explanations["valid"],
+        "changes": ["; ".join(f"{c['feature']}: {format_value(c['from'])} → {format_value(c['to'])}" for c in changes)
+                    for changes in explanations["changes"]]})
+
+
+def plot_explanations(explanations: pd.DataFrame, path: str | Path) -> Path:
+    """One panel per row (at most 8): the target's probability at the factual and at the decoded counterfactual,
+    and the changes in original units."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from ct_lightning.evaluation.explanation import format_value
+
+    shown = explanations.head(8)
+    fig, axes = plt.subplots(len(shown), 1, figsize=(8, 2.2 * len(shown)), squeeze=False)
+    for ax, (i, row) in zip(axes[:, 0], shown.iterrows()):
+        ax.barh([0, 1], [row["factual_probability"], row["probability"]], color=["#999999", "#2a7ab0" if row["valid"] else "#c0392b"])
+        ax.set_yticks([0, 1], ["factual", "counterfactual"])
+        ax.set_xlim(0, 1)
+        ax.axvline(0.5, color="k", lw=0.5, ls=":")
+        ax.set_title(f"row {i}: {row['prediction']} → {row['target']}", fontsize=9, loc="left")
+        text = "\n".join(f"{c['feature']}: {format_value(c['from'])} → {format_value(c['to'])}"
+                         for c in row["changes"][:6]) or "no change"
+        ax.text(1.02, 0.5, text, transform=ax.transAxes, va="center", fontsize=8)
+    axes[-1, 0].set_xlabel("probability of the target")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)
+
+
+def log_explanations(tracking_uri: str, run_id: str, explanations: pd.DataFrame) -> str:
+    """Log the explanations to the run itself under ``explanations/UTC-TIME/``: ``explanations.json``,
+    ``explanations.csv`` and ``explanations.png``. Returns that artifact folder."""
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    folder = f"explanations/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
+    with tempfile.TemporaryDirectory(prefix="ct-explain-") as local:
+        local = Path(local)
+        (local / "explanations.json").write_text(json.dumps(to_records(explanations), indent=2, default=str))
+        flat_table(explanations).to_csv(local / "explanations.csv", index=False)
+        plot_explanations(explanations, local / "explanations.png")
+        client.log_artifacts(run_id, str(local), artifact_path=folder)
+    return folder

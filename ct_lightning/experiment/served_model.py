@@ -1,0 +1,204 @@
+"""The model that travels: a run's classifier as two MLflow models, one to serve and one to train further.
+
+- ``model`` (the PyTorch flavour, pickled ``nn.Module``): ``mlflow.pytorch.load_model("runs:/ID/model")``
+  returns the classifier itself (logits of encoded inputs), which evaluates, fine-tunes
+  (``train.py --from-checkpoint runs:/ID/model``) and goes back into ``CTModule``.
+- ``predictor`` (a pyfunc, :class:`RawRowsClassifier`): takes the raw DataFrame with the original columns
+  (a named, typed column signature), bundles the fitted preprocessing and returns the predicted class
+  and the probability of each class; with the parameter ``explain=true`` also the counterfactual and its
+  changes in original units. This is the one registered (``ct-DATA-ROLE``) and served
+  (``mlflow models serve``); ``--from-checkpoint`` accepts it too (its classifier is unwrapped).
+
+Loading either needs ``ct-lightning`` installed (the classes are pickled by reference).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import mlflow.pyfunc
+import numpy as np
+import pandas as pd
+import torch
+
+from ct_lightning.evaluation.explanation import explain
+
+PREDICTOR_NAME = "predictor"
+SEARCH_KEYS = ("generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "lr")
+
+
+class RawRowsClassifier(mlflow.pyfunc.PythonModel):
+    """pyfunc: raw rows (original columns and units) → ``prediction``, ``probability`` and ``probability_CLASS``.
+
+    ``params``: ``explain`` (bool) adds ``target``, ``target_probability`` (at the decoded counterfactual),
+    ``valid``, ``counterfactual`` (column → value) and ``changes`` (``[{feature, from, to}]``);
+    ``target`` (a class label, default: the most likely other class) and ``max_steps`` steer the search.
+    """
+
+    def __init__(self, model: torch.nn.Module, codec, search: dict):
+        self.model = model.cpu().eval()
+        self.codec = codec  # the fitted preprocessing itself, pickled with the model
+        self.search = {k: v for k, v in search.items() if k in SEARCH_KEYS}
+
+    def predict(self, context, model_input, params=None):  # noqa: D102 - documented on the class
+        codec = self.codec
+        frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+        params = dict(params or {})
+        x = torch.as_tensor(codec.encode(frame[[c.name for c in codec.columns]]), dtype=torch.float32)
+        with torch.no_grad():
+            probabilities = torch.softmax(self.model(x), dim=1).numpy()
+        out = pd.DataFrame({"prediction": codec.decode_target(probabilities.argmax(1)),
+                            "probability": probabilities.max(1).astype(float)})
+        for index, label in enumerate(codec.classes):
+            out[f"probability_{label}"] = probabilities[:, index].astype(float)
+        if params.get("explain"):
+            search = {**self.search, **({"max_steps": int(params["max_steps"])} if params.get("max_steps") else {})}
+            explained = explain(self.model, frame, target=params.get("target") or None, codec=codec, **search)
+            out["target"] = explained["target"].to_list()
+            out["target_probability"] = explained["probability"].to_list()
+            out["valid"] = explained["valid"].to_list()
+            out["counterfactual"] = explained["counterfactual"].to_list()
+            out["changes"] = explained["changes"].to_list()
+        return out
+
+
+def _column_type(column) -> str:
+    if column.kind in ("categorical", "binary") and column.categories:
+        sample = column.categories[0]
+        if isinstance(sample, (bool, np.bool_)):
+            return "boolean"
+        if isinstance(sample, (int, np.integer)):
+            return "long"
+        if isinstance(sample, (float, np.floating)):
+            return "double"
+        return "string"
+    return "long" if column.kind == "integer" else "double"
+
+
+def predictor_signature(codec):
+    """The named, typed input columns, the output columns and the ``explain``/``target``/``max_steps`` params."""
+    from mlflow.models.signature import ModelSignature
+    from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
+
+    inputs = Schema([ColSpec(_column_type(c), c.name) for c in codec.columns])
+    label_type = "string" if any(isinstance(c, str) for c in codec.classes) else "long"
+    outputs = Schema([ColSpec(label_type, "prediction"), ColSpec("double", "probability"),
+                      *[ColSpec("double", f"probability_{c}") for c in codec.classes]])
+    params = ParamSchema([ParamSpec("explain", "boolean", False), ParamSpec("target", "string", ""),
+                          ParamSpec("max_steps", "long", 0)])
+    return ModelSignature(inputs=inputs, outputs=outputs, params=params)
+
+
+def example_rows(codec, x_encoded: torch.Tensor, n: int = 3) -> pd.DataFrame:
+    """``n`` rows in original units, decoded from encoded inputs (the logged input example)."""
+    frame = codec.decode(x_encoded[:n].detach().cpu().numpy())
+    for column in codec.columns:  # the example's types follow the signature
+        kind = _column_type(column)
+        if kind == "long":
+            frame[column.name] = frame[column.name].round().astype("int64")
+        elif kind == "double":
+            frame[column.name] = frame[column.name].astype(float)
+    return frame[[c.name for c in codec.columns]]
+
+
+def registered_name(data: str, objective: str, role: str | None = None) -> str:
+    """``ct-DATA-ROLE``: the run's ``role`` tag, else ``ct`` for counterfactual training and ``bl`` for vanilla."""
+    role = role or ("bl" if objective == "vanilla" else "ct")
+    clean = "".join(ch if ch.isalnum() or ch in "-_." else "-" for ch in str(data).lower())
+    return f"ct-{clean}-{role.lower()}"
+
+
+def log_predictor(model: torch.nn.Module, codec, x_encoded: torch.Tensor, search: dict,
+                  registered_model_name: str | None = None, run_id: str | None = None, step: int = 0):
+    """Log :class:`RawRowsClassifier` as the run's ``predictor`` (registered under ``registered_model_name``)."""
+    from mlflow.models import Model
+
+    signature = predictor_signature(codec)
+    example = example_rows(codec, x_encoded)
+    python_model = RawRowsClassifier(model, codec, search)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)
+        # mlflow.pyfunc.log_model has no run_id; Model.log (which it calls) files the model under a given run.
+        return Model.log(
+            None, name=PREDICTOR_NAME, flavor=mlflow.pyfunc, python_model=python_model, signature=signature, input_example=example,
+            run_id=run_id, registered_model_name=registered_model_name, step=step,
+            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "pandas", f"mlflow=={mlflow.__version__}"])
+
+
+def final_step(metrics: dict) -> int:
+    """The step (epoch) of the last training epoch's metrics."""
+    return max(int(metrics.get("epochs", 1) or 1) - 1, 0)
+
+
+def link_final_metrics(client, run_id: str, model_ids: list[str], datasets: dict, logged_step: int) -> int:
+    """Link the run's last values of the metrics named ``PREFIX/...`` for each ``PREFIX`` of ``datasets``
+    (``{"test": (name, digest)}``) to its logged models, with that data set, so the model page lists it.
+
+    MLflow itself links the metrics of the step a model is logged at (the last epoch: ``train/*``, ``val/*``,
+    without a data set); the test metrics come one step later (at the same step when no epoch was trained,
+    and then stay without a data set). Each value is logged again with its own step
+    and timestamp, which the run's store keeps as the same point (no duplicate in the run's curves).
+    Returns the number of values linked.
+    """
+    from mlflow.entities import Metric
+
+    batch = []
+    for key in client.get_run(run_id).data.metrics:
+        if key.split("/")[0] not in datasets:
+            continue
+        history = client.get_metric_history(run_id, key)
+        own = [m for m in history if not getattr(m, "model_id", None)]
+        if not own:
+            continue
+        last = max(own, key=lambda m: (m.step, m.timestamp))
+        if last.step == logged_step:  # MLflow linked it already, with the model (a second link is refused)
+            continue
+        name, digest = datasets[key.split("/")[0]]
+        for model_id in model_ids:
+            batch.append(Metric(key, last.value, last.timestamp, last.step, model_id=model_id, dataset_name=name,
+                                dataset_digest=digest, run_id=run_id))
+    for start in range(0, len(batch), 500):
+        client.log_batch(run_id, metrics=batch[start:start + 500])
+    return len(batch)
+
+
+def run_codec(datamodule, mutability: dict | None = None):
+    """The data module's fitted preprocessing (``codec``), else the identity :class:`FeatureCodec` of its features."""
+    from ct_lightning.evaluation.explanation import FeatureCodec
+
+    codec = getattr(datamodule, "codec", None)
+    if codec is not None:
+        return codec
+    names = list(getattr(datamodule, "feature_names", None) or []) or None
+    return FeatureCodec(names, n_features=int(datamodule.n_features), n_classes=int(datamodule.n_classes),
+                        mutability=mutability)
+
+
+def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, module, datamodule, config: dict,
+               metrics: dict, mutability: dict | None = None) -> dict:
+    """Log ``model`` (PyTorch) and ``predictor`` (raw rows), register the predictor as ``ct-DATA-ROLE`` and
+    link the final metrics and the data sets to both. Returns ``{"model": id, "predictor": id, "registered": name}``."""
+    from ct_lightning.experiment.run_artifacts import _digest, _tracking_uri, log_classifier
+
+    step = final_step(metrics)  # MLflow links the metrics of this step to the logged models
+    logged = log_classifier(tracking_uri, experiment_id, run_id, module.model, datamodule.x_train, step)
+    codec = run_codec(datamodule, mutability)
+    hp = module.hparams
+    search = {"generator": hp.generator if hp.generator in ("generic", "ecco") else "ecco", "tau": hp.tau,
+              "max_steps": max(int(hp.max_steps), 100), "epsilon": hp.epsilon, "lambda_cost": hp.lambda_cost,
+              "lambda_energy": hp.lambda_energy, "lr": hp.search_lr}
+    role = client.get_run(run_id).data.tags.get("role")
+    name = registered_name(datamodule.name, config.get("objective", "full"), role)
+    with _tracking_uri(tracking_uri, experiment_id):
+        try:
+            predictor = log_predictor(module.model, codec, datamodule.x_train, search, name, run_id, step)
+        except Exception as error:  # noqa: BLE001 - registration races between simultaneous runs
+            warnings.warn(f"MLflow: predictor registered without a name ({error}); register it by hand: "
+                          f"mlflow.register_model('runs:/{run_id}/{PREDICTOR_NAME}', '{name}')")
+            predictor, name = log_predictor(module.model, codec, datamodule.x_train, search, None, run_id, step), None
+    datasets = {"test": (f"{datamodule.name}-test", _digest(datamodule.x_test, datamodule.y_test))}
+    try:
+        link_final_metrics(client, run_id, [logged.model_id, predictor.model_id], datasets, step)
+    except Exception as error:  # noqa: BLE001 - the model pages' decoration must not fail a finished training
+        warnings.warn(f"MLflow: final metrics not linked to the logged models ({str(error).splitlines()[0]})")
+    return {"model": logged.model_id, "predictor": predictor.model_id, "registered": name}

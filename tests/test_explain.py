@@ -1,0 +1,162 @@
+"""explain(): one explanation per row in original units, the target's probability recomputed on the decoded row."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from ct_lightning.evaluation.explanation import FeatureCodec, describe, explain, format_value, to_records
+from ct_lightning.models import build_mlp
+from explain_codec import SmallCodec, model_of_income_and_home
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+ROWS = pd.DataFrame({"income": [42_000.0, 38_500.0], "home": ["rent", "mortgage"]})
+
+
+def test_probability_is_recomputed_on_the_decoded_counterfactual():
+    codec, model = SmallCodec(), model_of_income_and_home()
+    result = explain(model, ROWS, target="yes", codec=codec, generator="generic", tau=0.9, max_steps=200)
+    assert len(result) == 2 and list(result["target"]) == ["yes", "yes"]
+    for _, row in result.iterrows():
+        decoded = pd.DataFrame([row["counterfactual"]])
+        assert decoded["home"].iloc[0] in codec.columns[1].categories  # a real category
+        with torch.no_grad():  # independent computation: encode the decoded row, softmax, target class
+            expected = torch.softmax(model(torch.from_numpy(codec.encode(decoded))), 1)[0, 1].item()
+        assert row["probability"] == pytest.approx(expected, rel=1e-5)
+        assert row["valid"] == (expected > 0.5)
+        changed = {c["feature"] for c in row["changes"]}
+        assert changed == {k for k in row["factual"] if row["factual"][k] != row["counterfactual"][k]}
+        assert row["prediction"] == "no" and row["prediction_probability"] > 0.5
+
+
+def test_immutable_columns_never_change():
+    codec, model = SmallCodec(immutable_home=True), model_of_income_and_home()
+    result = explain(model, ROWS, target="yes", codec=codec, generator="ecco", max_steps=200)
+    for _, row in result.iterrows():
+        assert row["counterfactual"]["home"] == row["factual"]["home"]
+        assert "home" not in {c["feature"] for c in row["changes"]}
+    also = explain(model, ROWS, target="yes", codec=SmallCodec(), mutability={"income": "none"}, max_steps=50)
+    assert all(r["income"] == f["income"] for r, f in zip(also["counterfactual"], also["factual"]))
+
+
+def test_bad_rows_and_targets_are_refused():
+    codec, model = SmallCodec(), model_of_income_and_home()
+    with pytest.raises(ValueError, match="missing column 'home'"):
+        explain(model, ROWS[["income"]], codec=codec)
+    with pytest.raises(ValueError, match="unknown column 'age'"):
+        explain(model, ROWS.assign(age=3), codec=codec)
+    with pytest.raises(ValueError, match="target: got 'maybe'; allowed: no, yes"):
+        explain(model, ROWS, target="maybe", codec=codec)
+    with pytest.raises(ValueError, match="rows: got no rows"):
+        explain(model, ROWS.iloc[:0], codec=codec)
+
+
+def test_default_target_is_the_most_likely_other_class_and_feature_codec_names_inputs():
+    torch.manual_seed(0)
+    model = build_mlp(3, 4, [8])
+    codec = FeatureCodec(n_features=3, n_classes=4)
+    assert codec.feature_names == ["x1", "x2", "x3"]
+    rows = pd.DataFrame(np.random.default_rng(0).normal(size=(5, 3)), columns=codec.feature_names)
+    result = explain(model, rows, codec=codec, max_steps=5)
+    with torch.no_grad():
+        p = torch.softmax(model(torch.tensor(rows.to_numpy(), dtype=torch.float32)), 1)
+    p[torch.arange(5), p.argmax(1)] = -1
+    assert result["target"].tolist() == p.argmax(1).tolist()
+
+
+def test_text_and_json_forms():
+    assert format_value(54600.0) == "54,600" and format_value(0.25) == "0.25" and format_value("rent") == "rent"
+    result = explain(model_of_income_and_home(), ROWS, target="yes", codec=SmallCodec(), max_steps=200)
+    text = describe(result)
+    assert "row 0: predicted no" in text and "income: 42,000 → " in text
+    records = json.loads(json.dumps(to_records(result)))
+    assert {"factual", "counterfactual", "changes", "target", "probability", "valid"} <= set(records[0])
+    assert all({"feature", "from", "to"} == set(c) for c in records[0]["changes"])
+
+
+def test_ct_explain_on_a_logged_run_prints_writes_json_and_logs(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.train import train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = train({"data": "moons", "max_epochs": 1, "nce": 20, "progress": False, "tracking_uri": uri,
+                 "immutable": ["x2"]})
+    out = tmp_path / "explained.json"
+    done = subprocess.run([sys.executable, str(ROOT / "recipes" / "explain.py"), "--run-id", run["run_id"],
+                           "--tracking-uri", uri, "--row", '{"x1": 0.2, "x2": 0.4}', "--json", str(out)],
+                          capture_output=True, text=True, cwd=tmp_path, timeout=300,
+                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "row 0: predicted" in done.stdout
+    records = json.loads(out.read_text())
+    assert len(records) == 1 and records[0]["counterfactual"]["x2"] == pytest.approx(0.4)  # immutable, as trained
+    folders = [a.path for a in MlflowClient(uri).list_artifacts(run["run_id"], "explanations")]
+    files = {a.path.rsplit("/", 1)[1] for a in MlflowClient(uri).list_artifacts(run["run_id"], folders[0])}
+    assert files == {"explanations.json", "explanations.csv", "explanations.png"}
+
+
+def test_rows_the_model_cannot_read_are_refused_before_the_search():
+    from ct_lightning.experiment.explanations import Explainable, check_rows
+    from ct_lightning.experiment.validation import InputError
+
+    loaded = Explainable(model_of_income_and_home(), SmallCodec(), {}, None, True)
+    for rows, message in ((ROWS.assign(home=["rent", "castle"]), "--rows: got 'home=castle' (unseen category); "
+                                                                  "allowed: one of rent, own, mortgage"),
+                          (ROWS.assign(income=["a lot", 1]), "--rows: got 'income=a lot'"),
+                          (ROWS.assign(income=[None, 1.0]), "--rows: got 'income=<missing>'"),
+                          (ROWS.assign(age=3), "--rows: got 'age' (unknown column)"),
+                          (ROWS[["home"]], "--rows: got 'income' (missing column)")):
+        with pytest.raises(InputError) as caught:
+            check_rows(rows.copy(), loaded, "--rows")
+        assert str(caught.value).startswith(message), str(caught.value)
+
+
+def test_predictor_of_a_tabular_codec_has_typed_named_columns_and_string_classes(tmp_path):
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.served_model import log_predictor
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(uri)
+    run_id = client.create_run(client.create_experiment("t", artifact_location=str(tmp_path / "a"))).info.run_id
+    codec, model = SmallCodec(), model_of_income_and_home()
+    mlflow.set_tracking_uri(uri)
+    logged = log_predictor(model, codec, torch.from_numpy(codec.encode(ROWS)), {"generator": "generic", "tau": 0.9,
+                                                                                 "max_steps": 200}, None, run_id)
+    predictor = mlflow.pyfunc.load_model(logged.model_uri)
+    inputs = {c.name: c.type.name for c in predictor.metadata.signature.inputs}
+    assert inputs == {"income": "double", "home": "string"}
+    out = predictor.predict(ROWS, params={"explain": True})
+    assert out["prediction"].tolist() == ["no", "no"] and list(out.columns[:4]) == \
+        ["prediction", "probability", "probability_no", "probability_yes"]
+    direct = explain(model, ROWS, codec=codec, generator="generic", tau=0.9, max_steps=200)
+    assert out["changes"].tolist() == direct["changes"].tolist()
+    assert out["target_probability"].tolist() == pytest.approx(direct["probability"].tolist())
+
+
+def test_a_run_that_trained_no_step_is_explained_from_its_logged_models(tmp_path):
+    from ct_lightning.experiment.explanations import explain_loaded, load_explainable, search_settings
+    from ct_lightning.experiment.train import train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = train({"data": "moons", "objective": "vanilla", "limit_train_batches": 0, "max_epochs": 1,
+                 "progress": False, "tracking_uri": uri})
+    assert run["checkpoints"]["last"] is None
+    loaded = load_explainable(run["run_id"], None, uri)
+    assert loaded.codec.feature_names == ["x1", "x2"]
+    rows = pd.DataFrame({"x1": [0.2, 1.5], "x2": [0.4, -0.3]})
+    result = explain_loaded(loaded, rows, None, search_settings(loaded.module, {"max_steps": 50}))
+    with torch.no_grad():
+        expected = torch.softmax(loaded.module.model(torch.tensor(rows.to_numpy(), dtype=torch.float32)), 1)
+    assert result["prediction_probability"].tolist() == pytest.approx(expected.max(1).values.tolist(), rel=1e-5)
