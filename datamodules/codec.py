@@ -16,6 +16,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
+from datamodules.feature_types import FeatureTypes
+
 KINDS = ("continuous", "integer", "categorical", "binary")
 MUTABILITY = ("both", "increase", "decrease", "none")
 MAX_CATEGORIES = 100  # more levels than this is an identifier or free text, not a category
@@ -244,6 +246,23 @@ class TabularCodec:
         """``(index, mean, scale)`` of every column that must be an integer in original units (binary: 0/1)."""
         return [(self._slices[c.name].start, c.mean if c.kind == "integer" else 0.0,
                  c.scale if c.kind == "integer" else 1.0) for c in self.columns if c.kind in ("integer", "binary")]
+
+    def feature_types(self) -> FeatureTypes:
+        """The structure the searches keep valid: each categorical column's one-hot group, each binary column a
+        one-column group, integer columns on whole numbers of their original units (``raw = x·scale + mean``)."""
+        offset = np.zeros(len(self.feature_names), dtype=np.float32)
+        scale = np.ones(len(self.feature_names), dtype=np.float32)
+        integers, binary = [], []
+        for column in self.columns:
+            index = self._slices[column.name].start
+            if column.kind in ("continuous", "integer"):
+                offset[index], scale[index] = column.mean, column.scale
+            if column.kind == "integer":
+                integers.append(index)
+            elif column.kind == "binary":
+                binary.append([index])
+        return FeatureTypes(len(self.feature_names), self.groups + binary, integers, offset, scale,
+                            list(self.feature_names))
 
     def mutability(self) -> dict[str, str]:
         """``{column: kind}`` for the columns the spec does not leave free, by the user's own column names."""

@@ -150,36 +150,8 @@ class TableDataModule(TensorDataModule):
         return torch.as_tensor(lower), torch.as_tensor(upper)
 
     def feature_types(self) -> FeatureTypes:
-        """The codec's structure for valid counterfactuals: its one-hot groups, and its integer and binary columns
-        as whole numbers in original units (binary: 0 or 1 inside the [0, 1] domain)."""
-        import torch  # noqa: PLC0415
-
-        n_features = len(self.codec.feature_names)
-        offset, scale = torch.zeros(n_features), torch.ones(n_features)
-        integers = []
-        for index, mean, std in self.codec.integer_features:
-            integers.append(index)
-            offset[index], scale[index] = float(mean), float(std)
-        return FeatureTypes(n_features, self.codec.groups, integers, offset, scale, list(self.codec.feature_names))
-
-    def feature_types(self) -> FeatureTypes:
-        """The codec's structure for valid counterfactuals: each categorical column's one-hot group, each binary
-        column a one-column group, integer columns on whole numbers of their original units."""
-        offset = np.zeros(len(self.codec.feature_names), dtype=np.float32)
-        scale = np.ones(len(self.codec.feature_names), dtype=np.float32)
-        integers = []
-        for index, mean, column_scale in self.codec.integer_features:
-            if self.codec.feature_names[index] in self.codec.binary_columns:
-                continue
-            offset[index], scale[index] = mean, column_scale
-            integers.append(index)
-        for column in self.codec.columns:
-            if column.kind == "continuous":
-                index = self.codec.feature_names.index(column.name)
-                offset[index], scale[index] = column.mean, column.scale
-        binary = [[self.codec.feature_names.index(name)] for name in self.codec.binary_columns]
-        return FeatureTypes(len(self.codec.feature_names), self.codec.groups + binary, integers, offset, scale,
-                            list(self.codec.feature_names))
+        """The codec's structure for valid counterfactuals (:meth:`TabularCodec.feature_types`)."""
+        return self.codec.feature_types()
 
     def describe(self) -> str:
         """What was read and inferred, for the start-up message."""

@@ -19,9 +19,10 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ct_lightning.constraints import parse_mutability
+from ct_lightning.constraints import FeatureTypes, parse_mutability
 from ct_lightning.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, make_generator, prepare_standalone
+from ct_lightning.generators.base import generate_counterfactuals
 
 COLUMNS = ["factual", "prediction", "prediction_probability", "target", "factual_probability", "counterfactual",
            "changes", "probability", "valid", "converged"]
@@ -216,10 +217,15 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
                              n_classes=len(codec.classes), feature_names=list(codec.feature_names),
                              mutability=codes.to(device), lower=lower, upper=upper)
         prepare_standalone(made, context)
+    # Categories, binaries and integers stay real values during the search (the codec's structure, or one-hot
+    # groups from 'feature=value' names), so the point the search reaches is the row a person would present.
+    types = codec.feature_types() if hasattr(codec, "feature_types") else \
+        FeatureTypes.from_names(list(codec.feature_names), x.shape[1])
     torch.manual_seed(seed)
     with eval_mode(classifier):
-        result = made.generate(classifier, x, targets, tau, max_steps, epsilon, codes.to(device),
-                               None if lower is None else lower.to(device), None if upper is None else upper.to(device))
+        result = generate_counterfactuals(made, classifier, x, targets, tau, max_steps, epsilon, codes.to(device),
+                                          None if lower is None else lower.to(device),
+                                          None if upper is None else upper.to(device), feature_types=types)
     factual_decoded = codec.decode(x.detach().cpu().numpy())
     decoded = codec.decode(result.counterfactual.detach().cpu().numpy())
     immutable = [c for c in columns if spec.get(c) == "none"]
