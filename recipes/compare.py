@@ -41,6 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ct_lightning.experiment import catalogue
+from ct_lightning.experiment.cpu_math import apply_cpu_math
 from ct_lightning.experiment.preflight import apply_threads, threads_for
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
 from ct_lightning.experiment.settings import add_arguments
@@ -65,7 +66,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"data set(s), comma-separated, or all: {', '.join(catalogue.available_datasets())}")
     parser.add_argument("--jobs", type=Rule("int", low=1).argtype(), default=1,
                         help="train and evaluate this many models at once in separate processes (default %(default)s)")
-    add_arguments(parser, ["threads", "accelerator"])
+    add_arguments(parser, ["threads", "accelerator", "cpu_math"])
     budget = parser.add_argument_group("training")
     budget.add_argument("--max-epochs", type=Rule("int", low=1).argtype(), default=100,
                         help="training epochs (default %(default)s)")
@@ -142,7 +143,7 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
 
     training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "search_lr": args.search_lr,
                 "data_dir": args.data_dir, "accelerator": args.accelerator,
-                "limit_train_batches": args.limit_train_batches}
+                "limit_train_batches": args.limit_train_batches, "cpu_math": args.cpu_math}
     roles = ROLES if args.actionability else ROLES[:2]
     tasks = []
     for i, data in enumerate(names):
@@ -211,7 +212,7 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
 def _write_outputs(rows: list[dict], plots: list, args, client, parent: str, command: str, out_dir: Path,
                    final: bool) -> dict:
     from ct_lightning.evaluation.compare import markdown_table, write_csv  # noqa: PLC0415 - heavy
-    from ct_lightning.evaluation.paper import beside_paper_table, table3_beside_paper  # noqa: PLC0415
+    from ct_lightning.evaluation.paper import paper_comparison  # noqa: PLC0415
     from ct_lightning.experiment.tracking import write_json_atomic, write_text_atomic  # noqa: PLC0415
 
     table = markdown_table(rows)
@@ -223,9 +224,7 @@ def _write_outputs(rows: list[dict], plots: list, args, client, parent: str, com
                             "search_lr": args.search_lr},
                "rows": rows, "table_markdown": table, "plots": [str(p) for p in plots]}
     write_text_atomic(out_dir / "table.md", table)
-    write_text_atomic(out_dir / "paper_comparison.md",
-                      "## Table 1 beside the paper's\n\n" + beside_paper_table(rows) +
-                      "\n## Table 3 means beside the paper's\n\n" + table3_beside_paper(rows))
+    write_text_atomic(out_dir / "paper_comparison.md", paper_comparison(rows))
     write_csv(rows, out_dir / "table.csv")
     summary_path = Path(args.summary_json or out_dir / "summary.json")
     write_json_atomic(summary_path, summary)
@@ -261,6 +260,7 @@ def main(argv: list[str] | None = None) -> dict:
     except KNOWN_ERRORS as error:
         exit_on_error(error, parser)
     print(f"MLflow store: {store_location(args.tracking_uri)}", flush=True)
+    print(apply_cpu_math(args.cpu_math or "native"), flush=True)  # before torch is imported (apply_threads imports it)
     print(apply_threads(threads_for(args.threads, accelerator=args.accelerator)), flush=True)
     from mlflow.tracking import MlflowClient  # noqa: PLC0415 - heavy: only after the checks
 
@@ -391,14 +391,17 @@ def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], clien
                f"the per-seed reductions against 0.\n\n## Every seed\n\n" + per_seed_table(rows_by_seed))
     comparison = []
     for published, (title, _, source) in PUBLISHED.items():
-        counts = robust_counts(aggregates, published)
+        listed = {kind: ", ".join(f"{v} {k}" for k, v in sorted(robust_counts(aggregates, published, kind).items(),
+                                                               key=lambda kv: -kv[1]))
+                  for kind in ("robust", "t_verdict")}
         comparison.append(f"## Beside the {title}\n\nSource: {source}.\n\n"
                           + beside_published_table(aggregates, published)
-                          + f"\nsign/sig/both: in how many seeds our cell has the published sign, significance, "
+                          + f"\nk*/n: seeds with a star; p: t-test of the per-seed reductions against 0; "
+                            f"sign/sig/both: in how many seeds our cell has the published sign, significance, "
                             f"and both; robust verdict: the per-seed verdict of at least {need} seeds, else "
-                            f"seed-dependent. Counts: "
-                          + ", ".join(f"{v} {k}" for k, v in sorted(counts.items(), key=lambda kv: -kv[1]))
-                          + "\n")
+                            f"seed-dependent; t-test verdict: the verdict of the mean over seeds, significant when "
+                            f"p < {1 - args.confidence:.2g}.\n\nRobust verdicts: {listed['robust']}. "
+                            f"t-test verdicts: {listed['t_verdict']}.\n")
     for metric in ("ip", "ip_star", "cost"):
         for row in aggregates:
             cell = row[metric]
@@ -410,9 +413,10 @@ def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], clien
                "protocol": args.protocol, "confidence": args.confidence, "robust_share": ROBUST_SHARE,
                "aggregate": aggregates,
                "robust_counts": {k: robust_counts(aggregates, k) for k in PUBLISHED},
+               "t_verdict_counts": {k: robust_counts(aggregates, k, "t_verdict") for k in PUBLISHED},
                "per_seed": {str(s): {"parent_run_id": summaries[s]["parent_run_id"],
                                      "out_dir": str(out_dir / f"s{s}"),
-                                     "rows": [{k: v for k, v in row.items() if k not in ("robust_curves", "details")}
+                                     "rows": [{k: v for k, v in row.items() if k not in ("robust_curves", "details", "protocol")}
                                               for row in summaries[s]["rows"]]} for s in seeds},
                "table_markdown": table}
     write_text_atomic(out_dir / "table.md", table)

@@ -158,3 +158,16 @@ def agreement_counts(rows: list[dict], published: str = "arxiv") -> dict[str, in
                           paper_sig)
             counts[key] = counts.get(key, 0) + 1
     return counts
+
+
+def paper_comparison(rows: list[dict]) -> str:
+    """Markdown of one seed's rows beside both published Tables 1 (with verdict counts) and Table 3."""
+    parts = []
+    for key, (title, _, source) in PUBLISHED.items():
+        counts = agreement_counts(rows, key)
+        listed = ", ".join(f"{counts.get(v, 0)} {v}" for v in ("same", "direction only", "significance only",
+                                                                  "opposite", "n/a"))
+        parts.append(f"## Table 1 beside the {title}\n\nSource: {source}.\n\n" + beside_paper_table(rows, key)
+                     + f"\nVerdicts over {sum(counts.values())} cells: {listed}.\n")
+    parts.append("## Table 3 means beside the paper's (arXiv July 2025)\n\n" + table3_beside_paper(rows))
+    return "\n".join(parts)

@@ -151,38 +151,40 @@ def _published_cell(value, se, significant) -> str:
 
 
 def beside_published_table(aggregates: list[dict], published: str) -> str:
-    """Markdown: per cell our mean over seeds, the published cell, sign/significance/both agreement counts
-    (``s/σ/b`` of n seeds) and the seed-robust verdict."""
+    """Markdown: per cell our mean over seeds (starred seeds, t-test p), the published cell, sign/significance/
+    both agreement counts (of n seeds), the seed-robust verdict and the verdict of the across-seed t-test."""
     title, table, _ = PUBLISHED[published]
     header = ["Data"]
     for metric in METRICS:
-        header += [f"{HEADER[metric]} ours (mean, k*/n)", title, "sign/sig/both agree", "robust verdict"]
+        header += [f"{HEADER[metric]} ours: mean (k*/n; p)", title, "sign/sig/both agree", "robust verdict",
+                   "t-test verdict"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in aggregates:
         cells = [row["label"]]
         for metric in METRICS:
             cell = row[metric]
-            ours = f"{_num(cell['mean'])} ({cell['n_significant']}*/{cell['n_seeds']})" if cell["n_seeds"] else "n/a"
+            ours = (f"{_num(cell['mean'])} ({cell['n_significant']}*/{cell['n_seeds']}; {_p(cell['p'])})"
+                    if cell["n_seeds"] else "n/a")
             entry = cell["published"].get(published)
             if entry is None:
-                cells += [ours, "—", "—", "n/a"]
+                cells += [ours, "—", "—", "n/a", "n/a"]
                 continue
             paper = _published_cell(*table[row["label"]][metric])
             n = cell["n_seeds"]
             agree = f"{entry['sign_agrees']}/{entry['significance_agrees']}/{entry['same']} of {n}" if n else "n/a"
-            cells += [ours, paper, agree, entry["robust"]]
+            cells += [ours, paper, agree, entry["robust"], entry["t_verdict"]]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
-def robust_counts(aggregates: list[dict], published: str) -> dict[str, int]:
-    """How many cells got each seed-robust verdict against ``published``."""
+def robust_counts(aggregates: list[dict], published: str, kind: str = "robust") -> dict[str, int]:
+    """How many cells got each verdict against ``published`` (``kind``: ``robust`` or ``t_verdict``)."""
     counts: dict[str, int] = {}
     for row in aggregates:
         for metric in METRICS:
             entry = row[metric]["published"].get(published)
             if entry is not None:
-                counts[entry["robust"]] = counts.get(entry["robust"], 0) + 1
+                counts[entry[kind]] = counts.get(entry[kind], 0) + 1
     return counts
 
 
