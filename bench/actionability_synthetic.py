@@ -14,6 +14,8 @@ cost with the per-run Table 1 arithmetic (``compare_evaluations(..., statistic="
   tau95         the reference models evaluated with τ 0.95 (the search runs on to p ≥ 0.95)
   steps500      the reference models evaluated with T 500 instead of 50 (is no-validity a budget artefact?)
   nodomain      the reference models evaluated without the domain clamp
+  allces        the reference evaluations, cost counted over every counterfactual (valid or not)
+  valid95       the reference evaluations, cost counted over counterfactuals with p(target) ≥ 0.95 only
   july          the July 2025 (final_run) cost runs: λ_adv 0.25 and Table 2's λ_reg, and the cost pooled
                 over three mutability settings (all mutable, x1 immutable, x2 immutable), as
                 evaluations/final_run/mutability/mlp/*/evaluation/grid_config.toml ran them
@@ -49,7 +51,8 @@ from ct_lightning.experiment.settings import resolve_config
 from ct_lightning.experiment.tracking import prepare_store, write_json_atomic, write_text_atomic
 from ct_lightning.experiment.train import train
 
-VARIANTS = ("reference", "domain2", "adv", "advonly", "regonly", "x2", "tau95", "steps500", "nodomain", "july")
+VARIANTS = ("reference", "domain2", "adv", "advonly", "regonly", "x2", "tau95", "steps500", "nodomain", "july",
+            "allces", "valid95")
 PAPER_COST = {"ls": (14.07, 16.41), "circles": (45.55, 42.99), "moons": (2.86, 5.16), "ol": (38.39, 40.86)}
 
 
@@ -82,6 +85,25 @@ def trained(overrides: dict, tracking_uri: str) -> str:
     client = MlflowClient(tracking_uri=tracking_uri)
     return find_finished_training(client, "actionability", key) or \
         train(overrides, tags={CONFIG_KEY_TAG: key})["run_id"]
+
+
+class Recounted:
+    """An evaluation whose cost is counted over another set of counterfactuals (``allces``, ``valid95``)."""
+
+    def __init__(self, result, run_id: str, tracking_uri: str, how: str):
+        cost = (result.counterfactuals - result.factuals).abs().sum(1).double().numpy()
+        if how == "valid95":
+            model = load_run(run_id, tracking_uri).module.eval()
+            with torch.no_grad():
+                probs = torch.softmax(model(result.counterfactuals), 1)
+            target = torch.as_tensor(result.samples["target"]).long()
+            keep = (probs.gather(1, target[:, None])[:, 0] >= 0.95).numpy()
+            cost = np.where(keep, cost, np.nan)
+        self.samples = {**result.samples, "cost": cost, "valid": np.isfinite(cost)}
+
+    def metric_samples(self, name):
+        values = self.samples[name]
+        return values[np.isfinite(values)]
 
 
 class Pooled:
@@ -129,6 +151,8 @@ def run_variant(data: str, variant: str, seed: int, epochs: int, tracking_uri: s
             run_id = trained({**base, **extra, "objective": objective, "immutable": frozen}, tracking_uri)
             runs[role].append(run_id)
             results[role].append(evaluate(run_id, tracking_uri, protocol, frozen, eval_domain))
+    if variant in ("allces", "valid95"):
+        results = {role: [Recounted(results[role][0], runs[role][0], tracking_uri, variant)] for role in results}
     bl = results["bl"][0] if len(settings) == 1 else Pooled(results["bl"])
     ct = results["ct"][0] if len(settings) == 1 else Pooled(results["ct"])
     stats = compare_evaluations(bl, ct, ("cost",), statistic="runs")["cost"]
