@@ -42,10 +42,11 @@ from mlflow.tracking import MlflowClient
 from ct_lightning.constraints import parse_mutability
 from ct_lightning.evaluation import EvaluationConfig, evaluate_model, evaluation_constraints
 from ct_lightning.evaluation.compare import compare_evaluations
-from ct_lightning.evaluation.protocol import protocol_settings, reference_individuals
+from ct_lightning.evaluation.protocol import protocol_settings
 from ct_lightning.experiment.reproduce import (CONFIG_KEY_TAG, REFERENCE_PROTECTED_CT, REFERENCE_TRAINING,
                                                evaluation_key, find_evaluation, find_finished_training,
                                                save_evaluation, stable_key, training_key)
+from ct_lightning.experiment.protocol_options import reference_individuals
 from ct_lightning.experiment.runs import build_data, load_run
 from ct_lightning.experiment.settings import resolve_config
 from ct_lightning.experiment.tracking import prepare_store, write_json_atomic, write_text_atomic

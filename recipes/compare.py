@@ -287,7 +287,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     """Train or reuse, evaluate and compare every model of one training seed (``args.seed``); returns the summary."""
     from ct_lightning.evaluation.plots import plot_robust_accuracy_panels  # noqa: PLC0415
     from ct_lightning.experiment.lifecycle import link_children  # noqa: PLC0415
-    from ct_lightning.experiment.reproduce import (SYNTHETIC, describe_plan, find_or_create_parent,  # noqa: PLC0415
+    from ct_lightning.experiment.reproduce import (describe_plan, find_or_create_parent, is_synthetic,  # noqa: PLC0415
                                                    run_tasks, stable_key, training_key)
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -334,7 +334,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     try:
         run_tasks(tasks, args.jobs, client, on_done)
         ordered = [rows[n] for n in names]
-        real = [row for row in ordered if row["data"] not in SYNTHETIC]  # Figure 3 shows the real data sets
+        real = [row for row in ordered if not is_synthetic(row["data"])]  # Figure 3 shows the real data sets
         if len(real) > 1:
             figure = plot_robust_accuracy_panels(real, out_dir / "plots" / "robust_accuracy_real.png")
             if figure:

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from ct_lightning.evaluation.paper import METRICS, PAPER_LABELS, PUBLISHED, verdict
+from ct_lightning.evaluation.paper import METRICS, PUBLISHED, paper_label, verdict
 
 ROBUST_SHARE = 0.8
 VERDICTS = ("same", "direction only", "significance only", "opposite")
@@ -101,7 +101,7 @@ def aggregate_rows(rows_by_seed: dict[int, list[dict]], confidence: float = 0.99
     out = []
     for name in names:
         rows = [next((r for r in rows_by_seed[s] if r["data"] == name), None) for s in seeds]
-        label = PAPER_LABELS.get(name, name)
+        label = paper_label(name)
         aggregate = {"data": name, "label": label, "seeds": seeds}
         for metric in METRICS:
             values = [r.get(f"{metric}_reduction_pct", math.nan) if r else math.nan for r in rows]
@@ -196,7 +196,7 @@ def per_seed_table(rows_by_seed: dict[int, list[dict]]) -> str:
     for row in rows_by_seed[seeds[0]]:
         name = row["data"]
         for metric in METRICS:
-            cells = [PAPER_LABELS.get(name, name), HEADER[metric]]
+            cells = [paper_label(name), HEADER[metric]]
             for seed in seeds:
                 other = next((r for r in rows_by_seed[seed] if r["data"] == name), None)
                 value = other.get(f"{metric}_reduction_pct") if other else None
