@@ -22,6 +22,13 @@ Examples:
   .venv/bin/python recipes/compare.py --data ls,circles,moons,ol                 # the synthetic rows
   .venv/bin/python recipes/compare.py --data circles --max-epochs 5 --n-runs 1 --n-individuals 20
   .venv/bin/python recipes/compare.py --data circles --bl-run-id ID1 --ct-run-id ID2 --no-actionability
+  .venv/bin/python recipes/compare.py --data all --jobs 2 --seeds 0,1,2,3,4      # Table 1 over five training seeds
+
+With --seeds (or --n-seeds) the reproduction runs once per training seed, each resumable as above and
+written to OUT_DIR/sSEED (a seed's trainings and evaluations are keyed by their configuration, which
+holds the seed, so seeds already in the store are reused); OUT_DIR then gets the table over seeds
+(ct_lightning.evaluation.seeds: mean, SD, min-max, starred seeds, an across-seed t-test, agreement with
+both published tables and a seed-robust verdict), logged to a parent run of the per-seed parent runs.
 """
 
 from __future__ import annotations
@@ -34,6 +41,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from ct_lightning.experiment import catalogue
+from ct_lightning.experiment.cpu_math import apply_cpu_math
 from ct_lightning.experiment.preflight import apply_threads, threads_for
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
 from ct_lightning.experiment.settings import add_arguments
@@ -58,12 +66,17 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"data set(s), comma-separated, or all: {', '.join(catalogue.available_datasets())}")
     parser.add_argument("--jobs", type=Rule("int", low=1).argtype(), default=1,
                         help="train and evaluate this many models at once in separate processes (default %(default)s)")
-    add_arguments(parser, ["threads", "accelerator"])
+    add_arguments(parser, ["threads", "accelerator", "cpu_math"])
     budget = parser.add_argument_group("training")
     budget.add_argument("--max-epochs", type=Rule("int", low=1).argtype(), default=100,
                         help="training epochs (default %(default)s)")
     budget.add_argument("--seed", type=Rule("int", low=0).argtype(), default=0,
                         help="training seed, the same for BL and CT (default %(default)s)")
+    budget.add_argument("--seeds", type=Rule("ints", low=0).argtype(),
+                        help="several training seeds, comma-separated (e.g. 0,1,2,3,4): the reproduction runs once "
+                             "per seed (outputs in OUT_DIR/sSEED) and OUT_DIR gets the table over seeds")
+    budget.add_argument("--n-seeds", type=Rule("int", low=1).argtype(),
+                        help="training seeds --seed, --seed+1, ..., --seed+N-1 (instead of --seeds)")
     budget.add_argument("--nce", type=Rule("int", low=1).argtype(), help="counterfactuals per epoch for CT [Table 2]")
     budget.add_argument("--search-lr", type=Rule("float", low=0.0, low_open=True).argtype(),
                         help="SGD step size η of the training-time search (default: 0.1 with --protocol "
@@ -92,6 +105,24 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def resolve_seeds(args, reuse_lists: dict[str, list[str]]) -> list[int] | None:
+    """The training seeds of a multi-seed reproduction (``--seeds`` or ``--n-seeds``), or ``None`` for one seed."""
+    if args.seeds is not None and args.n_seeds is not None:
+        raise InputError("--n-seeds", str(args.n_seeds), "nothing when --seeds is given (use one of them)")
+    if args.seeds is None and args.n_seeds is None:
+        return None
+    seeds = list(args.seeds) if args.seeds is not None else [args.seed + i for i in range(args.n_seeds)]
+    if not seeds:
+        raise InputError("--seeds", ",".join(map(str, seeds)), "one or more comma-separated integers ≥ 0")
+    if len(set(seeds)) != len(seeds):
+        raise InputError("--seeds", ",".join(map(str, seeds)), "distinct seeds")
+    given = [f"--{key.replace('_', '-')}-run-id" for key, ids in reuse_lists.items() if ids]
+    if given:
+        raise InputError(given[0], ",".join(reuse_lists[given[0][2:-7].replace("-", "_")]),
+                         "no run ids with --seeds/--n-seeds (each seed trains or finds its own models)")
+    return seeds
+
+
 def _resolve_names(text: str) -> list[str]:
     """``all`` or a comma-separated list of data set names, canonicalised."""
     parts = _csv_list(text)
@@ -112,7 +143,7 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
 
     training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "search_lr": args.search_lr,
                 "data_dir": args.data_dir, "accelerator": args.accelerator,
-                "limit_train_batches": args.limit_train_batches}
+                "limit_train_batches": args.limit_train_batches, "cpu_math": args.cpu_math}
     roles = ROLES if args.actionability else ROLES[:2]
     tasks = []
     for i, data in enumerate(names):
@@ -181,7 +212,7 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
 def _write_outputs(rows: list[dict], plots: list, args, client, parent: str, command: str, out_dir: Path,
                    final: bool) -> dict:
     from ct_lightning.evaluation.compare import markdown_table, write_csv  # noqa: PLC0415 - heavy
-    from ct_lightning.evaluation.paper import beside_paper_table, table3_beside_paper  # noqa: PLC0415
+    from ct_lightning.evaluation.paper import paper_comparison  # noqa: PLC0415
     from ct_lightning.experiment.tracking import write_json_atomic, write_text_atomic  # noqa: PLC0415
 
     table = markdown_table(rows)
@@ -193,9 +224,7 @@ def _write_outputs(rows: list[dict], plots: list, args, client, parent: str, com
                             "search_lr": args.search_lr},
                "rows": rows, "table_markdown": table, "plots": [str(p) for p in plots]}
     write_text_atomic(out_dir / "table.md", table)
-    write_text_atomic(out_dir / "paper_comparison.md",
-                      "## Table 1 beside the paper's\n\n" + beside_paper_table(rows) +
-                      "\n## Table 3 means beside the paper's\n\n" + table3_beside_paper(rows))
+    write_text_atomic(out_dir / "paper_comparison.md", paper_comparison(rows))
     write_csv(rows, out_dir / "table.csv")
     summary_path = Path(args.summary_json or out_dir / "summary.json")
     write_json_atomic(summary_path, summary)
@@ -221,6 +250,7 @@ def main(argv: list[str] | None = None) -> dict:
             if ids and len(ids) != len(names):
                 raise InputError(f"--{key.replace('_', '-')}-run-id", ",".join(ids),
                                  f"one id per data set ({len(names)}), empty entries to train")
+        seeds = resolve_seeds(args, reuse_lists)
         check_accelerator("--accelerator", args.accelerator)
         check_tracking_reachable(args.tracking_uri)
         check_writable_folder("--out-dir", args.out_dir)
@@ -230,20 +260,37 @@ def main(argv: list[str] | None = None) -> dict:
     except KNOWN_ERRORS as error:
         exit_on_error(error, parser)
     print(f"MLflow store: {store_location(args.tracking_uri)}", flush=True)
+    print(apply_cpu_math(args.cpu_math or "native"), flush=True)  # before torch is imported (apply_threads imports it)
     print(apply_threads(threads_for(args.threads, accelerator=args.accelerator)), flush=True)
     from mlflow.tracking import MlflowClient  # noqa: PLC0415 - heavy: only after the checks
 
-    from ct_lightning.evaluation.plots import plot_robust_accuracy_panels  # noqa: PLC0415
-    from ct_lightning.experiment.reproduce import (find_or_create_parent, is_synthetic, run_tasks,  # noqa: PLC0415
-                                                   stable_key, training_key)
-    from ct_lightning.experiment.lifecycle import link_children  # noqa: PLC0415
-    from ct_lightning.experiment.reproduce import describe_plan  # noqa: PLC0415
     from ct_lightning.experiment.tracking import prepare_store  # noqa: PLC0415
 
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     artifact_location = prepare_store(args.tracking_uri, args.experiment)  # created once, under a file lock
     client = MlflowClient(tracking_uri=args.tracking_uri)
+    command = f"{sys.executable} recipes/compare.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if seeds is None:
+        return run_seed(args, names, reuse_lists, client, artifact_location, command, out_dir)
+    summaries = {}
+    for seed in seeds:  # one seed after another; each is the resumable single-seed reproduction
+        print(f"=== training seed {seed} ({seeds.index(seed) + 1}/{len(seeds)}) ===", flush=True)
+        seed_args = argparse.Namespace(**{**vars(args), "seed": seed})
+        summaries[seed] = run_seed(seed_args, names, reuse_lists, client, artifact_location, command,
+                                   out_dir / f"s{seed}", quiet=True)
+    return write_seed_outputs(summaries, args, names, client, artifact_location, command, out_dir)
+
+
+def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_location, command: str, out_dir: Path,
+             quiet: bool = False) -> dict:
+    """Train or reuse, evaluate and compare every model of one training seed (``args.seed``); returns the summary."""
+    from ct_lightning.evaluation.plots import plot_robust_accuracy_panels  # noqa: PLC0415
+    from ct_lightning.experiment.lifecycle import link_children  # noqa: PLC0415
+    from ct_lightning.experiment.reproduce import (describe_plan, find_or_create_parent, is_synthetic,  # noqa: PLC0415
+                                                   run_tasks, stable_key, training_key)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
     tasks = build_tasks(names, reuse_lists, args, None)
     reproduction_key = stable_key({"tasks": [(t.label, training_key(t.resolved_config()), t.eval_key())
                                              for t in tasks], "n_boot": args.n_boot,
@@ -252,7 +299,6 @@ def main(argv: list[str] | None = None) -> dict:
                                    f"compare {','.join(names)}")
     for task in tasks:  # the same tasks, now children of the parent run (their configuration is resolved once)
         task.parent_run_id = parent
-    command = f"{sys.executable} recipes/compare.py " + " ".join(shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
     client.log_param(parent, "data", ",".join(names))
     for key in ("max_epochs", "seed", "protocol", "n_boot", "confidence"):
         client.log_param(parent, key, getattr(args, key))
@@ -298,6 +344,10 @@ def main(argv: list[str] | None = None) -> dict:
         status = "FINISHED"
     finally:
         client.set_terminated(parent, status)
+    summary["reproduction_key"] = reproduction_key
+    if quiet:
+        print(f"seed {args.seed}: table in {out_dir / 'table.md'} (MLflow parent run {parent})", flush=True)
+        return summary
     print(summary["table_markdown"])
     print("IP/IP*: all features mutable; Cost: protected features immutable in training and evaluation.")
     if summary["statistic"] == "runs":
@@ -307,6 +357,86 @@ def main(argv: list[str] | None = None) -> dict:
         print("± bootstrap standard error; * 99% bootstrap interval of the difference in means excludes zero;")
     print("† fewer than 30 valid counterfactuals on one side (n BL/CT): not a reliable comparison.")
     print(f"MLflow parent run: {parent}; outputs in {out_dir}")
+    return summary
+
+
+def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], client, artifact_location,
+                       command: str, out_dir: Path) -> dict:
+    """Aggregate the per-seed tables; write table.md, table.csv, summary.json and paper_comparison.md to
+    ``out_dir`` and log them to a parent run whose children are the per-seed parent runs."""
+    import csv  # noqa: PLC0415
+
+    from ct_lightning.evaluation.paper import PUBLISHED  # noqa: PLC0415
+    from ct_lightning.evaluation.seeds import (ROBUST_SHARE, aggregate_rows, aggregate_table,  # noqa: PLC0415
+                                               beside_published_table, flat_aggregates, per_seed_table,
+                                               robust_counts)
+    from ct_lightning.experiment.reproduce import find_or_create_parent, stable_key  # noqa: PLC0415
+    from ct_lightning.experiment.tracking import atomic_file, write_json_atomic, write_text_atomic  # noqa: PLC0415
+
+    seeds = sorted(summaries)
+    key = stable_key({"seeds": {str(s): summaries[s]["reproduction_key"] for s in seeds}})
+    parent = find_or_create_parent(client, args.experiment, artifact_location, key,
+                                   f"compare {','.join(names)} seeds {','.join(map(str, seeds))}")
+    for seed in seeds:
+        client.set_tag(summaries[seed]["parent_run_id"], "mlflow.parentRunId", parent)
+    client.log_param(parent, "seeds", ",".join(map(str, seeds)))
+    client.log_param(parent, "data", ",".join(names))
+    client.log_param(parent, "protocol", args.protocol)
+    rows_by_seed = {s: summaries[s]["rows"] for s in seeds}
+    aggregates = aggregate_rows(rows_by_seed, args.confidence)
+    need = f"{math.ceil(ROBUST_SHARE * len(seeds) - 1e-9)} of {len(seeds)}"
+    table = ("## Table 1 over training seeds " + ", ".join(map(str, seeds)) + "\n\n" + aggregate_table(aggregates)
+             + f"\nmean ± SD over seeds of the per-seed reductions [min, max], k*/n: seeds with a star (the "
+               f"per-seed 99% interval of per-run differences excludes 0); p: two-sided one-sample t-test of "
+               f"the per-seed reductions against 0.\n\n## Every seed\n\n" + per_seed_table(rows_by_seed))
+    comparison = []
+    for published, (title, _, source) in PUBLISHED.items():
+        listed = {kind: ", ".join(f"{v} {k}" for k, v in sorted(robust_counts(aggregates, published, kind).items(),
+                                                               key=lambda kv: -kv[1]))
+                  for kind in ("robust", "t_verdict")}
+        comparison.append(f"## Beside the {title}\n\nSource: {source}.\n\n"
+                          + beside_published_table(aggregates, published)
+                          + f"\nk*/n: seeds with a star; p: t-test of the per-seed reductions against 0; "
+                            f"sign/sig/both: in how many seeds our cell has the published sign, significance, "
+                            f"and both; robust verdict: the per-seed verdict of at least {need} seeds, else "
+                            f"seed-dependent; t-test verdict: the verdict of the mean over seeds, significant when "
+                            f"p < {1 - args.confidence:.2g}.\n\nRobust verdicts: {listed['robust']}. "
+                            f"t-test verdicts: {listed['t_verdict']}.\n")
+    for metric in ("ip", "ip_star", "cost"):
+        for row in aggregates:
+            cell = row[metric]
+            if cell["n_seeds"]:
+                client.log_metric(parent, f"{row['data']}/{metric}_mean", float(cell["mean"]))
+                if cell["n_seeds"] > 1:
+                    client.log_metric(parent, f"{row['data']}/{metric}_sd", float(cell["sd"]))
+    summary = {"parent_run_id": parent, "tracking_uri": args.tracking_uri, "command": command, "seeds": seeds,
+               "protocol": args.protocol, "confidence": args.confidence, "robust_share": ROBUST_SHARE,
+               "aggregate": aggregates,
+               "robust_counts": {k: robust_counts(aggregates, k) for k in PUBLISHED},
+               "t_verdict_counts": {k: robust_counts(aggregates, k, "t_verdict") for k in PUBLISHED},
+               "per_seed": {str(s): {"parent_run_id": summaries[s]["parent_run_id"],
+                                     "out_dir": str(out_dir / f"s{s}"),
+                                     "rows": [{k: v for k, v in row.items() if k not in ("robust_curves", "details", "protocol")}
+                                              for row in summaries[s]["rows"]]} for s in seeds},
+               "table_markdown": table}
+    write_text_atomic(out_dir / "table.md", table)
+    write_text_atomic(out_dir / "paper_comparison.md", "\n".join(comparison))
+    flat = flat_aggregates(aggregates)
+    columns: list[str] = []
+    for entry in flat:
+        columns += [k for k in entry if k not in columns]
+    with atomic_file(out_dir / "table.csv") as temporary, open(temporary, "w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=columns)
+        writer.writeheader()
+        writer.writerows(flat)
+    summary_path = Path(args.summary_json or out_dir / "summary.json")
+    write_json_atomic(summary_path, summary)
+    for path in (out_dir / "table.md", out_dir / "paper_comparison.md", out_dir / "table.csv", summary_path):
+        client.log_artifact(parent, str(path))
+    client.set_terminated(parent, "FINISHED")
+    print(table)
+    print("\n".join(comparison))
+    print(f"MLflow parent run: {parent} (per-seed parent runs are its children); outputs in {out_dir}")
     return summary
 
 

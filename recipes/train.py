@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ct_lightning.experiment.cpu_math import apply_cpu_math
 from ct_lightning.experiment.preflight import apply_threads, preflight_training, threads_for
 from ct_lightning.experiment.settings import add_arguments
 from ct_lightning.experiment.tracking import store_location
@@ -51,6 +52,7 @@ def main(argv: list[str] | None = None) -> dict:
         exit_on_error(error, parser)
     args = checked.overrides
     print(f"MLflow store: {store_location(args['tracking_uri'])}", flush=True)
+    print(apply_cpu_math(args.get("cpu_math") or "native"), flush=True)  # before torch is imported
     from ct_lightning.experiment.train import announce, train  # noqa: PLC0415 - heavy: only after the checks
 
     given = checked.given

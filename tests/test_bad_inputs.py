@@ -71,6 +71,9 @@ COMPARE = [
     ("--data circles --out-dir {text}", "--out-dir"), ("--data circles --tracking-uri http://127.0.0.1:5999",
                                                        "--tracking-uri"),
     ("--data circles,moons --bl-run-id a", "--bl-run-id"), ("--data circles --threads x", "--threads"),
+    ("--data circles --seeds 0,x", "--seeds"), ("--data circles --seeds 0,0", "--seeds"),
+    ("--data circles --seeds 0,1 --n-seeds 2", "--n-seeds"), ("--data circles --n-seeds 0", "--n-seeds"),
+    ("--data circles --n-seeds 2 --bl-run-id 0123456789abcdef", "--bl-run-id"),
 ]
 if not HAS_GPU:
     EVALUATE.append(("--checkpoint {other_ckpt} --accelerator gpu", "--accelerator"))

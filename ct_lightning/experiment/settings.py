@@ -250,6 +250,10 @@ TABLE: tuple[Setting, ...] = (
     Setting("threads", None, "torch intra-op threads: default 1 for the paper's small MLPs (more threads only "
             "fight other processes), torch's own choice for --model cnn or a GPU; 0 = torch's default",
             int, MODEL, low=0, metavar="N", defines=False, on_resume=True),
+    Setting("cpu_math", "native", "native: the CPU's fastest kernels (results differ in the last bits between "
+            "CPUs, e.g. AVX-512 and AVX2, Intel and AMD, and training amplifies that); portable: the same arithmetic "
+            "on any x86 CPU (ATEN_CPU_CAPABILITY=default, MKL_CBWR=COMPATIBLE, set before torch starts) "
+            "(default {DFLT})", group=MODEL, choices=("native", "portable")),
     Setting("epoch_loop", "auto", "fused: run each epoch's optimisation steps inside one Lightning step (same "
             "results, without Lightning's per-step hooks; one process only); lightning: one Lightning step per "
             "batch; auto: fused where it applies (default {DFLT})", group=MODEL, choices=EPOCH_LOOPS,

@@ -31,6 +31,7 @@ from ct_lightning.experiment.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS
 from ct_lightning.experiment.tracking import (ensure_experiment, local_store_dir, prepare_store, run_url, ui_command,
                                               write_json_atomic)
 from ct_lightning.epoch_block import EpochBlockLoader, can_fuse
+from ct_lightning.experiment.cpu_math import check_cpu_math, cpu_math_state
 from ct_lightning.generators.compiled_step import set_expected_searches, set_search_compile
 from ct_lightning.module import CTModule
 
@@ -146,6 +147,7 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     overrides = preflight_training(overrides).overrides  # every check before anything is created
     keep_freed_memory()  # the search's pool-sized tensors are reused instead of page-faulted in at every step
     config, run_id, resume_from, weights = _prepare(overrides, echo)
+    check_cpu_math(config.get("cpu_math", "native"))  # portable must have been chosen before torch started
     set_search_compile(config["search_compile"])
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = build_datamodule(config)
@@ -169,7 +171,8 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
                              lambda *a, **k: None)
     experiment_id = ensure_experiment(client, config["experiment"], artifact_location)
     if run_id is None:
-        run_id, run_name = create_run(client, experiment_id, config, tags)
+        run_id, run_name = create_run(client, experiment_id, config,
+                                      {**(tags or {}), **{f"ct.{k}": v for k, v in cpu_math_state().items()}})
     else:
         run = client.get_run(run_id)
         run_name = run.info.run_name
