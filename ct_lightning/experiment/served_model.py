@@ -25,6 +25,9 @@ from ct_lightning.evaluation.explanation import explain
 
 PREDICTOR_NAME = "predictor"
 SEARCH_KEYS = ("generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "lr")
+# The model's signature is explicit (predictor_signature: named, typed raw columns), so MLflow's advice to add
+# type hints to predict (printed at import time) does not apply.
+warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method.*")
 
 
 class RawRowsClassifier(mlflow.pyfunc.PythonModel):
