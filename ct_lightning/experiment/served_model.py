@@ -25,9 +25,6 @@ from ct_lightning.evaluation.explanation import explain
 
 PREDICTOR_NAME = "predictor"
 SEARCH_KEYS = ("generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "lr")
-# The model's signature is explicit (predictor_signature: named, typed raw columns), so MLflow's advice to add
-# type hints to predict (printed at import time) does not apply.
-warnings.filterwarnings("ignore", message=".*Add type hints to the `predict` method.*")
 
 
 class RawRowsClassifier(mlflow.pyfunc.PythonModel):
@@ -43,7 +40,7 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
         self.codec = codec  # the fitted preprocessing itself, pickled with the model
         self.search = {k: v for k, v in search.items() if k in SEARCH_KEYS}
 
-    def predict(self, context, model_input, params=None):  # noqa: D102 - documented on the class
+    def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:  # noqa: D102 - documented on the class
         codec = self.codec
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
         params = dict(params or {})
