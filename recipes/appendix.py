@@ -26,8 +26,7 @@ def build_parser() -> argparse.ArgumentParser:
     from ct_lightning.experiment.grids import available_grids
 
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--grid", type=Rule(choices=available_grids()).argtype(),
-                        help=f"grid to run: {', '.join(available_grids())}")
+    parser.add_argument("--grid", help=f"grid to run: {', '.join(available_grids())}, or a grid YAML file")
     parser.add_argument("--data", default=None, help="comma-separated data sets (default: the grid's)")
     parser.add_argument("--jobs", type=Rule("int", low=1).argtype(), default=1, help="worker processes (default 1)")
     parser.add_argument("--tracking-uri", default="sqlite:///outputs/appendix/mlflow.db",
@@ -50,18 +49,22 @@ def main(argv: list[str] | None = None) -> dict:
     """Run (or resume) one grid, or write the report."""
     from ct_lightning.experiment.grids import load_grid, run_grid
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
     if args.report:
         from ct_lightning.experiment.appendix_report import write_report
 
         return write_report(Path(args.out_dir), Path(args.docs_dir))
     if not args.grid:
-        sys.exit("error: --grid: give a grid to run, or --report")
-    grid = load_grid(args.grid)
+        parser.error("--grid: give a grid to run, or --report")
+    try:
+        grid = load_grid(args.grid)
+    except ValueError as error:
+        parser.error(f"--{error}")
     datasets = grid.data if not args.data else [d.strip() for d in args.data.split(",") if d.strip()]
     unknown = [d for d in datasets if d not in grid.data]
     if unknown:
-        sys.exit(f"error: --data: {', '.join(unknown)} not in grid {grid.name}; allowed: {', '.join(grid.data)}")
+        parser.error(f"--data: {', '.join(unknown)} not in grid {grid.name}; allowed: {', '.join(grid.data)}")
     extra = {"max_epochs": args.max_epochs} if args.max_epochs else None
     suffix = "" if datasets == grid.data else "-" + "-".join(datasets)
     results = run_grid(grid, datasets, args.tracking_uri, Path(args.out_dir) / f"{grid.name}{suffix}.json",
