@@ -312,8 +312,9 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
         if outcome.result["trained"] or outcome.result["evaluated"] or len(outcomes) == len(models):
             write()
 
-    # Longest first: 100-epoch, nce-1000 CT trainings before the vanilla ones.
-    order = sorted(models.values(), key=lambda j: (j.overrides.get("objective") == "vanilla",
+    # One data set after the other (a partial run still gives whole data sets), its BL first (every
+    # % change needs it), then the longest trainings first.
+    order = sorted(models.values(), key=lambda j: (datasets.index(j.data), j.overrides.get("objective") != "vanilla",
                                                     -j.overrides.get("max_epochs", 100),
                                                     -j.overrides.get("nce", 0)))
     status = "FAILED"
