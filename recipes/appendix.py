@@ -23,10 +23,9 @@ from ct_lightning.experiment.validation import Rule
 
 def build_parser() -> argparse.ArgumentParser:
     """The grid, data sets, store and size options."""
-    from ct_lightning.experiment.grids import available_grids
-
+    grids = sorted(p.stem for p in (Path(__file__).resolve().parents[1] / "configs" / "grids").glob("*.yaml"))
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--grid", help=f"grid to run: {', '.join(available_grids())}, or a grid YAML file")
+    parser.add_argument("--grid", help=f"grid to run: {', '.join(grids)}, or a grid YAML file")
     parser.add_argument("--data", default=None, help="comma-separated data sets (default: the grid's)")
     parser.add_argument("--jobs", type=Rule("int", low=1).argtype(), default=1, help="worker processes (default 1)")
     parser.add_argument("--tracking-uri", default="sqlite:///outputs/appendix/mlflow.db",

@@ -13,6 +13,7 @@ of an interrupted grid does only what is missing. One MLflow parent run per grid
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import tempfile
@@ -22,8 +23,6 @@ from pathlib import Path
 
 import yaml
 
-from ct_lightning.experiment.reproduce import CONFIG_KEY_TAG, find_finished_training, stable_key, training_key
-from ct_lightning.experiment.sweep import combinations
 
 GRID_DIR = Path(__file__).resolve().parents[2] / "configs" / "grids"
 
@@ -54,7 +53,8 @@ class Grid:
 
     def points(self) -> list[dict]:
         """Every combination of the space (one per training-phase setting)."""
-        return combinations(self.space, "grid")
+        names = list(self.space)
+        return [dict(zip(names, values)) for values in itertools.product(*(self.space[n] for n in names))]
 
 
 def available_grids() -> list[str]:
@@ -104,11 +104,14 @@ class ModelJob:
                 "progress": False}
 
     def key(self) -> str:
+        from ct_lightning.experiment.reproduce import training_key
         from ct_lightning.experiment.settings import resolve_config
 
         return training_key(resolve_config(self.training_overrides()))
 
     def eval_key(self) -> str:
+        from ct_lightning.experiment.reproduce import stable_key
+
         return stable_key({"kind": EVAL_KIND, "protocol": self.protocol, "split": "train"})
 
 
@@ -219,6 +222,7 @@ def run_job(job: ModelJob) -> dict:
     import torch
     from mlflow.tracking import MlflowClient
 
+    from ct_lightning.experiment.reproduce import CONFIG_KEY_TAG, find_finished_training
     from ct_lightning.experiment.train import train
 
     torch.set_num_threads(max(1, job.threads))
@@ -266,6 +270,7 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
     from mlflow.tracking import MlflowClient
 
     from ct_lightning.experiment.executor import LocalExecutor
+    from ct_lightning.experiment.reproduce import stable_key
     from ct_lightning.experiment.tracking import ensure_experiment, prepare_store, write_json_atomic
 
     if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).is_absolute():
