@@ -200,6 +200,81 @@ def grid_section(stem: str, results: dict, paper: dict | None, docs_dir: Path, r
     return lines, evidence
 
 
+def _median_of(evidence: dict, stem_prefix: str, metric: str, param: str) -> dict:
+    """``{data: {value: median}}`` of one setting over the grids whose name starts with ``stem_prefix``."""
+    out = {}
+    for stem, grid in evidence.items():
+        if stem.startswith(stem_prefix) and param in grid.get(metric, {}):
+            for data, values in grid[metric][param].items():
+                out[data] = {v: m for v, (m, _) in values.items()}
+    return out
+
+
+def findings(evidence: dict) -> list[str]:
+    """App. D.1.2's findings, each with the numbers that decide it (lower % change in IP = better)."""
+    lines = ["| finding (App. D.1.2) | evidence from our runs | verdict |", "|---|---|---|"]
+    # 1. REVISE gives the worst outcomes (largest, i.e. least negative, % change in IP).
+    cells, worst, total = [], 0, 0
+    for stem in ("note3", "note5", "note7"):
+        for data, values in _median_of(evidence, stem, "ip", "generator").items():
+            if len(values) < 3:
+                continue
+            total += 1
+            is_worst = max(values, key=values.get) == "revise"
+            worst += is_worst
+            cells.append(f"{stem}/{data}: " + ", ".join(f"{g} {m:+.1f}%" for g, m in values.items()))
+    verdict = "not tested (no grid with the three generators finished)" if not total else (
+        f"{'supported' if worst == total else 'partly supported' if worst else 'not supported'}: "
+        f"REVISE worst in {worst} of {total}")
+    lines.append(f"| REVISE gives the worst outcomes | median % change in IP by generator: {'; '.join(cells) or '–'} "
+                 f"| {verdict} |")
+    # 2. λ_reg is key; too little of it hurts Circles.
+    reg = _median_of(evidence, "note5", "ip", "lambda_reg")
+    if reg:
+        cells = [f"{d}: " + ", ".join(f"{v} {m:+.1f}%" for v, m in values.items()) for d, values in reg.items()]
+        circles = reg.get("circles", {})
+        low = [m for v, m in circles.items() if float(v) <= 0.01]
+        high = [m for v, m in circles.items() if float(v) >= 0.1]
+        hurt = bool(low and high and min(low) > max(high))
+        verdict = f"Circles: λ_reg ≤ 0.01 {'worse' if hurt else 'not worse'} than ≥ 0.1"
+    else:
+        cells, verdict = [], "not tested (note5 did not run)"
+    lines.append(f"| λ_reg is the key penalty; too little hurts Circles | median % change in IP by λ_reg: "
+                 f"{'; '.join(cells) or '–'} | {verdict} |")
+    # 3. More counterfactuals per epoch and more epochs help.
+    for param, small, large in (("nce", 100, 1000), ("max_epochs", 50, 100)):
+        values = _median_of(evidence, "note7", "ip", param)
+        cells, better = [], 0
+        for data, medians in values.items():
+            a, b = medians.get(str(small), medians.get(small)), medians.get(str(large), medians.get(large))
+            if a is None or b is None:
+                continue
+            better += b < a
+            cells.append(f"{data}: {small} {a:+.1f}% vs {large} {b:+.1f}%")
+        verdict = "not tested (note7 did not run)" if not cells else (
+            f"{'supported' if better == len(cells) else 'partly supported' if better else 'not supported'}: "
+            f"better in {better} of {len(cells)} data sets")
+        lines.append(f"| more {param} helps | median % change in IP: {'; '.join(cells)} | {verdict} |")
+    # 4. Accuracy drops by at most about one point.
+    drops = []
+    for stem, grid in evidence.items():
+        table = grid.get("table", {})
+        for key, cell in table.items():
+            data, objective = key.split("/")
+            if objective == "full" and f"{data}/vanilla" in table:
+                drops.append((table[f"{data}/vanilla"]["accuracy"][0] - cell["accuracy"][0], stem, data))
+    if drops:
+        worst_drop = max(drops)
+        cells = [f"{s}/{d}: {100 * x:+.2f} pt" for x, s, d in sorted(drops, reverse=True)]
+        verdict = (f"{'supported' if worst_drop[0] <= 0.015 else 'not supported'}: largest drop "
+                   f"{100 * worst_drop[0]:.2f} points ({worst_drop[1]}/{worst_drop[2]})")
+    else:
+        cells, verdict = [], "not tested"
+    lines.append(f"| test accuracy drops by at most ~1 point | BL − CT mean test accuracy: {'; '.join(cells)} "
+                 f"| {verdict} |")
+    return lines
+
+
 def write_report(out_dir: Path, docs_dir: Path, doc: Path | None = None) -> dict:
     """Write the figures into ``docs_dir`` and the generated section of ``doc`` (default docs/appendix.md)."""
     from ct_lightning.experiment.grids import load_grid
@@ -215,6 +290,9 @@ def write_report(out_dir: Path, docs_dir: Path, doc: Path | None = None) -> dict
             paper = None
         section, evidence[stem] = grid_section(stem, results, paper, docs_dir, rel)
         lines += section
+    lines += ["### App. D.1.2's findings against our runs", "",
+              "Generated from the finished points only; a grid that did not run says so.", ""]
+    lines += findings(evidence) + [""]
     lines.append(END)
     write_json_atomic(docs_dir / "evidence.json", evidence)
     text = doc.read_text() if doc.exists() else f"# Appendix D/E\n\n{BEGIN}\n{END}\n"
