@@ -159,3 +159,20 @@ def test_tiny_grid_end_to_end_resumes_and_shares_bl(tmp_path, monkeypatch):
     assert "| moons | full |" in text and "| moons | vanilla |" in text
     assert (tmp_path / "docs" / "appendix" / "tiny_ip.png").exists()
     assert set(evidence["tiny"]["ip"]["generator"]["moons"]) == {"ecco", "generic"}
+
+
+def test_percent_change_from_the_matching_baseline():
+    from ct_lightning.experiment.appendix_report import medians_by, percent_changes
+
+    def row(objective, generator, ips):
+        groups = [{"run": r, "lambda_energy": 1.0, "ip": ip, "cost": 1.0, "validity": 1.0} for r, ip in enumerate(ips)]
+        return {"data": "moons", "params": {"generator": generator, "objective": objective},
+                "evaluation": {"groups": groups, "accuracy": 1.0, "f1": 1.0}}
+
+    rows = [row("vanilla", "ecco", [2.0, 4.0]), row("vanilla", "generic", [2.0, 4.0]),
+            row("full", "ecco", [1.0, 5.0]), row("full", "generic", [3.0, None])]
+    changes = percent_changes(rows, "ip")
+    # ecco: (1-2)/2 = -50 %, (5-4)/4 = +25 %; generic: (3-2)/2 = +50 %, the invalid group is skipped
+    assert sorted(c["change"] for c in changes) == pytest.approx([-50.0, 25.0, 50.0])
+    medians = medians_by(changes, "generator")["moons"]
+    assert medians["ecco"] == (pytest.approx(-12.5), 2) and medians["generic"] == (pytest.approx(50.0), 1)
