@@ -24,6 +24,14 @@ BEGIN, END = "<!-- BEGIN GENERATED (recipes/appendix.py --report) -->", "<!-- EN
 METRICS = ("ip", "cost")
 
 
+def _order(value):
+    """Numbers in numeric order, then text."""
+    try:
+        return (0, float(value), "")
+    except (TypeError, ValueError):
+        return (1, 0.0, str(value))
+
+
 def load_results(out_dir: Path) -> dict[str, dict]:
     """Results by file stem (``note7``, ``note9-moons``, ...)."""
     found = {p.stem: json.loads(p.read_text()) for p in sorted(Path(out_dir).glob("*.json"))}
@@ -84,7 +92,7 @@ def medians_by(changes: list[dict], param: str) -> dict:
     grouped = defaultdict(lambda: defaultdict(list))
     for c in changes:
         grouped[c["data"]][c["params"][param]].append(c["change"])
-    return {d: {v: (float(np.median(x)), len(x)) for v, x in sorted(g.items(), key=lambda kv: str(kv[0]))}
+    return {d: {v: (float(np.median(x)), len(x)) for v, x in sorted(g.items(), key=lambda kv: _order(kv[0]))}
             for d, g in grouped.items()}
 
 
@@ -103,7 +111,7 @@ def plot_changes(changes: list[dict], params: list[str], path: Path, title: str)
     for i, data in enumerate(datasets):
         subset = [c for c in changes if c["data"] == data]
         for j, param in enumerate(params):
-            values = sorted({c["params"][param] for c in subset}, key=str)
+            values = sorted({c["params"][param] for c in subset}, key=_order)
             ax = axes[i][j]
             ax.boxplot([[c["change"] for c in subset if c["params"][param] == v] for v in values],
                        showfliers=False)
