@@ -283,6 +283,29 @@ def findings(evidence: dict) -> list[str]:
     return lines
 
 
+def compact(results: dict) -> dict:
+    """A small copy of a grid's results for the repository: per model its accuracy, F1, mean IP/cost per
+    ``λ_egy`` over the runs, and the share of mature counterfactuals per epoch (3 decimals)."""
+    def mean(values):
+        values = [v for v in values if v is not None and math.isfinite(v)]
+        return round(float(np.mean(values)), 4) if values else None
+
+    models = {}
+    for key, model in results["models"].items():
+        evaluation = model.get("evaluation") or {}
+        per_lambda = defaultdict(lambda: {"ip": [], "cost": []})
+        for group in evaluation.get("groups", []):
+            for metric in METRICS:
+                per_lambda[group["lambda_energy"]][metric].append(group[metric])
+        models[key] = {"data": model["data"], "overrides": model["overrides"], "run_id": model["run_id"],
+                       "accuracy": evaluation.get("accuracy"), "f1": evaluation.get("f1"),
+                       "per_lambda": {f"{lam:g}": {m: mean(v) for m, v in d.items()} for lam, d in per_lambda.items()},
+                       "mature": [round(v, 3) for v in evaluation.get("mature", [])],
+                       "seconds": round(model.get("seconds", 0.0), 1)}
+    return {k: results[k] for k in ("grid", "title", "data", "space", "n_points", "n_models", "parent_run_id",
+                                    "points", "failures")} | {"models": models}
+
+
 def write_report(out_dir: Path, docs_dir: Path, doc: Path | None = None) -> dict:
     """Write the figures into ``docs_dir`` and the generated section of ``doc`` (default docs/appendix.md)."""
     from ct_lightning.experiment.grids import load_grid
@@ -297,6 +320,7 @@ def write_report(out_dir: Path, docs_dir: Path, doc: Path | None = None) -> dict
         except ValueError:  # a grid from a YAML file elsewhere (tests): no paper values
             paper = None
         section, evidence[stem] = grid_section(stem, results, paper, docs_dir, rel)
+        write_json_atomic(docs_dir / f"{stem}_models.json", compact(results))
         lines += section
     lines += ["### App. D.1.2's findings against our runs", "",
               "Generated from the finished points only; a grid that did not run says so.", ""]
