@@ -22,6 +22,7 @@ import numpy as np
 
 BEGIN, END = "<!-- BEGIN GENERATED (recipes/appendix.py --report) -->", "<!-- END GENERATED -->"
 METRICS = ("ip", "cost")
+TIE = 2.0  # percentage points of median % change within which two settings count as no clear difference
 
 
 def _order(value):
@@ -252,16 +253,18 @@ def findings(evidence: dict) -> list[str]:
     # 3. More counterfactuals per epoch and more epochs help.
     for param, small, large in (("nce", 100, 1000), ("max_epochs", 50, 100)):
         values = _median_of(evidence, "note7", "ip", param)
-        cells, better = [], 0
+        cells, better, worse = [], 0, 0
         for data, medians in values.items():
             a, b = medians.get(str(small), medians.get(small)), medians.get(str(large), medians.get(large))
             if a is None or b is None:
                 continue
-            better += b < a
+            better += b < a - TIE
+            worse += b > a + TIE
             cells.append(f"{data}: {small} {a:+.1f}% vs {large} {b:+.1f}%")
         verdict = "not tested (note7 did not run)" if not cells else (
             f"{'supported' if better == len(cells) else 'partly supported' if better else 'not supported'}: "
-            f"better in {better} of {len(cells)} data sets")
+            f"better in {better}, worse in {worse}, within ±{TIE:g} points in {len(cells) - better - worse} "
+            f"of {len(cells)} data sets")
         lines.append(f"| more {param} helps | median % change in IP: {'; '.join(cells)} | {verdict} |")
     # 4. Accuracy drops by at most about one point.
     drops = []
