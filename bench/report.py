@@ -700,8 +700,10 @@ compare seeded CT runs on circles and Adult before and after the latest changes)
   step, the projection and the next points' ℓ∞ distances are one function that `torch.compile(dynamic=True)`
   fuses into one kernel; the distances it returns serve the next step's ε-ball test unless the packed loop
   repacked the rows in between. One pass over the pool instead of about ten: the *compile* table of section 1
-  shows the gain and where it starts. `auto` compiles pools of at least 250 000 values (rows × features); a
-  compiler failure warns once and falls back to the same function run eagerly. `tests/test_compiled_step.py`
+  shows the gain and where it starts. `auto` compiles pools of at least 250 000 values (rows × features) on the
+  CPU; on a GPU only where the run's expected searches (`train()`: one per epoch, or per step with `pool=step`)
+  save more than the compilation costs (issue 27's H100: 10.6 s against 12 ms saved per MNIST search, so not
+  for the paper's 100 epochs; `compile_pays`). A compiler failure warns once and falls back to the same function run eagerly. `tests/test_compiled_step.py`
   checks the formula by hand, the compiled search against the eager one and the autograd reference (circles,
   Adult- and MNIST-shaped, packed and masked, with constraints) and a CT run with and without it.
 * **Loss terms and accuracy reduced once per epoch** (`CTModule._accumulate`, `_sum_steps`,

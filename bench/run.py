@@ -4,12 +4,17 @@
     python bench/run.py --quick              # smoke run (< 1 min): circles only, small sizes
     python bench/run.py --data circles,adult,mnist --pool-sizes 100,1000,10000 --repeats 5 --epochs 4 \\
         --out docs/performance.md --json bench/results.json
+    python bench/run.py --accelerator gpu    # the accelerator section only (every data set, vanilla and CT,
+                                             # compile on/off, TF32 on/off; --quick: circles, adult, mnist)
 
 Sections (``--sections``): ``search`` (batched ECCo search vs a per-instance loop vs bare
 forward+backward passes), ``overhead`` (CT epoch vs vanilla epoch with the paper's defaults, and
 where a CT epoch spends its time), ``memory`` (peak RSS of a CT epoch per data set, one fresh
 process each) and ``scaling`` (time and memory against ``nce`` and the number of features).
 Data sets that are not registered (or whose raw files are missing) are skipped with a message.
+
+With ``--accelerator gpu`` (or ``cuda``) it runs ``bench/gpu_section.py`` instead and writes only the accelerator
+section of the report (between its markers; the CPU sections stay) and ``bench/gpu_results.json``.
 """
 
 from __future__ import annotations
@@ -86,6 +91,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         "hidden": "32" if quick else "32,256,1024",
         "reference_epochs": 3 if quick else 4, "reference_repeats": 1 if quick else 2,
     }
+    args.given = {key for key in defaults if getattr(args, key) is not None}  # set on the command line
     for key, value in defaults.items():
         if getattr(args, key) is None:
             setattr(args, key, value)
@@ -103,6 +109,9 @@ def parse_args(argv=None) -> argparse.Namespace:
         parser.error("--device: 'cuda' given but no CUDA device is available; allowed here: auto, cpu")
     if args.accelerator not in ("auto", "cpu", "gpu", "cuda"):
         parser.error(f"--accelerator: unknown {args.accelerator!r}; allowed: auto, cpu, gpu, cuda")
+    if args.accelerator in ("gpu", "cuda") and not torch.cuda.is_available():
+        parser.error(f"--accelerator: {args.accelerator!r} given but no CUDA device is available; allowed here: "
+                     "auto, cpu")
     unknown = set(args.sections) - set(SECTIONS)
     if unknown:
         parser.error(f"--sections: unknown {sorted(unknown)}; allowed: {', '.join(SECTIONS)}")
@@ -123,6 +132,8 @@ def main(argv=None) -> dict:
         print(json.dumps([child_main(spec) for spec in json.loads(args.child)]), flush=True)
         return {}
     setup_environment()
+    if args.accelerator in ("gpu", "cuda"):
+        return accelerator_main(args, argv)
     from bench.epoch_bench import quiet, run_children, run_overhead_section
     from bench.search_bench import run_search_section
 
@@ -265,7 +276,48 @@ def main(argv=None) -> dict:
         path = Path(args.out)
         path = path if path.is_absolute() else REPO / path
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(render(results, argv if argv is not None else sys.argv[1:]))
+        from bench.gpu_section import keep_section
+
+        text = render(results, argv if argv is not None else sys.argv[1:])
+        path.write_text(keep_section(path.read_text() if path.exists() else "", text))  # the accelerator's stays
+        log(f"bench: wrote {path}")
+    return results
+
+
+def accelerator_main(args, argv) -> dict:
+    """``--accelerator gpu``: every data set (``--data`` to choose; ``--quick``: circles, adult, mnist), vanilla and
+    CT, compile on/off, TF32 on/off, ``--epochs`` epochs each (default 5); writes the report's accelerator section."""
+    import shlex
+
+    from bench.epoch_bench import quiet
+    from bench.gpu_section import render_section, run_accelerator_section, splice
+    from datamodules import available
+
+    quiet()
+    started = time.perf_counter()
+    names = args.data if "data" in args.given else (["circles", "adult", "mnist"] if args.quick else available())
+    epochs = args.epochs if "epochs" in args.given else (3 if args.quick else 5)
+    results = {"machine": machine_info(pick_device("cuda")), "epochs": epochs, "skipped": {}}
+    datamodules = {}
+    for name in names:
+        try:
+            datamodules[name] = load_datamodule(name)
+        except (LookupError, FileNotFoundError, OSError, RuntimeError) as error:
+            results["skipped"][name] = f"skipped: {error}"
+            log(f"[{name}] skipped: {error}")
+    results["accelerator"] = run_accelerator_section(datamodules, epochs, "gpu", log=log)
+    results["elapsed_s"] = time.perf_counter() - started
+    log(f"bench: accelerator section done in {results['elapsed_s']:.0f} s")
+    json_path = args.json if args.json != "bench/results.json" else "bench/gpu_results.json"
+    if json_path:
+        path = Path(json_path) if Path(json_path).is_absolute() else REPO / json_path
+        path.write_text(json.dumps(results, indent=1, default=_jsonable) + "\n")
+        log(f"bench: wrote {path}")
+    if args.out:
+        path = Path(args.out) if Path(args.out).is_absolute() else REPO / args.out
+        given = argv if argv is not None else sys.argv[1:]
+        command = "python bench/run.py " + " ".join(shlex.quote(a) for a in given)
+        path.write_text(splice(path.read_text() if path.exists() else "", render_section(results, command)))
         log(f"bench: wrote {path}")
     return results
 

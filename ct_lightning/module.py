@@ -114,6 +114,9 @@ class CTModule(L.LightningModule):
         self.model = model
         self.generator = make_generator(generator, lambda_cost, lambda_energy, search_lr, **(generator_options or {}))
         self.ct_active = True  # switched off by the BurnIn callback during burn-in epochs
+        # The fitted preprocessing of the inputs (``TabularCodec.to_dict()``), saved in checkpoints; not a
+        # hyperparameter, so that MLflow's parameters stay the training settings.
+        self.preprocessing: dict | None = None
         self.pool: CounterfactualPool | None = None
         self._data_ready = False
         self._generator_fitted = False
@@ -201,8 +204,11 @@ class CTModule(L.LightningModule):
         state = getattr(self.generator, "state_dict", None)
         if callable(state):
             checkpoint["ct_generator_state"] = state()
+        if self.preprocessing is not None:  # the fitted preprocessing of a user's table travels with the weights
+            checkpoint["ct_preprocessing"] = self.preprocessing
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
+        self.preprocessing = checkpoint.get("ct_preprocessing", self.preprocessing)
         load = getattr(self.generator, "load_state_dict", None)
         if callable(load) and checkpoint.get("ct_generator_state"):
             load(checkpoint["ct_generator_state"])
@@ -364,7 +370,8 @@ class CTModule(L.LightningModule):
             return
         values = torch.stack([torch.stack(terms) for terms, _, _ in steps]).double()  # steps × terms
         sizes = [len(y) for _, _, y in steps]
-        weights = torch.tensor(sizes, dtype=torch.float64, device=values.device)
+        # Built on the host and sent without a blocking copy (one would synchronise with the GPU every 64 steps).
+        weights = torch.tensor(sizes, dtype=torch.float64).to(values.device, non_blocking=True)
         sums, rows = (values * weights[:, None]).sum(0), sum(sizes)
         correct = (torch.cat([logits for _, logits, _ in steps]).argmax(1) == torch.cat([y for _, _, y in steps])).sum()
         if stage in self._epoch_sums:

@@ -13,8 +13,9 @@ from ct_lightning.constraints import BOTH, DECREASE, INCREASE, NONE, Constraints
 from ct_lightning.experiment.settings import validate_config
 from ct_lightning.generators import ECCo, Generic
 from ct_lightning.generators import compiled_step
-from ct_lightning.generators.compiled_step import (AUTO_MIN_VALUES, CompiledStep, constrained_step,
-                                                   set_search_compile, step_for)
+from ct_lightning.generators.compiled_step import (AUTO_MIN_VALUES, GPU_COMPILE_SECONDS, GPU_SAVED_SECONDS_PER_VALUE,
+                                                   CompiledStep, compile_pays, constrained_step,
+                                                   set_expected_searches, set_search_compile, step_for)
 from ct_lightning.generators.search import search_counterfactuals
 
 
@@ -105,6 +106,59 @@ def test_auto_compiles_only_large_pools(compile_mode):
     assert step_for(10 * AUTO_MIN_VALUES) is None
     compile_mode("on")
     assert step_for(1) is not None
+
+
+@pytest.fixture
+def expected_searches():
+    """Set the process-wide expected search count for one test; restore the previous one after it."""
+    previous = compiled_step.expected_searches()
+    yield set_expected_searches
+    set_expected_searches(previous)
+
+
+def test_auto_on_the_cpu_ignores_the_expected_searches(compile_mode, expected_searches):
+    compile_mode("auto")
+    for count in (None, 0, 1, 10**6):
+        expected_searches(count)
+        assert step_for(AUTO_MIN_VALUES - 1, "cpu") is None and step_for(AUTO_MIN_VALUES, "cpu") is not None
+
+
+def test_auto_on_a_gpu_compiles_when_the_expected_searches_save_more_than_a_compilation(compile_mode,
+                                                                                      expected_searches):
+    mnist = 5_000 * 784
+    saved_per_search = mnist * GPU_SAVED_SECONDS_PER_VALUE  # 12 ms, issue 27's H100 measurement
+    assert saved_per_search == pytest.approx(0.012)
+    pays_after = GPU_COMPILE_SECONDS / saved_per_search  # ~883 searches of an MNIST pool
+    assert not compile_pays(mnist, "cuda", 100) and not compile_pays(mnist, "cuda", int(pays_after))
+    assert compile_pays(mnist, "cuda", int(pays_after) + 1) and compile_pays(mnist, "cuda", 5_000)
+    assert not compile_pays(mnist, "cuda", None)  # unknown: a compilation costs as much as ~900 searches save
+    assert not compile_pays(AUTO_MIN_VALUES - 1, "cuda", 10**9)  # below the CPU's threshold too
+    compile_mode("auto")
+    expected_searches(100)  # the paper's 100 epochs, pool=epoch
+    assert step_for(mnist, "cuda") is None and step_for(mnist, "cpu") is not None
+    expected_searches(2_000)
+    assert step_for(mnist, "cuda") is not None
+    compile_mode("on")
+    expected_searches(None)
+    assert step_for(mnist, "cuda") is not None
+    compile_mode("off")
+    expected_searches(10**6)
+    assert step_for(mnist, "cuda") is None
+
+
+def test_expected_searches_count_the_runs_searches():
+    from types import SimpleNamespace
+
+    from ct_lightning.experiment.train import expected_searches as count
+
+    data = SimpleNamespace(train_tensors=(torch.zeros(95, 2), torch.zeros(95)), batch_size=10)
+    base = {"objective": "full", "pool": "epoch", "max_epochs": 7, "limit_train_batches": None}
+    assert count(base, data) == 7
+    assert count({**base, "pool": "step"}, data) == 7 * 10  # ceil(95 / 10) steps per epoch
+    assert count({**base, "pool": "step", "limit_train_batches": 3}, data) == 7 * 3
+    assert count({**base, "objective": "vanilla"}, data) == 0
+    with pytest.raises(ValueError, match="expected searches"):
+        set_expected_searches(-1)
 
 
 def test_an_unknown_mode_is_refused_in_one_line():

@@ -19,17 +19,61 @@ def circles():
     return datamodule
 
 
+class DevicesSeen(L.Callback):
+    """Records, at each training epoch's end, the device types of the parameters, the training data and the pool."""
+
+    def __init__(self):
+        self.devices = []
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.devices.append((next(pl_module.model.parameters()).device.type, pl_module.x_train.device.type,
+                             pl_module.pool.x_neg.device.type))
+
+
 def test_ct_training_runs_on_the_gpu(circles):
     L.seed_everything(0, verbose=False)
     module = CTModule(n_features=2, n_classes=2, objective="full", nce=120, **{"tau": 0.5, "lambda_reg": 0.5})
+    seen = DevicesSeen()
     trainer = L.Trainer(max_epochs=2, accelerator="gpu", devices=1, logger=False, enable_checkpointing=False,
                         enable_progress_bar=False, enable_model_summary=False, limit_train_batches=10,
-                        limit_val_batches=2)
+                        limit_val_batches=2, callbacks=[seen])
     trainer.fit(module, circles)
-    assert next(module.model.parameters()).is_cuda and module.x_train.is_cuda
+    # Lightning moves the module back to the CPU at teardown, so the devices are the ones seen while training.
+    assert seen.devices == [("cuda", "cuda", "cuda")] * 2, seen.devices
     metrics = trainer.callback_metrics
     for key in ("train/loss", "train/div", "train/acc", "val/acc", "train/cf_converged"):
         assert torch.isfinite(torch.as_tensor(metrics[key])), key
+
+
+class NoSyncInSteps(L.Callback):
+    """Turns a host synchronisation into an error while a training step (a fused epoch's block of steps) runs."""
+
+    def on_train_batch_start(self, trainer, pl_module, batch, batch_idx):
+        torch.cuda.set_sync_debug_mode("error")
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx):
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_a_fused_epoch_makes_no_host_sync_between_its_steps(circles):
+    """Issue 27: the optimisation steps of a fused CT epoch run without waiting for the GPU (the pool's search,
+    at the epoch's start, and the epoch-end logging may synchronise; 120 steps include the per-64-step sums)."""
+    from ct_lightning.epoch_block import EpochBlockLoader
+
+    L.seed_everything(0, verbose=False)
+    module = CTModule(n_features=2, n_classes=2, objective="full", nce=120, tau=0.5, lambda_reg=0.5)
+    module.fuse_epochs(True)
+    make_loader = circles.train_dataloader
+    circles.train_dataloader = lambda: EpochBlockLoader(make_loader())
+    trainer = L.Trainer(max_epochs=2, accelerator="gpu", devices=1, logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False, limit_val_batches=0,
+                        callbacks=[NoSyncInSteps()])
+    try:
+        trainer.fit(module, circles)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+        circles.train_dataloader = make_loader
+    assert trainer.num_training_batches == 1 and torch.isfinite(torch.as_tensor(trainer.callback_metrics["train/loss"]))
 
 
 def test_search_on_the_gpu_matches_the_cpu_search(circles):

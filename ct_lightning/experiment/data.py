@@ -5,12 +5,18 @@ from __future__ import annotations
 import inspect
 
 from ct_lightning.constraints import mutability_pairs, parse_mutability
-from datamodules import get_datamodule_class
+from ct_lightning.experiment.settings import data_class, is_table_file
 
 
 def build_datamodule(config: dict):
-    """Instantiate and set up the configured data module."""
-    cls = get_datamodule_class(config["data"])
+    """Instantiate and set up the configured data module: a registered data set, a table file
+    (``--data PATH --target COLUMN``) or a ``package.module:Class``."""
+    cls = data_class(config["data"])
+    if is_table_file(config["data"]):
+        datamodule = cls(config["data"], config.get("target"), config.get("data_spec"), config.get("impute") or "none",
+                         batch_size=config["batch_size"], seed=config["seed"])
+        datamodule.setup("fit")
+        return datamodule
     kwargs = {"batch_size": config["batch_size"], "seed": config["seed"]}
     if config.get("data_dir") and "data_dir" in inspect.signature(cls.__init__).parameters:
         kwargs["data_dir"] = config["data_dir"]
@@ -24,6 +30,8 @@ def build_datamodule(config: dict):
 def mutability_spec(config: dict, datamodule) -> dict[str, str]:
     """Merge ``mutability``, ``immutable`` and ``protect`` into one ``{feature: kind}`` mapping, validated."""
     spec = mutability_pairs(str(config["mutability"] or ""))
+    own = getattr(getattr(datamodule, "codec", None), "mutability", dict)()  # a table's data spec, by column
+    spec = {**own, **spec}
     features = list(config["immutable"]) + (list(datamodule.protected) if config["protect"] else [])
     spec.update({feature: "none" for feature in features})
     parse_mutability(spec, datamodule.n_features, datamodule.feature_names, argument="mutability/immutable")

@@ -13,12 +13,8 @@ import shlex
 import sys
 from pathlib import Path
 
-# Where one run writes and how it is shown: never part of the logged configuration that a repeat reuses.
-RUN_ONLY_KEYS = frozenset({"checkpoint_dir", "summary_json", "run_name", "resume", "config", "overwrite", "progress"})
-# What may be given together with --resume: where output goes, how it runs, and --max-epochs (to extend the run).
-RESUME_OPTIONS = frozenset({"resume", "tracking_uri", "experiment", "summary_json", "overwrite", "progress",
-                            "max_epochs", "accelerator", "data_dir", "threads", "devices", "strategy",
-                            "epoch_loop", "search_compile"})
+from ct_lightning.experiment.settings import RESUME_OPTIONS, RUN_ONLY_KEYS  # noqa: F401 - the roles live in the rows
+
 CHECKPOINT_DIR_TAG = "ct.checkpoint_dir"
 ERROR_TAG = "error"
 
@@ -38,9 +34,14 @@ def library_version() -> str:
         return "unknown"
 
 
+def data_label(data: str) -> str:
+    """How a run names its data: the data set's name, or a table file's stem (``loans`` for ``/x/loans.csv``)."""
+    return Path(data).stem if Path(str(data)).suffix.lower() in (".csv", ".parquet", ".pq") else str(data)
+
+
 def run_tags(config: dict, extra: dict | None = None) -> dict[str, str]:
     """Tags to filter and group runs by in the UI: data, objective, generator, library version (+ ``extra``)."""
-    tags = {"data": config["data"], "objective": config["objective"], "generator": config["generator"],
+    tags = {"data": data_label(config["data"]), "objective": config["objective"], "generator": config["generator"],
             "seed": str(config["seed"]), "ct_lightning.version": library_version()}
     tags.update({k: str(v) for k, v in (extra or {}).items()})
     return tags
@@ -48,7 +49,7 @@ def run_tags(config: dict, extra: dict | None = None) -> dict[str, str]:
 
 def default_run_name(config: dict, role: str | None = None) -> str:
     """A descriptive run name without the short id: ``data-objective-generator-sSEED[-role]``."""
-    parts = [config["data"], config["objective"], config["generator"], f"s{config['seed']}"]
+    parts = [data_label(config["data"]), config["objective"], config["generator"], f"s{config['seed']}"]
     return "-".join(parts + ([role] if role else []))
 
 

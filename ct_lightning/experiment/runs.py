@@ -11,7 +11,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from ct_lightning.metrics.names import logged_values
-from ct_lightning.experiment.settings import resolve_config
+from ct_lightning.experiment.settings import data_class, resolve_config
 from ct_lightning.experiment.data import build_datamodule
 from ct_lightning.module import CTModule
 from datamodules import get_datamodule_class
@@ -82,7 +82,7 @@ def build_data(config: dict):
     """The data module of a training configuration, set up."""
     needed = {"batch_size": None, "seed": 0, "data_dir": None, **config}
     if needed["batch_size"] is None:
-        needed["batch_size"] = get_datamodule_class(needed["data"]).default_batch_size
+        needed["batch_size"] = data_class(needed["data"]).default_batch_size
     return build_datamodule(needed)
 
 

@@ -19,19 +19,22 @@ from ct_lightning.experiment.allocator import keep_freed_memory
 from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
 from ct_lightning.experiment.data import build_datamodule, mutability_spec
 from ct_lightning.experiment.preflight import preflight_training
-from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, RESUME_OPTIONS, check_outputs,
+from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, check_outputs,
                                               completed_epochs, create_run, defining_config,
                                               find_resumable_run, mark_failed, resume_command)
 from ct_lightning.experiment.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
                                                    log_classifier, log_datasets, log_missing_epoch_metrics,
                                                    log_training_plots)
-from ct_lightning.experiment.settings import (DEFAULTS, fused_blocker, load_config_file, module_kwargs,
-                                              resolve_config)
+from ct_lightning.experiment.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
+                                              load_config_file, module_kwargs, resolve_config)
 from ct_lightning.experiment.tracking import (ensure_experiment, local_store_dir, prepare_store, run_url, ui_command,
                                               write_json_atomic)
 from ct_lightning.epoch_block import EpochBlockLoader, can_fuse
-from ct_lightning.generators.compiled_step import set_search_compile
+from ct_lightning.generators.compiled_step import set_expected_searches, set_search_compile
 from ct_lightning.module import CTModule
+
+
+PREPROCESSING_ARTIFACT = "preprocessing.json"  # the fitted codec of a table's run, beside config.json
 
 
 def build_module(config: dict, datamodule) -> CTModule:
@@ -64,7 +67,7 @@ def _resume_config(overrides: dict, echo=print) -> tuple[dict, str, Path]:
     if changed:
         raise ValueError(f"resume: {', '.join('--' + k.replace('_', '-') for k in changed)} cannot change when "
                          f"resuming (the run continues with its logged configuration); allowed with --resume: "
-                         f"--max-epochs (to extend), --summary-json, --tracking-uri, --experiment, --no-progress")
+                         + ", ".join(SETTINGS_BY_NAME[k].option for k in sorted(RESUME_OPTIONS) if k != "resume"))
     prepare_store(base["tracking_uri"])
     client = MlflowClient(tracking_uri=base["tracking_uri"])
     run, last = find_resumable_run(client, base["experiment"], base["tracking_uri"], base["resume"], echo)
@@ -83,7 +86,7 @@ def _resume_config(overrides: dict, echo=print) -> tuple[dict, str, Path]:
     elif run.info.status == "FINISHED" or done >= config["max_epochs"]:
         raise ValueError(f"resume: run {run_id} already trained all {config['max_epochs']} epochs; pass "
                          f"--max-epochs N (N > {done}) to extend it")
-    for key in ("progress", "summary_json", "overwrite", "accelerator", "data_dir"):
+    for key in RESUME_OPTIONS - {"max_epochs", "resume"}:  # every option allowed with --resume applies
         if overrides.get(key) is not None:
             config[key] = overrides[key]
     config["resume"] = run_id
@@ -145,7 +148,15 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     set_search_compile(config["search_compile"])
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = build_datamodule(config)
+    set_expected_searches(expected_searches(config, datamodule))
     module = build_module(config, datamodule)
+    codec = getattr(datamodule, "codec", None)
+    if codec is not None:
+        module.preprocessing = codec.to_dict()
+        echo(datamodule.describe(), flush=True)
+        chosen = {k: config[k] for k in ("tau", "nce", "lambda_reg", "batch_size")}
+        echo("CT settings (given, else chosen from the training rows' size): "
+             + ", ".join(f"{k} {v}" for k, v in chosen.items()), flush=True)
     if resume_from is None and config.get("from_checkpoint"):
         load_weights(module.model, weights, source=f"from_checkpoint {config['from_checkpoint']}")
 
@@ -172,6 +183,21 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     except BaseException as error:
         mark_failed(client, run_id, error)
         raise
+
+
+def expected_searches(config: dict, datamodule) -> int:
+    """The counterfactual searches a training run makes: one per epoch (``pool`` epoch) or one per training step
+    (``pool`` step); 0 for a vanilla run. ``search_compile`` ``auto`` weighs them against a compilation off the CPU."""
+    if config["objective"] == "vanilla":
+        return 0
+    per_epoch = 1
+    if config["pool"] == "step":
+        n_train = len(datamodule.train_tensors[1])
+        per_epoch = math.ceil(n_train / datamodule.batch_size)
+        limit = config.get("limit_train_batches")
+        if isinstance(limit, int) and not isinstance(limit, bool):  # a count of batches (a float is a share)
+            per_epoch = min(per_epoch, limit)
+    return int(config["max_epochs"]) * per_epoch
 
 
 def _choose_epoch_loop(config: dict, trainer: L.Trainer, module: CTModule, datamodule) -> None:
@@ -213,6 +239,8 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         logger.log_hyperparams({k: v for k, v in defining.items() if k not in module.hparams})
         client.log_dict(run_id, defining, "config.json")
         client.log_dict(run_id, defining, "config.yaml")
+        if module.preprocessing is not None:
+            client.log_dict(run_id, module.preprocessing, PREPROCESSING_ARTIFACT)
         log_datasets(client, run_id, datamodule, config.get("data_dir"))
     else:
         client.log_dict(run_id, defining_config(config), "config.json")  # records an extended max_epochs

@@ -9,6 +9,11 @@ x', x and the gradient and writes the next x' and its distance. Measured on a 2-
 rows) ~10 %, and pools below ~250 000 values slower, because a compiled call costs more Python time than the
 passes it saves. ``search_compile`` (``auto`` by default) chooses per search; the first compiled search in a
 process pays the compilation (seconds; torch caches it on disk for later processes).
+
+On a GPU the balance is different (issue 27, measured on an H100 by an earlier session): compiling took 10.6 s,
+and the compiled step saved 12 ms per search of an MNIST pool (5 000 × 784 values), so a 100-epoch run lost
+~9 s. There ``auto`` compiles only when the searches the process expects (:func:`set_expected_searches`;
+``train()`` sets it from ``max_epochs`` and the pool mode) would save more than the compilation costs.
 """
 
 from __future__ import annotations
@@ -21,8 +26,13 @@ import torch.fx.experimental._config as torch_fx_config
 
 SEARCH_COMPILE_MODES = ("auto", "on", "off")
 AUTO_MIN_VALUES = 250_000  # rows × features of a pool from which ``auto`` compiles the step
+# Off the CPU (issue 27's H100 measurement): seconds one compilation costs, and seconds the compiled step saves
+# per search and per pool value (12 ms on an MNIST pool of 5 000 × 784 values).
+GPU_COMPILE_SECONDS = 10.6
+GPU_SAVED_SECONDS_PER_VALUE = 12e-3 / (5_000 * 784)
 
 _mode = "auto"
+_expected_searches: int | None = None
 
 
 def set_search_compile(mode: str) -> None:
@@ -37,6 +47,34 @@ def set_search_compile(mode: str) -> None:
 def search_compile() -> str:
     """The current process-wide mode (see :func:`set_search_compile`)."""
     return _mode
+
+
+def set_expected_searches(count: int | None) -> None:
+    """Process-wide: how many searches this process expects to run (``None``: unknown). Used by ``auto`` off the
+    CPU only, where one compilation costs as much as hundreds of searches save."""
+    global _expected_searches
+    if count is not None and count < 0:
+        raise ValueError(f"expected searches: must be at least 0, got {count}")
+    _expected_searches = count
+
+
+def expected_searches() -> int | None:
+    """The count set by :func:`set_expected_searches` (``None``: unknown)."""
+    return _expected_searches
+
+
+def compile_pays(n_values: int, device_type: str = "cpu", searches: int | None = None) -> bool:
+    """``auto``'s rule: compile the step of a pool of ``n_values`` values on a ``device_type`` device?
+
+    On the CPU: pools of at least :data:`AUTO_MIN_VALUES` values (the saving starts at the first search).
+    Elsewhere: such pools, and only when ``searches`` of them save more than one compilation costs
+    (:data:`GPU_COMPILE_SECONDS`); with ``searches`` unknown, never.
+    """
+    if n_values < AUTO_MIN_VALUES:
+        return False
+    if device_type == "cpu":
+        return True
+    return searches is not None and searches * n_values * GPU_SAVED_SECONDS_PER_VALUE > GPU_COMPILE_SECONDS
 
 
 def constrained_step(rows, x, grad, lr, lambda_cost, limits):
@@ -85,9 +123,9 @@ def _shared_step() -> CompiledStep:
     return CompiledStep()
 
 
-def step_for(n_values: int) -> CompiledStep | None:
-    """The compiled step for a search over a pool of ``n_values`` values (rows × features) under the current
-    mode, or ``None`` for the eager step."""
-    if _mode == "off" or (_mode == "auto" and n_values < AUTO_MIN_VALUES):
+def step_for(n_values: int, device_type: str = "cpu") -> CompiledStep | None:
+    """The compiled step for a search over a pool of ``n_values`` values (rows × features) on a ``device_type``
+    device under the current mode, or ``None`` for the eager step."""
+    if _mode == "off" or (_mode == "auto" and not compile_pays(n_values, device_type, _expected_searches)):
         return None
     return _shared_step()

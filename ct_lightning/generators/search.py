@@ -313,5 +313,6 @@ def search_counterfactuals(model: nn.Module, x: torch.Tensor, target: torch.Tens
     Lightning's inference mode: gradients are switched on locally and the model's
     parameters receive none. ``packed`` and ``check_every``: see :func:`active_rows_search`.
     """
-    space = FeatureSpace(model, generator, Constraints(mutability, lower, upper, x.device), step_for(x.numel()))
+    space = FeatureSpace(model, generator, Constraints(mutability, lower, upper, x.device),
+                         step_for(x.numel(), x.device.type))
     return active_rows_search(space, x, target, tau, max_steps, epsilon, packed, check_every)

@@ -1,0 +1,290 @@
+"""The fitted preprocessing of a user's table: raw rows in original units ↔ model inputs, reversibly.
+
+A :class:`TabularCodec` is fitted on the training rows only. Continuous and integer columns are standardised
+(mean and standard deviation of the training rows), a categorical column becomes one 0/1 column per category
+named ``column=value`` (a one-hot group: one category at a time), a binary column one 0/1 column. ``decode``
+maps any model input back to a row of real values: the category of the group's largest entry, integers
+rounded, binary values by the nearer of 0 and 1. The codec is a plain JSON-able dict (``to_dict``), saved with
+every run, so a model and its preprocessing travel together.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+import pandas as pd
+
+KINDS = ("continuous", "integer", "categorical", "binary")
+MUTABILITY = ("both", "increase", "decrease", "none")
+MAX_CATEGORIES = 100  # more levels than this is an identifier or free text, not a category
+DOMAIN_STD = 3.0  # undeclared bounds: the training mean ± 3 standard deviations, and the training range (SPEC §2)
+
+
+def _plain(value):
+    """A numpy scalar as the Python value JSON keeps (ints stay ints)."""
+    if isinstance(value, np.generic):
+        return value.item()
+    return value
+
+
+@dataclass
+class ColumnSpec:
+    """One raw column: its kind, mutability, bounds in original units and, once fitted, its encoding."""
+
+    name: str
+    kind: str = "continuous"
+    mutability: str = "both"
+    lower: float | None = None
+    upper: float | None = None
+    categories: list = field(default_factory=list)  # categorical and binary: the values, in encoding order
+    mean: float = 0.0  # continuous and integer: x_encoded = (x - mean) / scale
+    scale: float = 1.0
+    train_min: float | None = None
+    train_max: float | None = None
+
+    @property
+    def encoded_names(self) -> list[str]:
+        """The model-input columns of this raw column."""
+        return [f"{self.name}={value}" for value in self.categories] if self.kind == "categorical" else [self.name]
+
+
+def infer_kind(values: pd.Series) -> str:
+    """The kind of a column from its dtype: bool or two numeric levels 0/1 → binary, text → categorical
+    (binary with two levels), integers → integer, other numbers → continuous."""
+    present = values.dropna()
+    if pd.api.types.is_bool_dtype(values):
+        return "binary"
+    if pd.api.types.is_numeric_dtype(values):
+        levels = set(pd.unique(present))
+        if levels and levels <= {0, 1}:
+            return "binary"
+        if pd.api.types.is_integer_dtype(values) or (len(present) and (present == np.round(present)).all()):
+            return "integer"
+        return "continuous"
+    return "binary" if present.nunique() == 2 else "categorical"
+
+
+def read_spec(spec) -> dict:
+    """A data spec as a dict: ``None``, a dict, or a YAML/JSON file with ``columns: {name: {kind, mutability,
+    lower, upper}}`` and optional ``target``/``positive``."""
+    if spec is None:
+        return {}
+    if isinstance(spec, Mapping):
+        return dict(spec)
+    import yaml  # noqa: PLC0415
+
+    with open(spec) as handle:
+        loaded = yaml.safe_load(handle) or {}
+    if not isinstance(loaded, Mapping):
+        raise ValueError(f"data-spec: {spec} must hold a mapping with 'columns', got {type(loaded).__name__}")
+    return dict(loaded)
+
+
+class TabularCodec:
+    """Raw rows ↔ model inputs for one table (see the module docstring); fitted with :meth:`fit`."""
+
+    def __init__(self, target: str, classes: Sequence, columns: Sequence[ColumnSpec], positive=None):
+        self.target = target
+        self.classes = list(classes)
+        self.positive = positive if positive is not None else self.classes[-1]
+        self.columns = list(columns)
+        self.feature_names = [name for column in self.columns for name in column.encoded_names]
+        self._slices, start = {}, 0
+        for column in self.columns:
+            width = len(column.encoded_names)
+            self._slices[column.name] = slice(start, start + width)
+            start += width
+
+    # --- fitting -------------------------------------------------------------------------------------------
+    @classmethod
+    def fit(cls, frame: pd.DataFrame, target: str, spec=None, train_rows=None) -> TabularCodec:
+        """Fit on ``frame``'s ``train_rows`` (positions; default all rows): kinds from ``spec`` or the dtypes,
+        categories, means and scales. Raises a one-line ``ValueError`` for data it cannot encode."""
+        spec = read_spec(spec)
+        declared = dict(spec.get("columns") or {})
+        if target not in frame.columns:
+            raise ValueError(f"target: column {target!r} not found; columns: {', '.join(map(str, frame.columns))}")
+        unknown = [name for name in declared if name not in frame.columns]
+        if unknown:
+            raise ValueError(f"data-spec: unknown column {unknown[0]!r}; columns: {', '.join(map(str, frame.columns))}")
+        train = frame if train_rows is None else frame.iloc[np.asarray(train_rows)]
+        classes = sorted(pd.unique(frame[target].dropna()), key=lambda v: (str(type(v)), v))
+        positive = spec.get("positive")
+        if positive is not None:
+            match = [c for c in classes if c == positive or str(c) == str(positive)]
+            if not match:
+                raise ValueError(f"positive: got {positive!r}; allowed: {', '.join(map(str, classes))}")
+            positive = match[0]
+            classes = [c for c in classes if c != positive] + [positive]  # the positive class is label 1 (last)
+        columns = []
+        for name in frame.columns:
+            if name == target:
+                continue
+            options = dict(declared.get(name) or {})
+            kind = options.get("kind") or infer_kind(frame[name])
+            if kind not in KINDS:
+                raise ValueError(f"data-spec: column {name!r}: kind {kind!r}; allowed: {', '.join(KINDS)}")
+            mutability = options.get("mutability", "both")
+            if mutability not in MUTABILITY:
+                raise ValueError(f"data-spec: column {name!r}: mutability {mutability!r}; allowed: "
+                                 f"{', '.join(MUTABILITY)}")
+            if kind == "categorical" and mutability in ("increase", "decrease"):
+                raise ValueError(f"data-spec: column {name!r}: mutability {mutability!r} has no meaning for a "
+                                 "categorical column; allowed: both, none")
+            columns.append(cls._fit_column(name, kind, mutability, options, frame[name], train[name]))
+        return cls(target, classes, columns, positive)
+
+    @staticmethod
+    def _fit_column(name, kind, mutability, options, values: pd.Series, train: pd.Series) -> ColumnSpec:
+        column = ColumnSpec(name, kind, mutability, options.get("lower"), options.get("upper"))
+        if kind in ("categorical", "binary"):
+            levels = sorted(pd.unique(values.dropna()), key=lambda v: (str(type(v)), v))
+            if kind == "binary" and len(levels) > 2:
+                raise ValueError(f"data: column {name!r} is binary but has {len(levels)} values "
+                                 f"({', '.join(map(str, levels[:5]))}, ...); allowed: 2 values")
+            if len(levels) > MAX_CATEGORIES:
+                raise ValueError(f"data: column {name!r} has {len(levels)} categories; allowed: at most "
+                                 f"{MAX_CATEGORIES} (drop identifier or free-text columns, or declare it continuous)")
+            if kind == "binary" and len(levels) == 1:
+                levels = levels + ([1] if levels[0] == 0 else [0] if levels[0] == 1 else [])
+            column.categories = [_plain(v) for v in levels]
+            return column
+        numeric = pd.to_numeric(values, errors="coerce")
+        bad = values[numeric.isna() & values.notna()]
+        if len(bad):
+            raise ValueError(f"data: column {name!r} is {kind} but holds non-numeric values such as "
+                             f"{bad.iloc[0]!r}; declare it categorical in --data-spec or clean the file")
+        fitted = pd.to_numeric(train, errors="coerce").to_numpy(np.float64)
+        std = float(np.std(fitted))
+        column.mean, column.scale = float(np.mean(fitted)), (std if std > 0 else 1.0)
+        column.train_min, column.train_max = float(np.min(fitted)), float(np.max(fitted))
+        return column
+
+    # --- encoding ------------------------------------------------------------------------------------------
+    def _check(self, frame: pd.DataFrame) -> None:
+        names = [c.name for c in self.columns]
+        missing = [n for n in names if n not in frame.columns]
+        if missing:
+            raise ValueError(f"rows: missing column {missing[0]!r}; the model needs {', '.join(names)}")
+
+    def encode(self, frame: pd.DataFrame) -> np.ndarray:
+        """Raw rows (original columns, any order; extra columns such as the target are ignored) as model
+        inputs, float32 ``(n, D)``. Unseen categories, non-numbers and missing values get a one-line error."""
+        self._check(frame)
+        out = np.zeros((len(frame), len(self.feature_names)), dtype=np.float32)
+        for column in self.columns:
+            values, where = frame[column.name], self._slices[column.name]
+            if values.isna().any():
+                raise ValueError(f"rows: column {column.name!r} has a missing value (row {int(np.flatnonzero(values.isna())[0])})")
+            if column.kind in ("categorical", "binary"):
+                known = {str(c): i for i, c in enumerate(column.categories)}
+                codes = values.map(lambda v: known.get(str(v), -1)).to_numpy()
+                if (codes < 0).any():
+                    unseen = values.iloc[int(np.flatnonzero(codes < 0)[0])]
+                    raise ValueError(f"rows: column {column.name!r}: unseen category {unseen!r}; allowed: "
+                                     f"{', '.join(map(str, column.categories))}")
+                if column.kind == "binary":
+                    out[:, where.start] = codes
+                else:
+                    out[np.arange(len(frame)), where.start + codes] = 1.0
+                continue
+            numeric = pd.to_numeric(values, errors="coerce")
+            if numeric.isna().any():
+                bad = values.iloc[int(np.flatnonzero(numeric.isna())[0])]
+                raise ValueError(f"rows: column {column.name!r}: {bad!r} is not a number")
+            out[:, where.start] = (numeric.to_numpy(np.float64) - column.mean) / column.scale
+        return out
+
+    def decode(self, x) -> pd.DataFrame:
+        """Model inputs ``(n, D)`` as rows in original units: the category of each one-hot group's largest entry,
+        integers rounded, binary columns by the nearer of 0 and 1."""
+        x = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=np.float64).reshape(-1, len(self.feature_names))
+        data = {}
+        for column in self.columns:
+            where = self._slices[column.name]
+            if column.kind == "categorical":
+                data[column.name] = [column.categories[i] for i in x[:, where].argmax(1)]
+            elif column.kind == "binary":
+                data[column.name] = [column.categories[min(int(v >= 0.5), len(column.categories) - 1)]
+                                     for v in x[:, where.start]]
+            else:
+                raw = x[:, where.start] * column.scale + column.mean
+                data[column.name] = np.round(raw).astype(np.int64) if column.kind == "integer" else raw
+        return pd.DataFrame(data)
+
+    def encode_target(self, values) -> np.ndarray:
+        """Target values as class labels ``0 … K−1`` (the positive class is the last)."""
+        index = {str(c): i for i, c in enumerate(self.classes)}
+        labels = [index.get(str(v), -1) for v in np.asarray(values, dtype=object).reshape(-1)]
+        if min(labels, default=0) < 0:
+            unknown = next(v for v, code in zip(np.asarray(values, dtype=object).reshape(-1), labels) if code < 0)
+            raise ValueError(f"target: unknown class {unknown!r}; allowed: {', '.join(map(str, self.classes))}")
+        return np.asarray(labels, dtype=np.int64)
+
+    def decode_target(self, labels) -> list:
+        """Class labels as the target's own values."""
+        return [self.classes[int(i)] for i in np.asarray(labels).reshape(-1)]
+
+    # --- structure the search uses --------------------------------------------------------------------------
+    @property
+    def groups(self) -> list[list[int]]:
+        """The one-hot groups: column indices of each categorical column's categories."""
+        return [list(range(self._slices[c.name].start, self._slices[c.name].stop))
+                for c in self.columns if c.kind == "categorical"]
+
+    @property
+    def integer_features(self) -> list[tuple[int, float, float]]:
+        """``(index, mean, scale)`` of every column that must be an integer in original units (binary: 0/1)."""
+        return [(self._slices[c.name].start, c.mean if c.kind == "integer" else 0.0,
+                 c.scale if c.kind == "integer" else 1.0) for c in self.columns if c.kind in ("integer", "binary")]
+
+    def mutability(self) -> dict[str, str]:
+        """``{column: kind}`` for the columns the spec does not leave free, by the user's own column names."""
+        return {c.name: c.mutability for c in self.columns if c.mutability != "both"}
+
+    def encoded_bounds(self) -> tuple[np.ndarray, np.ndarray]:
+        """Per model input, the domain: declared bounds (original units) where given, else the training range
+        widened to mean ± 3 sd (SPEC §2); one-hot and binary inputs lie in [0, 1]."""
+        lower = np.zeros(len(self.feature_names), dtype=np.float32)
+        upper = np.ones(len(self.feature_names), dtype=np.float32)
+        for column in self.columns:
+            if column.kind in ("categorical", "binary"):
+                continue
+            low = column.lower if column.lower is not None else \
+                min(column.mean - DOMAIN_STD * column.scale, column.train_min)
+            high = column.upper if column.upper is not None else \
+                max(column.mean + DOMAIN_STD * column.scale, column.train_max)
+            index = self._slices[column.name].start
+            lower[index], upper[index] = (low - column.mean) / column.scale, (high - column.mean) / column.scale
+        return lower, upper
+
+    def describe(self) -> str:
+        """One line per column: its kind (and categories) and mutability, for the start-up message."""
+        lines = []
+        for c in self.columns:
+            extra = f" {len(c.categories)} categories" if c.kind == "categorical" else \
+                f" {c.categories}" if c.kind == "binary" else ""
+            bounds = "" if c.lower is None and c.upper is None else f" bounds [{c.lower}, {c.upper}]"
+            lines.append(f"  {c.name}: {c.kind}{extra}{bounds}" + ("" if c.mutability == "both" else f", {c.mutability}"))
+        return "\n".join(lines)
+
+    # --- persistence -----------------------------------------------------------------------------------------
+    def to_dict(self) -> dict:
+        """A JSON-able description; :meth:`from_dict` rebuilds the same codec."""
+        return {"kind": "tabular", "target": self.target, "classes": [_plain(c) for c in self.classes],
+                "positive": _plain(self.positive), "columns": [asdict(c) for c in self.columns]}
+
+    @classmethod
+    def from_dict(cls, payload: Mapping) -> TabularCodec:
+        """The codec :meth:`to_dict` described."""
+        columns = [ColumnSpec(**column) for column in payload["columns"]]
+        return cls(payload["target"], payload["classes"], columns, payload.get("positive"))
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, TabularCodec) and self.to_dict() == other.to_dict()
+
+    def __repr__(self) -> str:
+        return f"TabularCodec(target={self.target!r}, columns={len(self.columns)}, inputs={len(self.feature_names)})"
+

@@ -1,0 +1,189 @@
+"""A user's table: the reversible codec, the stratified split fitted on training rows only, inferred kinds,
+the data spec, the one-line errors for bad data, and a real training from a CSV file."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from datamodules.codec import TabularCodec, infer_kind
+from datamodules.table import TableDataModule, stratified_split, table_defaults
+
+ROOT = Path(__file__).resolve().parents[1]
+LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
+
+
+@pytest.fixture(scope="module")
+def loans() -> pd.DataFrame:
+    return pd.read_csv(LOANS)
+
+
+def test_kinds_are_inferred_from_the_dtypes(loans):
+    kinds = {name: infer_kind(loans[name]) for name in loans.columns}
+    assert kinds == {"age": "integer", "income": "integer", "debt": "integer", "years_employed": "integer",
+                     "home_ownership": "categorical", "purpose": "categorical", "sex": "binary", "approved": "binary"}
+    assert infer_kind(pd.Series([0.5, 1.25])) == "continuous" and infer_kind(pd.Series([True, False])) == "binary"
+    assert infer_kind(pd.Series([0, 1, 1])) == "binary" and infer_kind(pd.Series(["a", "b", "c"])) == "categorical"
+
+
+def test_encoding_by_hand_and_round_trip(loans):
+    codec = TabularCodec.fit(loans, "approved")
+    assert codec.classes == ["no", "yes"] and codec.positive == "yes"
+    homes = sorted(loans["home_ownership"].unique())
+    assert codec.feature_names[:4] == ["age", "income", "debt", "years_employed"]
+    assert codec.feature_names[4:7] == [f"home_ownership={h}" for h in homes]
+    features = loans.drop(columns="approved")
+    x = codec.encode(features)
+    # the standardisation, by hand (population sd of the fitted rows)
+    age = loans["age"].to_numpy(float)
+    np.testing.assert_allclose(x[:, 0], (age - age.mean()) / age.std(), rtol=1e-5, atol=1e-5)
+    # one 1 per one-hot group, at the row's own category
+    group = x[:, 4:7]
+    assert (group.sum(1) == 1).all() and (np.array(homes)[group.argmax(1)] == loans["home_ownership"]).all()
+    assert set(np.unique(x[:, codec.feature_names.index("sex")])) == {0.0, 1.0}
+    back = codec.decode(x)
+    pd.testing.assert_frame_equal(back, features, check_dtype=False)
+    assert codec.encode_target(loans["approved"]).tolist() == (loans["approved"] == "yes").astype(int).tolist()
+    assert codec.decode_target([0, 1]) == ["no", "yes"]
+
+
+def test_decode_gives_real_categories_and_integers_for_any_input(loans):
+    codec = TabularCodec.fit(loans, "approved")
+    x = codec.encode(loans.drop(columns="approved").head(5))
+    noisy = x + np.random.default_rng(0).normal(0, 0.3, x.shape).astype(np.float32)
+    decoded = codec.decode(noisy)
+    for column in ("home_ownership", "purpose", "sex"):
+        assert set(decoded[column]) <= set(loans[column])
+    assert all(float(v).is_integer() for v in decoded["income"])
+    again = codec.decode(codec.encode(decoded))
+    pd.testing.assert_frame_equal(again, decoded, check_dtype=False)
+
+
+def test_codec_survives_json(loans):
+    codec = TabularCodec.fit(loans, "approved", {"columns": {"age": {"mutability": "none"}}, "positive": "no"})
+    again = TabularCodec.from_dict(json.loads(json.dumps(codec.to_dict())))
+    assert again == codec and again.classes == ["yes", "no"] and again.mutability() == {"age": "none"}
+    assert np.array_equal(again.encode(loans.drop(columns="approved")), codec.encode(loans.drop(columns="approved")))
+
+
+def test_split_is_seeded_stratified_and_the_codec_sees_training_rows_only(loans):
+    y = loans["approved"].to_numpy()
+    rows = stratified_split(y, 0)
+    assert sum(len(r) for r in rows.values()) == len(y)
+    assert not set(rows["train"]) & set(rows["test"]) and not set(rows["val"]) & set(rows["test"])
+    share = (y == "yes").mean()
+    for split in rows.values():
+        assert abs((y[split] == "yes").mean() - share) < 0.03
+    assert all(np.array_equal(a, b) for a, b in zip(rows.values(), stratified_split(y, 0).values()))
+    data = TableDataModule(LOANS, target="approved")
+    data.setup()
+    trained = loans.iloc[data.rows["train"]]["income"].to_numpy(float)
+    column = data.codec.columns[1]
+    assert column.name == "income" and column.mean == pytest.approx(trained.mean())
+    assert column.mean != pytest.approx(loans["income"].mean())  # fails if the codec is fitted on all rows
+    assert len(data.y_train) == len(data.rows["train"]) and data.n_classes == 2
+
+
+def test_spec_declares_kinds_mutability_bounds_and_positive_class(tmp_path, loans):
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("positive: 'yes'\ncolumns:\n  age: {mutability: none}\n  income: {kind: continuous, lower: 0}\n"
+                    "  years_employed: {mutability: increase}\n")
+    data = TableDataModule(LOANS, target="approved", spec=spec)
+    data.setup()
+    kinds = {c.name: (c.kind, c.mutability) for c in data.codec.columns}
+    assert kinds["income"] == ("continuous", "both") and kinds["age"] == ("integer", "none")
+    assert data.protected == ["age"]
+    lower, upper = data.domain()
+    income = data.codec.columns[1]
+    assert lower[1].item() == pytest.approx((0 - income.mean) / income.scale)
+    onehot = [i for i, n in enumerate(data.feature_names) if "=" in n]
+    assert (lower[onehot] == 0).all() and (upper[onehot] == 1).all()
+
+
+def test_data_frames_take_the_same_path(loans):
+    from_frame, from_file = TableDataModule(loans, target="approved"), TableDataModule(LOANS, target="approved")
+    from_frame.setup(), from_file.setup()
+    assert torch.equal(from_frame.x_train, from_file.x_train) and from_frame.codec == from_file.codec
+
+
+def test_defaults_follow_the_training_size():
+    assert table_defaults(210) == {"tau": 0.5, "lambda_reg": 0.25, "nce": 210, "batch_size": 32}
+    assert table_defaults(20000)["nce"] == 5000 and table_defaults(20000)["batch_size"] == 1000
+
+
+BAD = {
+    "missing target column": ("target", "target: column 'approved' not found"),
+    "one class": ("one_class", "has only one class"),
+    "missing values": ("missing", "missing value(s)"),
+    "constant column": ("constant", "column 'bank' is constant"),
+    "too many categories": ("levels", "categories; allowed: at most 100"),
+    "non-numeric continuous": ("text", "holds non-numeric values"),
+    "empty file": ("empty", "is empty"),
+}
+
+
+def bad_table(kind: str, loans: pd.DataFrame, folder: Path) -> tuple[Path, list[str]]:
+    """A broken copy of the fixture and the extra options that expose it."""
+    frame, extra = loans.copy(), []
+    if kind == "target":
+        frame = frame.drop(columns="approved")
+    elif kind == "one_class":
+        frame["approved"] = "yes"
+    elif kind == "missing":
+        frame.loc[3, "income"] = np.nan
+    elif kind == "constant":
+        frame["bank"] = "same"
+    elif kind == "levels":
+        frame["applicant_id"] = [f"id{i}" for i in range(len(frame))]
+    elif kind == "text":
+        frame["income"] = frame["income"].astype(str)
+        frame.loc[5, "income"] = "unknown"
+        (folder / "spec.yaml").write_text("columns:\n  income: {kind: continuous}\n")
+        extra = ["--data-spec", str(folder / "spec.yaml")]
+    path = folder / f"{kind}.csv"
+    if kind == "empty":
+        path.write_text("")
+    else:
+        frame.to_csv(path, index=False)
+    return path, extra
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_tables_get_one_line_before_any_work(case, tmp_path, loans):
+    kind, message = BAD[case]
+    path, extra = bad_table(kind, loans, tmp_path)
+    done = subprocess.run([sys.executable, str(ROOT / "recipes" / "train.py"), "--data", str(path), "--target",
+                           "approved", "--tracking-uri", f"sqlite:///{tmp_path}/m.db", *extra],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
+    assert done.returncode in (1, 2) and len(lines) == 1 and message in lines[0], done.stderr[-2000:]
+    assert "Traceback" not in done.stderr and not (tmp_path / "m.db").exists()  # nothing was created
+
+
+def test_train_from_a_csv_logs_the_preprocessing_with_the_run(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning import CTModule
+    from ct_lightning.experiment.train import train
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    summary = train({"data": str(LOANS), "target": "approved", "immutable": ["age", "sex"], "max_epochs": 1,
+                     "nce": 16, "tracking_uri": uri, "progress": False, "checkpoint_dir": str(tmp_path / "ckpt")})
+    assert summary["config"]["data"] == str(LOANS) and summary["config"]["target"] == "approved"
+    client = MlflowClient(tracking_uri=uri)
+    run = client.get_run(summary["run_id"])
+    assert run.info.run_name.startswith("loans-full-") and run.data.tags["data"] == "loans"
+    logged = json.loads(Path(client.download_artifacts(summary["run_id"], "preprocessing.json", str(tmp_path)))
+                        .read_text())
+    checkpoint = torch.load(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
+    assert checkpoint["ct_preprocessing"] == logged
+    codec = TabularCodec.from_dict(logged)
+    assert codec.feature_names == checkpoint["hyper_parameters"]["feature_names"]
+    module = CTModule.load_from_checkpoint(tmp_path / "ckpt" / "last.ckpt", weights_only=True)
+    assert module.preprocessing == logged
+    assert {k for k, v in dict(module.hparams.mutability).items() if v == "none"} == {"age", "sex"}
