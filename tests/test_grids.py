@@ -175,3 +175,14 @@ def test_percent_change_from_the_matching_baseline():
     assert sorted(c["change"] for c in changes) == pytest.approx([-50.0, 25.0, 50.0])
     medians = medians_by(changes, "generator")["moons"]
     assert medians["ecco"] == (pytest.approx(-12.5), 2) and medians["generic"] == (pytest.approx(50.0), 1)
+
+
+def test_training_key_unchanged_by_the_table_data_settings_at_their_defaults():
+    # Stores filled before --data-spec/--impute/--target existed are still found (grids resume across versions).
+    from ct_lightning.experiment.reproduce import training_key
+    from ct_lightning.experiment.settings import resolve_config
+
+    config = resolve_config({"data": "moons"})
+    older = {k: v for k, v in config.items() if k not in ("data_spec", "impute", "target")}
+    assert training_key(config) == training_key(older)
+    assert training_key({**config, "impute": "median"}) != training_key(config)

@@ -117,7 +117,8 @@ class ModelJob:
 
 def grid_protocol(grid: Grid, data: str, n_runs: int | None = None, n_individuals: int | None = None) -> dict:
     """The evaluation protocol of a grid: the reference protocol with the grid's ``λ_egy`` values (Notes 4-12)."""
-    from ct_lightning.evaluation.protocol import EvaluationConfig, protocol_settings, reference_individuals
+    from ct_lightning.evaluation.protocol import EvaluationConfig, protocol_settings
+    from ct_lightning.experiment.protocol_options import reference_individuals
 
     settings = protocol_settings("reference")
     settings["n_individuals"] = n_individuals or reference_individuals(data)
