@@ -18,7 +18,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ct_lightning.experiment.validation import Rule
+from ct_lightning.experiment.validation import Rule, console_entry
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -74,5 +74,7 @@ def main(argv: list[str] | None = None) -> dict:
     return results
 
 
+cli = console_entry(main)  # the console script ct-appendix
+
 if __name__ == "__main__":
-    main()
+    sys.exit(cli())
