@@ -1,0 +1,342 @@
+"""The paper's hyperparameter grids (App. D and E): definitions, shared trainings and resumable runs.
+
+A grid (``configs/grids/<name>.yaml``) lists data sets, a space of training settings and the
+evaluation's ``λ_egy`` values. Every point trains on Note 1's defaults (:data:`NOTE1`) plus the grid's
+``base`` plus the point's settings. A training is keyed by the settings that shape it
+(:func:`effective_overrides`): a ``vanilla`` training never reads the generator, the search or the
+penalties, so all vanilla points of a data set that share the remaining settings (e.g. the epochs)
+are one training, reused across the grid and across grids. Each distinct training is trained at
+most once (reused from the MLflow store when a finished run has its key) and evaluated once per
+evaluation key (stored as the artifact ``grid_eval/<key>.json`` on the training run), so a re-run
+of an interrupted grid does only what is missing. One MLflow parent run per grid and data sets.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import math
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+
+
+GRID_DIR = Path(__file__).resolve().parents[2] / "configs" / "grids"
+
+# Note 1 (App. B.4): the training defaults of every grid point unless the grid sets the value.
+NOTE1 = {"generator": "ecco", "burnin": 0.0, "tau": 0.75, "lambda_cost": 0.001, "lambda_energy": 5.0,
+         "search_lr": 0.25, "max_steps": 30, "lambda_adv": 0.25, "lambda_clf": 1.0, "lambda_div": 0.5,
+         "lambda_reg": 0.1, "lr": 0.001, "nce": 1000, "max_epochs": 100, "objective": "full"}
+
+# Settings that a ``vanilla`` (cross-entropy only) training never reads: the counterfactual search,
+# the generator and the CT penalties. Checked by tests/test_grids.py (same weights whatever their values).
+VANILLA_IGNORED = ("generator", "burnin", "tau", "lambda_cost", "lambda_energy", "search_lr", "max_steps",
+                   "lambda_adv", "lambda_div", "lambda_reg", "nce", "epsilon", "pool", "generator_options")
+EVAL_KIND = "grid-v1"
+
+
+@dataclass
+class Grid:
+    """One grid of the paper: data sets, training space, evaluation ``λ_egy`` values, paper table values."""
+
+    name: str
+    title: str
+    data: list[str]
+    space: dict[str, list]
+    evaluation: dict
+    base: dict = field(default_factory=dict)
+    paper: dict | None = None
+    paper_table: int | None = None
+
+    def points(self) -> list[dict]:
+        """Every combination of the space (one per training-phase setting)."""
+        names = list(self.space)
+        return [dict(zip(names, values)) for values in itertools.product(*(self.space[n] for n in names))]
+
+
+def available_grids() -> list[str]:
+    """Names of the grids shipped in ``configs/grids``."""
+    return sorted(p.stem for p in GRID_DIR.glob("*.yaml"))
+
+
+def load_grid(name: str) -> Grid:
+    """The grid ``name`` (a file in ``configs/grids``) or the grid in the YAML file at path ``name``."""
+    path = Path(name)
+    if not path.suffix:
+        path = GRID_DIR / f"{name}.yaml"
+    if not path.is_file():
+        raise ValueError(f"grid: unknown {name!r}; allowed: {', '.join(available_grids())} or a YAML file")
+    raw = yaml.safe_load(path.read_text())
+    return Grid(name=raw["name"], title=raw.get("title", raw["name"]), data=list(raw["data"]),
+                space={k: list(v) for k, v in raw["space"].items()}, evaluation=dict(raw.get("evaluation", {})),
+                base=dict(raw.get("base") or {}), paper=raw.get("paper"), paper_table=raw.get("paper_table"))
+
+
+def effective_overrides(overrides: dict) -> dict:
+    """The training overrides that shape the model: a vanilla training drops what it never reads."""
+    if overrides.get("objective") == "vanilla":
+        return {k: v for k, v in overrides.items() if k not in VANILLA_IGNORED}
+    return dict(overrides)
+
+
+@dataclass
+class ModelJob:
+    """One distinct training of a grid (possibly standing for many points) and its evaluation."""
+
+    data: str
+    overrides: dict          # effective training overrides (data, settings), without store options
+    protocol: dict           # EvaluationConfig fields
+    tracking_uri: str
+    experiment: str
+    parent_run_id: str | None = None
+    threads: int = 1
+
+    @property
+    def label(self) -> str:
+        shown = {k: v for k, v in self.overrides.items() if k != "data"}
+        return f"{self.data} " + ",".join(f"{k}={v}" for k, v in sorted(shown.items()))
+
+    def training_overrides(self) -> dict:
+        return {**self.overrides, "tracking_uri": self.tracking_uri, "experiment": self.experiment,
+                "progress": False}
+
+    def key(self) -> str:
+        from ct_lightning.experiment.reproduce import training_key
+        from ct_lightning.experiment.settings import resolve_config
+
+        return training_key(resolve_config(self.training_overrides()))
+
+    def eval_key(self) -> str:
+        from ct_lightning.experiment.reproduce import stable_key
+
+        return stable_key({"kind": EVAL_KIND, "protocol": self.protocol, "split": "train"})
+
+
+def grid_protocol(grid: Grid, data: str, n_runs: int | None = None, n_individuals: int | None = None) -> dict:
+    """The evaluation protocol of a grid: the reference protocol with the grid's ``λ_egy`` values (Notes 4-12)."""
+    from ct_lightning.evaluation.protocol import EvaluationConfig, protocol_settings
+    from ct_lightning.experiment.protocol_options import reference_individuals
+
+    settings = protocol_settings("reference")
+    settings["n_individuals"] = n_individuals or reference_individuals(data)
+    if n_runs:
+        settings["n_runs"] = n_runs
+    config = EvaluationConfig(**settings, lambda_energies=tuple(grid.evaluation.get("lambda_energy", (5.0,))))
+    from dataclasses import asdict
+
+    return {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(config).items()}
+
+
+def plan(grid: Grid, datasets: list[str], tracking_uri: str, experiment: str, *, extra: dict | None = None,
+         n_runs: int | None = None, n_individuals: int | None = None, threads: int = 1,
+         parent_run_id: str | None = None) -> tuple[list[dict], dict[str, ModelJob]]:
+    """``(points, jobs)``: every grid point of every data set with its training key, and one job per key.
+
+    ``extra`` overrides every point (e.g. ``max_epochs`` for a tiny test); a grid setting wins over it.
+    """
+    points, jobs = [], {}
+    for data in datasets:
+        protocol = grid_protocol(grid, data, n_runs, n_individuals)
+        for params in grid.points():
+            overrides = effective_overrides({**NOTE1, **grid.base, **(extra or {}), **params, "data": data})
+            job = ModelJob(data, overrides, protocol, tracking_uri, experiment, parent_run_id, threads)
+            key = job.key()
+            jobs.setdefault(key, job)
+            points.append({"data": data, "params": params, "key": key})
+    return points, jobs
+
+
+def f1_score(predicted, labels, n_classes: int) -> float:
+    """F1 of class 1 for two classes, else the unweighted mean over classes (macro F1)."""
+    import torch
+
+    scores = []
+    for c in ([1] if n_classes == 2 else range(n_classes)):
+        tp = float(((predicted == c) & (labels == c)).sum())
+        fp = float(((predicted == c) & (labels != c)).sum())
+        fn = float(((predicted != c) & (labels == c)).sum())
+        scores.append(0.0 if tp == 0 else 2 * tp / (2 * tp + fp + fn))
+    return float(torch.tensor(scores).mean())
+
+
+def group_means(result) -> list[dict]:
+    """Per ``(run, λ_egy)``: mean IP and cost over valid counterfactuals, and validity."""
+    import numpy as np
+
+    rows = []
+    samples = result.samples
+    for run, lam in zip(result.groups["run"], result.groups["lambda_energy"]):
+        mask = (samples["run"] == run) & (samples["lambda_energy"] == lam)
+        ip, cost = samples["ip"][mask], samples["cost"][mask]
+        ip, cost = ip[np.isfinite(ip)], cost[np.isfinite(cost)]
+        rows.append({"run": int(run), "lambda_energy": float(lam),
+                     "ip": float(ip.mean()) if ip.size else None, "cost": float(cost.mean()) if cost.size else None,
+                     "validity": float(samples["valid"][mask].mean())})
+    return rows
+
+
+def evaluate_job(run_id: str, job: ModelJob) -> dict:
+    """Evaluate a trained grid model: test accuracy and F1, counterfactuals for training factuals (App. D.1)."""
+    import torch
+
+    from ct_lightning.evaluation import EvaluationConfig, evaluate_model, evaluation_constraints
+    from ct_lightning.evaluation.plots import metric_history
+    from ct_lightning.experiment.runs import build_data, load_run
+    from mlflow.tracking import MlflowClient
+
+    loaded = load_run(run_id, job.tracking_uri)
+    datamodule = build_data(loaded.config)
+    model = loaded.module.cpu().eval()
+    with torch.no_grad():
+        predicted = model(datamodule.x_test.float()).argmax(1)
+    labels = datamodule.y_test.long()
+    constraints = evaluation_constraints(model, datamodule, protect=False, all_mutable=True)
+    config = EvaluationConfig(**{k: (tuple(v) if isinstance(v, list) else v) for k, v in job.protocol.items()})
+    result = evaluate_model(model, datamodule.x_train, datamodule.y_train, datamodule.n_classes, config,
+                            constraints.mutability, constraints.lower, constraints.upper, robust=False,
+                            x_train=datamodule.x_train, feature_names=list(datamodule.feature_names),
+                            y_train=datamodule.y_train, data_name=datamodule.name)
+    client = MlflowClient(tracking_uri=job.tracking_uri)
+    return {"accuracy": float((predicted == labels).float().mean()),
+            "f1": f1_score(predicted, labels, datamodule.n_classes),
+            "groups": group_means(result),
+            "mature": metric_history(client, run_id, "train/cf_converged")}
+
+
+def find_grid_evaluation(client, run_id: str, key: str) -> dict | None:
+    """The stored grid evaluation ``key`` of ``run_id``, or ``None`` (also when unreadable)."""
+    wanted = f"grid_eval/{key}.json"
+    if wanted not in {a.path for a in client.list_artifacts(run_id, "grid_eval")}:
+        return None
+    try:
+        return json.loads(Path(client.download_artifacts(run_id, wanted, tempfile.mkdtemp(prefix="ct-grid-")))
+                          .read_text())
+    except Exception:  # noqa: BLE001 - a torn or foreign file is recomputed, never trusted
+        return None
+
+
+def run_job(job: ModelJob) -> dict:
+    """Train (unless a finished run has the key) and evaluate (unless stored) one grid model; safe to repeat."""
+    import torch
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.reproduce import CONFIG_KEY_TAG, find_finished_training
+    from ct_lightning.experiment.train import train
+
+    torch.set_num_threads(max(1, job.threads))
+    client = MlflowClient(tracking_uri=job.tracking_uri)
+    started = time.perf_counter()
+    key = job.key()
+    run_id = find_finished_training(client, job.experiment, key)
+    trained = run_id is None
+    if trained:
+        tags = {CONFIG_KEY_TAG: key, "ct.role": "grid-model"}
+        if job.parent_run_id:
+            tags["mlflow.parentRunId"] = job.parent_run_id
+        run_id = train(job.training_overrides(), tags=tags)["run_id"]
+    train_seconds = time.perf_counter() - started
+    eval_key = job.eval_key()
+    evaluation = find_grid_evaluation(client, run_id, eval_key)
+    evaluated = evaluation is None
+    if evaluated:
+        evaluation = {"training_key": key, "eval_key": eval_key, **evaluate_job(run_id, job)}
+        with tempfile.TemporaryDirectory(prefix="ct-grid-") as folder:
+            path = Path(folder) / f"{eval_key}.json"
+            path.write_text(json.dumps(evaluation))
+            client.log_artifact(run_id, str(path), artifact_path="grid_eval")
+    return {"key": key, "run_id": run_id, "trained": trained, "evaluated": evaluated,
+            "train_seconds": train_seconds, "seconds": time.perf_counter() - started, "evaluation": evaluation}
+
+
+def find_or_create_grid_parent(client, experiment_id: str, key: str, name: str) -> str:
+    """The parent run of the grid run with ``key`` (reopened), or a new one."""
+    runs = client.search_runs([experiment_id], f"tags.`ct.grid_key` = '{key}'",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    if runs:
+        client.update_run(runs[0].info.run_id, status="RUNNING")
+        return runs[0].info.run_id
+    return client.create_run(experiment_id, run_name=name, tags={"ct.grid_key": key, "ct.role": "grid"}).info.run_id
+
+
+def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str | Path, *, jobs: int = 1,
+             experiment: str = "ct-appendix", extra: dict | None = None, n_runs: int | None = None,
+             n_individuals: int | None = None, threads: int = 1, echo=print) -> dict:
+    """Run or resume ``grid`` on ``datasets``; writes the results (points + per-model evaluations) to ``out_json``.
+
+    Returns the results. Trainings shared by several points (vanilla) run once.
+    """
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.executor import LocalExecutor
+    from ct_lightning.experiment.reproduce import stable_key
+    from ct_lightning.experiment.tracking import ensure_experiment, prepare_store, write_json_atomic
+
+    if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).is_absolute():
+        tracking_uri = "sqlite:///" + str(Path(tracking_uri[len("sqlite:///"):]).resolve())
+    artifact_location = prepare_store(tracking_uri)
+    client = MlflowClient(tracking_uri=tracking_uri)
+    experiment_id = ensure_experiment(client, experiment, artifact_location)
+    points, models = plan(grid, datasets, tracking_uri, experiment, extra=extra, n_runs=n_runs,
+                          n_individuals=n_individuals, threads=threads)
+    grid_key = stable_key({"grid": grid.name, "space": grid.space, "base": grid.base, "data": datasets,
+                           "extra": extra or {}, "models": sorted(models)})
+    parent = find_or_create_grid_parent(client, experiment_id, grid_key, f"{grid.name} {','.join(datasets)}")
+    for job in models.values():
+        job.parent_run_id = parent
+    client.log_param(parent, "grid", grid.name) if not client.get_run(parent).data.params else None
+    echo(f"grid {grid.name}: {len(points)} points on {', '.join(datasets)} -> {len(models)} distinct trainings "
+         f"(parent run {parent})", flush=True)
+    started = time.perf_counter()
+    outcomes: dict[str, dict] = {}
+    failures: list[str] = []
+
+    def write() -> dict:
+        results = {"grid": grid.name, "title": grid.title, "data": datasets, "space": grid.space,
+                   "n_points": len(points), "n_models": len(models), "parent_run_id": parent,
+                   "points": points, "models": {k: {"data": models[k].data, "overrides": models[k].overrides,
+                                                    **{f: o[f] for f in ("run_id", "trained", "evaluated",
+                                                                         "train_seconds", "seconds",
+                                                                         "evaluation")}}
+                                                for k, o in outcomes.items()},
+                   "failures": failures, "wall_seconds": time.perf_counter() - started}
+        write_json_atomic(out_json, results)
+        return results
+
+    def finished(outcome) -> None:
+        if not outcome.ok:
+            failures.append(f"{outcome.label}: {outcome.error}")
+            echo(f"FAILED {outcome.label}: {outcome.error}", flush=True)
+            return
+        outcomes[outcome.result["key"]] = outcome.result
+        what = "trained+evaluated" if outcome.result["trained"] else (
+            "evaluated" if outcome.result["evaluated"] else "reused")
+        echo(f"[{len(outcomes)}/{len(models)}] {outcome.label} {what} in {outcome.result['seconds']:.1f}s; "
+             f"elapsed {time.perf_counter() - started:.0f}s", flush=True)
+        if outcome.result["trained"] or outcome.result["evaluated"] or len(outcomes) == len(models):
+            write()
+
+    # One data set after the other (a partial run still gives whole data sets), its BL first (every
+    # % change needs it), then the longest trainings first.
+    order = sorted(models.values(), key=lambda j: (datasets.index(j.data), j.overrides.get("objective") != "vanilla",
+                                                    -j.overrides.get("max_epochs", 100),
+                                                    -j.overrides.get("nce", 0)))
+    status = "FAILED"
+    try:
+        LocalExecutor(jobs, threads).run(run_job, order, [j.label for j in order], finished)
+        status = "FINISHED" if not failures else "FAILED"
+    finally:
+        results = write()
+        client.log_metric(parent, "n_models", len(models))
+        client.log_metric(parent, "n_points", len(points))
+        client.log_metric(parent, "wall_seconds", results["wall_seconds"])
+        client.log_dict(parent, {k: v for k, v in results.items() if k != "models"}, "grid_points.json")
+        client.set_terminated(parent, status)
+    return results
+
+
+def is_finite(value) -> bool:
+    """``value`` is a finite number."""
+    return isinstance(value, (int, float)) and math.isfinite(value)

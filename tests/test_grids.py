@@ -1,0 +1,188 @@
+"""The App. D/E grids: transcription against the paper's counts, shared BL trainings, a tiny grid end to end.
+
+The end-to-end test runs a real tiny grid (2 epochs, real Lightning Trainer, real MLflow SQLite store)
+through recipes/appendix.py in a subprocess, kills it after its first model, re-runs it and checks
+that every distinct training ran exactly once to completion and vanilla points shared one training.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+
+from ct_lightning.experiment.grids import (NOTE1, VANILLA_IGNORED, effective_overrides, f1_score, load_grid,
+                                           plan)
+
+ROOT = Path(__file__).resolve().parents[1]
+SYNTHETIC = ["ls", "circles", "moons", "ol"]
+NINE = ["adult", "california_housing", "circles", "credit", "gmsc", "ls", "mnist", "moons", "ol"]
+
+
+@pytest.mark.parametrize("name, per_set, datasets", [("note3", 270, SYNTHETIC), ("note5", 270, SYNTHETIC),
+                                                     ("note7", 48, SYNTHETIC), ("note9", 18, NINE),
+                                                     ("note11", 18, NINE)])
+def test_grid_counts_match_the_paper(name, per_set, datasets):
+    grid = load_grid(name)
+    assert len(grid.points()) == per_set
+    assert sorted(grid.data) == sorted(datasets)
+    assert grid.space["objective"] == ["full", "vanilla"]
+
+
+def test_transcribed_values():
+    assert load_grid("note3").space["lambda_energy"] == [0.1, 0.5, 5.0, 10.0, 20.0]
+    assert load_grid("note3").space["max_steps"] == [5, 25, 50]
+    assert load_grid("note5").space["lambda_reg"] == [0.0, 0.01, 0.1, 0.25, 0.5]
+    assert load_grid("note7").space["nce"] == [100, 1000]
+    assert load_grid("note9").space["tau"] == [0.5, 0.75, 0.9]
+    assert load_grid("note11").base["tau"] == 0.5
+    for name in ("note3", "note5", "note7", "note9", "note11"):
+        assert load_grid(name).evaluation["lambda_energy"] == [0.1, 0.5, 1.0, 5.0, 10.0]
+
+
+def test_unknown_grid_is_a_clear_error():
+    with pytest.raises(ValueError, match="grid: unknown 'note99'; allowed: note11, note3"):
+        load_grid("note99")
+
+
+@pytest.mark.parametrize("name, per_set", [("note3", 136), ("note5", 136), ("note7", 26), ("note9", 10)])
+def test_vanilla_points_share_one_training(name, per_set, tmp_path):
+    # Note 3/5: 135 CT points + 1 BL; Note 7: 24 CT + one BL per epoch count (50, 100); Note 9: 9 CT + 1 BL.
+    grid = load_grid(name)
+    points, jobs = plan(grid, ["moons"], f"sqlite:///{tmp_path}/m.db", "x")
+    assert len(points) == len(grid.points())
+    assert len(jobs) == per_set
+
+
+def test_effective_overrides_keep_what_vanilla_reads():
+    full = {**NOTE1, "data": "moons", "generator": "revise", "nce": 100}
+    vanilla = effective_overrides({**full, "objective": "vanilla"})
+    assert not set(VANILLA_IGNORED) & set(vanilla)
+    assert vanilla["lr"] == NOTE1["lr"] and vanilla["max_epochs"] == NOTE1["max_epochs"]
+    assert effective_overrides(full) == full
+
+
+def test_f1_against_a_hand_count():
+    predicted, labels = torch.tensor([1, 1, 0, 0, 1]), torch.tensor([1, 0, 0, 1, 1])
+    # class 1: tp 2, fp 1, fn 1 -> 2*2 / (4 + 1 + 1)
+    assert f1_score(predicted, labels, 2) == pytest.approx(4 / 6)
+    # three classes: macro average of per-class F1
+    p3, l3 = torch.tensor([0, 1, 2, 2]), torch.tensor([0, 2, 2, 1])
+    assert f1_score(p3, l3, 3) == pytest.approx((1.0 + 0.0 + 0.5) / 3)
+
+
+def test_vanilla_training_ignores_the_search_settings(tmp_path):
+    from ct_lightning.experiment.runs import load_run
+    from ct_lightning.experiment.train import train
+
+    uri = f"sqlite:///{tmp_path}/m.db"
+    base = {"data": "moons", "objective": "vanilla", "max_epochs": 1, "tracking_uri": uri, "progress": False}
+    a = train({**base, "generator": "ecco"})["run_id"]
+    b = train({**base, "generator": "generic", "nce": 100, "tau": 0.5, "lambda_reg": 0.0, "burnin": 0.5,
+               "max_steps": 5, "lambda_energy": 20.0, "search_lr": 1.0, "lambda_adv": 1.0, "lambda_div": 0.01})["run_id"]
+    wa, wb = (load_run(r, uri).module.state_dict() for r in (a, b))
+    assert all(torch.equal(wa[k], wb[k]) for k in wa)
+
+
+TINY = """name: tiny
+title: tiny test grid
+data: [moons]
+space:
+  generator: [ecco, generic]
+  nce: [20, 40]
+  objective: [full, vanilla]
+evaluation:
+  lambda_energy: [0.5, 5.0]
+"""
+
+
+def _recipe(grid: Path, out: Path) -> list[str]:
+    return [sys.executable, str(ROOT / "recipes" / "appendix.py"), "--grid", str(grid), "--max-epochs", "2",
+            "--n-runs", "2", "--n-individuals", "8", "--tracking-uri", f"sqlite:///{out}/mlflow.db",
+            "--out-dir", str(out)]
+
+
+def test_tiny_grid_end_to_end_resumes_and_shares_bl(tmp_path, monkeypatch):
+    from mlflow.tracking import MlflowClient
+
+    grid = tmp_path / "tiny.yaml"
+    grid.write_text(TINY)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    results = tmp_path / "tiny.json"
+    # First invocation: killed once its first model is stored.
+    process = subprocess.Popen(_recipe(grid, tmp_path), env=env, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and process.poll() is None:
+        if results.exists() and json.loads(results.read_text())["models"]:
+            break
+        time.sleep(0.5)
+    assert process.poll() is None, "the grid finished before it could be interrupted"
+    os.killpg(process.pid, signal.SIGKILL)
+    process.wait()
+    first = json.loads(results.read_text())
+    assert 1 <= len(first["models"]) <= 5
+    # Second invocation: finishes the rest.
+    done = subprocess.run(_recipe(grid, tmp_path), env=env, capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-2000:]
+    final = json.loads(results.read_text())
+    assert final["n_points"] == 8 and final["n_models"] == 5  # 4 CT points + 1 shared BL
+    assert len(final["models"]) == 5 and not final["failures"]
+    reused = [m for m in final["models"].values() if not m["trained"]]
+    assert len(reused) >= len(first["models"])  # what finished before the kill was not trained again
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("ct-appendix")
+    finished = client.search_runs([experiment.experiment_id],
+                                  "tags.`ct.role` = 'grid-model' and attributes.status = 'FINISHED'")
+    assert len(finished) == 5  # every distinct training exactly once, the BL once for its 4 points
+    assert len({r.data.tags["ct.config_key"] for r in finished}) == 5
+    for model in final["models"].values():
+        evaluation = model["evaluation"]
+        assert len(evaluation["groups"]) == 2 * 2  # runs × λ_egy
+        assert 0.0 <= evaluation["accuracy"] <= 1.0
+    parents = client.search_runs([experiment.experiment_id], "tags.`ct.role` = 'grid'")
+    assert len(parents) == 1 and parents[0].info.status == "FINISHED"
+    # The report: tables and box plots from the results.
+    from ct_lightning.experiment.appendix_report import write_report
+
+    doc = tmp_path / "docs" / "appendix.md"
+    evidence = write_report(tmp_path, tmp_path / "docs" / "appendix", doc)
+    text = doc.read_text()
+    assert "| moons | full |" in text and "| moons | vanilla |" in text
+    assert (tmp_path / "docs" / "appendix" / "tiny_ip.png").exists()
+    assert set(evidence["tiny"]["ip"]["generator"]["moons"]) == {"ecco", "generic"}
+
+
+def test_percent_change_from_the_matching_baseline():
+    from ct_lightning.experiment.appendix_report import medians_by, percent_changes
+
+    def row(objective, generator, ips):
+        groups = [{"run": r, "lambda_energy": 1.0, "ip": ip, "cost": 1.0, "validity": 1.0} for r, ip in enumerate(ips)]
+        return {"data": "moons", "params": {"generator": generator, "objective": objective},
+                "evaluation": {"groups": groups, "accuracy": 1.0, "f1": 1.0}}
+
+    rows = [row("vanilla", "ecco", [2.0, 4.0]), row("vanilla", "generic", [2.0, 4.0]),
+            row("full", "ecco", [1.0, 5.0]), row("full", "generic", [3.0, None])]
+    changes = percent_changes(rows, "ip")
+    # ecco: (1-2)/2 = -50 %, (5-4)/4 = +25 %; generic: (3-2)/2 = +50 %, the invalid group is skipped
+    assert sorted(c["change"] for c in changes) == pytest.approx([-50.0, 25.0, 50.0])
+    medians = medians_by(changes, "generator")["moons"]
+    assert medians["ecco"] == (pytest.approx(-12.5), 2) and medians["generic"] == (pytest.approx(50.0), 1)
+
+
+def test_training_key_unchanged_by_the_table_data_settings_at_their_defaults():
+    # Stores filled before --data-spec/--impute/--target existed are still found (grids resume across versions).
+    from ct_lightning.experiment.reproduce import training_key
+    from ct_lightning.experiment.settings import resolve_config
+
+    config = resolve_config({"data": "moons"})
+    older = {k: v for k, v in config.items() if k not in ("data_spec", "impute", "target")}
+    assert training_key(config) == training_key(older)
+    assert training_key({**config, "impute": "median"}) != training_key(config)
