@@ -115,7 +115,7 @@ def assert_same_run(reference: dict, resumed: dict, client) -> None:
     a = torch.load(reference["checkpoints"]["last"], weights_only=True)["state_dict"]
     b = torch.load(resumed["checkpoints"]["last"], weights_only=True)["state_dict"]
     assert a.keys() == b.keys()
-    for key in a:
+    for key in a:  # a resumed run repeats the interrupted epoch on the same shapes: bit for bit
         assert torch.equal(a[key], b[key]), f"weights differ in {key}"
     timed = {k for k in reference["metrics"] if k.endswith("seconds")}
     assert {k: v for k, v in reference["metrics"].items() if k not in timed} == \

@@ -104,6 +104,18 @@ def mark_failed(client, run_id: str, error: BaseException) -> None:
         pass
 
 
+def mark_interrupted(client, run_id: str, interrupted: BaseException, command: str) -> None:
+    """End a run KILLED (MLflow's status for a stopped run, neither FAILED nor RUNNING) with the tag
+    ``ct.interrupted``: the signal, the epochs done and the command that resumes it (never raises)."""
+    from ct_lightning.experiment.interrupt import INTERRUPTED_TAG
+
+    try:
+        client.set_tag(run_id, INTERRUPTED_TAG, f"{interrupted}; resume with: {command}"[:4000])
+        client.set_terminated(run_id, "KILLED")
+    except Exception:  # noqa: BLE001 - reporting an interruption must not hide it
+        pass
+
+
 def resume_command(run_id: str, tracking_uri: str, experiment: str) -> str:
     """The shell command that resumes run ``run_id`` (works as printed, from the repository root)."""
     python = sys.executable

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import sys
 import tempfile
 import time
 import warnings
@@ -14,14 +15,16 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation, EpochSeed
+from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation, EpochSeed, StopOnSignal
 from ct_lightning.experiment.allocator import keep_freed_memory
 from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
 from ct_lightning.experiment.data import build_datamodule, mutability_spec
+from ct_lightning.experiment.interrupt import INTERRUPTED_TAG, TrainingInterrupted
 from ct_lightning.experiment.preflight import preflight_training
 from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, RESUME_OPTIONS, check_outputs,
                                               completed_epochs, create_run, defining_config,
-                                              find_resumable_run, mark_failed, resume_command)
+                                              find_resumable_run, mark_failed, mark_interrupted,
+                                              resume_command)
 from ct_lightning.experiment.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
                                                    log_classifier, log_datasets, log_missing_epoch_metrics,
                                                    log_training_plots)
@@ -141,6 +144,15 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     """
     overrides = preflight_training(overrides).overrides  # every check before anything is created
     keep_freed_memory()  # the search's pool-sized tensors are reused instead of page-faulted in at every step
+    stopper = StopOnSignal(echo)  # SIGTERM/SIGINT: stop at the end of the epoch, after its checkpoint
+    stopper.install()
+    try:
+        return _train(overrides, callbacks, tags, echo, stopper)
+    finally:
+        stopper.restore()
+
+
+def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal) -> dict:
     config, run_id, resume_from, weights = _prepare(overrides, echo)
     set_search_compile(config["search_compile"])
     L.seed_everything(config["seed"], workers=True, verbose=False)
@@ -153,8 +165,8 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     client = MlflowClient(tracking_uri=config["tracking_uri"])
     if not _is_rank_zero():
         # Under DDP (one process per rank) only rank 0 owns the MLflow run and writes outputs.
-        return _train_in_run(config, None, None, None, None, datamodule, module, resume_from, callbacks,
-                             lambda *a, **k: None)
+        return _train_in_run(config, None, None, None, None, datamodule, module, resume_from,
+                             [*(callbacks or []), stopper], lambda *a, **k: None)
     experiment_id = ensure_experiment(client, config["experiment"], artifact_location)
     if run_id is None:
         run_id, run_name = create_run(client, experiment_id, config, tags)
@@ -162,13 +174,22 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
         run = client.get_run(run_id)
         run_name = run.info.run_name
         client.update_run(run_id, status="RUNNING")
-        if ERROR_TAG in run.data.tags:  # the error of an earlier attempt no longer describes the run
-            client.delete_tag(run_id, ERROR_TAG)
+        for tag in (ERROR_TAG, INTERRUPTED_TAG):  # an earlier attempt's end no longer describes the run
+            if tag in run.data.tags:
+                client.delete_tag(run_id, tag)
         if config["max_epochs"] != int(run.data.params.get("max_epochs", config["max_epochs"])):
             client.set_tag(run_id, "ct.max_epochs_extended_to", str(config["max_epochs"]))
     try:
         return _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, module, resume_from,
-                             callbacks, echo)
+                             [*(callbacks or []), stopper], echo)
+    except TrainingInterrupted as interrupted:
+        command = resume_command(run_id, config["tracking_uri"], config["experiment"])
+        mark_interrupted(client, run_id, interrupted, command)
+        requeued = stopper.requeue_job()
+        echo(f"interrupted ({interrupted}): run {run_id} is KILLED; "
+             + (f"{requeued}; it resumes with --resume" if requeued else f"resume it with:\n  {command}"),
+             file=sys.stderr, flush=True)
+        raise
     except BaseException as error:
         mark_failed(client, run_id, error)
         raise
@@ -248,6 +269,11 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
             warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
         trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
     fit_seconds = time.perf_counter() - started
+    stopper = next((c for c in trainer.callbacks if isinstance(c, StopOnSignal)), None)
+    interrupted = stopper.stopped(trainer) if stopper else None
+    if interrupted is not None:
+        interrupted.checkpoint = last.best_model_path or None
+        raise interrupted
     if trainer.interrupted:
         raise KeyboardInterrupt("training interrupted")
     metrics = _scalar_metrics(trainer.callback_metrics)
