@@ -141,6 +141,40 @@ def test_killed_and_resumed_run_is_bit_identical(store, reference, phase, epoch,
     assert_same_run(reference, resumed, client)
 
 
+def signal_child(overrides: dict, name: str, epoch: int, *batches: int) -> subprocess.CompletedProcess:
+    """Run training through a console entry in a subprocess that sends itself SIG``name`` at those batches."""
+    return subprocess.run([sys.executable, str(ROOT / "tests" / "signal_during_training.py"), json.dumps(overrides),
+                           name, str(epoch), *map(str, batches)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.parametrize("name,status,batches", [("TERM", 143, (3,)), ("INT", 130, (1,)), ("TERM", 143, (1, 2))],
+                         ids=["sigterm", "sigint", "sigterm-twice"])
+def test_a_signal_stops_at_a_checkpoint_marks_the_run_killed_and_resumes_bit_identical(store, reference, name,
+                                                                                      status, batches):
+    """SIGTERM (preemption) or SIGINT (Ctrl-C) in epoch 2 (of 0..3): the epoch finishes and is checkpointed, the
+    run ends KILLED with the tag ct.interrupted, the exit status is 128 + the signal; a second signal stops at
+    once (the checkpoint of epoch 1 stays the resume point). --resume then ends bit-identical to a whole run."""
+    from ct_lightning.experiment.interrupt import INTERRUPTED_TAG
+    from ct_lightning.experiment.lifecycle import completed_epochs, last_checkpoint_of
+
+    exp = {**store, "experiment": f"signal-{name}-{len(batches)}"}
+    done = signal_child({**KILL, **exp}, name, 2, *batches)
+    assert done.returncode == status, done.stdout[-2000:] + done.stderr[-3000:]
+    client = client_of(store)
+    (killed,) = client.search_runs([client.get_experiment_by_name(exp["experiment"]).experiment_id])
+    assert killed.info.status == "KILLED" and ERROR_TAG not in killed.data.tags
+    assert killed.data.tags[INTERRUPTED_TAG].startswith(f"SIG{name} after ")
+    assert f"--resume {killed.info.run_id}" in killed.data.tags[INTERRUPTED_TAG]
+    assert f"--resume {killed.info.run_id}" in done.stderr.splitlines()[-1], "the last line says how to resume"
+    assert completed_epochs(last_checkpoint_of(killed)) == (3 if len(batches) == 1 else 2)
+    resumed = train({"resume": "latest", **exp, "progress": False})
+    assert resumed["run_id"] == killed.info.run_id
+    finished = client.get_run(killed.info.run_id)
+    assert finished.info.status == "FINISHED" and INTERRUPTED_TAG not in finished.data.tags
+    assert_same_run(reference, resumed, client)
+
+
 FUSED = {**KILL, "limit_train_batches": None, "epoch_loop": "fused"}  # whole epochs, one Lightning step each
 
 

@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 # Where one run writes and how it is shown: never part of the logged configuration that a repeat reuses.
-RUN_ONLY_KEYS = frozenset({"checkpoint_dir", "summary_json", "run_name", "resume", "config", "overwrite", "progress"})
+RUN_ONLY_KEYS = frozenset({"checkpoint_dir", "summary_json", "run_name", "resume", "config", "overwrite", "progress",
+                           "verbose"})
 # What may be given together with --resume: where output goes, how it runs, and --max-epochs (to extend the run).
-RESUME_OPTIONS = frozenset({"resume", "tracking_uri", "experiment", "summary_json", "overwrite", "progress",
+RESUME_OPTIONS = frozenset({"resume", "tracking_uri", "experiment", "summary_json", "overwrite", "progress", "verbose",
                             "max_epochs", "accelerator", "data_dir", "threads", "devices", "strategy",
                             "epoch_loop", "search_compile"})
 CHECKPOINT_DIR_TAG = "ct.checkpoint_dir"
@@ -134,11 +135,37 @@ def checkpoint_dir_of(run) -> Path | None:
     return Path(folder) if folder else None
 
 
-def last_checkpoint_of(run) -> Path | None:
-    """``last.ckpt`` of a run if it exists on this machine, else ``None``."""
+def last_checkpoint_of(run, echo=None) -> Path | None:
+    """The run's ``last.ckpt`` if it exists on this machine and reads as a checkpoint; if it is missing or
+    unreadable (truncated), ``last-previous.ckpt`` (the one before it), saying so through ``echo``; else ``None``."""
+    from ct_lightning.experiment.checkpoint_io import previous_of
+
     folder = checkpoint_dir_of(run)
-    last = folder / "last.ckpt" if folder else None
-    return last if last is not None and last.is_file() else None
+    if not folder:
+        return None
+    last = folder / "last.ckpt"
+    problem = "missing" if not last.is_file() else _unreadable(last)
+    if problem is None:
+        return last
+    previous = previous_of(last)
+    if previous.is_file() and _unreadable(previous) is None:
+        if echo is not None and problem != "missing":
+            echo(f"resume: {last} is unreadable ({problem}); resuming from the previous checkpoint {previous} "
+                 f"(after {completed_epochs(previous)} epoch(s))", flush=True)
+        return previous
+    return None
+
+
+def _unreadable(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from (e.g. truncated), or ``None`` when it loads."""
+    import torch
+
+    try:
+        payload = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        int(payload["epoch"])
+    except Exception as error:  # noqa: BLE001 - any failure to load means: not usable
+        return f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
+    return None
 
 
 def completed_epochs(checkpoint: Path) -> int:
@@ -160,7 +187,7 @@ def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, 
             run = client.get_run(wanted)
         except Exception:  # noqa: BLE001 - MLflow raises several types for an unknown id
             raise ValueError(f"resume: no run {wanted!r} in {tracking_uri}") from None
-        last = last_checkpoint_of(run)
+        last = last_checkpoint_of(run, echo)
         if last is None:
             raise ValueError(f"resume: run {wanted} has no checkpoint (it stopped before its first epoch ended); "
                              f"start it again instead")
@@ -172,7 +199,7 @@ def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, 
     for run in runs:
         if run.data.tags.get("ct.role") == "compare":
             continue
-        last = last_checkpoint_of(run)
+        last = last_checkpoint_of(run, echo)
         if last is not None:
             return run, last
         echo(f"resume: skipping run {run.info.run_id} ({run.info.run_name}, {run.info.status}): no checkpoint, it "

@@ -230,6 +230,8 @@ TABLE: tuple[Setting, ...] = (
     Setting("overwrite", False, "allow --summary-json and --checkpoint-dir to replace existing files",
             action="store_true"),
     Setting("progress", True, "hide the progress bar", flag="--no-progress", action="store_false"),
+    Setting("verbose", False, "also show Lightning's INFO lines and library warnings (hidden by default)",
+            action="store_true"),
     Setting("limit_train_batches", None, "Lightning limit_train_batches (for quick runs)", float, low=0.0),
     Setting("limit_val_batches", None, "Lightning limit_val_batches (for quick runs)", float, low=0.0),
     Setting("fast_dev_run", False, "one batch of each loop, for smoke tests", action="store_true"),

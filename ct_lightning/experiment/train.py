@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
 import sys
 import tempfile
 import time
@@ -17,7 +19,9 @@ from mlflow.tracking import MlflowClient
 
 from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation, EpochSeed, StopOnSignal
 from ct_lightning.experiment.allocator import keep_freed_memory
+from ct_lightning.experiment.checkpoint_io import AtomicCheckpointIO
 from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
+from ct_lightning.experiment.console import VERBOSE_ENV, quiet_console
 from ct_lightning.experiment.data import build_datamodule, mutability_spec
 from ct_lightning.experiment.interrupt import INTERRUPTED_TAG, TrainingInterrupted
 from ct_lightning.experiment.preflight import preflight_training
@@ -143,6 +147,7 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     started ends FAILED with the error message as its ``error`` tag. ``echo`` prints progress lines.
     """
     overrides = preflight_training(overrides).overrides  # every check before anything is created
+    quiet_console(bool(overrides.get("verbose")) or os.environ.get(VERBOSE_ENV) == "1")
     keep_freed_memory()  # the search's pool-sized tensors are reused instead of page-faulted in at every step
     stopper = StopOnSignal(echo)  # SIGTERM/SIGINT: stop at the end of the epoch, after its checkpoint
     stopper.install()
@@ -261,13 +266,17 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
                         callbacks=[EpochSeed(config["seed"]), EpochMetricsInCheckpoint(), *checkpoints,
                                    BurnIn(config["burnin"]), *extra_callbacks], deterministic=False,
                         enable_progress_bar=config["progress"], enable_model_summary=config["progress"],
-                        fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, **trainer_kwargs)
+                        fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, plugins=[AtomicCheckpointIO()],
+                        **trainer_kwargs)
     _choose_epoch_loop(config, trainer, module, datamodule)
     started = time.perf_counter()
     with warnings.catch_warnings():
         if resume_from is not None:  # the folder is the run's own, holding the checkpoint it resumes from
             warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
-        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
+        except OSError as error:
+            raise _unwritable(error, config, last, run_id) from None
     fit_seconds = time.perf_counter() - started
     stopper = next((c for c in trainer.callbacks if isinstance(c, StopOnSignal)), None)
     interrupted = stopper.stopped(trainer) if stopper else None
@@ -298,6 +307,20 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         write_json_atomic(config["summary_json"], summary)
     client.set_terminated(run_id, "FINISHED")
     return summary
+
+
+def _unwritable(error: OSError, config: dict, last: ModelCheckpoint, run_id: str | None) -> OSError:
+    """A one-line error for a checkpoint folder that became unwritable or full during training."""
+    if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS):
+        return error
+    good = last.best_model_path or None
+    kept = f"the last good checkpoint {good} is intact" if good else "no checkpoint was written yet"
+    hint = f"; free space or fix the folder, then resume with: {resume_command(run_id, config['tracking_uri'], config['experiment'])}" \
+        if run_id and good else ""
+    unwritable = OSError(f"checkpoint_dir: cannot write a checkpoint in {config['checkpoint_dir']} "
+                         f"({error.strerror or error}); {kept}{hint}")
+    unwritable.errno = error.errno
+    return unwritable
 
 
 def announce(summary: dict) -> str:
