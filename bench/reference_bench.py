@@ -211,8 +211,8 @@ def protocol_time(name: str, datamodule, device: torch.device, log=print, n_runs
     """Wall/CPU seconds of the evaluation protocol (``--protocol reference``: 100 runs × the set's individuals ×
     5 λ_egy, T = 50) for one briefly trained MLP, robust accuracy included."""
     from bench.common import train_vanilla
-    from ct_lightning.evaluation.protocol import EvaluationConfig, evaluate_model, protocol_settings, \
-        reference_individuals
+    from ct_lightning.evaluation.protocol import EvaluationConfig, evaluate_model, protocol_settings
+    from ct_lightning.experiment.protocol_options import reference_individuals
 
     model, _ = train_vanilla(datamodule, epochs=1, device=device)
     settings = {**protocol_settings("reference"), **({"n_runs": n_runs} if n_runs else {})}

@@ -48,16 +48,22 @@ class EpochSeededSampler(RandomSampler):
 class TensorDataModule(L.LightningDataModule):
     """A data set held as tensors: ``x_*`` float32 of shape (n, n_features), ``y_*`` int64 labels.
 
-    Subclasses implement :meth:`load_splits` and set the class attributes ``default_batch_size``,
-    ``ct_defaults`` (per-data-set CT settings of SPEC Table 2) and optionally ``fixed_domain``.
-    After :meth:`setup`, ``feature_names``, ``protected`` (names of the default protected
-    features), ``n_classes`` and the six split tensors are available.
+    Subclasses implement :meth:`load_splits` and set the class attributes below: every fact about a
+    data set lives on its class, so a new data set is one class. After :meth:`setup`,
+    ``feature_names``, ``protected`` (names of the default protected features), ``n_classes`` and the
+    six split tensors are available.
     """
 
     name = "tensor"
     default_batch_size = 32
-    ct_defaults: dict = {}
+    ct_defaults: dict = {}  # per-data-set CT settings of SPEC Table 2 (tau, nce, lambda_reg)
     fixed_domain: tuple[float, float] | None = None  # e.g. (-1, 1) for images; None: inferred
+    synthetic: bool = False  # generated on the fly (no raw file)
+    blob: bool = False  # a two-blob set whose module takes ``center_distance``
+    paper_label: str | None = None  # the row label in the paper's tables; None: the registered name
+    eval_individuals: int = 100  # individuals per evaluation run under the reference protocol
+    protected_features: tuple[str, ...] = ()  # the default protected features (``--protect``)
+    cost_hint: float = 1.0  # rough training cost relative to circles, to schedule long tasks first
 
     def __init__(self, batch_size: int | None = None, seed: int = 0, num_workers: int = 0):
         super().__init__()
@@ -71,7 +77,7 @@ class TensorDataModule(L.LightningDataModule):
 
     def load_splits(self) -> dict:
         """Return a dict with ``x_train, y_train, x_val, y_val, x_test, y_test`` tensors,
-        ``feature_names``, ``protected`` and ``n_classes``."""
+        ``feature_names`` and ``n_classes`` (``protected`` optional: default ``protected_features``)."""
         raise NotImplementedError
 
     def setup(self, stage: str | None = None) -> None:
@@ -86,9 +92,14 @@ class TensorDataModule(L.LightningDataModule):
                 raise ValueError(f"data {self.name}: {key} contains NaN or infinite values after preprocessing")
             setattr(self, key, value)
         self.feature_names = list(splits["feature_names"])
-        self.protected = list(splits["protected"])
+        self.protected = [str(name) for name in splits.get("protected", self.protected_features)]
         self.n_classes = int(splits["n_classes"])
         self._ready = True
+
+    @classmethod
+    def label(cls) -> str:
+        """The data set's row label in the paper's tables (its registered name if it has none)."""
+        return cls.paper_label or cls.name
 
     @property
     def n_features(self) -> int:

@@ -125,7 +125,6 @@ class TabularDataModule(RawDataModule):
 
     categorical: tuple[str, ...] = ()
     balanced = False
-    protected_features: tuple[str, ...] = ()
 
     def read(self, paths: list[Path]) -> tuple[pd.DataFrame, np.ndarray]:
         """Features (final base names; index = 0-based raw data-row position) and 0/1 labels."""

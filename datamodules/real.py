@@ -80,6 +80,7 @@ class AdultDataModule(TabularDataModule):
 
     raw_files = (ADULT_DATA,)
     table2_train, table2_test = 26049, 5010
+    paper_label, cost_hint = "Adult", 6.0
     ct_defaults = {"tau": 0.75, "nce": 5000, "lambda_reg": 0.25}
     categorical = ADULT_CATEGORICAL
     protected_features = ("age",)
@@ -108,6 +109,7 @@ class CaliforniaHousingDataModule(TabularDataModule):
 
     raw_files = (CAL_HOUSING,)
     table2_train, table2_test = 16504, 3101
+    paper_label, cost_hint = "CH", 3.0
     ct_defaults = {"tau": 0.5, "nce": 5000, "lambda_reg": 0.25}
     balanced = True
     protected_features = ("house_age",)
@@ -138,6 +140,7 @@ class CreditDataModule(TabularDataModule):
 
     raw_files = (CREDIT,)
     table2_train, table2_test = 10617, 1923
+    paper_label, cost_hint = "Cred", 2.5
     ct_defaults = {"tau": 0.5, "nce": 5000, "lambda_reg": 0.25}
     categorical = ("sex", "education", "marriage")
     balanced = True
@@ -164,6 +167,7 @@ class GMSCDataModule(TabularDataModule):
 
     raw_files = (GMSC,)
     table2_train, table2_test = 13371, 2474
+    paper_label, cost_hint = "GMSC", 3.0
     ct_defaults = {"tau": 0.5, "nce": 5000, "lambda_reg": 0.5}
     balanced = True
     protected_features = ("age",)
@@ -190,6 +194,9 @@ class MNISTDataModule(RawDataModule):
 
     raw_files = (MNIST_TRAIN_IMAGES, MNIST_TRAIN_LABELS, MNIST_TEST_IMAGES, MNIST_TEST_LABELS)
     table2_train, table2_test = 11000, 2000
+    paper_label, cost_hint = "MNIST", 40.0
+    eval_individuals = 25
+    protected_features = tuple(pixel_name(r, c) for r in MNIST_PROTECTED_ROWS for c in range(MNIST_SIDE))
     ct_defaults = {"tau": 0.5, "nce": 5000, "lambda_reg": 0.01}
     fixed_domain = (-1.0, 1.0)
 
@@ -226,7 +233,6 @@ class MNISTDataModule(RawDataModule):
             arrays[f"y_{split}"] = labels[index[split]].astype(np.int64)
             arrays[f"rows_{split}"] = index[split].astype(np.int64)
         names = [pixel_name(r, c) for r in range(MNIST_SIDE) for c in range(MNIST_SIDE)]
-        protected = [pixel_name(r, c) for r in MNIST_PROTECTED_ROWS for c in range(MNIST_SIDE)]
         scale = np.full(len(names), PIXEL_HALF, np.float32)  # raw pixel = x * 127.5 + 127.5
-        return {**arrays, "feature_names": np.array(names), "protected": np.array(protected),
+        return {**arrays, "feature_names": np.array(names), "protected": np.array(self.protected_features),
                 "n_classes": np.array(10), "mean": scale.copy(), "scale": scale, "val_source": np.array(val_source)}

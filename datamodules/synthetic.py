@@ -20,6 +20,9 @@ class SyntheticDataModule(TensorDataModule):
     """
 
     default_batch_size = 30
+    synthetic = True
+    eval_individuals = 250
+    protected_features = ("x1",)
 
     def __init__(self, batch_size: int | None = None, seed: int = 0, num_workers: int = 0,
                  n_train: int = 3600, n_val: int = 600, n_test: int = 600, data_seed: int = DATA_SEED):
@@ -38,7 +41,7 @@ class SyntheticDataModule(TensorDataModule):
         a, b = self.n_train, self.n_train + self.n_val
         return {"x_train": x[:a], "y_train": y[:a], "x_val": x[a:b], "y_val": y[a:b],
                 "x_test": x[b:], "y_test": y[b:], "feature_names": SYNTHETIC_FEATURES,
-                "protected": SYNTHETIC_FEATURES[:1], "n_classes": 2}
+                "n_classes": 2}
 
 
 def rescale_centers(centers: np.ndarray, distance: float) -> np.ndarray:
@@ -58,6 +61,7 @@ class Blobs(SyntheticDataModule):
     """
 
     cluster_std = 1.0
+    blob = True
 
     def __init__(self, *args, center_distance: float | None = None, **kwargs):
         super().__init__(*args, **kwargs)
@@ -79,6 +83,7 @@ class Blobs(SyntheticDataModule):
 class LinearlySeparable(Blobs):
     """Two Gaussian blobs, std 0.5."""
 
+    paper_label = "LS"
     ct_defaults = {"tau": 0.5, "nce": 1000, "lambda_reg": 0.01}
     cluster_std = 0.5
 
@@ -87,6 +92,7 @@ class LinearlySeparable(Blobs):
 class Overlapping(Blobs):
     """Two Gaussian blobs, std 2.0."""
 
+    paper_label = "OL"
     ct_defaults = {"tau": 0.5, "nce": 1000, "lambda_reg": 0.25}
     cluster_std = 2.0
 
@@ -95,6 +101,7 @@ class Overlapping(Blobs):
 class Circles(SyntheticDataModule):
     """Concentric circles, noise 0.15, factor 0.01."""
 
+    paper_label = "Circ"
     ct_defaults = {"tau": 0.5, "nce": 1000, "lambda_reg": 0.5}
 
     def sample(self, n):
@@ -105,6 +112,7 @@ class Circles(SyntheticDataModule):
 class Moons(SyntheticDataModule):
     """Interlocking moons, noise 0.1 (the default of MLJ's make_moons, which the authors used)."""
 
+    paper_label = "Moon"
     ct_defaults = {"tau": 0.9, "nce": 1000, "lambda_reg": 0.25}
 
     def sample(self, n):

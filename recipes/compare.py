@@ -242,9 +242,8 @@ def main(argv: list[str] | None = None) -> dict:
     from mlflow.tracking import MlflowClient  # noqa: PLC0415 - heavy: only after the checks
 
     from ct_lightning.evaluation.plots import plot_robust_accuracy_panels  # noqa: PLC0415
-    from ct_lightning.experiment.reproduce import SYNTHETIC  # noqa: PLC0415
-    from ct_lightning.experiment.reproduce import (find_or_create_parent, run_tasks, stable_key,  # noqa: PLC0415
-                                                   training_key)
+    from ct_lightning.experiment.reproduce import (find_or_create_parent, is_synthetic, run_tasks,  # noqa: PLC0415
+                                                   stable_key, training_key)
     from ct_lightning.experiment.lifecycle import link_children  # noqa: PLC0415
     from ct_lightning.experiment.reproduce import describe_plan  # noqa: PLC0415
     from ct_lightning.experiment.tracking import prepare_store  # noqa: PLC0415
@@ -306,7 +305,7 @@ def main(argv: list[str] | None = None) -> dict:
     try:
         run_tasks(tasks, args.jobs, client, on_done)
         ordered = [rows[n] for n in names]
-        real = [row for row in ordered if row["data"] not in SYNTHETIC]  # Figure 3 shows the real data sets
+        real = [row for row in ordered if not is_synthetic(row["data"])]  # Figure 3 shows the real data sets
         if len(real) > 1:
             figure = plot_robust_accuracy_panels(real, out_dir / "plots" / "robust_accuracy_real.png")
             if figure:

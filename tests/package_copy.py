@@ -1,4 +1,4 @@
-"""A temporary copy of the ``ct_lightning`` package, for tests that show what one edit to it does (a new setting, a
+"""A temporary copy of the ``ct_lightning`` (or ``datamodules``) package, for tests that show what one edit to it does (a new setting, a
 new generator file) without touching the checkout: the copy is imported first in a fresh interpreter."""
 
 import json
@@ -15,6 +15,13 @@ def copy_package(folder: Path) -> Path:
     """``folder/ct_lightning``: a copy of this checkout's package (without byte code)."""
     target = folder / "ct_lightning"
     shutil.copytree(ROOT / "ct_lightning", target, ignore=shutil.ignore_patterns("__pycache__"))
+    return target
+
+
+def copy_datamodules(folder: Path) -> Path:
+    """``folder/datamodules``: a copy of this checkout's data-module package (without byte code)."""
+    target = folder / "datamodules"
+    shutil.copytree(ROOT / "datamodules", target, ignore=shutil.ignore_patterns("__pycache__"))
     return target
 
 

@@ -207,3 +207,33 @@ def test_resume_after_killed_process(tmp_path):
     assert checkpoint["epoch"] == 4
     restored = CTModule.load_from_checkpoint(last, weights_only=True)
     assert restored.hparams.pool == "step"
+
+
+class RunSettings(L.Callback):
+    """Records how the trainer actually runs: its strategy, devices and epoch loop."""
+
+    def on_train_start(self, trainer, pl_module):
+        self.seen = {"strategy": type(trainer.strategy).__name__, "devices": trainer.num_devices,
+                     "fused": not pl_module.automatic_optimization}
+
+
+def test_every_option_allowed_with_resume_applies_to_the_resumed_training(tmp_path, store):
+    """--resume accepts the options whose settings row says ``on_resume``; each must reach the resumed training
+    (before, only five were applied and --epoch-loop, --search-compile, --devices, --strategy, --threads were
+    silently dropped)."""
+    from ct_lightning.experiment.settings import RESUME_OPTIONS  # noqa: PLC0415
+
+    uri = {"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "resume-options"}
+    first = RunSettings()
+    done = train({**TINY, **uri, "max_epochs": 1, "limit_train_batches": None}, callbacks=[first])
+    changed = {"epoch_loop": "lightning", "search_compile": "off", "threads": 1, "devices": "1",
+               "strategy": "single_device", "data_dir": str(tmp_path)}
+    assert set(changed) <= RESUME_OPTIONS
+    resumed = RunSettings()
+    summary = train({**uri, "resume": done["run_id"], "max_epochs": 2, "progress": False, **changed},
+                    callbacks=[resumed])
+    assert summary["metrics"]["epochs"] == 2
+    for key, value in changed.items():
+        assert str(summary["config"][key]) == str(value), key
+    assert resumed.seen["strategy"] == "SingleDeviceStrategy" and resumed.seen["devices"] == 1
+    assert first.seen["fused"] and not resumed.seen["fused"]

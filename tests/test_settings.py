@@ -215,3 +215,34 @@ def test_default_store_is_anchored_to_an_absolute_path(tmp_path, monkeypatch):
     assert anchor_tracking_uri("http://127.0.0.1:5000") == "http://127.0.0.1:5000"
     assert store_location("sqlite:///mlruns/mlflow.db") == str(tmp_path / "mlruns" / "mlflow.db")
     assert not (tmp_path / "mlruns").exists()
+
+
+ROLE_ROWS = '''    Setting("log_every", 1, "run-only test row", int, low=1, run_only=True),
+    Setting("notes", "", "a non-defining row that may change on resume", defines=False, on_resume=True),
+'''
+
+ROLES_CHECK = '''
+import json
+from ct_lightning.experiment import lifecycle, reproduce, settings
+config = settings.resolve_config({"data": "moons"})
+key = reproduce.training_key(config)
+print(json.dumps({
+    "run_only": "log_every" in settings.RUN_ONLY_KEYS and lifecycle.RUN_ONLY_KEYS is settings.RUN_ONLY_KEYS,
+    "not_logged": "log_every" not in lifecycle.defining_config(config) and "notes" in lifecycle.defining_config(config),
+    "not_defining": {"log_every", "notes"} <= reproduce.NON_DEFINING_KEYS,
+    "same_key": reproduce.training_key({**config, "log_every": 9, "notes": "x"}) == key,
+    "resume": "notes" in settings.RESUME_OPTIONS and "log_every" not in settings.RESUME_OPTIONS}))
+'''
+
+
+def test_a_setting_role_is_part_of_its_one_edit(tmp_path):
+    """A row's role (run-only, not defining, may change on --resume) is said in the row: the three key sets that
+    the lifecycle, the reproduction key and --resume use are derived from the rows."""
+    from package_copy import copy_package, run_with_copy
+
+    settings = copy_package(tmp_path) / "experiment" / "settings.py"
+    source = settings.read_text()
+    anchor = '    Setting("burnin",'
+    settings.write_text(source.replace(anchor, ROLE_ROWS + anchor))
+    assert run_with_copy(tmp_path, ROLES_CHECK) == {"run_only": True, "not_logged": True, "not_defining": True,
+                                                    "same_key": True, "resume": True}

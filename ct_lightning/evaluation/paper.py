@@ -9,9 +9,16 @@ from __future__ import annotations
 
 import math
 
-# data set name in this project → the paper's row label
-PAPER_LABELS = {"ls": "LS", "circles": "Circ", "moons": "Moon", "ol": "OL", "adult": "Adult",
-                "california_housing": "CH", "credit": "Cred", "gmsc": "GMSC", "mnist": "MNIST"}
+
+def paper_label(data: str) -> str:
+    """The paper's row label of data set ``data``: its data module's ``paper_label`` (else the name)."""
+    from datamodules import get_datamodule_class  # noqa: PLC0415 - the data modules hold the facts
+
+    try:
+        return get_datamodule_class(data).label()
+    except ValueError:
+        return data
+
 
 # Table 1: (reduction %, ± , significant) for IP, IP*, cost
 PAPER_TABLE1 = {
@@ -73,7 +80,7 @@ def beside_paper_table(rows: list[dict]) -> str:
         header += [f"{HEADERS[metric]} ours", "paper", "verdict"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        label = PAPER_LABELS.get(row["data"], row["data"])
+        label = paper_label(row["data"])
         paper = PAPER_TABLE1.get(label)
         cells = [label]
         for metric in METRICS:
@@ -102,7 +109,7 @@ def table3_beside_paper(rows: list[dict]) -> str:
     names = {"ip": "IP", "ip_star": "IP*", "cost": "Cost"}
     for metric in METRICS:
         for row in rows:
-            label = PAPER_LABELS.get(row["data"], row["data"])
+            label = paper_label(row["data"])
             ct, bl = _mean(row, "ct", metric), _mean(row, "bl", metric)
             low, high = row.get(f"{metric}_ci_low"), row.get(f"{metric}_ci_high")
             paper = PAPER_TABLE3[metric].get(label)
@@ -117,7 +124,7 @@ def agreement_counts(rows: list[dict]) -> dict[str, int]:
     """How many cells of :func:`beside_paper_table` got each verdict."""
     counts: dict[str, int] = {}
     for row in rows:
-        paper = PAPER_TABLE1.get(PAPER_LABELS.get(row["data"], row["data"]))
+        paper = PAPER_TABLE1.get(paper_label(row["data"]))
         if not paper:
             continue
         for metric in METRICS:

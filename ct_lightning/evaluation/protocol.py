@@ -52,14 +52,6 @@ PROTOCOLS = {
 }
 
 
-SYNTHETIC_DATA = ("ls", "ol", "circles", "moons")
-
-
-def reference_individuals(data: str) -> int:
-    """Individuals per run in the authors' Table 1 runs: 250 synthetic, 25 MNIST, 100 tabular."""
-    return 250 if data in SYNTHETIC_DATA else (25 if data == "mnist" else 100)
-
-
 def protocol_settings(name: str, cost_pair: bool = False) -> dict:
     """The :class:`EvaluationConfig` fields of protocol ``name`` (``cost_pair``: the protected comparison)."""
     if name not in PROTOCOLS:

@@ -13,13 +13,8 @@ import shlex
 import sys
 from pathlib import Path
 
-# Where one run writes and how it is shown: never part of the logged configuration that a repeat reuses.
-RUN_ONLY_KEYS = frozenset({"checkpoint_dir", "summary_json", "run_name", "resume", "config", "overwrite", "progress",
-                           "verbose"})
-# What may be given together with --resume: where output goes, how it runs, and --max-epochs (to extend the run).
-RESUME_OPTIONS = frozenset({"resume", "tracking_uri", "experiment", "summary_json", "overwrite", "progress", "verbose",
-                            "max_epochs", "accelerator", "data_dir", "threads", "devices", "strategy",
-                            "epoch_loop", "search_compile"})
+from ct_lightning.experiment.settings import RESUME_OPTIONS, RUN_ONLY_KEYS  # noqa: F401 - the roles live in the rows
+
 CHECKPOINT_DIR_TAG = "ct.checkpoint_dir"
 ERROR_TAG = "error"
 

@@ -51,13 +51,21 @@ def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
                        help="seed of the first run (default %(default)s)")
 
 
+def reference_individuals(data: str | None) -> int:
+    """Individuals per run in the authors' Table 1 runs: the data module's ``eval_individuals``
+    (250 synthetic, 25 MNIST, 100 tabular and by default)."""
+    from datamodules import TensorDataModule, get_datamodule_class  # noqa: PLC0415 - imports torch
+
+    return (get_datamodule_class(data) if data else TensorDataModule).eval_individuals
+
+
 def protocol_config(args: argparse.Namespace, data: str | None = None, cost_pair: bool = False) -> EvaluationConfig:
     """The :class:`EvaluationConfig` of parsed protocol flags for data set ``data`` (explicit flags win)."""
-    from ct_lightning.evaluation.protocol import EvaluationConfig, protocol_settings, reference_individuals  # noqa: PLC0415
+    from ct_lightning.evaluation.protocol import EvaluationConfig, protocol_settings  # noqa: PLC0415
 
     settings = protocol_settings(args.protocol, cost_pair)
     if args.protocol == "reference":
-        settings["n_individuals"] = reference_individuals(data or "")
+        settings["n_individuals"] = reference_individuals(data)
     explicit = {"n_individuals": args.n_individuals, "n_runs": args.n_runs, "tau": args.eval_tau,
                 "lr": args.eval_lr, "lambda_cost": args.eval_lambda_cost, "ip_p": args.ip_norm,
                 "length_scale": args.length_scale}

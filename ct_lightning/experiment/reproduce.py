@@ -22,18 +22,14 @@ from pathlib import Path
 import torch
 
 from ct_lightning.experiment.console import child_training_echo, progress_shown
+from ct_lightning.experiment.settings import NON_DEFINING_KEYS
 from ct_lightning.experiment.tracking import atomic_file
+from datamodules import get_datamodule_class
 
-# Settings that say where a run writes or how it shows progress, not what it trains.
-NON_DEFINING_KEYS = frozenset({"tracking_uri", "experiment", "run_name", "checkpoint_dir", "summary_json",
-                               "progress", "verbose", "resume", "config", "data_dir", "accelerator", "threads",
-                               "overwrite", "epoch_loop", "search_compile"})
 CONFIG_KEY_TAG = "ct.config_key"
 ROLES = (  # (role, objective, protected)
     ("bl", "vanilla", False), ("ct", "full", False), ("bl_protected", "vanilla", True), ("ct_protected", "full", True))
 ROLE_LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
-# Rough cost of one training relative to circles at the paper's budget, to schedule long tasks first.
-COST_HINT = {"mnist": 40.0, "adult": 6.0, "california_housing": 3.0, "gmsc": 3.0, "credit": 2.5}
 
 
 # What the authors' code trained with for Table 1 where it differs from the stated defaults:
@@ -42,14 +38,23 @@ COST_HINT = {"mnist": 40.0, "adult": 6.0, "california_housing": 3.0, "gmsc": 3.0
 # cost-column runs (satml/mutability) train CT on the synthetic sets with clf + div only.
 REFERENCE_TRAINING = {"search_lr": 0.1}
 REFERENCE_PROTECTED_CT = {"lambda_reg": 0.0, "lambda_adv": 0.0}
-SYNTHETIC = ("ls", "ol", "circles", "moons")
+
+
+def is_synthetic(data: str) -> bool:
+    """Whether data set ``data`` is generated on the fly (its data module's ``synthetic``)."""
+    return get_datamodule_class(data).synthetic
+
+
+def cost_hint(data: str) -> float:
+    """Rough cost of one training of ``data`` relative to circles (its data module's ``cost_hint``)."""
+    return get_datamodule_class(data).cost_hint
 
 
 def role_training_overrides(protocol: str, data: str, role: str) -> dict:
     """Training settings of one role that differ from Table 2 under ``protocol`` (only ``reference`` has any)."""
     if protocol != "reference":
         return {}
-    extra = REFERENCE_PROTECTED_CT if role == "ct_protected" and data in SYNTHETIC else {}
+    extra = REFERENCE_PROTECTED_CT if role == "ct_protected" and is_synthetic(data) else {}
     return {**REFERENCE_TRAINING, **extra}
 
 
@@ -269,9 +274,9 @@ class Progress:
     def _estimate(self, label: str) -> float | None:
         if not self.durations:
             return None
-        unit = sum(self.durations[k] / COST_HINT.get(self.tasks[k].data, 1.0) for k in self.durations) \
+        unit = sum(self.durations[k] / cost_hint(self.tasks[k].data) for k in self.durations) \
             / len(self.durations)
-        return unit * COST_HINT.get(self.tasks[label].data, 1.0)
+        return unit * cost_hint(self.tasks[label].data)
 
     def eta(self) -> str:
         remaining = [label for label in self.tasks if label not in self.done]
@@ -316,7 +321,7 @@ def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print, ex
     progress = Progress(tasks, set(), echo if progress_shown() else lambda *a, **k: None)
     echo(f"reproduction: {len(tasks)} models, {len(done)} already trained and evaluated in the store; "
          f"{len(tasks) - len(done)} to do with {jobs} process(es)", flush=True)
-    order = sorted(tasks, key=lambda t: (t.label in done, -COST_HINT.get(t.data, 1.0)))
+    order = sorted(tasks, key=lambda t: (t.label in done, -cost_hint(t.data)))
     outcomes: dict[str, dict] = {}
     failures: list[str] = []
 

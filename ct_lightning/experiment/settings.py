@@ -73,6 +73,10 @@ class Setting:
     (evaluated when needed, e.g. the registered generators). ``low``/``high`` bound numbers, open
     at that end when ``low_open``/``high_open``. ``flag``/``action``/``nargs``/``const``/``metavar``
     shape the command-line option; ``group`` names its section in ``--help`` (``None``: not an option).
+
+    The setting's role: ``defines`` (part of what defines the experiment: the key by which a reproduction reuses a
+    training), ``run_only`` (where one run writes or how it shows itself: never in the logged configuration; implies
+    not ``defines``) and ``on_resume`` (may be given with ``--resume``, and then applies to the resumed training).
     """
 
     name: str
@@ -92,6 +96,13 @@ class Setting:
     nargs: str | None = None
     const: Any = None
     metavar: str | None = None
+    defines: bool = True
+    run_only: bool = False
+    on_resume: bool = False
+
+    def __post_init__(self):
+        if self.run_only and self.defines:
+            object.__setattr__(self, "defines", False)  # a run-only setting never defines the experiment
 
     @property
     def value(self) -> Any:
@@ -168,16 +179,18 @@ DATA, CT, SEARCH, MODEL, START, TRACK = ("data", "counterfactual training", "cou
                                          "model and optimiser", "fine-tuning and resuming", "tracking and output")
 
 TABLE: tuple[Setting, ...] = (
-    Setting("config", None, "YAML file with any of these options (long names, e.g. max_epochs: 50)", group=""),
+    Setting("config", None, "YAML file with any of these options (long names, e.g. max_epochs: 50)", group="",
+            run_only=True),
     # data
     Setting("data", "circles", "data set: {AVAILABLE} (default {DFLT})", group=DATA, choices=datasets_and_aliases),
-    Setting("data_dir", None, "folder with the raw data files (default: $CT_DATA_DIR, else the user cache)", group=DATA),
+    Setting("data_dir", None, "folder with the raw data files (default: $CT_DATA_DIR, else the user cache)", group=DATA,
+            defines=False, on_resume=True),
     Setting("batch_size", None, "training batch size [Table 2]", int, DATA, table2=True, low=1),
     Setting("center_distance", None, "blob data sets (ls, ol) only: move the two default centres along the line "
             "through them, about their midpoint, to this distance (sensitivity studies; default: the data set's "
             "random centres)", float, DATA, low=0.0, low_open=True),
     # counterfactual training
-    Setting("max_epochs", 100, "training epochs (default {DFLT})", int, CT, low=1),
+    Setting("max_epochs", 100, "training epochs (default {DFLT})", int, CT, low=1, on_resume=True),
     Setting("burnin", 0.0, "share of epochs trained conventionally before CT starts, in [0, 1) (default {DFLT})",
             float, CT, low=0.0, high=1.0, high_open=True),
     # counterfactual search
@@ -191,24 +204,25 @@ TABLE: tuple[Setting, ...] = (
     Setting("search_compile", "auto", "compile the search step after the backward pass into one kernel with "
             "torch.compile (same results): on, off, or auto: only for large pools (rows x features; MNIST and Adult at "
             "the paper's nce), where it pays off (default {DFLT})", group=SEARCH,
-            choices=catalogue.search_compile_modes),
+            choices=catalogue.search_compile_modes, defines=False, on_resume=True),
     # model and optimiser
     Setting("model", "mlp", "mlp, cnn (LeNet-style, for MNIST) or package.module:factory returning an nn.Module "
             "(called with n_features, n_classes if it takes them) (default {DFLT})", group=MODEL),
     Setting("accelerator", "auto", "Lightning accelerator: auto, cpu, gpu, cuda, mps (default {DFLT})", group=MODEL,
-            choices=ACCELERATORS),
+            choices=ACCELERATORS, defines=False, on_resume=True),
     Setting("threads", None, "torch intra-op threads: default 1 for the paper's small MLPs (more threads only "
             "fight other processes), torch's own choice for --model cnn or a GPU; 0 = torch's default",
-            int, MODEL, low=0, metavar="N"),
+            int, MODEL, low=0, metavar="N", defines=False, on_resume=True),
     Setting("epoch_loop", "auto", "fused: run each epoch's optimisation steps inside one Lightning step (same "
             "results, without Lightning's per-step hooks; one process only); lightning: one Lightning step per "
-            "batch; auto: fused where it applies (default {DFLT})", group=MODEL, choices=EPOCH_LOOPS),
+            "batch; auto: fused where it applies (default {DFLT})", group=MODEL, choices=EPOCH_LOOPS,
+            defines=False, on_resume=True),
     # scaling out (Lightning's meanings; see README "Scaling out")
     Setting("devices", "auto", "Lightning devices per node: auto, a count (-1: all) or indices like 0,1 "
-            "(default {DFLT})", lightning_devices, MODEL, metavar="DEVICES"),
+            "(default {DFLT})", lightning_devices, MODEL, metavar="DEVICES", on_resume=True),
     Setting("num_nodes", 1, "Lightning num_nodes: machines taking part in DDP (default {DFLT})", int, MODEL, low=1),
     Setting("strategy", "auto", "Lightning strategy, e.g. ddp, ddp_spawn, fsdp (default {DFLT})", group=MODEL,
-            choices=lightning_strategies, metavar="STRATEGY"),
+            choices=lightning_strategies, metavar="STRATEGY", on_resume=True),
     # fine-tuning and resuming
     Setting("from_checkpoint", None, "start from these weights: a checkpoint of this project, a state_dict of the "
             "default MLP, weights for --model, or an MLflow model runs:/RUN_ID/model or models:/NAME/VERSION",
@@ -218,20 +232,21 @@ TABLE: tuple[Setting, ...] = (
             "checkpoint, in the same MLflow run, with its logged configuration; the result is bit-identical to an "
             "uninterrupted run. With --max-epochs N the run is extended to N epochs in total (N must exceed the "
             "epochs already trained); other training options cannot change", group=START, nargs="?",
-            const="latest", metavar="RUN_ID"),
+            const="latest", metavar="RUN_ID", run_only=True, on_resume=True),
     # tracking and output
-    Setting("tracking_uri", DEFAULT_TRACKING_URI, "MLflow tracking URI (default {DFLT})"),
-    Setting("experiment", DEFAULT_EXPERIMENT, "MLflow experiment name (default {DFLT})"),
-    Setting("run_name", None, "MLflow run name (default: DATA-OBJECTIVE-GENERATOR-sSEED-SHORTID)"),
+    Setting("tracking_uri", DEFAULT_TRACKING_URI, "MLflow tracking URI (default {DFLT})", defines=False, on_resume=True),
+    Setting("experiment", DEFAULT_EXPERIMENT, "MLflow experiment name (default {DFLT})", defines=False, on_resume=True),
+    Setting("run_name", None, "MLflow run name (default: DATA-OBJECTIVE-GENERATOR-sSEED-SHORTID)", run_only=True),
     Setting("checkpoint_dir", None, "checkpoint folder (default: checkpoints/RUN_ID beside a local SQLite store, "
-            "one per run); a folder that already holds files is refused unless --overwrite"),
+            "one per run); a folder that already holds files is refused unless --overwrite", run_only=True),
     Setting("summary_json", None, "write run id, resolved config, data summary and final metrics here; an existing "
-            "file is refused unless --overwrite"),
+            "file is refused unless --overwrite", run_only=True, on_resume=True),
     Setting("overwrite", False, "allow --summary-json and --checkpoint-dir to replace existing files",
-            action="store_true"),
-    Setting("progress", True, "hide the progress bar", flag="--no-progress", action="store_false"),
+            action="store_true", run_only=True, on_resume=True),
+    Setting("progress", True, "hide the progress bar", flag="--no-progress", action="store_false", run_only=True,
+            on_resume=True),
     Setting("verbose", False, "also show Lightning's INFO lines and library warnings (hidden by default)",
-            action="store_true"),
+            action="store_true", run_only=True, on_resume=True),
     Setting("limit_train_batches", None, "Lightning limit_train_batches (for quick runs)", float, low=0.0),
     Setting("limit_val_batches", None, "Lightning limit_val_batches (for quick runs)", float, low=0.0),
     Setting("fast_dev_run", False, "one batch of each loop, for smoke tests", action="store_true"),
@@ -263,6 +278,10 @@ def in_group_order(settings) -> tuple[Setting, ...]:
 SETTINGS: tuple[Setting, ...] = in_group_order(
     [*TABLE, *(module_setting(name, option) for name, option in catalogue.module_options().items())])
 SETTINGS_BY_NAME = {s.name: s for s in SETTINGS}
+# The roles of the rows, derived (one edit adds a setting whatever its role):
+RUN_ONLY_KEYS = frozenset(s.name for s in SETTINGS if s.run_only)  # never in the logged configuration
+NON_DEFINING_KEYS = frozenset(s.name for s in SETTINGS if not s.defines)  # not in a reproduction's training key
+RESUME_OPTIONS = frozenset(s.name for s in SETTINGS if s.on_resume)  # may be given, and applies, with --resume
 DEFAULTS: dict[str, Any] = {s.name: s.value for s in SETTINGS}
 # Settings whose SPEC Table 2 value (the data module's ct_defaults) replaces the default.
 DATA_DEFAULT_KEYS = tuple(s.name for s in SETTINGS if s.table2 and s.name != "batch_size")
@@ -282,14 +301,16 @@ def validate_config(config: dict, label: Callable[[str], str] | None = None) -> 
     return checked
 
 
-BLOB_DATA = ("ls", "ol")  # the data sets whose modules take ``center_distance``
+def data_class(data: str):
+    """The data module class of data set ``data`` (imports torch: not needed to check inputs)."""
+    from datamodules import get_datamodule_class  # noqa: PLC0415
+
+    return get_datamodule_class(data)
 
 
 def table2(data: str) -> dict[str, Any]:
     """The SPEC Table 2 values of a data set (``tau``, ``nce``, ``lambda_reg``, ``batch_size``)."""
-    from datamodules import get_datamodule_class  # noqa: PLC0415 - imports torch; not needed to check inputs
-
-    cls = get_datamodule_class(data)
+    cls = data_class(data)
     return {**{k: v for k, v in cls.ct_defaults.items() if k in DATA_DEFAULT_KEYS}, "batch_size": cls.default_batch_size}
 
 
@@ -305,9 +326,12 @@ def resolve_config(overrides: dict) -> dict:
     if isinstance(config["immutable"], str):
         config["immutable"] = [f.strip() for f in config["immutable"].split(",") if f.strip()]
     config = validate_config(config)
-    if config["center_distance"] is not None and data not in BLOB_DATA:
+    if config["center_distance"] is not None and not data_class(data).blob:
+        from datamodules import available  # noqa: PLC0415
+
+        blobs = ", ".join(name for name in available() if data_class(name).blob)
         raise ValueError(f"center_distance: {config['center_distance']!r} is not allowed for data {data!r}; "
-                         "allowed only for the blob data sets ls, ol (or unset)")
+                         f"allowed only for the blob data sets {blobs} (or unset)")
     blocker = fused_blocker(config)
     if config["epoch_loop"] == "fused" and blocker:
         raise ValueError(f"epoch_loop: 'fused' is not allowed with {blocker}; allowed: auto or lightning")

@@ -25,15 +25,15 @@ from ct_lightning.experiment.console import VERBOSE_ENV, quiet_console
 from ct_lightning.experiment.data import build_datamodule, mutability_spec
 from ct_lightning.experiment.interrupt import INTERRUPTED_TAG, TrainingInterrupted
 from ct_lightning.experiment.preflight import preflight_training
-from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, RESUME_OPTIONS, check_outputs,
+from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, check_outputs,
                                               completed_epochs, create_run, defining_config,
                                               find_resumable_run, mark_failed, mark_interrupted,
                                               resume_command)
 from ct_lightning.experiment.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
                                                    log_classifier, log_datasets, log_missing_epoch_metrics,
                                                    log_training_plots)
-from ct_lightning.experiment.settings import (DEFAULTS, fused_blocker, load_config_file, module_kwargs,
-                                              resolve_config)
+from ct_lightning.experiment.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
+                                              load_config_file, module_kwargs, resolve_config)
 from ct_lightning.experiment.tracking import (ensure_experiment, local_store_dir, prepare_store, run_url, ui_command,
                                               write_json_atomic)
 from ct_lightning.epoch_block import EpochBlockLoader, can_fuse
@@ -71,7 +71,7 @@ def _resume_config(overrides: dict, echo=print) -> tuple[dict, str, Path]:
     if changed:
         raise ValueError(f"resume: {', '.join('--' + k.replace('_', '-') for k in changed)} cannot change when "
                          f"resuming (the run continues with its logged configuration); allowed with --resume: "
-                         f"--max-epochs (to extend), --summary-json, --tracking-uri, --experiment, --no-progress")
+                         + ", ".join(SETTINGS_BY_NAME[k].option for k in sorted(RESUME_OPTIONS) if k != "resume"))
     prepare_store(base["tracking_uri"])
     client = MlflowClient(tracking_uri=base["tracking_uri"])
     run, last = find_resumable_run(client, base["experiment"], base["tracking_uri"], base["resume"], echo)
@@ -90,7 +90,7 @@ def _resume_config(overrides: dict, echo=print) -> tuple[dict, str, Path]:
     elif run.info.status == "FINISHED" or done >= config["max_epochs"]:
         raise ValueError(f"resume: run {run_id} already trained all {config['max_epochs']} epochs; pass "
                          f"--max-epochs N (N > {done}) to extend it")
-    for key in ("progress", "summary_json", "overwrite", "accelerator", "data_dir"):
+    for key in RESUME_OPTIONS - {"max_epochs", "resume"}:  # every option allowed with --resume applies
         if overrides.get(key) is not None:
             config[key] = overrides[key]
     config["resume"] = run_id
