@@ -208,7 +208,9 @@ def compare_url(experiment_ids: list[str], run_ids: list[str], port: int = 5000)
 
     runs = quote(json.dumps(list(run_ids), separators=(",", ":")))
     experiments = quote(json.dumps(sorted(set(experiment_ids)), separators=(",", ":")))
-    return f"http://127.0.0.1:{port}/#/compare-runs?runs={runs}&experiments={experiments}"
+    from ct_lightning.experiment.tracking import ML_VIEW_QUERY
+
+    return f"http://127.0.0.1:{port}/#/compare-runs?runs={runs}&experiments={experiments}&{ML_VIEW_QUERY}"
 
 
 def link_children(client, parent_run_id: str, children: dict[str, str]) -> str:
