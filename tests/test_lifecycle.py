@@ -141,11 +141,11 @@ def test_killed_and_resumed_run_is_bit_identical(store, reference, phase, epoch,
     assert_same_run(reference, resumed, client)
 
 
-def signal_child(overrides: dict, name: str, epoch: int, *batches: int) -> subprocess.CompletedProcess:
+def signal_child(overrides: dict, name: str, epoch: int, *batches: int, env=None) -> subprocess.CompletedProcess:
     """Run training through a console entry in a subprocess that sends itself SIG``name`` at those batches."""
     return subprocess.run([sys.executable, str(ROOT / "tests" / "signal_during_training.py"), json.dumps(overrides),
                            name, str(epoch), *map(str, batches)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600)
+                          timeout=600, env=env)
 
 
 @pytest.mark.parametrize("name,status,batches", [("TERM", 143, (3,)), ("INT", 130, (1,)), ("TERM", 143, (1, 2))],
@@ -173,6 +173,28 @@ def test_a_signal_stops_at_a_checkpoint_marks_the_run_killed_and_resumes_bit_ide
     finished = client.get_run(killed.info.run_id)
     assert finished.info.status == "FINISHED" and INTERRUPTED_TAG not in finished.data.tags
     assert_same_run(reference, resumed, client)
+
+
+def test_slurm_requeue_signal_checkpoints_the_epoch_and_requeues_the_job(store, tmp_path):
+    """Inside a SLURM job, SIGUSR1 (``#SBATCH --signal=USR1@180``) stops like SIGTERM and then runs
+    ``scontrol requeue JOB``; here ``scontrol`` is a script on PATH that records its arguments (no SLURM)."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "scontrol-calls"
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {**os.environ, "SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("SLURM_ARRAY_JOB_ID", None)
+    exp = {**store, "experiment": "slurm-requeue"}
+    done = signal_child({**KILL, **exp}, "USR1", 1, 2, env=env)
+    assert done.returncode == 128 + 10, done.stdout[-2000:] + done.stderr[-3000:]
+    assert calls.read_text().split() == ["requeue", "4242"]
+    assert "SLURM: job 4242 requeued" in done.stderr
+    client = client_of(store)
+    (killed,) = client.search_runs([client.get_experiment_by_name("slurm-requeue").experiment_id])
+    assert killed.info.status == "KILLED"
 
 
 FUSED = {**KILL, "limit_train_batches": None, "epoch_loop": "fused"}  # whole epochs, one Lightning step each

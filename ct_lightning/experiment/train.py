@@ -17,7 +17,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation, EpochSeed, StopOnSignal
+from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation, EpochSeed
 from ct_lightning.experiment.allocator import keep_freed_memory
 from ct_lightning.experiment.checkpoint_io import AtomicCheckpointIO
 from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
@@ -32,6 +32,7 @@ from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, ch
 from ct_lightning.experiment.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
                                                    log_classifier, log_datasets, log_missing_epoch_metrics,
                                                    log_training_plots)
+from ct_lightning.experiment.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
                                               load_config_file, module_kwargs, resolve_config)
 from ct_lightning.experiment.tracking import (ensure_experiment, local_store_dir, prepare_store, run_url, ui_command,
