@@ -35,7 +35,9 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shlex
+import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -45,6 +47,7 @@ from ct_lightning.experiment.cpu_math import apply_cpu_math
 from ct_lightning.experiment.preflight import apply_threads, threads_for
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
 from ct_lightning.experiment.settings import add_arguments
+from ct_lightning.experiment.console import PROGRESS_ENV, VERBOSE_ENV, quiet_console
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
                                               check_tracking_reachable, store_location)
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_accelerator,
@@ -100,7 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     out.add_argument("--experiment", default=DEFAULT_EXPERIMENT, help="MLflow experiment (default %(default)s)")
     out.add_argument("--out-dir", default="outputs/compare", help="output folder (default %(default)s)")
     out.add_argument("--summary-json", help="JSON summary path (default OUT_DIR/summary.json)")
-    out.add_argument("--progress", action="store_true", help="show Lightning progress bars")
+    add_arguments(out, ["progress", "verbose"])  # the same options, meaning the same, as recipes/train.py's
     add_protocol_arguments(parser)
     return parser
 
@@ -259,6 +262,11 @@ def main(argv: list[str] | None = None) -> dict:
             check_run_ids(f"--{key.replace('_', '-')}-run-id", ids, args.tracking_uri)
     except KNOWN_ERRORS as error:
         exit_on_error(error, parser)
+    quiet_console(args.verbose)
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"  # seen by --jobs workers too
+    if not args.progress:
+        os.environ[PROGRESS_ENV] = "0"
     print(f"MLflow store: {store_location(args.tracking_uri)}", flush=True)
     print(apply_cpu_math(args.cpu_math or "native"), flush=True)  # before torch is imported (apply_threads imports it)
     print(apply_threads(threads_for(args.threads, accelerator=args.accelerator)), flush=True)
@@ -331,6 +339,15 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
                            final=False)
             print(f"table row {data} written to {out_dir / 'table.md'}", flush=True)
 
+    from ct_lightning.experiment.interrupt import INTERRUPTED_TAG, TrainingInterrupted  # noqa: PLC0415
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def stop(signum, frame):  # outside a training (evaluation, tables); a training stops at its epoch's end
+        raise TrainingInterrupted(signum)
+
+    for signum in previous:
+        signal.signal(signum, stop)
     try:
         run_tasks(tasks, args.jobs, client, on_done)
         ordered = [rows[n] for n in names]
@@ -342,7 +359,15 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
                 client.log_artifact(parent, str(figure), artifact_path="plots")
         summary = _write_outputs(ordered, plots, args, client, parent, command, out_dir, final=True)
         status = "FINISHED"
+    except TrainingInterrupted as interrupted:
+        status = "KILLED"
+        client.set_tag(parent, INTERRUPTED_TAG, f"{interrupted}; resume with: {command}")
+        print(f"interrupted ({interrupted}): parent run {parent} is KILLED; finished trainings and evaluations "
+              f"are kept: re-run the same command to resume:\n  {command}", file=sys.stderr, flush=True)
+        raise
     finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
         client.set_terminated(parent, status)
     summary["reproduction_key"] = reproduction_key
     if quiet:

@@ -62,7 +62,7 @@ def build_parser() -> argparse.ArgumentParser:
     cf.add_argument("--generator", type=Rule(choices=catalogue.generators).argtype(), default=d.generator, help="search on the base model (default %(default)s)")
     cf.add_argument("--lambda-energy", type=_float(0.0), default=d.lambda_energy, help="ECCo λ_egy (default %(default)s)")
     cf.add_argument("--tau", type=_float(0.0, 1.0, True), default=d.tau, help="search threshold τ (default %(default)s)")
-    cf.add_argument("--max-steps", type=_int(0), default=d.max_steps, help="search steps T (default %(default)s)")
+    cf.add_argument("--max-steps", type=_int(1), default=d.max_steps, help="search steps T (default %(default)s)")
     cf.add_argument("--sns-delta", type=_float(0.0), default=d.sns_delta, help="SNS ℓ2 radius δ (default %(default)s)")
     cf.add_argument("--sns-steps", type=_int(0), default=d.sns_steps, help="SNS ascent steps (default %(default)s)")
     cf.add_argument("--sns-lr", type=_float(0.0, low_open=True), help="SNS step length (default 2·δ/steps)")

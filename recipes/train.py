@@ -59,7 +59,7 @@ def main(argv: list[str] | None = None) -> dict:
     print(apply_threads(threads_for(given.get("threads"), given.get("model"), given.get("accelerator"))), flush=True)
     try:
         summary = train(args)
-    except (ValueError, FileNotFoundError) as error:
+    except (ValueError, OSError) as error:  # OSError: e.g. a checkpoint folder that filled up (one line, exit 1)
         exit_on_error(error, parser)
     print(announce(summary))
     return summary

@@ -96,6 +96,7 @@ def test_compiled_search_runs_inside_inference_mode(compile_mode):
         inside = search_counterfactuals(model, x, target, ECCo(), 0.75, 30, 0.3, mutability, lower, upper)
     outside = search_counterfactuals(model, x, target, ECCo(), 0.75, 30, 0.3, mutability, lower, upper)
     assert torch.equal(inside.steps, outside.steps)
+    # The same compiled kernel on the same shapes, with and without inference mode: bit for bit.
     torch.testing.assert_close(inside.counterfactual, outside.counterfactual, rtol=0, atol=0)
 
 
@@ -203,12 +204,16 @@ def test_ct_training_is_the_same_with_the_compiled_step(tmp_path):
     finally:
         set_search_compile("auto")
     (on, on_weights), (off, off_weights) = runs["on"], runs["off"]
+    # Compiled against eager: other kernels (fused, possibly with FMA), so equal up to rounding, not bit for bit.
+    assert on_weights.keys() == off_weights.keys()
     for key in off_weights:
-        assert torch.equal(on_weights[key], off_weights[key]), key
+        torch.testing.assert_close(on_weights[key], off_weights[key], rtol=1e-5, atol=1e-6, msg=key)
+
     def measured(metrics):  # everything but timings
         return {key: value for key, value in metrics.items() if not key.endswith("_seconds")}
 
-    assert measured(on["metrics"]) == measured(off["metrics"]) and "train/div" in on["metrics"]
+    assert measured(on["metrics"]).keys() == measured(off["metrics"]).keys() and "train/div" in on["metrics"]
+    assert measured(on["metrics"]) == pytest.approx(measured(off["metrics"]), rel=1e-5, abs=1e-6)
     client = MlflowClient(f"sqlite:///{tmp_path / 'mlflow.db'}")
     assert client.get_run(on["run_id"]).data.params["search_compile"] == "on"
 
@@ -230,5 +235,5 @@ def test_one_compiled_kernel_serves_every_step_of_a_search():
             args = (rows, x, grad, torch.tensor(0.25, **options), torch.tensor(0.001, **options),
                     Constraints(None, lower, upper))  # a new instance per call, as each search makes its own
             result, expected = step(*args), constrained_step(*args)
-            assert torch.equal(result[0], expected[0]) and torch.equal(result[1], expected[1])
+            torch.testing.assert_close(result, expected)  # compiled against eager: up to rounding
     assert counters["stats"]["unique_graphs"] - before == 1

@@ -115,7 +115,7 @@ def assert_same_run(reference: dict, resumed: dict, client) -> None:
     a = torch.load(reference["checkpoints"]["last"], weights_only=True)["state_dict"]
     b = torch.load(resumed["checkpoints"]["last"], weights_only=True)["state_dict"]
     assert a.keys() == b.keys()
-    for key in a:
+    for key in a:  # a resumed run repeats the interrupted epoch on the same shapes: bit for bit
         assert torch.equal(a[key], b[key]), f"weights differ in {key}"
     timed = {k for k in reference["metrics"] if k.endswith("seconds")}
     assert {k: v for k, v in reference["metrics"].items() if k not in timed} == \
@@ -139,6 +139,62 @@ def test_killed_and_resumed_run_is_bit_identical(store, reference, phase, epoch,
     assert resumed["run_id"] == killed.info.run_id and resumed["metrics"]["epochs"] == KILL["max_epochs"]
     assert client.get_run(killed.info.run_id).info.status == "FINISHED"
     assert_same_run(reference, resumed, client)
+
+
+def signal_child(overrides: dict, name: str, epoch: int, *batches: int, env=None) -> subprocess.CompletedProcess:
+    """Run training through a console entry in a subprocess that sends itself SIG``name`` at those batches."""
+    return subprocess.run([sys.executable, str(ROOT / "tests" / "signal_during_training.py"), json.dumps(overrides),
+                           name, str(epoch), *map(str, batches)], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600, env=env)
+
+
+@pytest.mark.parametrize("name,status,batches", [("TERM", 143, (3,)), ("INT", 130, (1,)), ("TERM", 143, (1, 2))],
+                         ids=["sigterm", "sigint", "sigterm-twice"])
+def test_a_signal_stops_at_a_checkpoint_marks_the_run_killed_and_resumes_bit_identical(store, reference, name,
+                                                                                      status, batches):
+    """SIGTERM (preemption) or SIGINT (Ctrl-C) in epoch 2 (of 0..3): the epoch finishes and is checkpointed, the
+    run ends KILLED with the tag ct.interrupted, the exit status is 128 + the signal; a second signal stops at
+    once (the checkpoint of epoch 1 stays the resume point). --resume then ends bit-identical to a whole run."""
+    from ct_lightning.experiment.interrupt import INTERRUPTED_TAG
+    from ct_lightning.experiment.lifecycle import completed_epochs, last_checkpoint_of
+
+    exp = {**store, "experiment": f"signal-{name}-{len(batches)}"}
+    done = signal_child({**KILL, **exp}, name, 2, *batches)
+    assert done.returncode == status, done.stdout[-2000:] + done.stderr[-3000:]
+    client = client_of(store)
+    (killed,) = client.search_runs([client.get_experiment_by_name(exp["experiment"]).experiment_id])
+    assert killed.info.status == "KILLED" and ERROR_TAG not in killed.data.tags
+    assert killed.data.tags[INTERRUPTED_TAG].startswith(f"SIG{name} after ")
+    assert f"--resume {killed.info.run_id}" in killed.data.tags[INTERRUPTED_TAG]
+    assert f"--resume {killed.info.run_id}" in done.stderr.splitlines()[-1], "the last line says how to resume"
+    assert completed_epochs(last_checkpoint_of(killed)) == (3 if len(batches) == 1 else 2)
+    resumed = train({"resume": "latest", **exp, "progress": False})
+    assert resumed["run_id"] == killed.info.run_id
+    finished = client.get_run(killed.info.run_id)
+    assert finished.info.status == "FINISHED" and INTERRUPTED_TAG not in finished.data.tags
+    assert_same_run(reference, resumed, client)
+
+
+def test_slurm_requeue_signal_checkpoints_the_epoch_and_requeues_the_job(store, tmp_path):
+    """Inside a SLURM job, SIGUSR1 (``#SBATCH --signal=USR1@180``) stops like SIGTERM and then runs
+    ``scontrol requeue JOB``; here ``scontrol`` is a script on PATH that records its arguments (no SLURM)."""
+    import os
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    calls = tmp_path / "scontrol-calls"
+    (bin_dir / "scontrol").write_text(f"#!/bin/sh\necho \"$@\" >> {calls}\n")
+    (bin_dir / "scontrol").chmod(0o755)
+    env = {**os.environ, "SLURM_JOB_ID": "4242", "PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+    env.pop("SLURM_ARRAY_JOB_ID", None)
+    exp = {**store, "experiment": "slurm-requeue"}
+    done = signal_child({**KILL, **exp}, "USR1", 1, 2, env=env)
+    assert done.returncode == 128 + 10, done.stdout[-2000:] + done.stderr[-3000:]
+    assert calls.read_text().split() == ["requeue", "4242"]
+    assert "SLURM: job 4242 requeued" in done.stderr
+    client = client_of(store)
+    (killed,) = client.search_runs([client.get_experiment_by_name("slurm-requeue").experiment_id])
+    assert killed.info.status == "KILLED"
 
 
 FUSED = {**KILL, "limit_train_batches": None, "epoch_loop": "fused"}  # whole epochs, one Lightning step each

@@ -92,12 +92,15 @@ def problem(case):
 
 
 def assert_same(new, old):
-    """Equal up to float rounding (bit-identical where the arithmetic is; the closed-form and masked paths differ
-    from the autograd reference only in the last bits)."""
+    """Equal up to float rounding. Bit-identical only where the same operations run on the same shapes (the
+    packed loop against the packed reference); the masked path multiplies whole pools where the reference
+    multiplies the active rows, and a matrix product over another row count may round differently, depending on
+    the CPU's kernels (issue 26: AMD EPYC), so it gets a tolerance."""
     assert torch.equal(new.converged, old.converged) and torch.equal(new.steps, old.steps)
     assert torch.equal(new.nascent_steps, old.nascent_steps)
-    torch.testing.assert_close(new.counterfactual, old.counterfactual, rtol=1e-6, atol=1e-6)
-    torch.testing.assert_close(new.nascent, old.nascent, rtol=1e-6, atol=1e-6)
+    # 1e-5: measured 1.5e-6 for the masked MNIST-shaped latent search with MKL_CBWR=COMPATIBLE (CI's pass 3).
+    torch.testing.assert_close(new.counterfactual, old.counterfactual, rtol=1e-5, atol=1e-5)
+    torch.testing.assert_close(new.nascent, old.nascent, rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.parametrize("tau", [0.75, 1.0], ids=["converging", "fixed-T"])
@@ -126,7 +129,8 @@ def test_latent_search_is_unchanged(case, packed, tau):
         arguments = (model, vae, x, target, lambda_cost, lr, tau, steps, epsilon, mutability, lower, upper)
         new, old = latent_search(*arguments, packed=packed), reference_latent_search(*arguments)
         assert_same(new, old)
-        assert torch.equal(new.counterfactual, old.counterfactual) and torch.equal(new.nascent, old.nascent)
+        if packed:  # the reference's arithmetic on the reference's shapes: bit for bit
+            assert torch.equal(new.counterfactual, old.counterfactual) and torch.equal(new.nascent, old.nascent)
         converged += int(new.converged.sum())
         inside += int((new.nascent_steps > 0).sum())
     assert (converged > 0) == (tau < 1.0) and inside > 0

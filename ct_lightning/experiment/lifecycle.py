@@ -105,6 +105,18 @@ def mark_failed(client, run_id: str, error: BaseException) -> None:
         pass
 
 
+def mark_interrupted(client, run_id: str, interrupted: BaseException, command: str) -> None:
+    """End a run KILLED (MLflow's status for a stopped run, neither FAILED nor RUNNING) with the tag
+    ``ct.interrupted``: the signal, the epochs done and the command that resumes it (never raises)."""
+    from ct_lightning.experiment.interrupt import INTERRUPTED_TAG
+
+    try:
+        client.set_tag(run_id, INTERRUPTED_TAG, f"{interrupted}; resume with: {command}"[:4000])
+        client.set_terminated(run_id, "KILLED")
+    except Exception:  # noqa: BLE001 - reporting an interruption must not hide it
+        pass
+
+
 def resume_command(run_id: str, tracking_uri: str, experiment: str) -> str:
     """The shell command that resumes run ``run_id`` (works as printed, from the repository root)."""
     python = sys.executable
@@ -123,11 +135,37 @@ def checkpoint_dir_of(run) -> Path | None:
     return Path(folder) if folder else None
 
 
-def last_checkpoint_of(run) -> Path | None:
-    """``last.ckpt`` of a run if it exists on this machine, else ``None``."""
+def last_checkpoint_of(run, echo=None) -> Path | None:
+    """The run's ``last.ckpt`` if it exists on this machine and reads as a checkpoint; if it is missing or
+    unreadable (truncated), ``last-previous.ckpt`` (the one before it), saying so through ``echo``; else ``None``."""
+    from ct_lightning.experiment.checkpoint_io import previous_of
+
     folder = checkpoint_dir_of(run)
-    last = folder / "last.ckpt" if folder else None
-    return last if last is not None and last.is_file() else None
+    if not folder:
+        return None
+    last = folder / "last.ckpt"
+    problem = "missing" if not last.is_file() else _unreadable(last)
+    if problem is None:
+        return last
+    previous = previous_of(last)
+    if previous.is_file() and _unreadable(previous) is None:
+        if echo is not None and problem != "missing":
+            echo(f"resume: {last} is unreadable ({problem}); resuming from the previous checkpoint {previous} "
+                 f"(after {completed_epochs(previous)} epoch(s))", flush=True)
+        return previous
+    return None
+
+
+def _unreadable(checkpoint: Path) -> str | None:
+    """Why ``checkpoint`` cannot be resumed from (e.g. truncated), or ``None`` when it loads."""
+    import torch
+
+    try:
+        payload = torch.load(checkpoint, map_location="cpu", weights_only=True)
+        int(payload["epoch"])
+    except Exception as error:  # noqa: BLE001 - any failure to load means: not usable
+        return f"{type(error).__name__}: {str(error).splitlines()[0][:160] if str(error) else ''}"
+    return None
 
 
 def completed_epochs(checkpoint: Path) -> int:
@@ -149,7 +187,7 @@ def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, 
             run = client.get_run(wanted)
         except Exception:  # noqa: BLE001 - MLflow raises several types for an unknown id
             raise ValueError(f"resume: no run {wanted!r} in {tracking_uri}") from None
-        last = last_checkpoint_of(run)
+        last = last_checkpoint_of(run, echo)
         if last is None:
             raise ValueError(f"resume: run {wanted} has no checkpoint (it stopped before its first epoch ended); "
                              f"start it again instead")
@@ -161,7 +199,7 @@ def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, 
     for run in runs:
         if run.data.tags.get("ct.role") == "compare":
             continue
-        last = last_checkpoint_of(run)
+        last = last_checkpoint_of(run, echo)
         if last is not None:
             return run, last
         echo(f"resume: skipping run {run.info.run_id} ({run.info.run_name}, {run.info.status}): no checkpoint, it "
@@ -175,7 +213,9 @@ def compare_url(experiment_ids: list[str], run_ids: list[str], port: int = 5000)
 
     runs = quote(json.dumps(list(run_ids), separators=(",", ":")))
     experiments = quote(json.dumps(sorted(set(experiment_ids)), separators=(",", ":")))
-    return f"http://127.0.0.1:{port}/#/compare-runs?runs={runs}&experiments={experiments}"
+    from ct_lightning.experiment.tracking import ML_VIEW_QUERY
+
+    return f"http://127.0.0.1:{port}/#/compare-runs?runs={runs}&experiments={experiments}&{ML_VIEW_QUERY}"
 
 
 def link_children(client, parent_run_id: str, children: dict[str, str]) -> str:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import torch
 
+from ct_lightning.experiment.console import child_training_echo, progress_shown
 from ct_lightning.experiment.settings import NON_DEFINING_KEYS
 from ct_lightning.experiment.tracking import atomic_file
 from datamodules import get_datamodule_class
@@ -204,7 +205,7 @@ def run_task(task: Task) -> dict:
     eval_key = task.eval_key()
     # A new training has no evaluation yet; otherwise download and read the stored one once.
     evaluated = trained or find_evaluation(client, run_id, eval_key) is None
-    if evaluated:
+    if evaluated and progress_shown():
         # Printed by the process doing the work, so that with --jobs it shows what really runs.
         print(f"started {task.label} ({'training and ' if trained else ''}evaluation; "
               f"{'protected features immutable' if task.protected else 'all features mutable'}, "
@@ -213,7 +214,7 @@ def run_task(task: Task) -> dict:
         tags = {CONFIG_KEY_TAG: key, "ct.compare.role": task.role, "role": ROLE_LABELS[task.role]}
         if task.parent_run_id:
             tags["mlflow.parentRunId"] = task.parent_run_id
-        run_id = train(task.overrides(), tags=tags)["run_id"]
+        run_id = train(task.overrides(), tags=tags, echo=child_training_echo)["run_id"]
     train_seconds = time.perf_counter() - started
     if evaluated:
         loaded = load_run(run_id, task.tracking_uri)
@@ -318,7 +319,7 @@ def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print, ex
     from ct_lightning.experiment.executor import LocalExecutor
 
     done = {t.label for t in tasks if task_state(t, client)[1]}
-    progress = Progress(tasks, set(), echo)
+    progress = Progress(tasks, set(), echo if progress_shown() else lambda *a, **k: None)
     echo(f"reproduction: {len(tasks)} models, {len(done)} already trained and evaluated in the store; "
          f"{len(tasks) - len(done)} to do with {jobs} process(es)", flush=True)
     order = sorted(tasks, key=lambda t: (t.label in done, -cost_hint(t.data)))

@@ -286,6 +286,8 @@ TABLE: tuple[Setting, ...] = (
             action="store_true", run_only=True, on_resume=True),
     Setting("progress", True, "hide the progress bar", flag="--no-progress", action="store_false", run_only=True,
             on_resume=True),
+    Setting("verbose", False, "also show Lightning's INFO lines and library warnings (hidden by default)",
+            action="store_true", run_only=True, on_resume=True),
     Setting("limit_train_batches", None, "Lightning limit_train_batches (for quick runs)", float, low=0.0),
     Setting("limit_val_batches", None, "Lightning limit_val_batches (for quick runs)", float, low=0.0),
     Setting("fast_dev_run", False, "one batch of each loop, for smoke tests", action="store_true"),

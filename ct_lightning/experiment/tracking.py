@@ -102,6 +102,12 @@ def local_store_dir(tracking_uri: str) -> Path:
     return Path("mlruns")
 
 
+# MLflow 3.17's UI chooses the GenAI or the model-training view from its workflow type, not from the
+# experiment's mlflow.experimentKind tag: the URL's ``workflowType`` parameter, else the browser's stored choice
+# (the sidebar's GenAI / Machine learning switch; GenAI until switched). Links carry the parameter.
+ML_VIEW_QUERY = "workflowType=machine_learning"
+
+
 def ui_command(tracking_uri: str) -> str:
     """The shell command that opens the MLflow UI on ``tracking_uri``."""
     return f"{mlflow_executable()} ui --backend-store-uri {tracking_uri} --port 5000"
@@ -109,7 +115,7 @@ def ui_command(tracking_uri: str) -> str:
 
 def run_url(experiment_id: str, run_id: str, port: int = 5000) -> str:
     """Address of a run in a local MLflow UI."""
-    return f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs/{run_id}"
+    return f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW_QUERY}"
 
 
 def write_json_atomic(path: str | os.PathLike, payload: dict) -> None:

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import errno
 import json
 import math
+import os
+import sys
 import tempfile
 import time
 import warnings
@@ -16,16 +19,21 @@ from mlflow.tracking import MlflowClient
 
 from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation, EpochSeed
 from ct_lightning.experiment.allocator import keep_freed_memory
+from ct_lightning.experiment.checkpoint_io import AtomicCheckpointIO
 from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
+from ct_lightning.experiment.console import VERBOSE_ENV, quiet_console
 from ct_lightning.experiment.data import build_datamodule, mutability_spec
+from ct_lightning.experiment.interrupt import INTERRUPTED_TAG, TrainingInterrupted
 from ct_lightning.experiment.preflight import preflight_training
 from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, check_outputs,
                                               completed_epochs, create_run, defining_config,
-                                              find_resumable_run, mark_failed, resume_command)
+                                              find_resumable_run, mark_failed, mark_interrupted,
+                                              resume_command)
 from ct_lightning.experiment.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
                                                    log_datasets, log_missing_epoch_metrics,
                                                    log_training_plots)
 from ct_lightning.experiment.served_model import log_models
+from ct_lightning.experiment.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
                                               load_config_file, module_kwargs, resolve_config)
 from ct_lightning.experiment.tracking import (ensure_experiment, local_store_dir, prepare_store, run_url, ui_command,
@@ -145,7 +153,17 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     started ends FAILED with the error message as its ``error`` tag. ``echo`` prints progress lines.
     """
     overrides = preflight_training(overrides).overrides  # every check before anything is created
+    quiet_console(bool(overrides.get("verbose")) or os.environ.get(VERBOSE_ENV) == "1")
     keep_freed_memory()  # the search's pool-sized tensors are reused instead of page-faulted in at every step
+    stopper = StopOnSignal(echo)  # SIGTERM/SIGINT: stop at the end of the epoch, after its checkpoint
+    stopper.install()
+    try:
+        return _train(overrides, callbacks, tags, echo, stopper)
+    finally:
+        stopper.restore()
+
+
+def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal) -> dict:
     config, run_id, resume_from, weights = _prepare(overrides, echo)
     check_cpu_math(config.get("cpu_math", "native"))  # portable must have been chosen before torch started
     set_search_compile(config["search_compile"])
@@ -167,8 +185,8 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     client = MlflowClient(tracking_uri=config["tracking_uri"])
     if not _is_rank_zero():
         # Under DDP (one process per rank) only rank 0 owns the MLflow run and writes outputs.
-        return _train_in_run(config, None, None, None, None, datamodule, module, resume_from, callbacks,
-                             lambda *a, **k: None)
+        return _train_in_run(config, None, None, None, None, datamodule, module, resume_from,
+                             [*(callbacks or []), stopper], lambda *a, **k: None)
     experiment_id = ensure_experiment(client, config["experiment"], artifact_location)
     if run_id is None:
         run_id, run_name = create_run(client, experiment_id, config,
@@ -177,13 +195,22 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
         run = client.get_run(run_id)
         run_name = run.info.run_name
         client.update_run(run_id, status="RUNNING")
-        if ERROR_TAG in run.data.tags:  # the error of an earlier attempt no longer describes the run
-            client.delete_tag(run_id, ERROR_TAG)
+        for tag in (ERROR_TAG, INTERRUPTED_TAG):  # an earlier attempt's end no longer describes the run
+            if tag in run.data.tags:
+                client.delete_tag(run_id, tag)
         if config["max_epochs"] != int(run.data.params.get("max_epochs", config["max_epochs"])):
             client.set_tag(run_id, "ct.max_epochs_extended_to", str(config["max_epochs"]))
     try:
         return _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, module, resume_from,
-                             callbacks, echo)
+                             [*(callbacks or []), stopper], echo)
+    except TrainingInterrupted as interrupted:
+        command = resume_command(run_id, config["tracking_uri"], config["experiment"])
+        mark_interrupted(client, run_id, interrupted, command)
+        requeued = stopper.requeue_job()
+        echo(f"interrupted ({interrupted}): run {run_id} is KILLED; "
+             + (f"{requeued}; it resumes with --resume" if requeued else f"resume it with:\n  {command}"),
+             file=sys.stderr, flush=True)
+        raise
     except BaseException as error:
         mark_failed(client, run_id, error)
         raise
@@ -272,14 +299,23 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
                         callbacks=[EpochSeed(config["seed"]), EpochMetricsInCheckpoint(), *checkpoints,
                                    BurnIn(config["burnin"]), *extra_callbacks], deterministic=False,
                         enable_progress_bar=config["progress"], enable_model_summary=config["progress"],
-                        fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, **trainer_kwargs)
+                        fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, plugins=[AtomicCheckpointIO()],
+                        **trainer_kwargs)
     _choose_epoch_loop(config, trainer, module, datamodule)
     started = time.perf_counter()
     with warnings.catch_warnings():
         if resume_from is not None:  # the folder is the run's own, holding the checkpoint it resumes from
             warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
-        trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
+        try:
+            trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
+        except OSError as error:
+            raise _unwritable(error, config, last, run_id) from None
     fit_seconds = time.perf_counter() - started
+    stopper = next((c for c in trainer.callbacks if isinstance(c, StopOnSignal)), None)
+    interrupted = stopper.stopped(trainer) if stopper else None
+    if interrupted is not None:
+        interrupted.checkpoint = last.best_model_path or None
+        raise interrupted
     if trainer.interrupted:
         raise KeyboardInterrupt("training interrupted")
     metrics = _scalar_metrics(trainer.callback_metrics)
@@ -305,6 +341,20 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         write_json_atomic(config["summary_json"], summary)
     client.set_terminated(run_id, "FINISHED")
     return summary
+
+
+def _unwritable(error: OSError, config: dict, last: ModelCheckpoint, run_id: str | None) -> OSError:
+    """A one-line error for a checkpoint folder that became unwritable or full during training."""
+    if error.errno not in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EACCES, errno.EPERM, errno.EROFS):
+        return error
+    good = last.best_model_path or None
+    kept = f"the last good checkpoint {good} is intact" if good else "no checkpoint was written yet"
+    hint = f"; free space or fix the folder, then resume with: {resume_command(run_id, config['tracking_uri'], config['experiment'])}" \
+        if run_id and good else ""
+    unwritable = OSError(f"checkpoint_dir: cannot write a checkpoint in {config['checkpoint_dir']} "
+                         f"({error.strerror or error}); {kept}{hint}")
+    unwritable.errno = error.errno
+    return unwritable
 
 
 def announce(summary: dict) -> str:

@@ -20,6 +20,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ct_lightning.experiment.interrupt import TrainingInterrupted
+
 
 class InputError(ValueError):
     """A value that is not allowed (exit code 2). ``option`` names it as the user typed it."""
@@ -237,10 +239,14 @@ def console_entry(main: Callable[[list[str] | None], Any]) -> Callable[[], int]:
         from ct_lightning.experiment.allocator import keep_freed_memory
 
         keep_freed_memory()  # a recipe's process is the user's: searches reuse their pool-sized blocks
-        main(None)
+        try:
+            main(None)
+        except TrainingInterrupted as interrupted:  # its message and the resume command are already printed
+            return interrupted.exit_code
         return 0
 
-    cli.__doc__ = f"Console-script entry: ``{main.__module__}.main`` on the command line; exit code 0 on success."
+    cli.__doc__ = (f"Console-script entry: ``{main.__module__}.main`` on the command line; exit code 0 on success, "
+                   "128 + the signal's number when a signal stopped it (143 SIGTERM, 130 SIGINT).")
     return cli
 
 

@@ -1,0 +1,43 @@
+"""A quiet console: what a user acts on (what runs, progress, the result, how to resume), not library chatter.
+
+Hidden unless ``--verbose``: Lightning's INFO lines (devices, the LitLogger advertisement, model summary
+notes) and known library deprecation warnings that the user cannot act on.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+
+VERBOSE_ENV = "CT_VERBOSE"  # "1": a recipe's --verbose, seen by its worker processes too
+PROGRESS_ENV = "CT_PROGRESS"  # "0": a recipe's --no-progress, seen by its worker processes too
+LIBRARY_LOGGERS = ("lightning.pytorch", "lightning.fabric", "lightning", "pytorch_lightning", "lightning_fabric",
+                   "mlflow.store.db.utils", "alembic")
+QUIET_WARNINGS = (
+    r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # Lightning's _pytree on torch >= 2.10
+)
+
+
+def progress_shown() -> bool:
+    """Whether progress lines are wanted (not under a recipe's ``--no-progress``)."""
+    import os
+
+    return os.environ.get(PROGRESS_ENV) != "0"
+
+
+def child_training_echo(*args, **kwargs) -> None:
+    """``echo`` for a training run by a recipe that resumes by re-running itself (compare): without the
+    training's own ``train.py --resume`` hints, which the recipe replaces by its own, printed once."""
+    text = " ".join(map(str, args))
+    if not text.lstrip().startswith(("MLflow run ", "interrupted (")):
+        print(*args, **kwargs)
+
+
+def quiet_console(verbose: bool = False) -> None:
+    """Hide Lightning's INFO lines and the known library warnings for this process (``verbose``: show all)."""
+    level = logging.INFO if verbose else logging.WARNING
+    for name in LIBRARY_LOGGERS:
+        logging.getLogger(name).setLevel(level)
+    if not verbose:
+        for message in QUIET_WARNINGS:
+            warnings.filterwarnings("ignore", message=message)

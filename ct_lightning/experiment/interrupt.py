@@ -1,0 +1,39 @@
+"""A training stopped by a signal: SIGTERM (a scheduler's preemption), SIGINT (Ctrl-C) or SLURM's requeue signal.
+
+Light on purpose (no torch, no Lightning): the recipes' console entries import it to turn the exception into the
+shell's exit status for a signal, 128 + its number (143 for SIGTERM, 130 for SIGINT), so that a scheduler never
+reads an interrupted training as a success. The callback that stops training at a safe point is
+:class:`ct_lightning.experiment.stop_on_signal.StopOnSignal`.
+"""
+
+from __future__ import annotations
+
+import signal
+
+INTERRUPTED_TAG = "ct.interrupted"  # on a run that a signal stopped (its status is KILLED)
+
+
+def signal_name(signum: int) -> str:
+    """``SIGTERM`` for 15, and so on."""
+    try:
+        return signal.Signals(signum).name
+    except ValueError:
+        return f"signal {signum}"
+
+
+class TrainingInterrupted(BaseException):
+    """Training stopped on signal ``signum``; ``checkpoint`` is the last good checkpoint (``None``: none yet).
+
+    A ``BaseException``, as ``KeyboardInterrupt`` is, so that no ``except Exception`` reports it as a failure;
+    not a ``KeyboardInterrupt``, which Lightning turns into ``sys.exit(1)``.
+    """
+
+    def __init__(self, signum: int, epochs: int | None = None, checkpoint: str | None = None):
+        self.signum, self.epochs, self.checkpoint = signum, epochs, checkpoint
+        done = "" if epochs is None else f" after {epochs} complete epoch(s)"
+        super().__init__(f"{signal_name(signum)}{done}")
+
+    @property
+    def exit_code(self) -> int:
+        """The shell's status for a process ended by this signal: 128 + its number."""
+        return 128 + int(self.signum)
