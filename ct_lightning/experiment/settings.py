@@ -139,6 +139,8 @@ class Setting:
         value = self.rule.check(value, option or self.name)
         if value is not None and self.name in EXTRA_CHECKS:
             EXTRA_CHECKS[self.name](value, option or self.name)
+        if self.name == "data" and catalogue.canonical_dataset(value) is not None:
+            value = value.lower()  # data set names are case-insensitive; file paths keep their case
         return value
 
     def check(self, value) -> str | None:
