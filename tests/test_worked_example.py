@@ -78,6 +78,7 @@ def test_worked_example_end_to_end(tmp_path):
     assert "row 0: predicted" in output and " → " in output
     answer = json.loads((tmp_path / "answer.json").read_text())["predictions"][0]
     assert answer["prediction"] in ("yes", "no") and {"probability_yes", "probability_no", "changes"} <= set(answer)
+    assert answer["counterfactual"]["age"] == 29 and answer["counterfactual"]["sex"] == "female"  # as trained
     if chromium:
         for name in ("compare_runs", "model"):
             assert (tmp_path / "docs" / "img" / f"worked_example_{name}.png").stat().st_size > 10_000
