@@ -15,6 +15,7 @@ Loading either needs ``ct-lightning`` installed (the classes are pickled by refe
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import mlflow.pyfunc
 import numpy as np
@@ -24,7 +25,7 @@ import torch
 from ct_lightning.evaluation.explanation import explain
 
 PREDICTOR_NAME = "predictor"
-SEARCH_KEYS = ("generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "lr")
+SEARCH_KEYS = ("generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "lr", "mutability")
 
 
 class RawRowsClassifier(mlflow.pyfunc.PythonModel):
@@ -186,9 +187,13 @@ def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, modul
     hp = module.hparams
     search = {"generator": hp.generator if hp.generator in ("generic", "ecco") else "ecco", "tau": hp.tau,
               "max_steps": max(int(hp.max_steps), 100), "epsilon": hp.epsilon, "lambda_cost": hp.lambda_cost,
-              "lambda_energy": hp.lambda_energy, "lr": hp.search_lr}
+              "lambda_energy": hp.lambda_energy, "lr": hp.search_lr,
+              "mutability": dict(mutability or {})}  # the run's constraints (--immutable ...) hold when serving too
     role = client.get_run(run_id).data.tags.get("role")
-    name = registered_name(datamodule.name, config.get("objective", "full"), role)
+    data = str(config.get("data") or datamodule.name)
+    if data.lower().endswith((".csv", ".parquet")):  # a user's table is named by its file: loans.csv -> loans
+        data = Path(data).stem
+    name = registered_name(data, config.get("objective", "full"), role)
     with _tracking_uri(tracking_uri, experiment_id):
         try:
             predictor = log_predictor(module.model, codec, datamodule.x_train, search, name, run_id, step)
