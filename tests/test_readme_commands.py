@@ -8,13 +8,17 @@ import pytest
 
 from recipe_loader import load_recipe
 
-README = Path(__file__).resolve().parents[1] / "README.md"
+ROOT = Path(__file__).resolve().parents[1]
+README = ROOT / "README.md"
+# The pages the README's manual moved to: their commands are held to the same rules.
+PAGES = [README, *(ROOT / "docs" / f"{name}.md" for name in ("guide", "evaluation", "explain", "scaling", "generators"))]
 
 
 def shell_commands() -> list[str]:
     """The commands of the README's ```bash blocks, continuation lines joined, comments dropped."""
     commands = []
-    for block in re.findall(r"```bash\n(.*?)```", README.read_text(), flags=re.S):
+    text = "\n".join(page.read_text() for page in PAGES)
+    for block in re.findall(r"```bash\n(.*?)```", text, flags=re.S):
         for line in block.replace("\\\n", " ").splitlines():
             line = re.sub(r"\s+#.*$", "", line).strip()
             if line and not line.startswith("#"):
