@@ -24,7 +24,7 @@ import torch  # noqa: E402
 
 from bench.common import load_datamodule  # noqa: E402
 from bench.epoch_bench import build  # noqa: E402
-from ct_lightning.epoch_block import EpochBlockLoader  # noqa: E402
+from ct_lightning.training.epoch_block import EpochBlockLoader  # noqa: E402
 
 
 class EpochClock(L.Callback):

@@ -58,7 +58,7 @@ class EpochClock(L.Callback):
 def fit_variant(datamodule, objective: str, compile_mode: str, tf32: bool, epochs: int, accelerator: str) -> dict:
     """Train one variant from seed 0 for ``epochs`` epochs (fused loop); its epoch times and final metrics."""
     from bench.epoch_bench import build
-    from ct_lightning.epoch_block import EpochBlockLoader
+    from ct_lightning.training.epoch_block import EpochBlockLoader
     from ct_lightning.generators.compiled_step import search_compile, set_search_compile
 
     before_mode, before_precision = search_compile(), torch.get_float32_matmul_precision()

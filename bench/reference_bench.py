@@ -89,7 +89,7 @@ def plain_ct_epochs(datamodule, architecture: str, epochs: int, device: torch.de
     from ct_lightning.generators import make_generator
     from ct_lightning.generators.search import search_counterfactuals
     from ct_lightning.losses import adversarial_loss, energy_terms
-    from ct_lightning.pool import ClassSampler, chunk_bounds, random_targets
+    from ct_lightning.training.pool import ClassSampler, chunk_bounds, random_targets
 
     config, model, optimiser, x, y, x_val = _hand_written_setup(datamodule, architecture, device, seed)
     lower, upper = resolve_domain("infer", datamodule.x_train, config["domain_std"], datamodule)

@@ -226,7 +226,7 @@ def _reference_section(results: dict) -> list[str]:
 
 REFERENCE_NOTES = """Where the ratios stand and why (cProfile of `train()` runs; the profiles are summarised in the note of
 issue 13). *vanilla* and *full* run with the default `epoch_loop="auto"`, which on one process fuses each
-epoch into one Lightning step (`ct_lightning/epoch_block.py`): the module runs the epoch's optimisation steps
+epoch into one Lightning step (`ct_lightning/training/epoch_block.py`): the module runs the epoch's optimisation steps
 itself, with the same batches, order and arithmetic as Lightning's loop (`tests/test_epoch_block.py` checks
 identical weights and metrics), so Lightning's ~40 hook dispatches and closure run once per epoch instead of
 once per batch. The *Lightning's per-batch loop* column is the same vanilla run with Lightning's per-batch loop
@@ -741,7 +741,7 @@ compare seeded CT runs on circles and Adult before and after the latest changes)
   `tests/test_search_closed_form.py` checks the outputs against the previous search (kept in
   `tests/reference_search.py`) on circles and Adult- and MNIST-shaped data (MLP and CNN), with
   mutability and domain constraints: converged flags and step counts equal, points within 1e-5.
-* **The fused epoch loop** (`ct_lightning/epoch_block.py`, `CTModule.training_step`, setting `epoch_loop`,
+* **The fused epoch loop** (`ct_lightning/training/epoch_block.py`, `CTModule.training_step`, setting `epoch_loop`,
   default `auto`): on one process the training loader is wrapped in an `EpochBlockLoader` that hands
   Lightning one block per epoch (the data tensors, the epoch's row order from the sampler and the batch
   sizes); the module runs the epoch's optimisation steps itself (manual optimisation: step, `zero_grad`,
@@ -758,7 +758,7 @@ compare seeded CT runs on circles and Adult before and after the latest changes)
   passed since the last send, at the next epoch's first metric; an epoch longer than that is sent when the
   next one starts logging, as before. Every checkpoint carries the epochs not yet sent
   (`EpochMetricsInCheckpoint`) and `--resume` logs those the store lacks, so a kill loses nothing
-  (`tests/test_metric_batching.py`; the kill-and-resume tests of `tests/test_lifecycle.py` compare the
+  (`tests/test_mlflow_metric_batching.py`; the kill-and-resume tests of `tests/test_lifecycle.py` compare the
   resumed run's metric histories with an uninterrupted run's, and fail when checkpoints do not carry them).
 * **Validation and test loaders in batches of up to 4 096 rows** (`datamodules.base.EVAL_BATCH_SIZE`): the
   logged loss and accuracy are row-weighted means, so they are unchanged up to float rounding of the sum,

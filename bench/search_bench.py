@@ -24,7 +24,7 @@ from bench.common import Clock, median, sync
 from ct_lightning.generators import make_generator
 from ct_lightning.constraints import Constraints
 from ct_lightning.generators.search import search_counterfactuals
-from ct_lightning.pool import random_targets
+from ct_lightning.training.pool import random_targets
 
 MAX_STEPS = 30
 EPSILON = 0.3

@@ -14,7 +14,7 @@ _EXPORTS = {
     "parse_mutability": "ct_lightning.constraints",
     "ECCo": "ct_lightning.generators", "Generic": "ct_lightning.generators", "SearchResult": "ct_lightning.generators",
     "make_generator": "ct_lightning.generators", "search_counterfactuals": "ct_lightning.generators",
-    "build_mlp": "ct_lightning.models", "CTModule": "ct_lightning.module", "random_targets": "ct_lightning.pool",
+    "build_mlp": "ct_lightning.models", "CTModule": "ct_lightning.module", "random_targets": "ct_lightning.training.pool",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from ct_lightning.eval_mode import eval_mode
+from ct_lightning.training.eval_mode import eval_mode
 
 Bound = Union[Tensor, float]
 Domain = Optional[Tuple[Bound, Bound]]

@@ -12,13 +12,13 @@ import torch.nn.functional as F
 from torch import nn
 
 from ct_lightning.constraints import Constraints, parse_mutability, resolve_domain, resolve_feature_types
-from ct_lightning.epoch_block import EpochBlock
-from ct_lightning.eval_mode import eval_mode
+from ct_lightning.training.epoch_block import EpochBlock
+from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, generate_counterfactuals, make_generator
 from ct_lightning.losses import adversarial_loss, check_objective, contrast_pairs, energy_terms
 from ct_lightning.models import build_model
-from ct_lightning.pool import ClassSampler, CounterfactualPool, random_targets
-from ct_lightning.trainer_data import trainer_tensors
+from ct_lightning.training.pool import ClassSampler, CounterfactualPool, random_targets
+from ct_lightning.training.trainer_data import trainer_tensors
 
 POOL_MODES = ("epoch", "step")
 TERMS = ("clf", "div", "ridge", "adv")  # logged as train/<term>, in this order
@@ -295,8 +295,8 @@ class CTModule(L.LightningModule):
     def fuse_epochs(self, enabled: bool = True) -> None:
         """Run each epoch's optimisation steps inside one Lightning step (manual optimisation).
 
-        Hand the module :class:`~ct_lightning.epoch_block.EpochBlock` batches (wrap the training loader in
-        :class:`~ct_lightning.epoch_block.EpochBlockLoader`); results are identical to Lightning's automatic
+        Hand the module :class:`~ct_lightning.training.epoch_block.EpochBlock` batches (wrap the training loader in
+        :class:`~ct_lightning.training.epoch_block.EpochBlockLoader`); results are identical to Lightning's automatic
         loop, without its per-step hooks. Single-process runs only (DDP synchronises per backward pass).
         """
         self.automatic_optimization = not enabled

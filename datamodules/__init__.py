@@ -1,24 +1,22 @@
-"""LightningDataModules for the paper's data sets, found by name through the registry.
+"""LightningDataModules for the paper's data sets and for a user's own table, found by name through the registry.
 
-Every module of this package is imported here, so a new data set is one new module with one
-``@register("name")`` class derived from :class:`TensorDataModule` (its facts are class attributes);
-``ct_lightning.experiment.catalogue`` reads the names from the same files without importing them.
-A class registered at run time (``register("loans")(LoanData)``) is seen by the command lines too.
+A new data set is one new module with one ``@register("name")`` class derived from :class:`TensorDataModule`
+(its facts are class attributes): the registry imports every module of this package the first time a name is
+looked up, and ``ct_lightning.experiment.catalogue`` reads the names from the same files without importing them.
+A class registered at run time (``register("loans")(LoanData)``) is seen by the command lines too. Importing
+this package alone loads nothing heavy (the core's searches import :mod:`datamodules.feature_types` from it
+without pandas or scikit-learn).
 """
 
-import importlib
-import pkgutil
-
-from datamodules.base import TensorDataModule
 from datamodules.registry import available, canonical_name, get_datamodule, get_datamodule_class, register
 
 
-def _import_data_sets() -> None:
-    """Import every module of this package (registration happens in the decorators)."""
-    for module in pkgutil.iter_modules(__path__, f"{__name__}."):
-        importlib.import_module(module.name)
+def __getattr__(name: str):
+    if name == "TensorDataModule":  # imported on first use: it needs Lightning
+        from datamodules.base import TensorDataModule
 
+        return TensorDataModule
+    raise AttributeError(f"module 'datamodules' has no attribute {name!r}")
 
-_import_data_sets()
 
 __all__ = ["TensorDataModule", "available", "canonical_name", "get_datamodule", "get_datamodule_class", "register"]

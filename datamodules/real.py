@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from datamodules.cached import SPLITS, RawDataModule, TabularDataModule
+from datamodules.raw import SPLITS, RawDataModule, TabularDataModule
 from datamodules.preprocess import take_validation
 from datamodules.readers import (IDX_IMAGES_MAGIC, IDX_LABELS_MAGIC, read_csv_columns, read_headerless, read_idx,
                                  require_complete, require_numeric)

@@ -6,6 +6,22 @@ from collections.abc import Callable
 
 _REGISTRY: dict[str, Callable] = {}
 _ALIASES: dict[str, str] = {}
+_CATALOGUE_LOADED = False
+
+
+def _load_catalogue() -> None:
+    """Import every module of the ``datamodules`` package once (registration happens in the decorators)."""
+    global _CATALOGUE_LOADED
+    if _CATALOGUE_LOADED:
+        return
+    _CATALOGUE_LOADED = True
+    import importlib
+    import pkgutil
+
+    import datamodules
+
+    for module in pkgutil.iter_modules(datamodules.__path__, "datamodules."):
+        importlib.import_module(module.name)
 
 
 def register(name: str, *aliases: str):
@@ -23,11 +39,13 @@ def register(name: str, *aliases: str):
 
 def available() -> list[str]:
     """Canonical names of all registered data sets."""
+    _load_catalogue()
     return sorted(_REGISTRY)
 
 
 def canonical_name(name: str) -> str:
     """Resolve an alias (e.g. ``ch``) to the registered name, or raise a clear error."""
+    _load_catalogue()
     key = name.lower()
     key = _ALIASES.get(key, key)
     if key not in _REGISTRY:

@@ -98,7 +98,7 @@ def evaluate(net: CounterfactualNetworkModule, classifier, datamodule, constrain
     from ct_lightning.generators import make_generator, search_counterfactuals  # noqa: PLC0415
     from ct_lightning.generators.amortised import one_hot_groups  # noqa: PLC0415
     from ct_lightning.metrics.quality import counterfactual_quality  # noqa: PLC0415
-    from ct_lightning.pool import random_targets  # noqa: PLC0415
+    from ct_lightning.training.pool import random_targets  # noqa: PLC0415
 
     rng = torch.Generator().manual_seed(args.seed + 1)
     x = datamodule.x_test[torch.randperm(len(datamodule.x_test), generator=rng)[:args.n_eval]]

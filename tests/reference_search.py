@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ct_lightning.constraints import Constraints
-from ct_lightning.eval_mode import eval_mode
+from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators.base import SearchResult
 
 

@@ -296,7 +296,7 @@ def test_a_users_table_gets_real_categories_and_integers_in_original_units():
     data = TableDataModule(Path(__file__).parent / "fixtures" / "loans.csv", target="approved")
     data.setup()
     types = data.feature_types()
-    assert len(types.groups) == 2 and len(types.integers) >= 4  # home_ownership, purpose; age, income, ...
+    assert len(types.groups) == 3 and len(types.integers) == 4  # home_ownership, purpose, sex (binary: one column); age, income, debt, years_employed
     assert not invalid_rows(types, data.x_train).any()
     model = trained_model(data.x_train, data.y_train)
     x = data.x_test[:40]

@@ -10,7 +10,7 @@ from ct_lightning.constraints import enforce, infer_domain, mask_gradient, parse
 from ct_lightning.generators import ECCo, Generic, energy_decay, make_generator
 from ct_lightning.losses import (adversarial_loss, check_objective, contrast_pairs, contrastive_divergence,
                                  energy_ridge, target_energy)
-from ct_lightning.pool import ClassSampler, random_targets
+from ct_lightning.training.pool import ClassSampler, random_targets
 
 
 def linear_model() -> nn.Linear:

@@ -5,7 +5,7 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.epoch_block import EpochBlock, EpochBlockLoader, can_fuse
+from ct_lightning.training.epoch_block import EpochBlock, EpochBlockLoader, can_fuse
 from ct_lightning.experiment.checkpoints import read_checkpoint
 from ct_lightning.experiment.train import train
 from datamodules import get_datamodule

@@ -5,7 +5,7 @@ device (tensors with shapes and no data), through Lightning's own batch transfer
 import torch
 from lightning.fabric.utilities.apply_func import move_data_to_device
 
-from ct_lightning.epoch_block import EpochBlock, EpochBlockLoader
+from ct_lightning.training.epoch_block import EpochBlock, EpochBlockLoader
 from datamodules import get_datamodule
 
 

@@ -58,7 +58,7 @@ class NoSyncInSteps(L.Callback):
 def test_a_fused_epoch_makes_no_host_sync_between_its_steps(circles):
     """Issue 27: the optimisation steps of a fused CT epoch run without waiting for the GPU (the pool's search,
     at the epoch's start, and the epoch-end logging may synchronise; 120 steps include the per-64-step sums)."""
-    from ct_lightning.epoch_block import EpochBlockLoader
+    from ct_lightning.training.epoch_block import EpochBlockLoader
 
     L.seed_everything(0, verbose=False)
     module = CTModule(n_features=2, n_classes=2, objective="full", nce=120, tau=0.5, lambda_reg=0.5)

@@ -8,7 +8,7 @@ import lightning as L
 
 from ct_lightning.evaluation.protocol import EvaluationConfig, evaluate_model
 from ct_lightning.metrics.names import METRICS
-from ct_lightning.trainer_data import trainer_tensors
+from ct_lightning.training.trainer_data import trainer_tensors
 
 VAL_KEYS = ("ip", "ip_star", "cost", "validity", "robust_accuracy")
 VAL_METRICS = tuple(METRICS[key].logged for key in VAL_KEYS)  # names under val/

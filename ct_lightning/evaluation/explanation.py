@@ -20,7 +20,7 @@ import torch
 from torch import nn
 
 from ct_lightning.constraints import FeatureTypes, parse_mutability
-from ct_lightning.eval_mode import eval_mode
+from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, make_generator, prepare_standalone
 from ct_lightning.generators.base import generate_counterfactuals
 

@@ -26,13 +26,13 @@ import torch
 from torch import nn
 
 from ct_lightning.constraints import FeatureTypes
-from ct_lightning.eval_mode import eval_mode
+from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import (FitContext, generate_counterfactuals, generator_class, make_generator,
                                      prepare_standalone)
 from ct_lightning.generators.search import search_counterfactuals
 from ct_lightning.metrics.functional import (counterfactual_cost, implausibility, mmd_implausibility,
                                              robust_accuracy)
-from ct_lightning.pool import random_targets
+from ct_lightning.training.pool import random_targets
 
 LAMBDA_ENERGIES = (0.1, 0.5, 1.0, 5.0, 10.0)
 ROBUST_EPSILONS = tuple(round(0.01 * i, 2) for i in range(11))

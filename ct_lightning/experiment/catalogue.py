@@ -90,6 +90,7 @@ def _static_datasets() -> dict[str, str]:
     from datamodules import registry  # noqa: PLC0415 - fallback: import the registry itself
     import datamodules  # noqa: F401,PLC0415 - registers the sets
 
+    registry.available()  # imports every data module once
     return {**{n: n for n in registry._REGISTRY}, **registry._ALIASES}
 
 

@@ -27,7 +27,7 @@ from ct_lightning.experiment.train import build_module
 from ct_lightning.generators import (FitContext, generate_counterfactuals, make_generator, prepare_standalone,
                                      stable_neighbor_search)
 from ct_lightning.metrics.functional import invalidation_rate
-from ct_lightning.pool import random_targets
+from ct_lightning.training.pool import random_targets
 
 KINDS = {"BL": "vanilla", "CT": "full"}
 MODES = ("rs", "loo")

@@ -175,9 +175,9 @@ def log_datasets(client, run_id: str, datamodule, data_dir: str | None = None) -
 def log_training_plots(client, run_id: str, module, datamodule, n_counterfactuals: int = 12) -> list[str]:
     """The cheap plots at the end of training: the share of mature counterfactuals per epoch and, for
     2-D data, the decision boundary with a few counterfactuals. Returns the artifact paths logged."""
-    from ct_lightning.eval_mode import eval_mode
+    from ct_lightning.training.eval_mode import eval_mode
     from ct_lightning.evaluation.plots import metric_history, plot_convergence, plot_decision_boundaries
-    from ct_lightning.pool import random_targets
+    from ct_lightning.training.pool import random_targets
 
     logged = []
     with tempfile.TemporaryDirectory(prefix="ct-plots-") as folder:

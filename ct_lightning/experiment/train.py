@@ -38,7 +38,7 @@ from ct_lightning.experiment.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS
                                               load_config_file, module_kwargs, resolve_config)
 from ct_lightning.experiment.tracking import (ensure_experiment, local_store_dir, prepare_store, run_url, ui_command,
                                               write_json_atomic)
-from ct_lightning.epoch_block import EpochBlockLoader, can_fuse
+from ct_lightning.training.epoch_block import EpochBlockLoader, can_fuse
 from ct_lightning.experiment.cpu_math import check_cpu_math, cpu_math_state
 from ct_lightning.generators.compiled_step import set_expected_searches, set_search_compile
 from ct_lightning.module import CTModule

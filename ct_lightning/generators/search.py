@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ct_lightning.constraints import Constraints, FeatureTypes
-from ct_lightning.eval_mode import eval_mode
+from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators.base import SearchResult
 from ct_lightning.generators.compiled_step import step_for
 

@@ -26,7 +26,7 @@ import torch
 from torch import nn
 
 from ct_lightning.constraints import Constraints
-from ct_lightning.eval_mode import frozen
+from ct_lightning.training.eval_mode import frozen
 from ct_lightning.generators.base import CounterfactualGenerator, FitContext, SearchResult, generate_counterfactuals
 from ct_lightning.generators.registry import make_generator, register_generator
 from ct_lightning.generators.search import gradient_scope, target_reached

@@ -14,7 +14,7 @@ import torch
 from torch import Tensor, nn
 
 from ct_lightning.attacks import Domain, adversarial_examples
-from ct_lightning.eval_mode import eval_mode
+from ct_lightning.training.eval_mode import eval_mode
 
 
 def _flat(x: Tensor) -> Tensor:

@@ -8,7 +8,7 @@ from collections.abc import Sequence
 import torch
 from torch import nn
 
-from ct_lightning.eval_mode import frozen
+from ct_lightning.training.eval_mode import frozen
 from ct_lightning.metrics.functional import median_length_scale, mmd2_unbiased, sparsity
 
 

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from ct_lightning.constraints import Constraints
-from ct_lightning.eval_mode import eval_mode
+from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators.amortised.network import one_hot_groups
 from ct_lightning.generators.amortised.training import VARIANTS, CounterfactualNetworkModule
 from ct_lightning.generators.base import CounterfactualGenerator, FitContext, SearchResult

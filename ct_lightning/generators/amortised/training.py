@@ -10,11 +10,11 @@ import torch.nn.functional as F
 from torch import nn
 
 from ct_lightning.constraints import enforce
-from ct_lightning.eval_mode import eval_mode, frozen
+from ct_lightning.training.eval_mode import eval_mode, frozen
 from ct_lightning.generators.amortised.losses import class_conditional_mmd
 from ct_lightning.generators.amortised.network import ConditionalDiscriminator, CounterfactualNetwork
 from ct_lightning.metrics.functional import median_length_scale
-from ct_lightning.pool import random_targets
+from ct_lightning.training.pool import random_targets
 
 VARIANTS = ("mmd", "gan")
 

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from datamodules.base import TensorDataModule
-from datamodules.cache import cache_file, cache_key, load_arrays, save_arrays
+from datamodules.npz_cache import cache_file, cache_key, load_arrays, save_arrays
 from datamodules.download import RawFile, fetch
 from datamodules.paths import resolve_cache_dir, resolve_data_dir
 from datamodules.preprocess import check_labels, one_hot, split_indices, standardise, undersample

@@ -1,0 +1,1 @@
+"""CTModule's training kit: the counterfactual pool, the fused epoch loop, evaluation mode and trainer data access."""
