@@ -66,3 +66,28 @@ def raw_dir() -> Path:
         where = "named by $CT_DATA_DIR" if explicit else "beside the repository"
         pytest.fail(f"raw data folder {folder} ({where}) lacks {missing}", pytrace=False)
     return folder
+
+
+# Whole files of slow tests: they start recipes or servers in subprocesses, kill and resume runs, or train DDP, Ray
+# and grid studies. `pytest -m "not slow"` leaves them out for a quick run while working.
+SLOW_FILES = {"test_worked_example.py", "test_served_model.py", "test_lifecycle.py", "test_ddp.py", "test_sweep.py",
+              "test_grids.py", "test_finetune_resume.py", "test_checkpoint_faults.py", "test_bad_inputs.py",
+              "test_console_scripts.py", "test_seeds.py", "test_store_concurrency.py", "test_explain.py",
+              "test_reproduce.py", "test_consistency.py", "test_table_data.py"}
+
+
+def _reads_raw_data(path: Path, seen: dict[Path, bool] = {}) -> bool:  # noqa: B006 - a cache per session
+    """Whether a test file asks for the raw data (the ``raw_dir`` fixture, also through ``getfixturevalue``)."""
+    if path not in seen:
+        seen[path] = path.name != "conftest.py" and "raw_dir" in path.read_text()
+    return seen[path]
+
+
+def pytest_collection_modifyitems(config, items):
+    """Mark the tests of files that read the raw data (`raw_data`: CI's second pass runs only these) and the
+    slow ones."""
+    for item in items:
+        if _reads_raw_data(Path(item.path)):
+            item.add_marker(pytest.mark.raw_data)
+        if item.path.name in SLOW_FILES:
+            item.add_marker(pytest.mark.slow)
