@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
 import pandas as pd
@@ -23,21 +22,10 @@ from ct_lightning.constraints import FeatureTypes, parse_mutability
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, make_generator, prepare_standalone
 from ct_lightning.generators.base import generate_counterfactuals
+from datamodules.codec import ColumnSpec  # one description of a column, also for the identity codec
 
 COLUMNS = ["factual", "prediction", "prediction_probability", "target", "factual_probability", "counterfactual",
            "changes", "probability", "valid", "converged"]
-
-
-@dataclass
-class FeatureColumn:
-    """One column of a :class:`FeatureCodec`: a model input taken as it is."""
-
-    name: str
-    kind: str = "continuous"
-    mutability: str = "both"
-    lower: float | None = None
-    upper: float | None = None
-    categories: list = field(default_factory=list)
 
 
 class FeatureCodec:
@@ -54,7 +42,7 @@ class FeatureCodec:
             feature_names = [f"x{i + 1}" for i in range(n_features)]
         self.feature_names = list(feature_names)
         self.spec = dict(mutability or {})  # by feature name or one-hot group prefix
-        self.columns = [FeatureColumn(name, mutability=self.spec.get(name, "both")) for name in self.feature_names]
+        self.columns = [ColumnSpec(name, mutability=self.spec.get(name, "both")) for name in self.feature_names]
         self.target, self.classes = "label", list(range(n_classes))
         self.positive = self.classes[-1]
 
