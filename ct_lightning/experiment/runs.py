@@ -107,7 +107,13 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
     configured architecture (MLP hidden sizes inferred from the tensors), ``runs:/RUN_ID/model`` and
     ``models:/NAME/VERSION``. ``given``: settings (``target``, ``data_spec``, ``impute``, ``model``,
     ``hidden_sizes``, ``activation``) that apply where given."""
+    from ct_lightning.experiment.settings import is_table_file  # noqa: PLC0415
+    from ct_lightning.experiment.validation import InputError  # noqa: PLC0415
+
     given = {k: v for k, v in given.items() if v is not None}
+    beside = ":/" not in source and (Path(source).parent / "config.json").is_file()
+    if is_table_file(data) and not given.get("target") and not beside:
+        raise InputError("--target", None, f"the column of {data} to predict (the class label)")
     if ":/" not in source and is_lightning_checkpoint(source, weights_only):
         table = {k: v for k, v in given.items() if k in TABLE_KEYS}
         if data and not (Path(source).parent / "config.json").is_file():
@@ -119,13 +125,18 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
     from ct_lightning.experiment.train import _architecture_from_source, build_module  # noqa: PLC0415
 
     if not data:
-        raise ValueError(f"data: {source} holds weights only (no config.json of a run of this project); pass "
-                         f"--data (a data set or a table file with --target) and, if not the default MLP, --model")
+        raise InputError("--data", None, "a data set, or a table file with --target",
+                         f"{source} holds weights only, without the configuration of a run of this project; pass "
+                         f"--data and, if not the default MLP, --model")
     weights, implied = _architecture_from_source(source, {**given, "tracking_uri": tracking_uri})
     config = resolve_config({**given, **implied, "data": data, "tracking_uri": tracking_uri})
     datamodule = build_data(config)
     module = build_module(config, datamodule)
-    load_weights(module.model, weights, source=f"checkpoint {source}")
+    try:
+        load_weights(module.model, weights, source="its weights")
+    except ValueError as error:
+        raise InputError("--checkpoint", source, f"weights of a model of {datamodule.n_features} features and "
+                         f"{datamodule.n_classes} classes ({config['data']})", str(error)) from None
     return LoadedModel(module.eval(), config, source, extra={"datamodule": datamodule})
 
 
