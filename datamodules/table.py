@@ -121,7 +121,8 @@ class TableDataModule(TensorDataModule):
     default_batch_size = 32
 
     def __init__(self, source, target: str | None = None, spec=None, impute: str = "none",
-                 batch_size: int | None = None, seed: int = 0, num_workers: int = 0, data_seed: int = 0):
+                 batch_size: int | None = None, seed: int = 0, num_workers: int = 0, data_seed: int = 0,
+                 codec: TabularCodec | dict | None = None):
         self.source = source
         self.frame = source.copy() if isinstance(source, pd.DataFrame) else read_table(source)
         self.label_of_source = "DataFrame" if isinstance(source, pd.DataFrame) else str(source)
@@ -130,7 +131,13 @@ class TableDataModule(TensorDataModule):
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
         if impute == "median":
             self.frame = impute_from_train(self.frame, self.rows["train"], target)
-        self.codec = TabularCodec.fit(self.frame, target, self.spec, train_rows=self.rows["train"])
+        if codec is not None:  # a trained model's own preprocessing, so the columns match its inputs
+            self.codec = codec if isinstance(codec, TabularCodec) else TabularCodec.from_dict(codec)
+            if self.codec.target != target:
+                raise ValueError(f"target: {target!r} is not the column the model was trained to predict "
+                                 f"({self.codec.target!r}, from its ct_preprocessing)")
+        else:
+            self.codec = TabularCodec.fit(self.frame, target, self.spec, train_rows=self.rows["train"])
         self.ct_defaults = table_defaults(len(self.rows["train"]))
         super().__init__(batch_size or self.ct_defaults["batch_size"], seed, num_workers)
         self.protected_features = tuple(c.name for c in self.codec.columns if c.mutability == "none")

@@ -21,9 +21,9 @@ from pathlib import Path
 from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.preflight import apply_threads, evaluation_device, threads_for
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
-from ct_lightning.experiment.settings import DEFAULTS, add_arguments, datasets_and_aliases
+from ct_lightning.experiment.settings import DEFAULTS, SETTINGS_BY_NAME, add_arguments, datasets_and_aliases, is_table_file
 from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, anchor_tracking_uri, write_json_atomic
-from ct_lightning.experiment.validation import (KNOWN_ERRORS, Parser, Rule, check_accelerator, check_checkpoint_file,
+from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_accelerator, check_checkpoint_file,
                                                 check_model_fits, check_output_file, check_run_ids, check_writable_folder,
                                                 console_entry, exit_on_error)
 
@@ -33,12 +33,17 @@ def build_parser() -> argparse.ArgumentParser:
     parser = Parser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument("--run-id", help="MLflow run of recipes/train.py (its checkpoints/ and config.json artifacts)")
-    source.add_argument("--checkpoint", help="a checkpoint file (its config.json beside it, else pass --data)")
+    source.add_argument("--checkpoint", help="what train.py --from-checkpoint accepts: a checkpoint of this project "
+                        "(its config.json beside it, else pass --data), a plain state_dict (pass --data, and "
+                        "--model/--hidden-sizes where they cannot be inferred), runs:/RUN_ID/model, models:/NAME/VERSION")
     parser.add_argument("--tracking-uri", default=DEFAULT_TRACKING_URI, help="MLflow tracking URI (default %(default)s)")
     parser.add_argument("--which", choices=("last", "best"), default="last",
                         help="checkpoint of the run: last (end of training) or best val/acc (default %(default)s)")
-    parser.add_argument("--data", type=Rule(choices=datasets_and_aliases, lower=True).argtype(),
-                        help="data set, when it cannot be inferred from the run or checkpoint")
+    parser.add_argument("--data", type=data_argument,
+                        help="data set, or your table (.csv/.parquet with --target), when it cannot be inferred from "
+                        "the run or checkpoint; a table is split as in training (seeded by its data seed)")
+    add_arguments(parser, ["target", "data_spec", "impute", "model", "hidden_sizes", "activation"],
+                  impute=None, model=None, hidden_sizes=None, activation=None)
     parser.add_argument("--protect", action="store_true", help="make the data set's protected features immutable")
     parser.add_argument("--all-mutable", action="store_true", help="ignore the mutability constraints the model was trained with")
     parser.add_argument("--split", choices=("test", "val"), default="test", help="split of the factuals (default %(default)s)")
@@ -51,6 +56,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(parser, ["threads", "accelerator", "search_compile"])
     add_protocol_arguments(parser)
     return parser
+
+
+def data_argument(text: str) -> str:
+    """``--data``: a data set (or alias), a table file or ``package.module:Class``, checked while parsing."""
+    try:
+        return SETTINGS_BY_NAME["data"].checked(text.lower() if text.lower() in datasets_and_aliases() else text, "")
+    except ValueError as error:
+        raise argparse.ArgumentTypeError(str(error)[2:]) from None
 
 
 def check_inputs(args: argparse.Namespace) -> None:
@@ -82,19 +95,30 @@ def main(argv: list[str] | None = None) -> dict:
 
     set_search_compile(args.search_compile or DEFAULTS["search_compile"])
     from ct_lightning.evaluation.plots import evaluation_figures, metric_history  # noqa: PLC0415
-    from ct_lightning.experiment.runs import build_data, load_checkpoint_with_config, load_run, log_evaluation  # noqa: PLC0415
+    from ct_lightning.experiment.runs import build_data, load_any_checkpoint, load_run, log_evaluation  # noqa: PLC0415
 
+    given = {"target": args.target, "data_spec": args.data_spec, "impute": args.impute, "model": args.model,
+             "hidden_sizes": args.hidden_sizes, "activation": args.activation}
     try:
         if args.run_id:
             loaded = load_run(args.run_id, args.tracking_uri, args.which, weights_only=not args.unsafe_load)
             if args.data:
                 loaded.config["data"] = args.data
+            loaded.config.update({k: given[k] for k in ("target", "data_spec", "impute") if given[k] is not None})
         else:
-            loaded = load_checkpoint_with_config(args.checkpoint, args.data, weights_only=not args.unsafe_load)
-        datamodule = build_data(loaded.config)
+            loaded = load_any_checkpoint(args.checkpoint, args.data, given, args.tracking_uri,
+                                         weights_only=not args.unsafe_load)
+        if is_table_file(loaded.config.get("data")) and not loaded.config.get("target"):
+            raise InputError("--target", None, "the column to predict in the table " + str(loaded.config["data"]))
+        codec = getattr(loaded.module, "preprocessing", None) if is_table_file(loaded.config.get("data")) else None
+        datamodule = loaded.extra.get("datamodule") or build_data(loaded.config, codec=codec)
+        if codec is not None:
+            print(f"encoding {loaded.config['data']} with the model's own preprocessing (ct_preprocessing of the "
+                  f"checkpoint: {len(datamodule.feature_names)} inputs)", flush=True)
         check_model_fits("--checkpoint" if args.checkpoint else "--run-id", args.checkpoint or args.run_id,
                          loaded.module, datamodule)
-        config = protocol_config(args, datamodule.name, cost_pair=args.protect)
+        known = catalogue.canonical_dataset(datamodule.name) is not None  # else a table file or package.module:Class
+        config = protocol_config(args, datamodule.name if known else loaded.config["data"], cost_pair=args.protect)
         constraints = evaluation_constraints(loaded.module, datamodule, args.protect, args.all_mutable)
     except KNOWN_ERRORS as error:
         exit_on_error(error, parser)

@@ -55,7 +55,11 @@ EVALUATE = [
     ("--checkpoint {text}", "--checkpoint"), ("--checkpoint {tmp}/missing.ckpt", "--checkpoint"),
     ("--run-id 0123456789abcdef --tracking-uri {empty_store}", "--run-id"),
     ("--run-id 0123456789abcdef --tracking-uri sqlite:///{tmp}/none/mlflow.db", "--tracking-uri"),
-    ("--checkpoint {other_ckpt} --data moons", "--checkpoint"), ("--checkpoint {other_ckpt} --n-runs 0", "--n-runs"),
+    ("--checkpoint {other_ckpt} --data moons", "--checkpoint"),
+    ("--checkpoint {other_sd}", "--data"), ("--checkpoint {other_sd} --data {loans}", "--target"),
+    ("--checkpoint {other_sd} --data {loans} --target approved", "--checkpoint"),
+    ("--checkpoint {other_sd} --data {loans} --target nope", "target"),
+    ("--checkpoint {other_sd} --data {tmp}/missing.csv --target approved", "--data"), ("--checkpoint {other_ckpt} --n-runs 0", "--n-runs"),
     ("--checkpoint {other_ckpt} --lambda-energy a,b", "--lambda-energy"),
     ("--checkpoint {other_ckpt} --protocol nope", "--protocol"), ("--checkpoint {other_ckpt} --eval-tau 0", "--eval-tau"),
     ("--checkpoint {other_ckpt} --summary-json {tmp}", "--summary-json"),
@@ -145,7 +149,8 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     return {"text": str(base / "notes.txt"), "bad_yaml": str(base / "bad.yaml"), "yaml_ten": str(base / "ten.yaml"),
             "yaml_high": str(base / "high.yaml"), "yaml_key": str(base / "key.yaml"),
             "other_sd": str(base / "adult_mlp.pt"), "other_ckpt": str(base / "other.ckpt"),
-            "nan_dir": str(base / "raw"), "empty_db": str(base / "store" / "mlflow.db")}
+            "nan_dir": str(base / "raw"), "loans": str(ROOT / "tests" / "fixtures" / "loans.csv"),
+            "empty_db": str(base / "store" / "mlflow.db")}
 
 
 def _runs(database: Path) -> list[tuple]:

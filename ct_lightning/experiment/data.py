@@ -8,13 +8,14 @@ from ct_lightning.constraints import mutability_pairs, parse_mutability
 from ct_lightning.experiment.settings import data_class, is_table_file
 
 
-def build_datamodule(config: dict):
+def build_datamodule(config: dict, codec=None):
     """Instantiate and set up the configured data module: a registered data set, a table file
-    (``--data PATH --target COLUMN``) or a ``package.module:Class``."""
+    (``--data PATH --target COLUMN``) or a ``package.module:Class``. ``codec``: a table's fitted preprocessing
+    (a trained model's ``ct_preprocessing``) to encode with instead of fitting one."""
     cls = data_class(config["data"])
     if is_table_file(config["data"]):
         datamodule = cls(config["data"], config.get("target"), config.get("data_spec"), config.get("impute") or "none",
-                         batch_size=config["batch_size"], seed=config["seed"])
+                         batch_size=config["batch_size"], seed=config["seed"], codec=codec)
         datamodule.setup("fit")
         return datamodule
     kwargs = {"batch_size": config["batch_size"], "seed": config["seed"]}

@@ -54,9 +54,11 @@ def add_protocol_arguments(parser: argparse.ArgumentParser) -> None:
 def reference_individuals(data: str | None) -> int:
     """Individuals per run in the authors' Table 1 runs: the data module's ``eval_individuals``
     (250 synthetic, 25 MNIST, 100 tabular and by default)."""
-    from datamodules import TensorDataModule, get_datamodule_class  # noqa: PLC0415 - imports torch
+    from datamodules import TensorDataModule  # noqa: PLC0415 - imports torch
 
-    return (get_datamodule_class(data) if data else TensorDataModule).eval_individuals
+    from ct_lightning.experiment.settings import data_class  # noqa: PLC0415 - a name, a table file or a factory
+
+    return (data_class(data) if data else TensorDataModule).eval_individuals
 
 
 def protocol_config(args: argparse.Namespace, data: str | None = None, cost_pair: bool = False) -> EvaluationConfig:

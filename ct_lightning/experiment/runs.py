@@ -78,12 +78,66 @@ def load_checkpoint_with_config(path: str | Path, data: str | None = None, weigh
     return LoadedModel(load_checkpoint(path, weights_only), config, str(path))
 
 
-def build_data(config: dict):
-    """The data module of a training configuration, set up."""
+def build_data(config: dict, codec=None):
+    """The data module of a training configuration, set up (a table with ``codec``, the model's preprocessing)."""
     needed = {"batch_size": None, "seed": 0, "data_dir": None, **config}
     if needed["batch_size"] is None:
         needed["batch_size"] = data_class(needed["data"]).default_batch_size
-    return build_datamodule(needed)
+    return build_datamodule(needed, codec=codec)
+
+
+TABLE_KEYS = ("target", "data_spec", "impute")
+
+
+def is_lightning_checkpoint(path: str | Path, weights_only: bool = True) -> bool:
+    """Whether ``path`` is a Lightning checkpoint (as this project writes), not a plain ``state_dict``."""
+    import torch  # noqa: PLC0415
+
+    try:
+        payload = torch.load(str(path), map_location="cpu", weights_only=weights_only, mmap=True)
+    except Exception:  # noqa: BLE001 - unreadable with weights_only: Lightning's own loader says why
+        return True
+    return isinstance(payload, dict) and "pytorch-lightning_version" in payload
+
+
+def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri: str,
+                        weights_only: bool = True) -> LoadedModel:
+    """Every checkpoint form ``train.py --from-checkpoint`` accepts: a Lightning checkpoint of this project
+    (its ``config.json`` beside it, else ``data``), a plain ``state_dict`` or ``{"state_dict": ...}`` of the
+    configured architecture (MLP hidden sizes inferred from the tensors), ``runs:/RUN_ID/model`` and
+    ``models:/NAME/VERSION``. ``given``: settings (``target``, ``data_spec``, ``impute``, ``model``,
+    ``hidden_sizes``, ``activation``) that apply where given."""
+    from ct_lightning.experiment.settings import is_table_file  # noqa: PLC0415
+    from ct_lightning.experiment.validation import InputError  # noqa: PLC0415
+
+    given = {k: v for k, v in given.items() if v is not None}
+    beside = ":/" not in source and (Path(source).parent / "config.json").is_file()
+    if is_table_file(data) and not given.get("target") and not beside:
+        raise InputError("--target", None, f"the column of {data} to predict (the class label)")
+    if ":/" not in source and is_lightning_checkpoint(source, weights_only):
+        table = {k: v for k, v in given.items() if k in TABLE_KEYS}
+        if data and not (Path(source).parent / "config.json").is_file():
+            return LoadedModel(load_checkpoint(source, weights_only), resolve_config({**table, "data": data}), source)
+        loaded = load_checkpoint_with_config(source, data, weights_only)
+        loaded.config.update(table)
+        return loaded
+    from ct_lightning.experiment.checkpoints import load_weights  # noqa: PLC0415
+    from ct_lightning.experiment.train import _architecture_from_source, build_module  # noqa: PLC0415
+
+    if not data:
+        raise InputError("--data", None, "a data set, or a table file with --target",
+                         f"{source} holds weights only, without the configuration of a run of this project; pass "
+                         f"--data and, if not the default MLP, --model")
+    weights, implied = _architecture_from_source(source, {**given, "tracking_uri": tracking_uri})
+    config = resolve_config({**given, **implied, "data": data, "tracking_uri": tracking_uri})
+    datamodule = build_data(config)
+    module = build_module(config, datamodule)
+    try:
+        load_weights(module.model, weights, source="its weights")
+    except ValueError as error:
+        raise InputError("--checkpoint", source, f"weights of a model of {datamodule.n_features} features and "
+                         f"{datamodule.n_classes} classes ({config['data']})", str(error)) from None
+    return LoadedModel(module.eval(), config, source, extra={"datamodule": datamodule})
 
 
 def log_evaluation(client, run_id: str, summary: dict, prefix: str = "eval") -> dict[str, float]:

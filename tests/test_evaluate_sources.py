@@ -1,0 +1,89 @@
+"""recipes/evaluate.py takes every checkpoint form train.py --from-checkpoint takes, and a user's table
+(the training split, encoded with the model's own preprocessing); mismatches are one-line errors."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+ROOT = Path(__file__).resolve().parents[1]
+LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
+TINY = ["--n-individuals", "4", "--n-runs", "1", "--no-log", "--lambda-energy", "1", "--eval-steps", "10"]
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """A real one-epoch training on the loans fixture, with its MLflow store and checkpoint folder."""
+    from ct_lightning.experiment.train import train
+
+    folder = tmp_path_factory.mktemp("loans-run")
+    uri = f"sqlite:///{folder}/mlflow.db"
+    summary = train({"data": str(LOANS), "target": "approved", "immutable": ["age", "sex"], "max_epochs": 1,
+                     "nce": 16, "tracking_uri": uri, "progress": False, "checkpoint_dir": str(folder / "ckpt")})
+    return {"uri": uri, "folder": folder, "ckpt": folder / "ckpt" / "last.ckpt", "run_id": summary["run_id"]}
+
+
+def evaluate(*argv, tmp_path):
+    from recipes.evaluate import main
+
+    return main([*argv, *TINY, "--out-dir", str(tmp_path / "plots")])
+
+
+def test_a_lightning_checkpoint_on_the_users_table_uses_its_own_preprocessing(trained, tmp_path, capsys):
+    lone = tmp_path / "lone.ckpt"  # no config.json beside it: the table comes from --data/--target
+    lone.write_bytes(trained["ckpt"].read_bytes())
+    payload = evaluate("--checkpoint", str(lone), "--data", str(LOANS), "--target", "approved", tmp_path=tmp_path)
+    out = capsys.readouterr().out
+    assert "with the model's own preprocessing" in out
+    assert payload["data"] == "table" and payload["immutable"] and set(payload["immutable"]) >= {"age", "sex"}
+    assert 0.0 <= payload["summary"]["validity"] <= 1.0
+
+
+def test_a_plain_state_dict_needs_the_data_and_infers_the_mlp(trained, tmp_path):
+    from ct_lightning.experiment.runs import load_any_checkpoint
+
+    checkpoint = torch.load(trained["ckpt"], weights_only=True)
+    state = {k[len("model."):]: v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+    plain = tmp_path / "weights.pt"
+    torch.save(state, plain)
+    loaded = load_any_checkpoint(str(plain), str(LOANS), {"target": "approved"}, trained["uri"])
+    assert list(loaded.module.hparams.hidden_sizes) == [state["0.weight"].shape[0]]
+    for key, value in state.items():
+        torch.testing.assert_close(loaded.module.model.state_dict()[key], value)
+    payload = evaluate("--checkpoint", str(plain), "--data", str(LOANS), "--target", "approved", tmp_path=tmp_path)
+    assert 0.0 <= payload["summary"]["validity"] <= 1.0
+
+
+def test_an_mlflow_model_uri_is_evaluated(trained, tmp_path):
+    uri = f"runs:/{trained['run_id']}/model"
+    payload = evaluate("--checkpoint", uri, "--tracking-uri", trained["uri"], "--data", str(LOANS), "--target",
+                       "approved", tmp_path=tmp_path)
+    assert payload["checkpoint"] == uri
+
+
+def run_recipe(*argv):
+    return subprocess.run([sys.executable, str(ROOT / "recipes" / "evaluate.py"), *argv, *TINY],
+                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+
+
+def one_line_error(done) -> str:
+    assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    lines = [line for line in done.stderr.splitlines() if line.strip() and not line.startswith("usage")]
+    return lines[-1]
+
+
+def test_mismatches_are_one_line_errors(trained, tmp_path):
+    checkpoint = torch.load(trained["ckpt"], weights_only=True)
+    state = {k[len("model."):]: v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}
+    plain = tmp_path / "weights.pt"
+    torch.save(state, plain)
+    line = one_line_error(run_recipe("--checkpoint", str(plain)))
+    assert line.startswith("error: --data") and "weights only" in line
+    line = one_line_error(run_recipe("--checkpoint", str(plain), "--data", "circles"))
+    assert line.startswith("error: --checkpoint") and "shape mismatch in 0.weight" in line and "2 features" in line
+    line = one_line_error(run_recipe("--checkpoint", str(plain), "--data", str(LOANS)))
+    assert line.startswith("error: --target")
+    line = one_line_error(run_recipe("--checkpoint", str(trained["ckpt"]), "--data", str(LOANS), "--target", "sex"))
+    assert "target" in line and "approved" in line
