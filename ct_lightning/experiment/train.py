@@ -17,7 +17,7 @@ import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.callbacks import BurnIn, CounterfactualEvaluation, EpochSeed
+from ct_lightning.callbacks import BurnIn, ConvergenceWatch, CounterfactualEvaluation, EpochSeed
 from ct_lightning.experiment.allocator import keep_freed_memory
 from ct_lightning.experiment.checkpoint_io import AtomicCheckpointIO
 from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
@@ -297,7 +297,7 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     trainer = L.Trainer(max_epochs=config["max_epochs"], accelerator=config["accelerator"], devices=config["devices"],
                         num_nodes=config["num_nodes"], strategy=config["strategy"], logger=logger,
                         callbacks=[EpochSeed(config["seed"]), EpochMetricsInCheckpoint(), *checkpoints,
-                                   BurnIn(config["burnin"]), *extra_callbacks], deterministic=False,
+                                   BurnIn(config["burnin"]), ConvergenceWatch(), *extra_callbacks], deterministic=False,
                         enable_progress_bar=config["progress"], enable_model_summary=config["progress"],
                         fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, plugins=[AtomicCheckpointIO()],
                         **trainer_kwargs)

@@ -1,0 +1,41 @@
+"""A warning when training's own counterfactual search stops reaching tau (issue 23 §4)."""
+
+from __future__ import annotations
+
+import warnings
+
+import lightning as L
+
+ADVICE = ("try a lower --tau, more search steps (--nce / T), a smaller --lambda-reg or --lambda-egy, "
+          "a larger step size, or a longer --burnin")
+
+
+class ConvergenceWarning(UserWarning):
+    """Training's counterfactual search no longer converges."""
+
+
+class ConvergenceWatch(L.Callback):
+    """Warn once when ``train/cf_converged`` stays below ``threshold`` for ``patience`` CT epochs in a row.
+
+    Reads the epoch's logged value at epoch end only (one host read per epoch, none per step).
+    """
+
+    def __init__(self, threshold: float = 0.1, patience: int = 3, key: str = "train/cf_converged"):
+        if not 0.0 < threshold <= 1.0 or patience < 1:
+            raise ValueError(f"ConvergenceWatch: threshold in (0, 1] and patience >= 1, got {threshold}, {patience}")
+        self.threshold, self.patience, self.key = threshold, patience, key
+        self.low_epochs = 0
+        self.warned = False
+
+    def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
+        value = trainer.callback_metrics.get(self.key)
+        if value is None or not getattr(pl_module, "ct_active", True):
+            return
+        share = float(value)
+        self.low_epochs = self.low_epochs + 1 if share < self.threshold else 0
+        if self.low_epochs >= self.patience and not self.warned:
+            self.warned = True
+            message = (f"training's counterfactual search stopped converging: {self.key} = {share:.3f} < "
+                       f"{self.threshold} for {self.low_epochs} epochs (epoch {trainer.current_epoch}); {ADVICE}")
+            warnings.warn(message, ConvergenceWarning, stacklevel=2)
+            print(f"WARNING: {message}", flush=True)

@@ -1,0 +1,52 @@
+"""ConvergenceWatch: warns once after `patience` low epochs of train/cf_converged, silent otherwise (real Trainer)."""
+
+import warnings
+
+import lightning as L
+import pytest
+import torch
+
+from ct_lightning.callbacks import ConvergenceWarning, ConvergenceWatch
+
+
+class Logs(L.LightningModule):
+    """A tiny model that logs a given train/cf_converged sequence, one value per epoch."""
+
+    def __init__(self, shares):
+        super().__init__()
+        self.layer = torch.nn.Linear(1, 1)
+        self.shares = shares
+
+    def training_step(self, batch, batch_idx):
+        self.log("train/cf_converged", self.shares[self.current_epoch], on_step=False, on_epoch=True)
+        return self.layer(batch[0]).sum()
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+    def train_dataloader(self):
+        return torch.utils.data.DataLoader(torch.utils.data.TensorDataset(torch.zeros(2, 1)), batch_size=2)
+
+
+def fit(shares, watch):
+    trainer = L.Trainer(max_epochs=len(shares), callbacks=[watch], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        trainer.fit(Logs(shares))
+    return [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+
+
+def test_warns_once_after_patience_low_epochs_and_names_settings():
+    caught = fit([1.0, 0.05, 0.02, 0.01, 0.0], ConvergenceWatch(threshold=0.1, patience=3))
+    assert len(caught) == 1
+    assert "--tau" in str(caught[0].message) and "epoch 3" in str(caught[0].message)
+
+
+def test_silent_when_low_epochs_are_not_consecutive():
+    assert fit([0.05, 0.05, 0.5, 0.05, 0.05], ConvergenceWatch(threshold=0.1, patience=3)) == []
+
+
+def test_rejects_bad_settings():
+    with pytest.raises(ValueError, match="threshold"):
+        ConvergenceWatch(threshold=0.0)
