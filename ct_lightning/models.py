@@ -114,3 +114,21 @@ def build_model(architecture: str, n_features: int, n_classes: int, hidden_sizes
     if not isinstance(model, nn.Module):
         raise ValueError(f"model: factory {architecture!r} returned {type(model).__name__}, not an nn.Module")
     return model
+
+
+def describe_model(model: nn.Module) -> dict:
+    """The architecture settings that rebuild ``model`` with :func:`build_mlp`, else ``{"architecture": "custom"}``.
+
+    A user's own network is recorded as what it is, so that logged hyperparameters never claim the
+    default MLP for, say, a 64-32 network.
+    """
+    layers = list(model) if isinstance(model, nn.Sequential) else []
+    linear = [m for m in layers[::2] if isinstance(m, nn.Linear)]
+    acts = layers[1::2]
+    names = {name for m in acts for name, cls in ACTIVATIONS.items() if type(m) is cls}
+    if (layers and len(linear) == len(layers[::2]) and len(acts) == len(linear) - 1 and len(names) <= 1
+            and all(any(type(m) is cls for cls in ACTIVATIONS.values()) for m in acts)
+            and all(a.out_features == b.in_features for a, b in zip(linear, linear[1:]))):
+        return {"architecture": "mlp", "hidden_sizes": [m.out_features for m in linear[:-1]],
+                "activation": names.pop() if names else "relu", "n_features": linear[0].in_features}
+    return {"architecture": "custom"}

@@ -16,7 +16,7 @@ from ct_lightning.training.epoch_block import EpochBlock
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, generate_counterfactuals, make_generator
 from ct_lightning.losses import adversarial_loss, check_objective, contrast_pairs, energy_terms
-from ct_lightning.models import build_model
+from ct_lightning.models import build_model, describe_model
 from ct_lightning.training.pool import ClassSampler, CounterfactualPool, random_targets
 from ct_lightning.training.trainer_data import trainer_tensors
 
@@ -111,6 +111,10 @@ class CTModule(L.LightningModule):
             if n_features is None:
                 raise ValueError("n_features: required when no model is given (to build the default MLP)")
             model = build_model(architecture, n_features, n_classes, hidden_sizes, activation)
+        else:  # a given network: record what it is, not the defaults of the arguments not used
+            described = describe_model(model)
+            if described["architecture"] == "mlp" or architecture == "mlp":
+                self.hparams.update(described)
         self.model = model
         self.generator = make_generator(generator, lambda_cost, lambda_energy, search_lr, **(generator_options or {}))
         self.ct_active = True  # switched off by the BurnIn callback during burn-in epochs

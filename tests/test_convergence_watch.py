@@ -50,3 +50,23 @@ def test_silent_when_low_epochs_are_not_consecutive():
 def test_rejects_bad_settings():
     with pytest.raises(ValueError, match="threshold"):
         ConvergenceWatch(threshold=0.0)
+
+
+def test_hyperparameters_describe_a_given_network_not_the_defaults(tmp_path):
+    """README's Python route: CTModule(model=64-32 MLP) logs hidden_sizes [64, 32] to MLflow, not [32]."""
+    import mlflow
+    from lightning.pytorch.loggers import MLFlowLogger
+
+    from ct_lightning.models import build_mlp
+    from ct_lightning.module import CTModule
+
+    module = CTModule(model=build_mlp(3, 2, (64, 32), "tanh"), n_classes=2)
+    assert module.hparams.hidden_sizes == [64, 32] and module.hparams.activation == "tanh"
+    assert module.hparams.architecture == "mlp"
+    logger = MLFlowLogger(tracking_uri=f"sqlite:///{tmp_path / 'm.db'}", experiment_name="hp")
+    logger.log_hyperparams(module.hparams)
+    params = mlflow.tracking.MlflowClient(f"sqlite:///{tmp_path / 'm.db'}").get_run(logger.run_id).data.params
+    assert params["hidden_sizes"] == "[64, 32]" and params["architecture"] == "mlp"
+    odd = CTModule(model=torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Dropout(), torch.nn.Linear(4, 2)),
+                   n_classes=2)
+    assert odd.hparams.architecture == "custom"
