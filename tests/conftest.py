@@ -49,6 +49,17 @@ def pytest_report_header(config) -> str:
     return f"raw data: absent, full-size checks skip; fixtures: {FIXTURE_DIR}"
 
 
+@pytest.fixture(autouse=True)
+def restore_environment():
+    """Undo what a test (or code it calls, such as a bench section's set-up) writes to ``os.environ``,
+    so that no test sees another's variables (a leaked ``CT_OFFLINE=1`` once failed the download tests)."""
+    saved = dict(os.environ)
+    yield
+    if os.environ != saved:
+        os.environ.clear()
+        os.environ.update(saved)
+
+
 @pytest.fixture(scope="session")
 def fixture_dir() -> Path:
     """The fixture files, laid out like a raw data folder (``<set>/<file>``)."""

@@ -480,7 +480,8 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/adult.data"
 
 
-def test_failed_download_leaves_no_partial_file(tmp_path):
+def test_failed_download_leaves_no_partial_file(tmp_path, monkeypatch):
+    monkeypatch.delenv("CT_OFFLINE", raising=False)  # this test downloads (from local URLs)
     source = tmp_path / "source.bin"
     source.write_bytes(b"x" * 5000)
     raw = RawFile("demo", "file.bin", 5000, "0" * 64, urls=(source.as_uri(), closed_port_url()),
@@ -493,7 +494,8 @@ def test_failed_download_leaves_no_partial_file(tmp_path):
     assert list((data / "demo").iterdir()) == []  # neither the file nor a temporary part file
 
 
-def test_download_verified_and_atomic(tmp_path):
+def test_download_verified_and_atomic(tmp_path, monkeypatch):
+    monkeypatch.delenv("CT_OFFLINE", raising=False)  # this test downloads (from local URLs)
     payload = os.urandom(3 * (1 << 20) + 17)
     source = tmp_path / "source.bin"
     source.write_bytes(payload)
