@@ -49,7 +49,8 @@ from ct_lightning.experiment.reproduce import (CONFIG_KEY_TAG, REFERENCE_PROTECT
 from ct_lightning.experiment.protocol_options import reference_individuals
 from ct_lightning.experiment.runs import build_data, load_run
 from ct_lightning.experiment.settings import resolve_config
-from ct_lightning.experiment.tracking import prepare_store, write_json_atomic, write_text_atomic
+from ct_lightning.experiment.atomic_files import write_json_atomic, write_text_atomic
+from ct_lightning.experiment.tracking import prepare_store
 from ct_lightning.experiment.train import train
 
 VARIANTS = ("reference", "domain2", "adv", "advonly", "regonly", "x2", "tau95", "steps500", "nodomain", "july",

@@ -32,7 +32,8 @@ from mlflow.tracking import MlflowClient
 from ct_lightning.evaluation.compare import compare_evaluations
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
 from ct_lightning.experiment.reproduce import ROLES, Task, find_evaluation, role_training_overrides, run_task
-from ct_lightning.experiment.tracking import prepare_store, write_json_atomic, write_text_atomic
+from ct_lightning.experiment.atomic_files import write_json_atomic, write_text_atomic
+from ct_lightning.experiment.tracking import prepare_store
 from datamodules.synthetic import LinearlySeparable
 
 REPO = Path(__file__).resolve().parent.parent

@@ -21,11 +21,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ct_lightning.experiment.atomic_files import write_json_atomic
 from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.preflight import apply_threads, threads_for
 from ct_lightning.experiment.settings import ACCELERATORS, add_arguments, datasets_and_aliases
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
-                                              check_tracking_reachable, store_location, write_json_atomic)
+                                              check_tracking_reachable, store_location)
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, Parser, Rule, InputError, check_accelerator,
                                                 check_output_file, console_entry, exit_on_error)
 

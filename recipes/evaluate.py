@@ -18,11 +18,12 @@ import sys
 import tempfile
 from pathlib import Path
 
+from ct_lightning.experiment.atomic_files import write_json_atomic
 from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.preflight import apply_threads, evaluation_device, threads_for
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
 from ct_lightning.experiment.settings import DEFAULTS, SETTINGS_BY_NAME, add_arguments, datasets_and_aliases, is_table_file
-from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, anchor_tracking_uri, write_json_atomic
+from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, anchor_tracking_uri
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_accelerator, check_checkpoint_file,
                                                 check_model_fits, check_output_file, check_run_ids, check_writable_folder,
                                                 console_entry, exit_on_error)

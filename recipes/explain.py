@@ -11,8 +11,9 @@ from __future__ import annotations
 import argparse
 import sys
 
+from ct_lightning.experiment.atomic_files import write_json_atomic
 from ct_lightning.experiment.settings import add_arguments
-from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, anchor_tracking_uri, write_json_atomic
+from ct_lightning.experiment.tracking import DEFAULT_TRACKING_URI, anchor_tracking_uri
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, EnvironmentProblem, Parser, check_checkpoint_file,
                                                 check_output_file, check_run_ids, console_entry, exit_on_error)
 

@@ -21,12 +21,12 @@ import tempfile
 import time
 from pathlib import Path
 
+from ct_lightning.experiment.atomic_files import write_json_atomic
 from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.preflight import apply_threads, threads_for
 from ct_lightning.experiment.settings import ACCELERATORS, add_arguments, datasets_and_aliases
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
-                                              check_tracking_reachable, run_url, store_location, ui_command,
-                                              write_json_atomic)
+                                              check_tracking_reachable, run_url, store_location, ui_command)
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_accelerator,
                                                 check_checkpoint_file, check_model_fits, check_output_file,
                                                 check_run_ids, console_entry, exit_on_error)

@@ -376,7 +376,7 @@ def test_one_ensure_experiment_creates_once_and_tags(tmp_path):
 
 
 def test_atomic_writes_leave_a_whole_file_or_the_old_one(tmp_path):
-    from ct_lightning.experiment.tracking import atomic_file, write_text_atomic
+    from ct_lightning.experiment.atomic_files import atomic_file, write_text_atomic
 
     target = tmp_path / "out" / "table.md"
     write_text_atomic(target, "first")

@@ -312,7 +312,7 @@ def compact(results: dict) -> dict:
 def write_report(out_dir: Path, docs_dir: Path, doc: Path | None = None) -> dict:
     """Write the figures into ``docs_dir`` and the generated section of ``doc`` (default docs/appendix.md)."""
     from ct_lightning.experiment.grids import load_grid
-    from ct_lightning.experiment.tracking import write_json_atomic, write_text_atomic
+    from ct_lightning.experiment.atomic_files import write_json_atomic, write_text_atomic
 
     doc = doc or docs_dir.parent / "appendix.md"
     rel = docs_dir.name

@@ -272,7 +272,8 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
 
     from ct_lightning.experiment.executor import LocalExecutor
     from ct_lightning.experiment.reproduce import stable_key
-    from ct_lightning.experiment.tracking import ensure_experiment, prepare_store, write_json_atomic
+    from ct_lightning.experiment.atomic_files import write_json_atomic
+    from ct_lightning.experiment.tracking import ensure_experiment, prepare_store
 
     if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).is_absolute():
         tracking_uri = "sqlite:///" + str(Path(tracking_uri[len("sqlite:///"):]).resolve())

@@ -23,7 +23,7 @@ import torch
 
 from ct_lightning.experiment.console import child_training_echo, progress_shown
 from ct_lightning.experiment.settings import NON_DEFINING_KEYS
-from ct_lightning.experiment.tracking import atomic_file
+from ct_lightning.experiment.atomic_files import atomic_file
 from datamodules import get_datamodule_class
 
 CONFIG_KEY_TAG = "ct.config_key"

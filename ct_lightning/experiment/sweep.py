@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ct_lightning.experiment.reproduce import CONFIG_KEY_TAG, NON_DEFINING_KEYS, stable_key, training_key
 from ct_lightning.experiment.settings import SETTINGS_BY_NAME, resolve_config
-from ct_lightning.experiment.tracking import ensure_experiment, prepare_store, write_json_atomic
+from ct_lightning.experiment.atomic_files import write_json_atomic
+from ct_lightning.experiment.tracking import ensure_experiment, prepare_store
 
 SWEEP_KEY_TAG = "ct.sweep_key"
 SEARCHES = ("grid", "random")

@@ -36,8 +36,8 @@ from ct_lightning.experiment.served_model import log_models
 from ct_lightning.experiment.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
                                               load_config_file, module_kwargs, resolve_config)
-from ct_lightning.experiment.tracking import (ensure_experiment, local_store_dir, prepare_store, run_url, ui_command,
-                                              write_json_atomic)
+from ct_lightning.experiment.atomic_files import write_json_atomic
+from ct_lightning.experiment.tracking import ensure_experiment, local_store_dir, prepare_store, run_url, ui_command
 from ct_lightning.training.epoch_block import EpochBlockLoader, can_fuse
 from ct_lightning.experiment.cpu_math import check_cpu_math, cpu_math_state
 from ct_lightning.generators.compiled_step import set_expected_searches, set_search_compile

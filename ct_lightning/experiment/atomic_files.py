@@ -1,0 +1,38 @@
+"""Result files written atomically: a temporary file beside the target, then one rename (readers never see half)."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def write_json_atomic(path: str | os.PathLike, payload) -> None:
+    """Write ``payload`` as JSON to ``path`` via a temporary file and an atomic rename."""
+    write_text_atomic(path, json.dumps(payload, indent=2, default=str))
+
+
+def write_text_atomic(path: str | os.PathLike, text: str) -> None:
+    """Write ``text`` to ``path`` via a temporary file and an atomic rename."""
+    with atomic_file(path) as temporary:
+        temporary.write_text(text)
+
+
+@contextlib.contextmanager
+def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
+    """A temporary file beside ``path`` to write (its folder created, mode 0644: results are meant to be shared),
+    renamed onto ``path`` in one step when the block ends, removed if it raises: readers never see half a file."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
+    os.close(fd)
+    os.chmod(temporary, 0o644)  # mkstemp makes 0600
+    try:
+        yield Path(temporary)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
