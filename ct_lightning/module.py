@@ -48,7 +48,7 @@ class CTModule(L.LightningModule):
     # (ct_lightning.experiment.settings; "choices" names a function of ct_lightning.experiment.catalogue).
     def __init__(
         self, model: nn.Module | None = None, n_features: int | None = None, n_classes: int = 2,
-        hidden_sizes: Annotated[tuple[int, ...] | list[int], {"help": "MLP hidden layer sizes, e.g. 64,64 (default 32)",
+        hidden_sizes: Annotated[tuple[int, ...] | list[int], {"help": "MLP hidden layer sizes, e.g. 64,64 (default {DFLT})",
                                                               "group": "model and optimiser", "low": 1}] = (32,),
         activation: Annotated[str, {"help": "MLP activation (default {DFLT})", "group": "model and optimiser",
                                     "choices": "activations"}] = "relu",
@@ -64,7 +64,7 @@ class CTModule(L.LightningModule):
                                       "group": "counterfactual training", "table2": True, "low": 0.0}] = 0.1,
         lambda_adv: Annotated[float, {"help": "weight of the adversarial loss (default {DFLT})",
                                       "group": "counterfactual training", "low": 0.0}] = 0.25,
-        generator: Annotated[str, {"help": "default {DFLT}", "group": "counterfactual search",
+        generator: Annotated[str, {"help": "counterfactual generator (default {DFLT})", "group": "counterfactual search",
                                    "choices": "generators"}] = "ecco",
         lambda_cost: Annotated[float, {"help": "ℓ1 distance penalty λ_cst (default {DFLT})",
                                        "group": "counterfactual search", "low": 0.0}] = 0.001,
@@ -94,7 +94,8 @@ class CTModule(L.LightningModule):
                                       "group": "counterfactual search", "low": 0.0}] = 3.0,
         lr: Annotated[float, {"help": "Adam learning rate (default {DFLT})", "group": "model and optimiser",
                               "low": 0.0, "low_open": True}] = 1e-3,
-        seed: Annotated[int, {"help": "seed for model, shuffling and CT (default {DFLT})", "group": "data", "low": 0,
+        seed: Annotated[int, {"help": "seed of every random draw: model weights, shuffling, searches (default {DFLT})",
+                              "group": "data", "low": 0,
                               "high": 4294967295}] = 0,
     ):
         super().__init__()

@@ -21,21 +21,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ct_lightning.experiment.executor import LocalExecutor, RayTuneExecutor, require_ray
-from ct_lightning.experiment.settings import add_arguments
-from ct_lightning.experiment.sweep import MODES, SEARCHES, parse_space, run_sweep
-from ct_lightning.experiment.tracking import local_store_dir
+from ct_lightning.experiment.options import add_arguments
+from ct_lightning.experiment.runner import recipe_parser, run_recipe
+from ct_lightning.experiment.sweep import MODES, SEARCHES
 from ct_lightning.experiment.validation import console_entry
-
-SWEEP_OPTIONS = ("param", "search", "num_samples", "sweep_seed", "metric", "mode", "executor", "address",
-                 "cpus_per_trial", "gpus_per_trial", "max_concurrent", "jobs", "sweep_name", "sweep_json",
-                 "storage_path")
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The training options (base of every trial) plus the sweep's own."""
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter,
-                                     argument_default=argparse.SUPPRESS)
+    parser = recipe_parser(__doc__, argument_default=argparse.SUPPRESS)
     add_arguments(parser)
     group = parser.add_argument_group("sweep")
     group.add_argument("--param", action="append", default=[], metavar="NAME=V1,V2,...",
@@ -57,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     group.add_argument("--gpus-per-trial", type=float, default=0, help="GPUs per trial (default 0)")
     group.add_argument("--max-concurrent", type=int, default=0, help="most trials at once (default 0: as many as "
                        "the resources allow)")
-    group.add_argument("--jobs", type=int, default=1, help="processes for --executor local (default 1)")
+    add_arguments(group, ["jobs"])
     group.add_argument("--sweep-name", default=None, help="name of the parent MLflow run")
     group.add_argument("--sweep-json", default=None, help="also write the sweep summary here")
     group.add_argument("--storage-path", default=None, help="Ray Tune's experiment folder (default: ray/ beside "
@@ -67,33 +61,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> dict:
     """Parse arguments, run or resume the sweep, print the best trial."""
-    args = vars(build_parser().parse_args(argv))
-    sweep = {key: args.pop(key) for key in SWEEP_OPTIONS if key in args}
-    for key in ("limit_train_batches", "limit_val_batches"):
-        if key in args and float(args[key]).is_integer() and (args[key] >= 1 or args[key] == 0):
-            args[key] = int(args[key])
-    try:
-        space = parse_space(sweep["param"])
-        for key in ("cpus_per_trial", "gpus_per_trial", "max_concurrent"):
-            if sweep[key] < 0:
-                raise ValueError(f"{key}: must be at least 0, got {sweep[key]}")
-        if sweep["executor"] == "local":
-            executor = LocalExecutor(sweep["jobs"], max(1, int(sweep["cpus_per_trial"])))
-        else:
-            require_ray()  # before any work: a one-line error naming the extra when Ray is missing
-            storage = sweep["storage_path"] or str((local_store_dir(args.get("tracking_uri", "sqlite:///mlruns/x"))
-                                                    / "ray").resolve())
-            executor = RayTuneExecutor(sweep["address"], sweep["cpus_per_trial"], sweep["gpus_per_trial"],
-                                       sweep["max_concurrent"], storage)
-        summary = run_sweep(args, space, executor, search=sweep["search"], num_samples=sweep["num_samples"],
-                            seed=sweep["sweep_seed"], metric=sweep["metric"], mode=sweep["mode"],
-                            name=sweep["sweep_name"], threads=max(1, int(sweep["cpus_per_trial"])),
-                            out_json=sweep["sweep_json"])
-    except (ValueError, FileNotFoundError) as error:
-        sys.exit(f"error: {error}")
-    if summary["failures"]:
-        sys.exit(1)
-    return summary
+    from ct_lightning.experiment.workflows.sweep import run  # noqa: PLC0415
+
+    return run_recipe(build_parser(), argv, run)
 
 
 cli = console_entry(main)  # the console script ct-sweep

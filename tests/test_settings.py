@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ct_lightning.experiment.settings import (DEFAULTS, SETTINGS, SETTINGS_BY_NAME, add_arguments, resolve_config,
+from ct_lightning.experiment.options import add_arguments
+from ct_lightning.experiment.settings import (DEFAULTS, SETTINGS, SETTINGS_BY_NAME, resolve_config,
                                               table2, validate_config)
 from ct_lightning.module import CTModule
 from datamodules import available

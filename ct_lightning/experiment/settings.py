@@ -1,7 +1,7 @@
 """The training settings: defaults, command-line options, validation and CTModule's arguments.
 
 Each :class:`Setting` says its default, type, help, command-line group and allowed values. From the
-settings come ``DEFAULTS``, the options of ``recipes/train.py`` (:func:`add_arguments`), the checks of
+settings come ``DEFAULTS``, the options of ``recipes/train.py`` (:func:`options.add_arguments`), the checks of
 :func:`validate_config` and the keyword arguments of ``CTModule`` (:func:`module_kwargs`). A setting has
 one home: a ``CTModule`` argument annotated ``Annotated[type, {"help": ..., "group": ..., bounds}]`` is one
 (its default and option are read from ``CTModule``'s source by ``catalogue.module_options``, without
@@ -37,6 +37,11 @@ EPOCH_LOOPS = ("auto", "fused", "lightning")
 def csv_ints(text: str) -> list[int]:
     """``"64,64"`` → ``[64, 64]``."""
     return [int(part) for part in text.split(",") if part.strip()]
+
+
+def csv_floats(text: str) -> list[float]:
+    """``"0.1,0.5,1"`` → ``[0.1, 0.5, 1.0]``."""
+    return [float(part) for part in text.split(",") if part.strip()]
 
 
 def datasets_and_aliases() -> list[str]:
@@ -118,7 +123,7 @@ class Setting:
     @property
     def rule(self) -> Rule:
         """The :class:`Rule` of allowed values (kind from ``type``/``action``, bounds, choices)."""
-        kind = {int: "int", float: "float", csv_ints: "ints"}.get(self.type, "str")
+        kind = {int: "int", float: "float", csv_ints: "ints", csv_floats: "floats"}.get(self.type, "str")
         if self.action in ("store_true", "store_false"):
             kind = "bool"
         elif self.name == "immutable":
@@ -279,11 +284,13 @@ TABLE: tuple[Setting, ...] = (
     # tracking and output
     Setting("tracking_uri", DEFAULT_TRACKING_URI, "MLflow tracking URI (default {DFLT})", defines=False, on_resume=True),
     Setting("experiment", DEFAULT_EXPERIMENT, "MLflow experiment name (default {DFLT})", defines=False, on_resume=True),
-    Setting("run_name", None, "MLflow run name (default: DATA-OBJECTIVE-GENERATOR-sSEED-SHORTID)", run_only=True),
+    Setting("run_name", None, "MLflow run name (default: one that describes the run: DATA-OBJECTIVE-GENERATOR-sSEED-"
+            "SHORTID for a training, generator-VARIANT, consistency-DATA-MODE)", run_only=True),
     Setting("checkpoint_dir", None, "checkpoint folder (default: checkpoints/RUN_ID beside a local SQLite store, "
             "one per run); a folder that already holds files is refused unless --overwrite", run_only=True),
-    Setting("summary_json", None, "write run id, resolved config, data summary and final metrics here; an existing "
-            "file is refused unless --overwrite", run_only=True, on_resume=True),
+    Setting("summary_json", None, "write the summary here as JSON: run ids, settings (a training: its resolved config "
+            "and data summary) and results; train.py refuses an existing file unless --overwrite", run_only=True,
+            on_resume=True),
     Setting("overwrite", False, "allow --summary-json and --checkpoint-dir to replace existing files",
             action="store_true", run_only=True, on_resume=True),
     Setting("progress", True, "hide the progress bar", flag="--no-progress", action="store_false", run_only=True,
@@ -483,34 +490,3 @@ def module_kwargs(config: dict, n_features: int, n_classes: int, feature_names: 
                   mutability=mutability, feature_names=list(feature_names),
                   domain="infer" if config["domain"] else None)
     return kwargs
-
-
-def add_arguments(parser: argparse.ArgumentParser, names: list[str] | None = None, **defaults) -> None:
-    """Add one command-line option per setting, grouped as in the table, with defaults shown in the help.
-
-    ``names`` picks settings (default: all), e.g. for another recipe sharing some; ``defaults`` replace
-    the table's default of a setting in that parser (``max_epochs=10``). Values are checked while parsing.
-    """
-    groups: dict[str, Any] = {"": parser}
-    for setting in SETTINGS:
-        if setting.group is None or (names is not None and setting.name not in names):
-            continue
-        group = setting.group if names is None else ""
-        if group not in groups:
-            groups[group] = parser.add_argument_group(group)
-        default = defaults.get(setting.name, setting.value)
-        text = setting.help.replace("{DFLT}", str(default).replace("%", "%%"))
-        text = text.replace("{AVAILABLE}", ", ".join(catalogue.available_datasets()))
-        kwargs: dict[str, Any] = {"help": text, "dest": setting.name}
-        if setting.name in defaults:
-            kwargs["default"] = defaults[setting.name]
-        if setting.action:
-            kwargs["action"] = setting.action
-        else:
-            kwargs["type"] = setting.rule.argtype()
-            for key in ("nargs", "const", "metavar"):
-                if getattr(setting, key) is not None:
-                    kwargs[key] = getattr(setting, key)
-            if setting.choices is not None and setting.name != "data" and "metavar" not in kwargs:
-                kwargs["metavar"] = "{" + ",".join(map(str, setting.allowed())) + "}"
-        groups[group].add_argument(setting.option, **kwargs)

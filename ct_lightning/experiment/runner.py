@@ -1,0 +1,87 @@
+"""The one runner of the recipes: parse, run one workflow, answer a refused input in one line; the start-up lines
+and the MLflow store every workflow shares.
+
+A recipe is its command line and one call, ``run_recipe(build_parser(), argv, workflow)``. A workflow (a function
+of the parsed arguments, under ``experiment/workflows/``) checks its inputs inside ``with checking():``: a known
+error raised there (:data:`KNOWN_ERRORS`: a value, exit code 2; the environment, exit code 1) ends the command
+with one line naming the option as typed (:func:`exit_on_error`). Errors outside such a block are not inputs and
+keep their traceback. Nothing here imports torch, Lightning or MLflow at import time.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from ct_lightning.experiment.tracking import anchor_tracking_uri, store_location
+from ct_lightning.experiment.validation import KNOWN_ERRORS, Parser, exit_on_error
+
+T = TypeVar("T")
+
+
+class Refused(Exception):
+    """A known error raised while a workflow checked its inputs; :func:`run_recipe` prints it in one line."""
+
+    def __init__(self, error: BaseException):
+        super().__init__(str(error))
+        self.error = error
+
+
+@contextlib.contextmanager
+def checking():
+    """Inside the block, a known error (a bad value, a missing file, an unreachable store) refuses the command."""
+    try:
+        yield
+    except KNOWN_ERRORS as error:
+        raise Refused(error) from error
+
+
+def recipe_parser(description: str | None, **kwargs) -> Parser:
+    """A recipe's parser: one-line errors (:class:`Parser`), its docstring as the help's description."""
+    return Parser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter, **kwargs)
+
+
+def run_recipe(parser: argparse.ArgumentParser, argv: list[str] | None,
+               workflow: Callable[[argparse.Namespace], T]) -> T:
+    """Parse ``argv`` (a local SQLite ``--tracking-uri`` made absolute) and run ``workflow`` on the arguments."""
+    args = parser.parse_args(argv)
+    if isinstance(getattr(args, "tracking_uri", None), str):
+        args.tracking_uri = anchor_tracking_uri(args.tracking_uri)
+    try:
+        return workflow(args)
+    except Refused as refused:
+        exit_on_error(refused.error, parser)
+
+
+def batches(value: Any) -> Any:
+    """``--limit-*-batches``: a whole number ≥ 1 (or 0) counts batches (Lightning's int), else a share (float)."""
+    if value is not None and float(value).is_integer() and (value >= 1 or value == 0):
+        return int(value)
+    return value
+
+
+def start(args: argparse.Namespace, store: bool = True, model: str | None = None) -> None:
+    """Print the start-up lines: the store (``store``), the CPU arithmetic (recipes with ``--cpu-math``: set before
+    torch is imported) and torch's threads (``--threads``, else 1 for the small MLPs, set here)."""
+    from ct_lightning.experiment.cpu_math import apply_cpu_math  # noqa: PLC0415
+    from ct_lightning.experiment.preflight import apply_threads, threads_for  # noqa: PLC0415
+
+    if store:
+        print(f"MLflow store: {store_location(args.tracking_uri)}", flush=True)
+    if hasattr(args, "cpu_math"):
+        print(apply_cpu_math(args.cpu_math or "native"), flush=True)
+    print(apply_threads(threads_for(args.threads, model, args.accelerator)), flush=True)
+
+
+def open_store(tracking_uri: str, experiment: str):
+    """The MLflow store, created if missing (under a file lock) with ``experiment``: ``(client, experiment id,
+    artifact location)``."""
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415 - heavy: only once the inputs are checked
+
+    from ct_lightning.experiment.tracking import ensure_experiment, prepare_store  # noqa: PLC0415
+
+    artifact_location = prepare_store(tracking_uri, experiment)
+    client = MlflowClient(tracking_uri=tracking_uri)
+    return client, ensure_experiment(client, experiment, artifact_location), artifact_location

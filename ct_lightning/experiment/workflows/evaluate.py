@@ -1,0 +1,116 @@
+"""``recipes/evaluate.py``: evaluate one trained model with the paper's protocol (SPEC §3), log the results and
+plots to its MLflow run and write the JSON summary."""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+from pathlib import Path
+
+from ct_lightning.experiment import catalogue
+from ct_lightning.experiment.atomic_files import write_json_atomic
+from ct_lightning.experiment.protocol_options import protocol_config
+from ct_lightning.experiment.runner import checking, start
+from ct_lightning.experiment.settings import DEFAULTS, is_table_file
+from ct_lightning.experiment.validation import (InputError, check_accelerator, check_checkpoint_file, check_model_fits,
+                                                check_output_file, check_run_ids, check_writable_folder)
+
+GIVEN = ("target", "data_spec", "impute", "model", "hidden_sizes", "activation")  # how to read a model or a table
+
+
+def check_inputs(args: argparse.Namespace) -> None:
+    """Every check that needs no model: output paths, the checkpoint file or the run id in its store."""
+    check_accelerator("--accelerator", args.accelerator)
+    check_output_file("--summary-json", args.summary_json)
+    if args.out_dir:
+        check_writable_folder("--out-dir", args.out_dir)
+    if args.checkpoint:
+        check_checkpoint_file("--checkpoint", args.checkpoint)
+    else:
+        check_run_ids("--run-id", [args.run_id], args.tracking_uri)
+
+
+def load(args: argparse.Namespace):
+    """The model (``LoadedModel``), its data module, protocol and constraints; a refused input raises."""
+    from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
+    from ct_lightning.experiment.runs import build_data, load_any_checkpoint, load_run  # noqa: PLC0415
+
+    given = {key: getattr(args, key) for key in GIVEN}
+    if args.run_id:
+        loaded = load_run(args.run_id, args.tracking_uri, args.which, weights_only=not args.unsafe_load)
+        if args.data:
+            loaded.config["data"] = args.data
+        loaded.config.update({k: given[k] for k in ("target", "data_spec", "impute") if given[k] is not None})
+    else:
+        loaded = load_any_checkpoint(args.checkpoint, args.data, given, args.tracking_uri,
+                                     weights_only=not args.unsafe_load)
+    if is_table_file(loaded.config.get("data")) and not loaded.config.get("target"):
+        raise InputError("--target", None, "the column to predict in the table " + str(loaded.config["data"]))
+    codec = getattr(loaded.module, "preprocessing", None) if is_table_file(loaded.config.get("data")) else None
+    datamodule = loaded.extra.get("datamodule") or build_data(loaded.config, codec=codec)
+    if codec is not None:
+        print(f"encoding {loaded.config['data']} with the model's own preprocessing (ct_preprocessing of the "
+              f"checkpoint: {len(datamodule.feature_names)} inputs)", flush=True)
+    check_model_fits("--checkpoint" if args.checkpoint else "--run-id", args.checkpoint or args.run_id,
+                     loaded.module, datamodule)
+    known = catalogue.canonical_dataset(datamodule.name) is not None  # else a table file or package.module:Class
+    config = protocol_config(args, datamodule.name if known else loaded.config["data"], cost_pair=args.protect)
+    constraints = evaluation_constraints(loaded.module, datamodule, args.protect, args.all_mutable)
+    return loaded, datamodule, config, constraints
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Load, evaluate, log to the run, plot, and write the JSON summary; returns it."""
+    if args.seed is not None:
+        args.eval_seed = args.seed
+    with checking():
+        check_inputs(args)
+    start(args, store=False)
+    from ct_lightning.evaluation import evaluate_model  # noqa: PLC0415 - heavy
+    from ct_lightning.evaluation.plots import evaluation_figures, metric_history  # noqa: PLC0415
+    from ct_lightning.experiment.preflight import evaluation_device  # noqa: PLC0415
+    from ct_lightning.experiment.runs import log_evaluation  # noqa: PLC0415
+    from ct_lightning.generators.compiled_step import set_search_compile  # noqa: PLC0415
+
+    set_search_compile(args.search_compile or DEFAULTS["search_compile"])
+    with checking():
+        loaded, datamodule, config, constraints = load(args)
+    loaded.module.to(evaluation_device(args.accelerator))  # the data follow the model's device
+    x, y = (datamodule.x_test, datamodule.y_test) if args.split == "test" else (datamodule.x_val, datamodule.y_val)
+    result = evaluate_model(loaded.module, x, y, datamodule.n_classes, config, constraints.mutability,
+                            constraints.lower, constraints.upper, x_train=datamodule.x_train,
+                            feature_names=list(datamodule.feature_names), y_train=datamodule.y_train,
+                            data_name=datamodule.name, feature_types=constraints.feature_types)
+    summary = result.summary()
+
+    client = None
+    convergence = None
+    if loaded.run_id:
+        from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+        client = MlflowClient(tracking_uri=args.tracking_uri)
+        history = metric_history(client, loaded.run_id)
+        convergence = {"CT" if loaded.config.get("objective") != "vanilla" else "BL": history} if history else None
+    out_dir = Path(args.out_dir or tempfile.mkdtemp(prefix="ct-eval-plots-"))
+    label = "BL" if loaded.config.get("objective") == "vanilla" else f"CT ({loaded.config.get('objective', 'full')})"
+    plots = evaluation_figures({label: {"module": loaded.module, "result": result, "constraints": constraints}},
+                               datamodule, out_dir, convergence)
+    logged = {}
+    if client is not None and args.log:
+        logged = log_evaluation(client, loaded.run_id, summary)
+        for path in plots:
+            client.log_artifact(loaded.run_id, str(path), artifact_path="plots")
+
+    payload = {"run_id": loaded.run_id, "checkpoint": loaded.checkpoint, "data": datamodule.name,
+               "split": args.split, "immutable": constraints.immutable, "logged": logged,
+               "plots": [str(p) for p in plots], **result.to_dict(include_samples=True)}
+    if args.summary_json:
+        write_json_atomic(args.summary_json, payload)
+    shown = {k: v for k, v in summary.items() if k != "per_lambda"}
+    print(f"data {datamodule.name} ({args.split} split), immutable: {constraints.immutable or 'none'}")
+    for key, value in shown.items():
+        print(f"  {key:>18}: {value:.4f}" if isinstance(value, float) else f"  {key:>18}: {value}")
+    if logged:
+        print(f"logged {', '.join(logged)} to run {loaded.run_id}")
+    print(f"plots: {out_dir}")
+    return payload

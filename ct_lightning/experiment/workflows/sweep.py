@@ -1,0 +1,50 @@
+"""``recipes/sweep.py``: a grid or random search over training options (``experiment.sweep``), on Ray Tune or
+local processes, resumable; the parsed training options are the base of every trial."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ct_lightning.experiment.runner import batches, checking
+
+SWEEP_OPTIONS = ("param", "search", "num_samples", "sweep_seed", "metric", "mode", "executor", "address",
+                 "cpus_per_trial", "gpus_per_trial", "max_concurrent", "jobs", "sweep_name", "sweep_json",
+                 "storage_path")
+
+
+def executor_of(sweep: dict, tracking_uri: str):
+    """The executor of the sweep options: ``LocalExecutor`` (``--executor local``) or ``RayTuneExecutor``."""
+    from ct_lightning.experiment.executor import LocalExecutor, RayTuneExecutor, require_ray  # noqa: PLC0415
+    from ct_lightning.experiment.tracking import local_store_dir  # noqa: PLC0415
+
+    for key in ("cpus_per_trial", "gpus_per_trial", "max_concurrent"):
+        if sweep[key] < 0:
+            raise ValueError(f"{key}: must be at least 0, got {sweep[key]}")
+    if sweep["executor"] == "local":
+        return LocalExecutor(sweep["jobs"], max(1, int(sweep["cpus_per_trial"])))
+    require_ray()  # before any work: a one-line error naming the extra when Ray is missing
+    storage = sweep["storage_path"] or str((local_store_dir(tracking_uri) / "ray").resolve())
+    return RayTuneExecutor(sweep["address"], sweep["cpus_per_trial"], sweep["gpus_per_trial"],
+                           sweep["max_concurrent"], storage)
+
+
+def run(args: argparse.Namespace) -> dict:
+    """Run or resume the sweep of the parsed options; exit with status 1 when a trial failed."""
+    from ct_lightning.experiment.sweep import parse_space, run_sweep  # noqa: PLC0415
+
+    base = vars(args).copy()
+    sweep = {key: base.pop(key) for key in SWEEP_OPTIONS if key in base}
+    for key in ("limit_train_batches", "limit_val_batches"):
+        if key in base:
+            base[key] = batches(base[key])
+    with checking():
+        space = parse_space(sweep["param"])
+        executor = executor_of(sweep, base.get("tracking_uri", "sqlite:///mlruns/x"))
+        summary = run_sweep(base, space, executor, search=sweep["search"], num_samples=sweep["num_samples"],
+                            seed=sweep["sweep_seed"], metric=sweep["metric"], mode=sweep["mode"],
+                            name=sweep["sweep_name"], threads=max(1, int(sweep["cpus_per_trial"])),
+                            out_json=sweep["sweep_json"])
+    if summary["failures"]:
+        sys.exit(1)
+    return summary
