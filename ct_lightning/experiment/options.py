@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from ct_lightning.experiment import catalogue
-from ct_lightning.experiment.settings import SETTINGS, SETTINGS_BY_NAME, Setting, csv_floats
+from ct_lightning.experiment.settings import SETTINGS, SETTINGS_BY_NAME, Setting, csv_floats, is_table_file
 
 PROTOCOL = "ct_lightning.evaluation.protocol"  # read without importing torch (see catalogue)
 SOURCE, OUTPUT, EVAL = "model to load", "tracking and output", "evaluation protocol"
@@ -95,10 +95,13 @@ def help_text(setting: Setting, default: Any, overridden: bool) -> str:
 
 
 def argtype(setting: Setting):
-    """An argparse ``type`` that converts and checks a value as the row does (:meth:`Setting.checked`)."""
+    """An argparse ``type`` that converts and checks a value as the row does (:meth:`Setting.checked`), but for the
+    existence of a named file (a ``--data`` table, ``--data-spec``), which the recipe checks before its work."""
 
     def convert(text: str) -> Any:
         try:
+            if setting.name == "data_spec" or (setting.name == "data" and is_table_file(text)):
+                return setting.rule.check(text, "")  # a file's existence is checked before the work, not here
             return setting.checked(text, "")
         except ValueError as error:
             raise argparse.ArgumentTypeError(str(error).removeprefix(": ")) from None

@@ -141,9 +141,10 @@ class Setting:
 
     def checked(self, value, option: str | None = None):
         """``value`` converted to the setting's kind if allowed, else :class:`InputError` naming ``option``."""
-        value = self.rule.check(value, option or self.name)
+        option = self.name if option is None else option
+        value = self.rule.check(value, option)
         if value is not None and self.name in EXTRA_CHECKS:
-            EXTRA_CHECKS[self.name](value, option or self.name)
+            EXTRA_CHECKS[self.name](value, option)
         if self.name == "data" and catalogue.canonical_dataset(value) is not None:
             value = value.lower()  # data set names are case-insensitive; file paths keep their case
         return value

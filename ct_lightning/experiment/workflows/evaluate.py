@@ -11,7 +11,7 @@ from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.atomic_files import write_json_atomic
 from ct_lightning.experiment.protocol_options import protocol_config
 from ct_lightning.experiment.runner import checking, start
-from ct_lightning.experiment.settings import DEFAULTS, is_table_file
+from ct_lightning.experiment.settings import DEFAULTS, SETTINGS_BY_NAME, is_table_file
 from ct_lightning.experiment.validation import (InputError, check_accelerator, check_checkpoint_file, check_model_fits,
                                                 check_output_file, check_run_ids, check_writable_folder)
 
@@ -21,6 +21,8 @@ GIVEN = ("target", "data_spec", "impute", "model", "hidden_sizes", "activation")
 def check_inputs(args: argparse.Namespace) -> None:
     """Every check that needs no model: output paths, the checkpoint file or the run id in its store."""
     check_accelerator("--accelerator", args.accelerator)
+    if args.data:
+        SETTINGS_BY_NAME["data"].checked(args.data, "--data")  # a table file must exist
     check_output_file("--summary-json", args.summary_json)
     if args.out_dir:
         check_writable_folder("--out-dir", args.out_dir)
