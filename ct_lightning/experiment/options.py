@@ -62,6 +62,7 @@ RECIPE_OPTIONS: tuple[Setting, ...] = (
     Setting("eval_seed", 0, "seed of the first evaluation run (default {DFLT})", int, EVAL, low=0),
 )
 RECIPE_ROWS = {row.name: row for row in RECIPE_OPTIONS}
+STORE = ("tracking_uri", "experiment")  # training settings whose default every other recipe uses as it is
 ROWS: dict[str, Setting] = {**SETTINGS_BY_NAME, **RECIPE_ROWS}
 # Flags that mean different things in different recipes (renaming one would break command lines): the only ones
 # a recipe may declare apart from the rows, checked by tests/test_recipes_thin.py.
@@ -134,8 +135,8 @@ def add_arguments(parser, names: list[str] | tuple[str, ...] | None = None, **de
         default = defaults.get(setting.name, setting.value)
         kwargs: dict[str, Any] = {"help": help_text(setting, default, setting.name in defaults),
                                   "dest": setting.name}
-        if setting.name in defaults or setting.name in RECIPE_ROWS:
-            kwargs["default"] = default  # a training setting left unset stays None: the training resolves it
+        if setting.name in defaults or setting.name in RECIPE_ROWS or (names is not None and setting.name in STORE):
+            kwargs["default"] = default  # any other training setting left unset stays None: the training resolves it
         if setting.action:
             kwargs["action"] = setting.action
         else:

@@ -1,0 +1,298 @@
+"""``recipes/compare.py``: reproduce rows of the paper's Table 1 (BL vs CT), resumable: train or reuse the four
+models of each data set (``experiment.reproduce``), evaluate them with the protocol, compare them (bootstrap or
+per-run arithmetic), write and log the table, plots and summary; with several training seeds, once per seed and
+then the table over seeds."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import shlex
+import signal
+import sys
+from dataclasses import asdict
+from pathlib import Path
+
+from ct_lightning.experiment import catalogue
+from ct_lightning.experiment.atomic_files import write_json_atomic, write_text_atomic
+from ct_lightning.experiment.console import PROGRESS_ENV, VERBOSE_ENV, quiet_console
+from ct_lightning.experiment.preflight import threads_for
+from ct_lightning.experiment.protocol_options import protocol_config
+from ct_lightning.experiment.runner import batches, checking, open_store, start
+from ct_lightning.experiment.tracking import check_tracking_reachable
+from ct_lightning.experiment.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
+                                                check_writable_folder)
+
+ROLES = catalogue.constant("ct_lightning.experiment.reproduce", "ROLES")  # (role, objective, protected)
+LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
+
+
+def csv_list(text: str | None) -> list[str]:
+    return [] if not text else [part.strip() for part in text.split(",")]
+
+
+def resolve_seeds(args, reuse_lists: dict[str, list[str]]) -> list[int] | None:
+    """The training seeds of a multi-seed reproduction (``--seeds`` or ``--n-seeds``), or ``None`` for one seed."""
+    if args.seeds is not None and args.n_seeds is not None:
+        raise InputError("--n-seeds", str(args.n_seeds), "nothing when --seeds is given (use one of them)")
+    if args.seeds is None and args.n_seeds is None:
+        return None
+    seeds = list(args.seeds) if args.seeds is not None else [args.seed + i for i in range(args.n_seeds)]
+    if not seeds:
+        raise InputError("--seeds", ",".join(map(str, seeds)), "one or more comma-separated integers ≥ 0")
+    if len(set(seeds)) != len(seeds):
+        raise InputError("--seeds", ",".join(map(str, seeds)), "distinct seeds")
+    given = [f"--{key.replace('_', '-')}-run-id" for key, ids in reuse_lists.items() if ids]
+    if given:
+        raise InputError(given[0], ",".join(reuse_lists[given[0][2:-7].replace("-", "_")]),
+                         "no run ids with --seeds/--n-seeds (each seed trains or finds its own models)")
+    return seeds
+
+
+def resolve_names(text: str) -> list[str]:
+    """``all`` or a comma-separated list of data set names, canonicalised."""
+    parts = csv_list(text)
+    if parts == ["all"]:
+        return catalogue.available_datasets()
+    names = []
+    for name in filter(None, parts):
+        if catalogue.canonical_dataset(name) is None:
+            raise InputError("--data", name, "comma-separated names from " + ", ".join(catalogue.available_datasets())
+                             + ", or all")
+        names.append(catalogue.canonical_dataset(name))
+    return names
+
+
+def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, parent: str | None) -> list[Task]:
+    """One task per data set and role, with the shared training budget and evaluation protocol."""
+    from ct_lightning.experiment.reproduce import Task, role_training_overrides  # noqa: PLC0415 - heavy
+
+    training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "search_lr": args.search_lr,
+                "data_dir": args.data_dir, "accelerator": args.accelerator,
+                "limit_train_batches": args.limit_train_batches, "cpu_math": args.cpu_math}
+    roles = ROLES if args.actionability else ROLES[:2]
+    tasks = []
+    for i, data in enumerate(names):
+        for role, objective, protected in roles:
+            ids = reuse_lists.get(role) or []
+            protocol = asdict(protocol_config(args, data, cost_pair=protected))
+            given = {k: v for k, v in training.items() if v is not None}  # explicit flags beat the preset
+            role_training = {**role_training_overrides(args.protocol, data, role), **given}
+            tasks.append(Task(data, role, objective, protected, role_training, protocol, args.tracking_uri,
+                              args.experiment, parent, (ids[i] or None) if ids else None,
+                              threads_for(args.threads, accelerator=args.accelerator)))
+    return tasks
+
+
+def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, client, parent: str,
+                 out_dir: Path) -> tuple[dict, list]:
+    """Compare the evaluated models of one data set; returns the Table 1 row and plot paths."""
+    from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
+    from ct_lightning.evaluation.compare import compare_evaluations, table_row  # noqa: PLC0415
+    from ct_lightning.evaluation.plots import (evaluation_figures, figure2_panels, is_image_data,  # noqa: PLC0415
+                                               metric_history, plot_figure2)
+    from ct_lightning.experiment.reproduce import find_evaluation  # noqa: PLC0415
+    from ct_lightning.experiment.runs import build_data, load_run  # noqa: PLC0415
+
+    entries, summaries, results = {}, {}, {}
+    datamodule = None
+    for task in (t for t in tasks if t.data == data):
+        run_id = outcomes[task.label]["run_id"]
+        loaded = load_run(run_id, args.tracking_uri)
+        datamodule = datamodule or build_data(loaded.config)
+        constraints = evaluation_constraints(loaded.module, datamodule, protect=task.protected,
+                                             all_mutable=not task.protected)
+        result = find_evaluation(client, run_id, task.eval_key())
+        results[task.role], summaries[task.role] = result, result.summary()
+        entries[task.role] = {"module": loaded.module, "result": result, "constraints": constraints, "run_id": run_id}
+    statistic = args.statistic or ("runs" if args.protocol == "reference" else "bootstrap")
+    plausibility = compare_evaluations(results["bl"], results["ct"], ("ip", "ip_star"), args.n_boot, args.confidence,
+                                       args.seed, statistic)
+    actionability = compare_evaluations(results["bl_protected"], results["ct_protected"], ("cost",), args.n_boot,
+                                        args.confidence, args.seed + 10, statistic) if args.actionability else {}
+    row = table_row(datamodule.name, plausibility, actionability, summaries["bl"], summaries["ct"],
+                    summaries.get("bl_protected"), summaries.get("ct_protected"))
+    row["runs"] = {role: entry["run_id"] for role, entry in entries.items()}
+    row["protocol"] = {task.role: task.protocol for task in tasks if task.data == data}
+    row["robust_curves"] = {role: entry["result"].robust_curve for role, entry in entries.items()}
+    row["details"] = {"plausibility": plausibility, "actionability": actionability,
+                      "per_lambda": {role: s["per_lambda"] for role, s in summaries.items()},
+                      "converged": {role: s.get("converged") for role, s in summaries.items()},
+                      "n_valid": {role: s.get("n_valid") for role, s in summaries.items()}}
+    convergence = {f"{LABELS[role]}{' protected' if 'protected' in role else ''}":
+                   metric_history(client, entry["run_id"]) for role, entry in entries.items() if role.startswith("ct")}
+    figures = {f"{LABELS[role]}{' protected' if 'protected' in role else ''}": {**entry, "title": LABELS[role]}
+               for role, entry in entries.items()}
+    plots = evaluation_figures(figures, datamodule, out_dir / "plots", convergence, prefix=f"{datamodule.name}_")
+    if is_image_data(datamodule.n_features) and {"bl_protected", "ct_protected"} <= set(entries):
+        models = {LABELS[role]: (entries[role]["module"], entries[role]["constraints"],
+                                 entries[f"{role}_protected"]["module"]) for role in ("bl", "ct")}
+        panels = figure2_panels(models, datamodule, entries["bl"]["result"].config)
+        mask = entries["ct_protected"]["constraints"].protected_mask
+        side = math.isqrt(datamodule.n_features)
+        plots.append(plot_figure2(panels, out_dir / "plots" / f"{datamodule.name}_figure2.png", (side, side),
+                                  protected_mask=mask))
+    return row, plots
+
+
+def write_outputs(rows: list[dict], plots: list, args, client, parent: str, command: str, out_dir: Path,
+                   final: bool) -> dict:
+    from ct_lightning.evaluation.compare import markdown_table, write_csv  # noqa: PLC0415 - heavy
+    from ct_lightning.evaluation.paper import paper_comparison  # noqa: PLC0415
+    
+    table = markdown_table(rows)
+    summary = {"parent_run_id": parent, "tracking_uri": args.tracking_uri, "command": command, "complete": final,
+               "protocol": args.protocol, "statistic": args.statistic or ("runs" if args.protocol == "reference"
+                                                                         else "bootstrap"),
+               "evaluation": {row["data"]: row["protocol"] for row in rows},
+               "training": {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce,
+                            "search_lr": args.search_lr},
+               "rows": rows, "table_markdown": table, "plots": [str(p) for p in plots]}
+    write_text_atomic(out_dir / "table.md", table)
+    write_text_atomic(out_dir / "paper_comparison.md", paper_comparison(rows))
+    write_csv(rows, out_dir / "table.csv")
+    summary_path = Path(args.summary_json or out_dir / "summary.json")
+    write_json_atomic(summary_path, summary)
+    for path in (out_dir / "table.md", out_dir / "paper_comparison.md", out_dir / "table.csv", summary_path):
+        client.log_artifact(parent, str(path))
+    return summary
+
+
+def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
+    """Train or reuse, evaluate, compare; print and save the table; log everything to a parent run. ``argv``: the
+    command line, printed as the command that resumes the reproduction."""
+    args.limit_train_batches = batches(args.limit_train_batches)
+    with checking():
+        names = resolve_names(args.data)
+        if not names:
+            raise InputError("--data", args.data, "comma-separated data set names, or all")
+        reuse_lists = {key: csv_list(getattr(args, f"{key}_run_id")) for key, _, _ in ROLES}
+        for key, ids in reuse_lists.items():
+            if ids and len(ids) != len(names):
+                raise InputError(f"--{key.replace('_', '-')}-run-id", ",".join(ids),
+                                 f"one id per data set ({len(names)}), empty entries to train")
+        seeds = resolve_seeds(args, reuse_lists)
+        check_accelerator("--accelerator", args.accelerator)
+        check_tracking_reachable(args.tracking_uri)
+        check_writable_folder("--out-dir", args.out_dir)
+        check_output_file("--summary-json", args.summary_json)
+        for key, ids in reuse_lists.items():
+            check_run_ids(f"--{key.replace('_', '-')}-run-id", ids, args.tracking_uri)
+    quiet_console(args.verbose)
+    if args.verbose:
+        os.environ[VERBOSE_ENV] = "1"  # seen by --jobs workers too
+    if not args.progress:
+        os.environ[PROGRESS_ENV] = "0"
+    start(args)  # the CPU arithmetic is set before torch is imported
+    out_dir = Path(args.out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    client, _, artifact_location = open_store(args.tracking_uri, args.experiment)  # created once, under a file lock
+    command = f"{sys.executable} recipes/compare.py " + " ".join(
+        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    if seeds is None:
+        return run_seed(args, names, reuse_lists, client, artifact_location, command, out_dir)
+    summaries = {}
+    for seed in seeds:  # one seed after another; each is the resumable single-seed reproduction
+        print(f"=== training seed {seed} ({seeds.index(seed) + 1}/{len(seeds)}) ===", flush=True)
+        seed_args = argparse.Namespace(**{**vars(args), "seed": seed})
+        summaries[seed] = run_seed(seed_args, names, reuse_lists, client, artifact_location, command,
+                                   out_dir / f"s{seed}", quiet=True)
+    from ct_lightning.experiment.workflows.compare_seeds import write_seed_outputs  # noqa: PLC0415
+
+    return write_seed_outputs(summaries, args, names, client, artifact_location, command, out_dir)
+
+
+def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_location, command: str, out_dir: Path,
+             quiet: bool = False) -> dict:
+    """Train or reuse, evaluate and compare every model of one training seed (``args.seed``); returns the summary."""
+    from ct_lightning.evaluation.plots import plot_robust_accuracy_panels  # noqa: PLC0415
+    from ct_lightning.experiment.lifecycle import link_children  # noqa: PLC0415
+    from ct_lightning.experiment.reproduce import (describe_plan, find_or_create_parent, is_synthetic,  # noqa: PLC0415
+                                                   run_tasks, stable_key, training_key)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tasks = build_tasks(names, reuse_lists, args, None)
+    reproduction_key = stable_key({"tasks": [(t.label, training_key(t.resolved_config()), t.eval_key())
+                                             for t in tasks], "n_boot": args.n_boot,
+                                   "confidence": args.confidence})
+    parent = find_or_create_parent(client, args.experiment, artifact_location, reproduction_key,
+                                   f"compare {','.join(names)}")
+    for task in tasks:  # the same tasks, now children of the parent run (their configuration is resolved once)
+        task.parent_run_id = parent
+    client.log_param(parent, "data", ",".join(names))
+    for key in ("max_epochs", "seed", "protocol", "n_boot", "confidence"):
+        client.log_param(parent, key, getattr(args, key))
+    client.log_param(parent, "lambda_energy", ",".join(f"{v:g}" for v in args.lambda_energies))
+    print(f"MLflow parent run: {parent} (re-run the same command to resume; finished trainings and evaluations "
+          f"are reused)", flush=True)
+    print(f"compare plan: {len(tasks)} models", flush=True)
+    print("\n".join(describe_plan(tasks, client, args.actionability)), flush=True)
+    status = "FAILED"
+    rows: dict[str, dict] = {}
+    plots: list = []
+    outcomes: dict[str, dict] = {}
+
+    def on_done(outcome: dict) -> None:
+        outcomes[outcome["label"]] = outcome
+        link_children(client, parent, {label: o["run_id"] for label, o in outcomes.items()})
+        data = outcome["label"].split("/")[0]
+        if all(t.label in outcomes for t in tasks if t.data == data):
+            row, row_plots = compare_data(data, outcomes, tasks, args, client, parent, out_dir)
+            rows[data] = row
+            plots.extend(row_plots)
+            for path in row_plots:
+                client.log_artifact(parent, str(path), artifact_path="plots")
+            for key in ("ip", "ip_star", "cost"):
+                for suffix in ("reduction_pct", "se"):
+                    value = row[f"{key}_{suffix}"]
+                    if value == value:  # not NaN
+                        client.log_metric(parent, f"{row['data']}/{key}_{suffix}", float(value))
+            write_outputs([rows[n] for n in names if n in rows], plots, args, client, parent, command, out_dir,
+                           final=False)
+            print(f"table row {data} written to {out_dir / 'table.md'}", flush=True)
+
+    from ct_lightning.experiment.interrupt import INTERRUPTED_TAG, TrainingInterrupted  # noqa: PLC0415
+
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def stop(signum, frame):  # outside a training (evaluation, tables); a training stops at its epoch's end
+        raise TrainingInterrupted(signum)
+
+    for signum in previous:
+        signal.signal(signum, stop)
+    try:
+        run_tasks(tasks, args.jobs, client, on_done)
+        ordered = [rows[n] for n in names]
+        real = [row for row in ordered if not is_synthetic(row["data"])]  # Figure 3 shows the real data sets
+        if len(real) > 1:
+            figure = plot_robust_accuracy_panels(real, out_dir / "plots" / "robust_accuracy_real.png")
+            if figure:
+                plots.append(figure)
+                client.log_artifact(parent, str(figure), artifact_path="plots")
+        summary = write_outputs(ordered, plots, args, client, parent, command, out_dir, final=True)
+        status = "FINISHED"
+    except TrainingInterrupted as interrupted:
+        status = "KILLED"
+        client.set_tag(parent, INTERRUPTED_TAG, f"{interrupted}; resume with: {command}")
+        print(f"interrupted ({interrupted}): parent run {parent} is KILLED; finished trainings and evaluations "
+              f"are kept: re-run the same command to resume:\n  {command}", file=sys.stderr, flush=True)
+        raise
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        client.set_terminated(parent, status)
+    summary["reproduction_key"] = reproduction_key
+    if quiet:
+        print(f"seed {args.seed}: table in {out_dir / 'table.md'} (MLflow parent run {parent})", flush=True)
+        return summary
+    print(summary["table_markdown"])
+    print("IP/IP*: all features mutable; Cost: protected features immutable in training and evaluation.")
+    if summary["statistic"] == "runs":
+        print("± 100·sd of the per-run CT/BL ratios over the evaluation runs; * the central 99% quantile interval "
+              "of the per-run differences excludes zero (the authors' Table 1 arithmetic);")
+    else:
+        print("± bootstrap standard error; * 99% bootstrap interval of the difference in means excludes zero;")
+    print("† fewer than 30 valid counterfactuals on one side (n BL/CT): not a reliable comparison.")
+    print(f"MLflow parent run: {parent}; outputs in {out_dir}")
+    return summary
