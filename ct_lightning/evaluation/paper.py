@@ -16,16 +16,18 @@ Two versions of Table 1 exist (see ``PUBLISHED``):
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 
 def paper_label(data: str) -> str:
-    """The paper's row label of data set ``data``: its data module's ``paper_label`` (else the name)."""
+    """The paper's row label of data set ``data``: its data module's ``paper_label`` (else the name; a table
+    file's stem)."""
     from datamodules import get_datamodule_class  # noqa: PLC0415 - the data modules hold the facts
 
     try:
         return get_datamodule_class(data).label()
     except ValueError:
-        return data
+        return Path(data).stem if Path(data).suffix.lower() in (".csv", ".parquet") else data
 
 
 # Table 1: (reduction %, ± , significant) for IP, IP*, cost

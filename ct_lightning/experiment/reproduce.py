@@ -22,9 +22,8 @@ from pathlib import Path
 import torch
 
 from ct_lightning.experiment.console import child_training_echo, progress_shown
-from ct_lightning.experiment.settings import NON_DEFINING_KEYS
+from ct_lightning.experiment.settings import NON_DEFINING_KEYS, data_class
 from ct_lightning.experiment.tracking import atomic_file
-from datamodules import get_datamodule_class
 
 CONFIG_KEY_TAG = "ct.config_key"
 ROLES = (  # (role, objective, protected)
@@ -42,12 +41,12 @@ REFERENCE_PROTECTED_CT = {"lambda_reg": 0.0, "lambda_adv": 0.0}
 
 def is_synthetic(data: str) -> bool:
     """Whether data set ``data`` is generated on the fly (its data module's ``synthetic``)."""
-    return get_datamodule_class(data).synthetic
+    return data_class(data).synthetic
 
 
 def cost_hint(data: str) -> float:
     """Rough cost of one training of ``data`` relative to circles (its data module's ``cost_hint``)."""
-    return get_datamodule_class(data).cost_hint
+    return data_class(data).cost_hint
 
 
 def role_training_overrides(protocol: str, data: str, role: str) -> dict:
