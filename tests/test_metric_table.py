@@ -235,3 +235,21 @@ def test_bad_rows_are_one_line_errors(new_metrics, model):
     with pytest.raises(ValueError, match="metric 'bad': input 'counterfactuals' is not offered per model; "
                                          "allowed: model, x, y, logits, domain"):
         evaluate_model(net, x, y, 2, TINY, robust=False)
+
+
+def test_a_stored_evaluation_keeps_the_new_metrics_and_older_files_still_load(new_metrics, model, tmp_path):
+    from ct_lightning.experiment.reproduce import load_evaluation, save_evaluation
+
+    net, x, y = model
+    result = evaluate_model(net, x, y, 2, TINY)
+    loaded = load_evaluation(save_evaluation(result, tmp_path / "new.pt"))
+    assert loaded.per_model == result.per_model
+    for key in evaluation_metrics():  # the new ones and the built-in ones
+        assert loaded.summary()[key] == pytest.approx(result.summary()[key], rel=1e-12), key
+    # A file written before per_model existed: accuracy and robust accuracy only, the new per-model metric None.
+    payload = torch.load(tmp_path / "new.pt", weights_only=True)
+    del payload["per_model"]
+    torch.save(payload, tmp_path / "old.pt")
+    old = load_evaluation(tmp_path / "old.pt").summary()
+    assert old["accuracy"] == result.accuracy and old["robust_accuracy"] == result.robust_accuracy
+    assert old["confidence"] is None and old["proximity"] == pytest.approx(result.summary()["proximity"])
