@@ -220,6 +220,15 @@ def test_the_table_is_as_it_was_after_a_test_registered_rows():
     assert table_metrics("level") == ("validity", "accuracy", "robust_accuracy")
 
 
+def test_every_evaluated_row_names_inputs_its_scope_offers():
+    from ct_lightning.evaluation.protocol import SCOPE_INPUTS
+
+    for row in [*METRICS.values(), *ROWS]:
+        if row.evaluated:
+            names = {entry.partition("=")[2] or entry for entry in row.inputs}
+            assert names <= set(SCOPE_INPUTS[row.scope]), row.key
+
+
 def test_bad_rows_are_one_line_errors(new_metrics, model):
     with pytest.raises(ValueError, match="scope: unknown 'per_row' for metric 'x'; allowed: counterfactual, group, model"):
         MetricName("x", "X", False, "x", proximity, Proximity, "", scope="per_row")
