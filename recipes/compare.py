@@ -210,6 +210,7 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
     """Compare the evaluated models of one data set; returns the Table 1 row and plot paths."""
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
     from ct_lightning.evaluation.compare import compare_evaluations, table_row  # noqa: PLC0415
+    from ct_lightning.metrics.names import table_metrics  # noqa: PLC0415
     from ct_lightning.evaluation.plots import (evaluation_figures, figure2_panels, is_image_data,  # noqa: PLC0415
                                                metric_history, plot_figure2)
     from ct_lightning.experiment.reproduce import find_evaluation  # noqa: PLC0415
@@ -227,10 +228,11 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
         results[task.role], summaries[task.role] = result, result.summary()
         entries[task.role] = {"module": loaded.module, "result": result, "constraints": constraints, "run_id": run_id}
     statistic = args.statistic or ("runs" if args.protocol == "reference" else "bootstrap")
-    plausibility = compare_evaluations(results["bl"], results["ct"], ("ip", "ip_star"), args.n_boot, args.confidence,
-                                       args.seed, statistic)
-    actionability = compare_evaluations(results["bl_protected"], results["ct_protected"], ("cost",), args.n_boot,
-                                        args.confidence, args.seed + 10, statistic) if args.actionability else {}
+    plausibility = compare_evaluations(results["bl"], results["ct"], table_metrics("all_mutable"), args.n_boot,
+                                       args.confidence, args.seed, statistic)
+    actionability = compare_evaluations(results["bl_protected"], results["ct_protected"], table_metrics("protected"),
+                                        args.n_boot, args.confidence, args.seed + 10, statistic) \
+        if args.actionability else {}
     row = table_row(datamodule.name, plausibility, actionability, summaries["bl"], summaries["ct"],
                     summaries.get("bl_protected"), summaries.get("ct_protected"))
     row["synthetic"] = datamodule.synthetic
@@ -376,7 +378,9 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
             plots.extend(row_plots)
             for path in row_plots:
                 client.log_artifact(parent, str(path), artifact_path="plots")
-            for key in ("ip", "ip_star", "cost"):
+            from ct_lightning.metrics.names import table_metrics  # noqa: PLC0415 - heavy
+
+            for key in table_metrics():
                 for suffix in ("reduction_pct", "se"):
                     value = row[f"{key}_{suffix}"]
                     if value == value:  # not NaN

@@ -101,7 +101,8 @@ def save_evaluation(result, path: str | Path) -> Path:
     payload = {
         "samples": {k: torch.as_tensor(v) for k, v in result.samples.items()},
         "groups": {k: torch.as_tensor(v) for k, v in result.groups.items()},
-        "accuracy": float(result.accuracy), "robust_accuracy": float(result.robust_accuracy),
+        "per_model": {k: float(v) for k, v in result.per_model.items()},
+        "accuracy": float(result.accuracy), "robust_accuracy": float(result.robust_accuracy),  # for older readers
         "robust_curve": {k: list(v) for k, v in result.robust_curve.items()},
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(result.config).items()},
         "factuals": result.factuals, "counterfactuals": result.counterfactuals,
@@ -119,7 +120,8 @@ def load_evaluation(path: str | Path):
     return EvaluationResult(
         samples={k: v.numpy() for k, v in payload["samples"].items()},
         groups={k: v.numpy() for k, v in payload["groups"].items()},
-        accuracy=payload["accuracy"], robust_accuracy=payload["robust_accuracy"],
+        per_model=payload.get("per_model") or {"accuracy": payload["accuracy"],
+                                               "robust_accuracy": payload["robust_accuracy"]},
         robust_curve=payload["robust_curve"], config=EvaluationConfig(**payload["config"]),
         factuals=payload["factuals"], counterfactuals=payload["counterfactuals"])
 
