@@ -126,6 +126,8 @@ class TableDataModule(TensorDataModule):
         self.source = source
         self.frame = source.copy() if isinstance(source, pd.DataFrame) else read_table(source)
         self.label_of_source = "DataFrame" if isinstance(source, pd.DataFrame) else str(source)
+        if not isinstance(source, pd.DataFrame):
+            self.name = Path(source).stem  # loans.csv -> loans: table rows, plots and model names use it
         self.frame = check_table(self.frame, target, impute, self.label_of_source)
         self.target, self.spec, self.impute, self.data_seed = target, read_spec(spec), impute, data_seed
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)

@@ -46,7 +46,7 @@ from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.cpu_math import apply_cpu_math
 from ct_lightning.experiment.preflight import apply_threads, threads_for
 from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
-from ct_lightning.experiment.settings import add_arguments
+from ct_lightning.experiment.settings import add_arguments, is_factory, is_table_file
 from ct_lightning.experiment.console import PROGRESS_ENV, VERBOSE_ENV, quiet_console
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
                                               check_tracking_reachable, store_location)
@@ -86,6 +86,10 @@ def build_parser() -> argparse.ArgumentParser:
                              "reference, as the authors' code ran; train.py's 0.25 with --protocol paper)")
     budget.add_argument("--limit-train-batches", type=Rule("float", low=0.0).argtype(), help="Lightning limit_train_batches (quick runs)")
     budget.add_argument("--data-dir", help="folder with the raw data files of the real data sets")
+    add_arguments(budget, ["target", "data_spec", "impute"])  # a table file's, as in recipes/train.py
+    budget.add_argument("--immutable", help="a table's protected columns, comma-separated (e.g. age,sex): immutable "
+                        "in the actionability pair's training and evaluation, in addition to a data spec's "
+                        "mutability: none; the plausibility pair keeps every feature mutable, as in the paper")
     reuse = parser.add_argument_group("reuse trained runs (comma-separated, aligned with --data; empty = train)")
     for key, _, _ in ROLES:
         reuse.add_argument(f"--{key.replace('_', '-')}-run-id", dest=f"{key}_run_id", help=f"run id(s) of {key}")
@@ -127,17 +131,51 @@ def resolve_seeds(args, reuse_lists: dict[str, list[str]]) -> list[int] | None:
 
 
 def _resolve_names(text: str) -> list[str]:
-    """``all`` or a comma-separated list of data set names, canonicalised."""
+    """``all`` or a comma-separated list of data set names (canonicalised), table files (absolute paths) and
+    ``package.module:Class`` data modules."""
     parts = _csv_list(text)
     if parts == ["all"]:
         return catalogue.available_datasets()
     names = []
     for name in filter(None, parts):
-        if catalogue.canonical_dataset(name) is None:
+        if is_table_file(name):
+            if not Path(name).is_file():
+                raise InputError("--data", name, "an existing .csv/.parquet file", "no such file")
+            names.append(str(Path(name).resolve()))
+        elif is_factory(name):
+            names.append(name)
+        elif catalogue.canonical_dataset(name) is None:
             raise InputError("--data", name, "comma-separated names from " + ", ".join(catalogue.available_datasets())
-                             + ", or all")
-        names.append(catalogue.canonical_dataset(name))
+                             + ", .csv/.parquet files, package.module:Class, or all")
+        else:
+            names.append(catalogue.canonical_dataset(name))
     return names
+
+
+def check_table_options(args, names: list[str]) -> None:
+    """A table needs ``--target``; its actionability pair needs protected features (``--immutable`` or a data
+    spec's ``mutability: none``); ``--target``/``--immutable`` without a use are refused, not ignored."""
+    from ct_lightning.experiment.settings import data_class  # noqa: PLC0415 - imports torch
+
+    tables = [name for name in names if is_table_file(name)]
+    if not tables:
+        for option in ("target", "data_spec", "immutable"):
+            if getattr(args, option):
+                raise InputError(f"--{option.replace('_', '-')}", str(getattr(args, option)),
+                                 "only with a .csv/.parquet --data (the built-in sets define their own)")
+        return
+    if not args.target:
+        raise InputError("--target", "(none)", f"the target column of {Path(tables[0]).name}")
+    if args.immutable and not args.actionability:
+        raise InputError("--immutable", args.immutable, "nothing with --no-actionability (only the actionability "
+                         "pair protects features; the plausibility pair keeps every feature mutable)")
+    if args.actionability and not args.immutable:
+        for table in tables:
+            module = data_class(table)(table, args.target, args.data_spec, args.impute or "none")
+            if not module.protected_features:
+                raise InputError("--immutable", "(none)", f"the protected columns of {Path(table).name} for the "
+                                 "actionability pair (e.g. --immutable age,sex), a data spec with mutability: none, "
+                                 "or --no-actionability")
 
 
 def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, parent: str | None) -> list[Task]:
@@ -147,6 +185,8 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
     training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "search_lr": args.search_lr,
                 "data_dir": args.data_dir, "accelerator": args.accelerator,
                 "limit_train_batches": args.limit_train_batches, "cpu_math": args.cpu_math}
+    if any(is_table_file(name) for name in names):
+        training.update({"target": args.target, "data_spec": args.data_spec, "impute": args.impute})
     roles = ROLES if args.actionability else ROLES[:2]
     tasks = []
     for i, data in enumerate(names):
@@ -155,6 +195,10 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
             protocol = asdict(protocol_config(args, data, cost_pair=protected))
             given = {k: v for k, v in training.items() if v is not None}  # explicit flags beat the preset
             role_training = {**role_training_overrides(args.protocol, data, role), **given}
+            if not is_table_file(data):
+                role_training = {k: v for k, v in role_training.items() if k not in ("target", "data_spec", "impute")}
+            elif protected and args.immutable:
+                role_training["immutable"] = args.immutable
             tasks.append(Task(data, role, objective, protected, role_training, protocol, args.tracking_uri,
                               args.experiment, parent, (ids[i] or None) if ids else None,
                               threads_for(args.threads, accelerator=args.accelerator)))
@@ -166,6 +210,7 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
     """Compare the evaluated models of one data set; returns the Table 1 row and plot paths."""
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
     from ct_lightning.evaluation.compare import compare_evaluations, table_row  # noqa: PLC0415
+    from ct_lightning.metrics.names import table_metrics  # noqa: PLC0415
     from ct_lightning.evaluation.plots import (evaluation_figures, figure2_panels, is_image_data,  # noqa: PLC0415
                                                metric_history, plot_figure2)
     from ct_lightning.experiment.reproduce import find_evaluation  # noqa: PLC0415
@@ -183,12 +228,14 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
         results[task.role], summaries[task.role] = result, result.summary()
         entries[task.role] = {"module": loaded.module, "result": result, "constraints": constraints, "run_id": run_id}
     statistic = args.statistic or ("runs" if args.protocol == "reference" else "bootstrap")
-    plausibility = compare_evaluations(results["bl"], results["ct"], ("ip", "ip_star"), args.n_boot, args.confidence,
-                                       args.seed, statistic)
-    actionability = compare_evaluations(results["bl_protected"], results["ct_protected"], ("cost",), args.n_boot,
-                                        args.confidence, args.seed + 10, statistic) if args.actionability else {}
+    plausibility = compare_evaluations(results["bl"], results["ct"], table_metrics("all_mutable"), args.n_boot,
+                                       args.confidence, args.seed, statistic)
+    actionability = compare_evaluations(results["bl_protected"], results["ct_protected"], table_metrics("protected"),
+                                        args.n_boot, args.confidence, args.seed + 10, statistic) \
+        if args.actionability else {}
     row = table_row(datamodule.name, plausibility, actionability, summaries["bl"], summaries["ct"],
                     summaries.get("bl_protected"), summaries.get("ct_protected"))
+    row["synthetic"] = datamodule.synthetic
     row["runs"] = {role: entry["run_id"] for role, entry in entries.items()}
     row["protocol"] = {task.role: task.protocol for task in tasks if task.data == data}
     row["robust_curves"] = {role: entry["result"].robust_curve for role, entry in entries.items()}
@@ -254,6 +301,7 @@ def main(argv: list[str] | None = None) -> dict:
                 raise InputError(f"--{key.replace('_', '-')}-run-id", ",".join(ids),
                                  f"one id per data set ({len(names)}), empty entries to train")
         seeds = resolve_seeds(args, reuse_lists)
+        check_table_options(args, names)
         check_accelerator("--accelerator", args.accelerator)
         check_tracking_reachable(args.tracking_uri)
         check_writable_folder("--out-dir", args.out_dir)
@@ -323,14 +371,16 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     def on_done(outcome: dict) -> None:
         outcomes[outcome["label"]] = outcome
         link_children(client, parent, {label: o["run_id"] for label, o in outcomes.items()})
-        data = outcome["label"].split("/")[0]
+        data = outcome["label"].rsplit("/", 1)[0]  # a table's data is a path
         if all(t.label in outcomes for t in tasks if t.data == data):
             row, row_plots = compare_data(data, outcomes, tasks, args, client, parent, out_dir)
             rows[data] = row
             plots.extend(row_plots)
             for path in row_plots:
                 client.log_artifact(parent, str(path), artifact_path="plots")
-            for key in ("ip", "ip_star", "cost"):
+            from ct_lightning.metrics.names import table_metrics  # noqa: PLC0415 - heavy
+
+            for key in table_metrics():
                 for suffix in ("reduction_pct", "se"):
                     value = row[f"{key}_{suffix}"]
                     if value == value:  # not NaN
@@ -351,7 +401,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     try:
         run_tasks(tasks, args.jobs, client, on_done)
         ordered = [rows[n] for n in names]
-        real = [row for row in ordered if not is_synthetic(row["data"])]  # Figure 3 shows the real data sets
+        real = [row for row in ordered if not (row["synthetic"] if "synthetic" in row else is_synthetic(row["data"]))]  # Figure 3 shows the real data sets
         if len(real) > 1:
             figure = plot_robust_accuracy_panels(real, out_dir / "plots" / "robust_accuracy_real.png")
             if figure:

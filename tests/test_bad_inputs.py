@@ -48,6 +48,19 @@ TRAIN = [
     ("--threads -1", "--threads"), ("--accelerator tpu9", "--accelerator"), ("--experiment ''", "--experiment"),
     ("--epoch-loop nope", "--epoch-loop"), ("--epoch-loop fused --fast-dev-run", "--epoch-loop"),
     ("--epoch-loop fused --limit-train-batches 3", "--epoch-loop"),
+    # A user's table (issue 23 §1): each broken copy of tests/fixtures/loans.csv, made by bad_tables below.
+    ("--data {bad_target} --target approved", "--target: column 'approved' not found"),
+    ("--data {bad_one_class} --target approved", "has only one class"),
+    ("--data {bad_missing} --target approved", "column 'income' has 1 missing value(s)"),
+    ("--data {bad_missing} --target approved --impute mean", "--impute"),
+    ("--data {bad_constant} --target approved", "column 'bank' is constant"),
+    ("--data {bad_levels} --target approved", "categories; allowed: at most 100"),
+    ("--data {bad_text} --target approved --data-spec {bad_text_spec}", "column 'income' is continuous but holds "
+                                                                        "non-numeric values"),
+    ("--data {bad_empty} --target approved", "is empty"), ("--data {loans}", "--target"),
+    ("--data {tmp}/missing.csv --target approved", "--data"), ("--data {loans} --target approved --immutable nope",
+                                                               "--immutable"),
+    ("--data {loans} --target approved --data-spec {tmp}/missing.yaml", "--data-spec"),
 ]
 if not HAS_GPU:
     TRAIN.append(("--accelerator gpu", "--accelerator"))
@@ -78,6 +91,10 @@ COMPARE = [
     ("--data circles --seeds 0,x", "--seeds"), ("--data circles --seeds 0,0", "--seeds"),
     ("--data circles --seeds 0,1 --n-seeds 2", "--n-seeds"), ("--data circles --n-seeds 0", "--n-seeds"),
     ("--data circles --n-seeds 2 --bl-run-id 0123456789abcdef", "--bl-run-id"),
+    ("--data {loans}", "--target"), ("--data {loans} --target approved", "--immutable"),  # no protected columns
+    ("--data {loans} --target approved --immutable age --no-actionability", "--immutable"),
+    ("--data circles --target approved", "--target"), ("--data {tmp}/missing.csv --target approved", "--data"),
+    ("--data {bad_missing} --target approved --no-actionability", "column 'income' has 1 missing value(s)"),
 ]
 if not HAS_GPU:
     EVALUATE.append(("--checkpoint {other_ckpt} --accelerator gpu", "--accelerator"))
@@ -146,11 +163,33 @@ def inputs(tmp_path_factory) -> dict[str, str]:
 
     (base / "store").mkdir()
     MlflowClient(tracking_uri=f"sqlite:///{base / 'store' / 'mlflow.db'}").create_experiment("ct-lightning")
-    return {"text": str(base / "notes.txt"), "bad_yaml": str(base / "bad.yaml"), "yaml_ten": str(base / "ten.yaml"),
+    tables = bad_tables(base)
+    return {**tables, "text": str(base / "notes.txt"), "bad_yaml": str(base / "bad.yaml"), "yaml_ten": str(base / "ten.yaml"),
             "yaml_high": str(base / "high.yaml"), "yaml_key": str(base / "key.yaml"),
             "other_sd": str(base / "adult_mlp.pt"), "other_ckpt": str(base / "other.ckpt"),
             "nan_dir": str(base / "raw"), "loans": str(ROOT / "tests" / "fixtures" / "loans.csv"),
             "empty_db": str(base / "store" / "mlflow.db")}
+
+
+def bad_tables(folder: Path) -> dict[str, str]:
+    """Broken copies of the loans fixture, one fault each: ``bad_<fault>`` -> its path."""
+    import numpy as np
+    import pandas as pd
+
+    loans = pd.read_csv(ROOT / "tests" / "fixtures" / "loans.csv")
+    broken = {"target": loans.drop(columns="approved"), "one_class": loans.assign(approved="yes"),
+              "missing": loans.copy(), "constant": loans.assign(bank="same"),
+              "levels": loans.assign(applicant_id=[f"id{i}" for i in range(len(loans))]),
+              "text": loans.assign(income=loans["income"].astype(str))}
+    broken["missing"].loc[3, "income"] = np.nan
+    broken["text"].loc[5, "income"] = "unknown"
+    paths = {}
+    for fault, frame in broken.items():
+        frame.to_csv(folder / f"{fault}.csv", index=False)
+        paths[f"bad_{fault}"] = str(folder / f"{fault}.csv")
+    (folder / "empty.csv").write_text("")
+    (folder / "spec.yaml").write_text("columns:\n  income: {kind: continuous}\n")
+    return {**paths, "bad_empty": str(folder / "empty.csv"), "bad_text_spec": str(folder / "spec.yaml")}
 
 
 def _runs(database: Path) -> list[tuple]:

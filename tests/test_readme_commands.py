@@ -49,7 +49,11 @@ def test_commands_use_the_environment_programs():
 
 
 @pytest.mark.parametrize("recipe, argv", recipe_calls(), ids=lambda v: " ".join(v) if isinstance(v, list) else v)
-def test_readme_recipe_command_parses(recipe, argv):
+def test_readme_recipe_command_parses(recipe, argv, tmp_path, monkeypatch):
     if "--help" in argv:
         return
+    import shutil
+
+    shutil.copy(ROOT / "tests" / "fixtures" / "loans.csv", tmp_path / "loans.csv")  # what the README's first
+    monkeypatch.chdir(tmp_path)  # lending command writes, in the folder the commands run in
     load_recipe(recipe).build_parser().parse_args(argv)  # a bad option or value exits with code 2

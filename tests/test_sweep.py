@@ -116,3 +116,29 @@ def test_tiny_sweep_on_ray_tune_end_to_end_then_resumed(tmp_path):
     assert resumed["parent_run_id"] == summary["parent_run_id"] and all(t["reused"] for t in resumed["trials"])
     assert {t["run_id"] for t in resumed["trials"]} == {c.info.run_id for c in children}
     check_sweep(uri, resumed, 4)
+
+
+@pytest.mark.slow
+def test_sweep_recipe_on_a_table_file_with_a_relative_path(tmp_path):
+    """``recipes/sweep.py --data loans.csv --target approved`` (issue 23 §1): trials in worker processes find the
+    file although they run elsewhere, and every trial trains on the table."""
+    import shutil
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "tests" / "fixtures" / "loans.csv", tmp_path / "loans.csv")
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    done = subprocess.run([sys.executable, str(root / "recipes" / "sweep.py"), "--data", "loans.csv", "--target",
+                           "approved", "--immutable", "age", "--executor", "local", "--param", "lambda_div=0.1,0.3",
+                           "--max-epochs", "1", "--experiment", "sweep-test", "--tracking-uri", uri,
+                           "--no-progress"], cwd=tmp_path, capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": ""})
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    client = MlflowClient(tracking_uri=uri)
+    runs = client.search_runs([client.get_experiment_by_name("sweep-test").experiment_id],
+                              "tags.`mlflow.parentRunId` != ''")
+    assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
+    for run in runs:
+        assert run.data.params["data"] == str(tmp_path / "loans.csv") and run.data.params["target"] == "approved"

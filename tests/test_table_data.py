@@ -116,55 +116,6 @@ def test_defaults_follow_the_training_size():
     assert table_defaults(20000)["nce"] == 5000 and table_defaults(20000)["batch_size"] == 1000
 
 
-BAD = {
-    "missing target column": ("target", "target: column 'approved' not found"),
-    "one class": ("one_class", "has only one class"),
-    "missing values": ("missing", "missing value(s)"),
-    "constant column": ("constant", "column 'bank' is constant"),
-    "too many categories": ("levels", "categories; allowed: at most 100"),
-    "non-numeric continuous": ("text", "holds non-numeric values"),
-    "empty file": ("empty", "is empty"),
-}
-
-
-def bad_table(kind: str, loans: pd.DataFrame, folder: Path) -> tuple[Path, list[str]]:
-    """A broken copy of the fixture and the extra options that expose it."""
-    frame, extra = loans.copy(), []
-    if kind == "target":
-        frame = frame.drop(columns="approved")
-    elif kind == "one_class":
-        frame["approved"] = "yes"
-    elif kind == "missing":
-        frame.loc[3, "income"] = np.nan
-    elif kind == "constant":
-        frame["bank"] = "same"
-    elif kind == "levels":
-        frame["applicant_id"] = [f"id{i}" for i in range(len(frame))]
-    elif kind == "text":
-        frame["income"] = frame["income"].astype(str)
-        frame.loc[5, "income"] = "unknown"
-        (folder / "spec.yaml").write_text("columns:\n  income: {kind: continuous}\n")
-        extra = ["--data-spec", str(folder / "spec.yaml")]
-    path = folder / f"{kind}.csv"
-    if kind == "empty":
-        path.write_text("")
-    else:
-        frame.to_csv(path, index=False)
-    return path, extra
-
-
-@pytest.mark.parametrize("case", list(BAD))
-def test_bad_tables_get_one_line_before_any_work(case, tmp_path, loans):
-    kind, message = BAD[case]
-    path, extra = bad_table(kind, loans, tmp_path)
-    done = subprocess.run([sys.executable, str(ROOT / "recipes" / "train.py"), "--data", str(path), "--target",
-                           "approved", "--tracking-uri", f"sqlite:///{tmp_path}/m.db", *extra],
-                          cwd=tmp_path, capture_output=True, text=True, timeout=300)
-    lines = [line for line in done.stderr.strip().splitlines() if line.strip()]
-    assert done.returncode in (1, 2) and len(lines) == 1 and message in lines[0], done.stderr[-2000:]
-    assert "Traceback" not in done.stderr and not (tmp_path / "m.db").exists()  # nothing was created
-
-
 def test_train_from_a_csv_logs_the_preprocessing_with_the_run(tmp_path):
     from mlflow.tracking import MlflowClient
 

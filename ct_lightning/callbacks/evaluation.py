@@ -7,15 +7,22 @@ import math
 import lightning as L
 
 from ct_lightning.evaluation.protocol import EvaluationConfig, evaluate_model
-from ct_lightning.metrics.names import METRICS
+from ct_lightning.metrics.names import METRICS, validation_metrics
 from ct_lightning.training.trainer_data import trainer_tensors
 
-VAL_KEYS = ("ip", "ip_star", "cost", "validity", "robust_accuracy")
-VAL_METRICS = tuple(METRICS[key].logged for key in VAL_KEYS)  # names under val/
+
+def __getattr__(name: str):
+    # Read from the metric table on every access, so that a registered row shows up.
+    if name == "VAL_KEYS":  # metric keys the callback logs
+        return validation_metrics()
+    if name == "VAL_METRICS":  # their names under val/
+        return tuple(METRICS[key].logged for key in validation_metrics())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class CounterfactualEvaluation(L.Callback):
-    """Every ``every_n_epochs`` epochs, log ``val/ip``, ``val/ip_star``, ``val/cost``, ``val/validity``, ``val/robust_acc``.
+    """Every ``every_n_epochs`` epochs, log the evaluated metrics of the metric table that have ``validation``:
+    ``val/ip``, ``val/ip_star``, ``val/cost``, ``val/validity``, ``val/robust_acc``.
 
     Factuals and the IP/IP* reference come from the validation split (the datamodule's
     ``x_val``/``y_val``, else the validation dataloader). The search uses the module's own
@@ -37,7 +44,7 @@ class CounterfactualEvaluation(L.Callback):
         return not trainer.sanity_checking and (trainer.current_epoch + 1) % self.every_n_epochs == 0
 
     def on_validation_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
-        """Evaluate on the validation split when due and log the five ``val/`` metrics."""
+        """Evaluate on the validation split when due and log the table's ``val/`` metrics."""
         if not self._due(trainer):
             return
         x, y = trainer_tensors(trainer, "val")
@@ -48,6 +55,7 @@ class CounterfactualEvaluation(L.Callback):
                                 lower=getattr(pl_module, "lower", None), upper=getattr(pl_module, "upper", None),
                                 feature_types=getattr(pl_module, "feature_types", None))
         summary = result.summary()
-        self.last = {METRICS[key].logged: (math.nan if summary[key] is None else float(summary[key])) for key in VAL_KEYS}
+        self.last = {METRICS[key].logged: (math.nan if summary.get(key) is None else float(summary[key]))
+                     for key in validation_metrics()}
         for name, value in self.last.items():
             pl_module.log(f"val/{name}", value, on_step=False, on_epoch=True)

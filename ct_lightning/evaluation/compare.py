@@ -16,9 +16,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ct_lightning.metrics.names import EVALUATION_METRICS, METRICS, TABLE_METRICS
+from ct_lightning.metrics.names import METRICS, evaluation_metrics, table_label, table_metrics
 
-METRIC_LABELS = {key: f"{METRICS[key].label} (−%)" for key in TABLE_METRICS}
+
+def __getattr__(name: str):
+    if name == "METRIC_LABELS":  # Table 1's reduction headers, from the metric table (a registered row included)
+        return {key: table_label(key) for key in table_metrics()}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def reduction_pct(bl_mean: float, ct_mean: float) -> float:
@@ -70,16 +74,16 @@ def bootstrap_comparison(bl, ct, n_boot: int = 100, confidence: float = 0.99, se
 def per_run_means(result, name: str) -> np.ndarray:
     """Per evaluation run: the mean over ``λ_egy`` of the per-(run, λ) means of metric ``name`` (valid CEs).
 
-    ``ip``/``cost`` average the valid counterfactuals of each (run, λ); ``ip_star`` takes the
-    (run, λ) value clamped at 0 (the unbiased MMD² can be negative), as the authors' tables do.
-    A (run, λ) without a value is left out of its run's mean; a run without any is NaN.
+    A per-counterfactual metric (``ip``, ``cost``) averages the valid counterfactuals of each (run, λ); a
+    per-group one takes the (run, λ) value, ``ip_star`` clamped at 0 (the unbiased MMD² can be negative),
+    as the authors' tables do. A (run, λ) without a value is left out of its run's mean; a run without any is NaN.
     """
+    table = result.groups if METRICS[name].scope == "group" else result.samples
+    runs, lams = table["run"], table["lambda_energy"]
+    column = METRICS[name].source()
+    values = np.asarray(table[column], dtype=float) if column in table else np.full(len(runs), math.nan)
     if name == "ip_star":
-        runs, lams = result.groups["run"], result.groups["lambda_energy"]
-        values = np.maximum(np.asarray(result.groups["ip_star"], dtype=float), 0.0)
-    else:
-        runs, lams = result.samples["run"], result.samples["lambda_energy"]
-        values = np.asarray(result.samples[name], dtype=float)
+        values = np.maximum(values, 0.0)
     out = []
     for run in np.unique(runs):
         cells = [values[(runs == run) & (lams == lam)] for lam in np.unique(lams)]
@@ -119,9 +123,9 @@ def run_comparison(bl_runs, ct_runs, confidence: float = 0.99) -> dict:
 STATISTICS = ("runs", "bootstrap")
 
 
-def compare_evaluations(bl, ct, metrics=TABLE_METRICS, n_boot: int = 100, confidence: float = 0.99,
+def compare_evaluations(bl, ct, metrics=None, n_boot: int = 100, confidence: float = 0.99,
                         seed: int = 0, statistic: str = "bootstrap") -> dict[str, dict]:
-    """Compare two :class:`~ct_lightning.evaluation.EvaluationResult` per metric.
+    """Compare two :class:`~ct_lightning.evaluation.EvaluationResult` per metric (default: Table 1's reductions).
 
     ``statistic="bootstrap"``: :func:`bootstrap_comparison` of the pooled per-sample values (the
     paper's text); ``"runs"``: :func:`run_comparison` of per-run means (the authors' code). Each
@@ -130,7 +134,7 @@ def compare_evaluations(bl, ct, metrics=TABLE_METRICS, n_boot: int = 100, confid
     if statistic not in STATISTICS:
         raise ValueError(f"statistic: unknown {statistic!r}; allowed: {', '.join(STATISTICS)}")
     out = {}
-    for i, name in enumerate(metrics):
+    for i, name in enumerate(table_metrics() if metrics is None else metrics):
         boot = bootstrap_comparison(bl.metric_samples(name), ct.metric_samples(name), n_boot, confidence, seed + i)
         runs = run_comparison(per_run_means(bl, name), per_run_means(ct, name), confidence)
         main, other = (runs, boot) if statistic == "runs" else (boot, runs)
@@ -139,20 +143,22 @@ def compare_evaluations(bl, ct, metrics=TABLE_METRICS, n_boot: int = 100, confid
 
 
 def _model_block(summary: dict) -> dict:
-    return {k: summary.get(k) for k in EVALUATION_METRICS}
+    return {k: summary.get(k) for k in evaluation_metrics()}
 
 
 def table_row(data: str, plausibility: dict[str, dict], actionability: dict[str, dict],
               bl_summary: dict, ct_summary: dict, bl_protected: dict | None = None,
               ct_protected: dict | None = None) -> dict:
-    """One Table 1 row: IP and IP* from the all-mutable pair, cost from the protected pair.
+    """One Table 1 row: each reduction column from its pair (the table's ``table1``): IP and IP* from the
+    all-mutable pair (``plausibility``), cost from the protected pair (``actionability``).
 
     ``plausibility``/``actionability`` are :func:`compare_evaluations` outputs; the ``*_summary``
     arguments are :meth:`EvaluationResult.summary` dicts. The ``bl``/``ct`` blocks hold the raw
     means (``cost`` from the protected pair, ``cost_all_mutable`` from the other), accuracy and
-    robust accuracy of the all-mutable models.
+    robust accuracy of the all-mutable models (every evaluated metric of the table).
     """
-    sources = {"ip": plausibility, "ip_star": plausibility, "cost": actionability}
+    pairs = {"all_mutable": plausibility, "protected": actionability}
+    sources = {name: pairs[METRICS[name].table1] for name in table_metrics()}
     row: dict = {"data": data}
     for name, source in sources.items():
         stats = source.get(name, {}) if source else {}
@@ -165,8 +171,9 @@ def table_row(data: str, plausibility: dict[str, dict], actionability: dict[str,
                           for name, source in sources.items()}
     for label, summary, protected in (("bl", bl_summary, bl_protected), ("ct", ct_summary, ct_protected)):
         block = _model_block(summary)
-        block["cost_all_mutable"] = block.pop("cost")
-        block["cost"] = protected.get("cost") if protected else None
+        for name in table_metrics("protected"):  # e.g. cost: the protected pair's value, the other kept beside it
+            block[f"{name}_all_mutable"] = block.pop(name)
+            block[name] = protected.get(name) if protected else None
         if protected:
             block["protected"] = _model_block(protected)
         row[label] = block
@@ -184,26 +191,27 @@ def format_cell(row: dict, metric: str) -> str:
     """``reduction ± se`` with an asterisk when significant, e.g. ``29.05 ± 0.67*``.
 
     A dagger and the sample sizes are added when either side has fewer than ``MIN_SAMPLES``
-    per-sample values (valid counterfactuals; IP* has one value per run and λ_egy, so it is exempt).
+    per-sample values (valid counterfactuals; a per-group metric such as IP* has one value per run and
+    λ_egy, so it is exempt).
     """
     text = f"{_fmt(row[f'{metric}_reduction_pct'])} ± {_fmt(row[f'{metric}_se'])}"
     text += "*" if row["significant"].get(metric) else ""
     n_bl, n_ct = row.get(f"{metric}_n_bl"), row.get(f"{metric}_n_ct")
-    if metric != "ip_star" and n_bl is not None and n_ct is not None and min(n_bl, n_ct) < MIN_SAMPLES:
+    if METRICS[metric].scope != "group" and n_bl is not None and n_ct is not None and min(n_bl, n_ct) < MIN_SAMPLES:
         text += f" † (n {n_bl}/{n_ct})"
     return text
 
 
 def markdown_table(rows: list[dict]) -> str:
-    """Table 1 as Markdown, with validity (all-mutable pair), accuracy and robust accuracy (FGSM ε = 0.03) of BL and CT."""
-    header = ["Data", *(METRIC_LABELS[m] for m in TABLE_METRICS), "Val BL", "Val CT", "Acc BL", "Acc CT",
-              "Acc* BL", "Acc* CT"]
+    """Table 1 as Markdown: the reduction columns, then the level columns of BL and CT (all-mutable pair):
+    validity, accuracy and robust accuracy (FGSM ε = 0.03), as the metric table places them."""
+    reductions, levels = table_metrics(), table_metrics("level")
+    header = ["Data", *(table_label(m) for m in reductions),
+              *(f"{METRICS[m].label} {side}" for m in levels for side in ("BL", "CT"))]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        cells = [row["data"], *(format_cell(row, m) for m in TABLE_METRICS),
-                 _fmt(row["bl"].get("validity"), 3), _fmt(row["ct"].get("validity"), 3),
-                 _fmt(row["bl"].get("accuracy"), 3), _fmt(row["ct"].get("accuracy"), 3),
-                 _fmt(row["bl"].get("robust_accuracy"), 3), _fmt(row["ct"].get("robust_accuracy"), 3)]
+        cells = [row["data"], *(format_cell(row, m) for m in reductions),
+                 *(_fmt(row[side].get(m), 3) for m in levels for side in ("bl", "ct"))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 

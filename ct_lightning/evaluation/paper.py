@@ -16,16 +16,20 @@ Two versions of Table 1 exist (see ``PUBLISHED``):
 from __future__ import annotations
 
 import math
+from pathlib import Path
+
+from ct_lightning.metrics.names import METRICS as METRIC_TABLE, table_label
 
 
 def paper_label(data: str) -> str:
-    """The paper's row label of data set ``data``: its data module's ``paper_label`` (else the name)."""
+    """The paper's row label of data set ``data``: its data module's ``paper_label`` (else the name; a table
+    file's stem)."""
     from datamodules import get_datamodule_class  # noqa: PLC0415 - the data modules hold the facts
 
     try:
         return get_datamodule_class(data).label()
     except ValueError:
-        return data
+        return Path(data).stem if Path(data).suffix.lower() in (".csv", ".parquet") else data
 
 
 # Table 1: (reduction %, ± , significant) for IP, IP*, cost
@@ -77,8 +81,14 @@ PAPER_TABLE3 = {
            "MNIST": (258.83, 278.54, -30.49, -7.64), "Moon": (1.36, 1.71, -0.38, -0.32), "OL": (4.49, 4.44, -0.03, 0.13)},
 }
 
+# The columns the published tables have (a fact of the papers; their labels come from the metric table).
 METRICS = ("ip", "ip_star", "cost")
-HEADERS = {"ip": "IP (−%)", "ip_star": "IP* (−%)", "cost": "Cost (−%)"}
+
+
+def __getattr__(name: str):
+    if name == "HEADERS":  # Table 1's headers of the published columns, e.g. ``IP* (−%)``
+        return {metric: table_label(metric) for metric in METRICS}
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _finite(value) -> bool:
@@ -109,7 +119,7 @@ def beside_paper_table(rows: list[dict], published: str = "arxiv") -> str:
     table = PUBLISHED[published][1]
     header = ["Data"]
     for metric in METRICS:
-        header += [f"{HEADERS[metric]} ours", "paper", "verdict"]
+        header += [f"{table_label(metric)} ours", "paper", "verdict"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
         label = paper_label(row["data"])
@@ -138,7 +148,6 @@ def table3_beside_paper(rows: list[dict]) -> str:
     header = ["Variable", "Data", "CT ours", "BL ours", "CT−BL interval ours", "CT paper", "BL paper",
               "interval paper"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    names = {"ip": "IP", "ip_star": "IP*", "cost": "Cost"}
     for metric in METRICS:
         for row in rows:
             label = paper_label(row["data"])
@@ -146,7 +155,7 @@ def table3_beside_paper(rows: list[dict]) -> str:
             low, high = row.get(f"{metric}_ci_low"), row.get(f"{metric}_ci_high")
             paper = PAPER_TABLE3[metric].get(label)
             fmt = (lambda v: f"{v:.3g}" if _finite(v) else "n/a")  # noqa: E731
-            cells = [names[metric], label, fmt(ct), fmt(bl), f"[{fmt(low)}, {fmt(high)}]"]
+            cells = [METRIC_TABLE[metric].label, label, fmt(ct), fmt(bl), f"[{fmt(low)}, {fmt(high)}]"]
             cells += [fmt(paper[0]), fmt(paper[1]), f"[{fmt(paper[2])}, {fmt(paper[3])}]"] if paper else ["—"] * 3
             lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"

@@ -7,11 +7,12 @@ seed; every energy penalty ``λ_egy`` of the grid is searched for the same factu
 All runs of one ``λ_egy`` are searched at once with the batched
 :func:`ct_lightning.generators.search.search_counterfactuals`.
 
-Per counterfactual: validity (predicted class == target), and for valid ones IP (Eq. 5, mean
-distance to the reference samples of the target class) and cost (ℓ1 distance to the factual).
-Per ``(run, λ_egy)`` group: IP* (Eq. 6, unbiased MMD², Gaussian kernel, length-scale 0.5).
-Per model: test accuracy, robust accuracy under FGSM (ε = 0.03) and a robust-accuracy curve
-over ε ∈ [0, 0.1].
+The metrics are the rows of :data:`ct_lightning.metrics.names.METRICS` that have a ``scope``, each
+computed with its functional form. Per counterfactual: validity (predicted class == target, column
+``valid``), and for valid ones IP (Eq. 5, mean distance to the reference samples of the target class)
+and cost (ℓ1 distance to the factual). Per ``(run, λ_egy)`` group of valid counterfactuals: IP* (Eq. 6,
+unbiased MMD², Gaussian kernel, length-scale 0.5). Per model: test accuracy and robust accuracy under
+FGSM (ε = 0.03); besides them a robust-accuracy curve over ε ∈ [0, 0.1].
 
 The result keeps per-sample arrays so that :mod:`ct_lightning.evaluation.compare` can bootstrap them.
 """
@@ -30,13 +31,21 @@ from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import (FitContext, generate_counterfactuals, generator_class, make_generator,
                                      prepare_standalone)
 from ct_lightning.generators.search import search_counterfactuals
-from ct_lightning.metrics.functional import (counterfactual_cost, implausibility, mmd_implausibility,
-                                             robust_accuracy)
+from ct_lightning.metrics.functional import robust_accuracy, validity
+from ct_lightning.metrics.names import METRICS, MetricName, evaluation_metrics
 from ct_lightning.training.pool import random_targets
 
 LAMBDA_ENERGIES = (0.1, 0.5, 1.0, 5.0, 10.0)
 ROBUST_EPSILONS = tuple(round(0.01 * i, 2) for i in range(11))
 FACTUAL_SAMPLING = ("uniform", "balanced")
+# The arguments each metric scope offers to a functional (a table row's ``inputs`` names them). Per counterfactual
+# and per group they hold only the valid counterfactuals (of the group); ``logits`` are the model's at the
+# counterfactuals, or at ``x`` per model; ``generator`` is a CPU generator seeded per run.
+SCOPE_INPUTS = {
+    "counterfactual": ("counterfactuals", "factuals", "targets", "logits", "reference_x", "reference_y", "model"),
+    "group": ("counterfactuals", "factuals", "targets", "logits", "reference_x", "reference_y", "model", "generator"),
+    "model": ("model", "x", "y", "logits", "domain"),
+}
 
 # Two readings of the protocol (docs/results.md, "Settling the protocol", has the file references).
 # "reference": what the authors' code ran to produce Table 1 (CounterfactualTraining.jl satml runs):
@@ -109,25 +118,45 @@ class EvaluationResult:
     """Outcome of :func:`evaluate_model`.
 
     ``samples``: one entry per counterfactual (``run``, ``lambda_energy``, ``factual_index``,
-    ``label``, ``prediction``, ``target``, ``valid``, ``converged``, ``steps``, ``ip``, ``cost``;
-    ``ip``/``cost`` are NaN for invalid counterfactuals). ``groups``: one entry per
-    ``(run, λ_egy)`` (``run``, ``lambda_energy``, ``n``, ``n_valid``, ``validity``, ``ip_star``).
+    ``label``, ``prediction``, ``target``, ``valid``, ``converged``, ``steps``, and one column per
+    per-counterfactual metric: ``ip``, ``cost``, NaN for invalid counterfactuals). ``groups``: one entry
+    per ``(run, λ_egy)`` (``run``, ``lambda_energy``, ``n``, ``n_valid``, ``validity``, and one column per
+    per-group metric: ``ip_star``). ``per_model``: the per-model metrics (``accuracy``, ``robust_accuracy``).
     ``factuals``/``counterfactuals`` hold the inputs in the same order as ``samples``.
     """
 
     samples: dict[str, np.ndarray]
     groups: dict[str, np.ndarray]
-    accuracy: float
-    robust_accuracy: float
+    per_model: dict[str, float]
     robust_curve: dict[str, list[float]]
     config: EvaluationConfig
     factuals: torch.Tensor = field(repr=False)
     counterfactuals: torch.Tensor = field(repr=False)
 
+    @property
+    def accuracy(self) -> float:
+        """Clean accuracy of the model on the evaluated split."""
+        return self.per_model.get("accuracy", math.nan)
+
+    @property
+    def robust_accuracy(self) -> float:
+        """Accuracy under the attack at ``config.robust_epsilon`` (NaN when skipped)."""
+        return self.per_model.get("robust_accuracy", math.nan)
+
+    def metric_values(self, name: str) -> np.ndarray | None:
+        """All values of metric ``name`` as evaluated: one per counterfactual (NaN where not valid), per group or
+        per model (one value); ``None`` when this result does not hold it (e.g. stored before the metric existed)."""
+        row = METRICS[name]
+        if row.scope == "model":
+            return np.asarray([self.per_model[row.source()]], dtype=float) if row.source() in self.per_model else None
+        table = self.groups if row.scope == "group" else self.samples
+        return np.asarray(table[row.source()], dtype=float) if row.source() in table else None
+
     def metric_samples(self, name: str) -> np.ndarray:
-        """Finite per-sample values of ``ip``/``cost`` (valid counterfactuals) or per-group ``ip_star``."""
-        values = self.groups["ip_star"] if name == "ip_star" else self.samples[name]
-        values = np.asarray(values, dtype=float)
+        """Finite values of metric ``name``: per valid counterfactual (``ip``, ``cost``) or per group (``ip_star``)."""
+        values = self.metric_values(name)
+        if values is None:
+            return np.asarray([], dtype=float)
         return values[np.isfinite(values)]
 
     @property
@@ -136,29 +165,35 @@ class EvaluationResult:
         return self.samples["valid"]
 
     def summary(self) -> dict:
-        """Means over all runs and ``λ_egy`` (pooled over valid counterfactuals), plus a per-λ breakdown."""
+        """Every evaluated metric of the table (per counterfactual: pooled over valid counterfactuals; per group:
+        mean over groups; per model: its value), plus counts and a per-λ breakdown of the first two kinds."""
         def mean(values) -> float | None:
+            if values is None:
+                return None
             values = np.asarray(values, dtype=float)
             values = values[np.isfinite(values)]
             return float(values.mean()) if values.size else None
 
+        def model_value(key: str):
+            value = self.per_model.get(METRICS[key].source())
+            return None if value is None else float(value)
+
+        spread = [key for key in evaluation_metrics() if METRICS[key].scope != "model"]
         per_lambda = {}
         for lam in np.unique(self.samples["lambda_energy"]):
-            rows = self.samples["lambda_energy"] == lam
-            groups = self.groups["lambda_energy"] == lam
-            per_lambda[f"{lam:g}"] = {
-                "ip": mean(self.samples["ip"][rows]), "cost": mean(self.samples["cost"][rows]),
-                "ip_star": mean(self.groups["ip_star"][groups]),
-                "validity": float(self.samples["valid"][rows].mean()),
-            }
-        return {
-            "ip": mean(self.samples["ip"]), "ip_star": mean(self.groups["ip_star"]),
-            "cost": mean(self.samples["cost"]), "validity": float(self.samples["valid"].mean()),
+            where = {"counterfactual": self.samples["lambda_energy"] == lam, "group": self.groups["lambda_energy"] == lam}
+            per_lambda[f"{lam:g}"] = {}
+            for key in spread:
+                values = self.metric_values(key)
+                per_lambda[f"{lam:g}"][key] = None if values is None else mean(values[where[METRICS[key].scope]])
+        out = {key: model_value(key) if METRICS[key].scope == "model" else mean(self.metric_values(key))
+               for key in evaluation_metrics()}
+        out.update({
             "converged": float(self.samples["converged"].mean()),
-            "accuracy": self.accuracy, "robust_accuracy": self.robust_accuracy,
             "n_counterfactuals": int(self.samples["valid"].size), "n_valid": int(self.samples["valid"].sum()),
             "per_lambda": per_lambda,
-        }
+        })
+        return out
 
     def to_dict(self, include_samples: bool = True) -> dict:
         """JSON-ready dictionary: config, summary, robust curve and (optionally) the per-sample arrays."""
@@ -225,23 +260,53 @@ def _model_device(model: nn.Module) -> torch.device:
     return parameter.device if parameter is not None else torch.device("cpu")
 
 
+def metric_value(row: MetricName, inputs: dict, config: EvaluationConfig):
+    """Call the functional of table row ``row`` with the ``inputs`` its scope offers and its options from ``config``."""
+    kwargs = {}
+    for entry in row.inputs:
+        parameter, _, name = entry.partition("=")
+        name = name or parameter
+        if name not in inputs:
+            raise ValueError(f"metric {row.key!r}: input {name!r} is not offered per {row.scope}; "
+                             f"allowed: {', '.join(SCOPE_INPUTS[row.scope])}")
+        kwargs[parameter] = inputs[name]
+    return row.functional(**kwargs, **(row.options(config) if row.options else {}))
+
+
+def model_metrics(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: EvaluationConfig,
+                  domain: tuple[torch.Tensor, torch.Tensor] | None = None, robust: bool = True) -> dict[str, float]:
+    """The per-model metrics of the table on ``(x, y)``; with ``robust=False`` those that attack are NaN."""
+    device = _model_device(model)
+    x, y = x.to(device).float(), y.to(device).long()
+    inputs = {"model": model, "x": x, "y": y, "logits": _logits(model, x), "domain": domain}
+    return {METRICS[key].source(): math.nan if METRICS[key].attack and not robust
+            else float(metric_value(METRICS[key], inputs, config)) for key in evaluation_metrics("model")}
+
+
+def robust_curve(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: EvaluationConfig,
+                 domain: tuple[torch.Tensor, torch.Tensor] | None = None,
+                 known: dict[float, float] | None = None) -> dict[str, list[float]]:
+    """Accuracy under the attack at each ``config.robust_epsilons`` (ε = 0: clean accuracy); ``known`` values are reused."""
+    device = _model_device(model)
+    x, y = x.to(device).float(), y.to(device).long()
+    curve = dict(known or {})
+    for eps in config.robust_epsilons:
+        if eps not in curve:
+            curve[eps] = float(validity(_logits(model, x), y)) if eps == 0 else \
+                float(robust_accuracy(model, x, y, epsilon=eps, attack=config.attack, domain=domain))
+    return {"epsilon": list(config.robust_epsilons), "accuracy": [curve[e] for e in config.robust_epsilons]}
+
+
 def accuracy_metrics(model: nn.Module, x: torch.Tensor, y: torch.Tensor, config: EvaluationConfig,
                      domain: tuple[torch.Tensor, torch.Tensor] | None = None) -> dict:
     """Clean accuracy, robust accuracy at ``config.robust_epsilon`` and the curve over ``robust_epsilons``.
 
     ``domain`` (optional ``(lower, upper)``) clamps the perturbed inputs.
     """
-    device = _model_device(model)
-    x, y = x.to(device).float(), y.to(device).long()
-    accuracy = float((_logits(model, x).argmax(1) == y).float().mean())
-    epsilons = sorted(set(config.robust_epsilons) | {config.robust_epsilon})
-    curve = {}
-    for eps in epsilons:
-        curve[eps] = accuracy if eps == 0 else \
-            float(robust_accuracy(model, x, y, epsilon=eps, attack=config.attack, domain=domain))
-    return {"accuracy": accuracy, "robust_accuracy": curve[config.robust_epsilon],
-            "robust_curve": {"epsilon": list(config.robust_epsilons),
-                             "accuracy": [curve[e] for e in config.robust_epsilons]}}
+    values = model_metrics(model, x, y, config, domain)
+    curve = robust_curve(model, x, y, config, domain, {0.0: values["accuracy"],
+                                                       config.robust_epsilon: values["robust_accuracy"]})
+    return {"accuracy": values["accuracy"], "robust_accuracy": values["robust_accuracy"], "robust_curve": curve}
 
 
 def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes: int | None = None,
@@ -308,28 +373,41 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
     counterfactuals = torch.cat([r.counterfactual for _, r in blocks])
     all_targets = targets.repeat(len(grid))
     all_factuals = factuals.repeat(len(grid), 1)
-    valid = (_logits(model, counterfactuals).argmax(1) == all_targets)
-    ip = torch.full((len(counterfactuals),), math.nan, device=device)
-    cost = torch.full_like(ip, math.nan)
-    if valid.any():
-        ip[valid] = implausibility(counterfactuals[valid], all_targets[valid], ref_x, ref_y, p=config.ip_p)
-        cost[valid] = counterfactual_cost(counterfactuals[valid], all_factuals[valid], p=1.0)
+    logits = _logits(model, counterfactuals)
+    valid = logits.argmax(1) == all_targets  # the validity metric's column: every other metric sees valid ones only
+    per_cf = {"counterfactuals": counterfactuals, "factuals": all_factuals, "targets": all_targets, "logits": logits,
+              "reference_x": ref_x, "reference_y": ref_y, "model": model}
 
-    group_run, group_lambda, group_n, group_valid, group_ip_star = [], [], [], [], []
+    def restricted(rows) -> dict:
+        return {k: (v[rows] if k in ("counterfactuals", "factuals", "targets", "logits") else v)
+                for k, v in per_cf.items()}
+
+    columns = {}
+    for key in evaluation_metrics("counterfactual"):
+        row = METRICS[key]
+        if row.source() == "valid":
+            continue
+        values = torch.full((len(counterfactuals),), math.nan, device=device)
+        if valid.any():
+            values[valid] = metric_value(row, restricted(valid), config).to(values.dtype)
+        columns[row.source()] = values.cpu().double().numpy()
+
+    group_run, group_lambda, group_n, group_valid = [], [], [], []
+    group_columns = {METRICS[key].source(): [] for key in evaluation_metrics("group")}
     for g, lam in enumerate(grid):
         for run in range(config.n_runs):
-            rows = slice(g * n_rows + run * config.n_individuals, g * n_rows + (run + 1) * config.n_individuals)
-            ok = valid[rows]
-            mmd_rng = torch.Generator().manual_seed(config.seed * 7919 + run)
-            value = mmd_implausibility(counterfactuals[rows][ok], all_targets[rows][ok], ref_x, ref_y,
-                                       length_scale=config.length_scale, max_samples=config.mmd_max_samples,
-                                       generator=mmd_rng, max_counterfactuals=config.mmd_max_counterfactuals) \
-                if int(ok.sum()) >= 2 else torch.tensor(math.nan)
+            rows = torch.arange(g * n_rows + run * config.n_individuals, g * n_rows + (run + 1) * config.n_individuals,
+                                device=device)
+            rows = rows[valid[rows]]
+            for key in evaluation_metrics("group"):
+                generator = torch.Generator().manual_seed(config.seed * 7919 + run)
+                value = metric_value(METRICS[key], {**restricted(rows), "generator": generator}, config) \
+                    if len(rows) else math.nan
+                group_columns[METRICS[key].source()].append(float(value))
             group_run.append(run)
             group_lambda.append(lam)
             group_n.append(config.n_individuals)
-            group_valid.append(int(ok.sum()))
-            group_ip_star.append(float(value))
+            group_valid.append(len(rows))
 
     samples = {
         "run": runs.repeat(len(grid)).numpy(),
@@ -341,22 +419,21 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
         "valid": valid.cpu().numpy(),
         "converged": torch.cat([r.converged for _, r in blocks]).cpu().numpy(),
         "steps": torch.cat([r.steps for _, r in blocks]).cpu().numpy(),
-        "ip": ip.cpu().double().numpy(),
-        "cost": cost.cpu().double().numpy(),
+        **columns,
     }
     groups = {
         "run": np.asarray(group_run), "lambda_energy": np.asarray(group_lambda, dtype=float),
         "n": np.asarray(group_n), "n_valid": np.asarray(group_valid),
         "validity": np.asarray(group_valid, dtype=float) / np.asarray(group_n, dtype=float),
-        "ip_star": np.asarray(group_ip_star, dtype=float),
+        **{name: np.asarray(values, dtype=float) for name, values in group_columns.items()},
     }
-    if robust:
-        acc = accuracy_metrics(model, x, y, config, (lower, upper) if attack_domain and lower is not None else None)
-    else:
-        acc = {"accuracy": float((_logits(model, x).argmax(1) == y).float().mean()), "robust_accuracy": math.nan,
-               "robust_curve": {"epsilon": [], "accuracy": []}}
-    return EvaluationResult(samples, groups, acc["accuracy"], acc["robust_accuracy"], acc["robust_curve"], config,
-                            all_factuals.detach().cpu(), counterfactuals.detach().cpu())
+    domain = (lower, upper) if attack_domain and lower is not None else None
+    per_model = model_metrics(model, x, y, config, domain, robust)
+    known = {0.0: per_model.get("accuracy", math.nan), config.robust_epsilon: per_model.get("robust_accuracy")}
+    curve = robust_curve(model, x, y, config, domain, {e: v for e, v in known.items() if v is not None}) if robust \
+        else {"epsilon": [], "accuracy": []}
+    return EvaluationResult(samples, groups, per_model, curve, config, all_factuals.detach().cpu(),
+                            counterfactuals.detach().cpu())
 
 
 def counterfactuals_per_class(model: nn.Module, x: torch.Tensor, n_classes: int, config: EvaluationConfig | None = None,

@@ -25,6 +25,7 @@ import math
 import numpy as np
 
 from ct_lightning.evaluation.paper import METRICS, PUBLISHED, paper_label, verdict
+from ct_lightning.metrics.names import table_label
 
 ROBUST_SHARE = 0.8
 VERDICTS = ("same", "direction only", "significance only", "opposite")
@@ -133,7 +134,7 @@ def aggregate_table(aggregates: list[dict]) -> str:
     """Markdown: per cell the mean ± SD [min, max] over seeds, starred seeds, and the across-seed t-test p."""
     header = ["Data"]
     for metric in METRICS:
-        header += [f"{HEADER[metric]} over seeds", "p (t-test)"]
+        header += [f"{table_label(metric)} over seeds", "p (t-test)"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in aggregates:
         cells = [row["label"]]
@@ -143,7 +144,6 @@ def aggregate_table(aggregates: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
-HEADER = {"ip": "IP (−%)", "ip_star": "IP* (−%)", "cost": "Cost (−%)"}
 
 
 def _published_cell(value, se, significant) -> str:
@@ -156,7 +156,7 @@ def beside_published_table(aggregates: list[dict], published: str) -> str:
     title, table, _ = PUBLISHED[published]
     header = ["Data"]
     for metric in METRICS:
-        header += [f"{HEADER[metric]} ours: mean (k*/n; p)", title, "sign/sig/both agree", "robust verdict",
+        header += [f"{table_label(metric)} ours: mean (k*/n; p)", title, "sign/sig/both agree", "robust verdict",
                    "t-test verdict"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in aggregates:
@@ -196,7 +196,7 @@ def per_seed_table(rows_by_seed: dict[int, list[dict]]) -> str:
     for row in rows_by_seed[seeds[0]]:
         name = row["data"]
         for metric in METRICS:
-            cells = [paper_label(name), HEADER[metric]]
+            cells = [paper_label(name), table_label(metric)]
             for seed in seeds:
                 other = next((r for r in rows_by_seed[seed] if r["data"] == name), None)
                 value = other.get(f"{metric}_reduction_pct") if other else None

@@ -13,6 +13,8 @@ VERBOSE_ENV = "CT_VERBOSE"  # "1": a recipe's --verbose, seen by its worker proc
 PROGRESS_ENV = "CT_PROGRESS"  # "0": a recipe's --no-progress, seen by its worker processes too
 LIBRARY_LOGGERS = ("lightning.pytorch", "lightning.fabric", "lightning", "pytorch_lightning", "lightning_fabric",
                    "mlflow.store.db.utils", "alembic")
+# Warnings about how MLflow stores a model (pickle caution, input-example validation): nothing a user acts on.
+MODEL_LOGGING_LOGGERS = ("mlflow.pytorch", "mlflow.pyfunc", "mlflow.models")
 QUIET_WARNINGS = (
     r"`isinstance\(treespec, LeafSpec\)` is deprecated",  # Lightning's _pytree on torch >= 2.10
 )
@@ -38,6 +40,8 @@ def quiet_console(verbose: bool = False) -> None:
     level = logging.INFO if verbose else logging.WARNING
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(level)
+    for name in MODEL_LOGGING_LOGGERS:
+        logging.getLogger(name).setLevel(logging.INFO if verbose else logging.ERROR)
     if not verbose:
         for message in QUIET_WARNINGS:
             warnings.filterwarnings("ignore", message=message)

@@ -22,9 +22,8 @@ from pathlib import Path
 import torch
 
 from ct_lightning.experiment.console import child_training_echo, progress_shown
-from ct_lightning.experiment.settings import NON_DEFINING_KEYS
 from ct_lightning.experiment.atomic_files import atomic_file
-from datamodules import get_datamodule_class
+from ct_lightning.experiment.settings import NON_DEFINING_KEYS, data_class
 
 CONFIG_KEY_TAG = "ct.config_key"
 ROLES = (  # (role, objective, protected)
@@ -42,12 +41,12 @@ REFERENCE_PROTECTED_CT = {"lambda_reg": 0.0, "lambda_adv": 0.0}
 
 def is_synthetic(data: str) -> bool:
     """Whether data set ``data`` is generated on the fly (its data module's ``synthetic``)."""
-    return get_datamodule_class(data).synthetic
+    return data_class(data).synthetic
 
 
 def cost_hint(data: str) -> float:
     """Rough cost of one training of ``data`` relative to circles (its data module's ``cost_hint``)."""
-    return get_datamodule_class(data).cost_hint
+    return data_class(data).cost_hint
 
 
 def role_training_overrides(protocol: str, data: str, role: str) -> dict:
@@ -102,7 +101,8 @@ def save_evaluation(result, path: str | Path) -> Path:
     payload = {
         "samples": {k: torch.as_tensor(v) for k, v in result.samples.items()},
         "groups": {k: torch.as_tensor(v) for k, v in result.groups.items()},
-        "accuracy": float(result.accuracy), "robust_accuracy": float(result.robust_accuracy),
+        "per_model": {k: float(v) for k, v in result.per_model.items()},
+        "accuracy": float(result.accuracy), "robust_accuracy": float(result.robust_accuracy),  # for older readers
         "robust_curve": {k: list(v) for k, v in result.robust_curve.items()},
         "config": {k: (list(v) if isinstance(v, tuple) else v) for k, v in asdict(result.config).items()},
         "factuals": result.factuals, "counterfactuals": result.counterfactuals,
@@ -120,7 +120,8 @@ def load_evaluation(path: str | Path):
     return EvaluationResult(
         samples={k: v.numpy() for k, v in payload["samples"].items()},
         groups={k: v.numpy() for k, v in payload["groups"].items()},
-        accuracy=payload["accuracy"], robust_accuracy=payload["robust_accuracy"],
+        per_model=payload.get("per_model") or {"accuracy": payload["accuracy"],
+                                               "robust_accuracy": payload["robust_accuracy"]},
         robust_curve=payload["robust_curve"], config=EvaluationConfig(**payload["config"]),
         factuals=payload["factuals"], counterfactuals=payload["counterfactuals"])
 

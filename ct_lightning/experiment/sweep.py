@@ -180,7 +180,9 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
     if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).is_absolute():
         # Trials may run in other working directories (Ray workers): make the store path absolute.
         tracking_uri = "sqlite:///" + str(Path(tracking_uri[len("sqlite:///"):]).resolve())
-    base = {**base, "tracking_uri": tracking_uri, "experiment": experiment}
+    base = {**base, "tracking_uri": tracking_uri, "experiment": experiment, "data": resolved["data"]}  # a table: absolute
+    if isinstance(base.get("data_spec"), str):
+        base["data_spec"] = str(Path(base["data_spec"]).resolve())
     artifact_location = prepare_store(tracking_uri)  # the store, created once under a file lock
     client = MlflowClient(tracking_uri=tracking_uri)
     experiment_id = ensure_experiment(client, experiment, artifact_location)

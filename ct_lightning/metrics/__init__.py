@@ -1,4 +1,5 @@
-"""CT evaluation metrics: functional forms and torchmetrics classes (SPEC §3), and the table of their names."""
+"""CT evaluation metrics (SPEC §3): functional forms (what the evaluation computes), torchmetrics classes (the same
+quantities for your own Lightning loop) and, in :mod:`ct_lightning.metrics.names`, the one table of metrics."""
 
 from .classes import (CounterfactualCost, Implausibility, InvalidationRate, MMDImplausibility, RobustAccuracy, Sparsity,
                       Validity)

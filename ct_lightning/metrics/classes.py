@@ -1,8 +1,13 @@
-"""torchmetrics ``Metric`` wrappers of the CT evaluation metrics.
+"""torchmetrics ``Metric`` forms of the CT evaluation metrics, for your own Lightning loop.
 
 The classes only accumulate states (DDP-safe: list states use ``dist_reduce_fx="cat"``,
 counters ``"sum"``); all computation is delegated to :mod:`ct_lightning.metrics.functional`.
-They can be logged directly with ``self.log("val/ip", metric)`` in a LightningModule.
+They can be logged directly with ``self.log("val/ip", metric)`` in a LightningModule, and
+``tests/test_metric_contract.py`` holds each equal to its functional over one or several batches.
+
+The library itself computes the functional forms: the evaluation protocol keeps a value per
+counterfactual and per ``(run, λ_egy)`` group for Table 1's bootstrap (a class reduces to one pooled
+number), and ``CTModule``'s per-step epoch metrics avoid a Metric update per step (see ``CTModule._accumulate``).
 """
 
 from __future__ import annotations
