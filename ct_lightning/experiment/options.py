@@ -15,7 +15,7 @@ import re
 from typing import Any
 
 from ct_lightning.experiment import catalogue
-from ct_lightning.experiment.settings import SETTINGS, SETTINGS_BY_NAME, Setting, csv_floats, is_table_file
+from ct_lightning.experiment.settings import SETTINGS, SETTINGS_BY_NAME, Setting, csv_floats, csv_ints, is_table_file
 
 PROTOCOL = "ct_lightning.evaluation.protocol"  # read without importing torch (see catalogue)
 SOURCE, OUTPUT, EVAL = "model to load", "tracking and output", "evaluation protocol"
@@ -33,11 +33,26 @@ RECIPE_OPTIONS: tuple[Setting, ...] = (
     Setting("all_mutable", False, "ignore the mutability constraints the model was trained with", group=SOURCE,
             action="store_true"),
     # how a recipe runs and where its outputs go
-    Setting("data_sets", None, "data sets, comma-separated (default {DFLT})", group=OUTPUT, flag="--data"),
+    Setting("data_sets", None, "data sets, comma-separated: {AVAILABLE}; compare.py also takes all, .csv/.parquet "
+            "files (with --target) and package.module:Class; appendix.py: some of the grid's (default: all of them)",
+            group=OUTPUT, flag="--data", metavar="DATA"),
     Setting("jobs", 1, "worker processes: trainings or evaluations run at once (default {DFLT})", int, OUTPUT, low=1),
     Setting("out_dir", None, "folder of the outputs: tables, plots, results (default {DFLT})", group=OUTPUT),
     Setting("log", True, "do not log the results to the model's MLflow run", group=OUTPUT, flag="--no-log",
             action="store_false"),
+    # the reproduction of Table 1 (compare)
+    Setting("seeds", None, "several training seeds, comma-separated (e.g. 0,1,2,3,4): the reproduction runs once per "
+            "seed (outputs in OUT_DIR/sSEED) and OUT_DIR gets the table over seeds", csv_ints, OUTPUT, low=0),
+    Setting("n_seeds", None, "training seeds --seed, --seed+1, ..., --seed+N-1 (instead of --seeds)", int, OUTPUT,
+            low=1),
+    Setting("actionability", True, "skip the protected pair (no cost column)", group=OUTPUT,
+            flag="--no-actionability", action="store_false"),
+    Setting("n_boot", 100, "bootstrap rounds (default {DFLT})", int, OUTPUT, low=1),
+    Setting("confidence", 0.99, "confidence of the interval (default {DFLT})", float, OUTPUT, low=0.0, high=1.0,
+            low_open=True, high_open=True),
+    Setting("statistic", None, "runs: per-run ratios and the quantile interval of per-run differences (the authors' "
+            "code; default with --protocol reference); bootstrap: pooled per-sample bootstrap (the paper's text; "
+            "default with --protocol paper)", group=OUTPUT, choices=("runs", "bootstrap")),
     # the evaluation protocol (evaluate, compare, appendix): unset values take the --protocol preset
     Setting("protocol", "reference", "reference: what the authors' code ran for Table 1 (η 0.1, λ_cst 0, ℓ1 IP, "
             "IP* length-scale 5, 100 runs, factuals balanced over predicted classes, τ 0.5 for the cost pair); paper: "

@@ -238,7 +238,8 @@ TABLE: tuple[Setting, ...] = (
     Setting("burnin", 0.0, "share of epochs trained conventionally before CT starts, in [0, 1) (default {DFLT})",
             float, CT, low=0.0, high=1.0, high_open=True),
     # counterfactual search
-    Setting("immutable", [], "comma-separated feature names that must not change, e.g. age,sex", group=SEARCH),
+    Setting("immutable", [], "comma-separated feature names that must not change, e.g. age,sex (compare.py: a "
+            "table's protected columns, immutable in the actionability pair only)", group=SEARCH),
     Setting("protect", False, "make the data set's default protected features immutable", group=SEARCH,
             action="store_true"),
     Setting("mutability", "", "per-feature constraints FEATURE=KIND,... with KIND in "
@@ -289,8 +290,8 @@ TABLE: tuple[Setting, ...] = (
             "SHORTID for a training, generator-VARIANT, consistency-DATA-MODE)", run_only=True),
     Setting("checkpoint_dir", None, "checkpoint folder (default: checkpoints/RUN_ID beside a local SQLite store, "
             "one per run); a folder that already holds files is refused unless --overwrite", run_only=True),
-    Setting("summary_json", None, "write the summary here as JSON: run ids, settings (a training: its resolved config "
-            "and data summary) and results; train.py refuses an existing file unless --overwrite", run_only=True,
+    Setting("summary_json", None, "write the summary here as JSON: run ids, settings and results (compare.py: default "
+            "OUT_DIR/summary.json); train.py refuses an existing file unless --overwrite", run_only=True,
             on_resume=True),
     Setting("overwrite", False, "allow --summary-json and --checkpoint-dir to replace existing files",
             action="store_true", run_only=True, on_resume=True),

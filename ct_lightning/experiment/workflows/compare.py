@@ -20,6 +20,7 @@ from ct_lightning.experiment.console import PROGRESS_ENV, VERBOSE_ENV, quiet_con
 from ct_lightning.experiment.preflight import threads_for
 from ct_lightning.experiment.protocol_options import protocol_config
 from ct_lightning.experiment.runner import batches, checking, open_store, start
+from ct_lightning.experiment.settings import is_factory, is_table_file
 from ct_lightning.experiment.tracking import check_tracking_reachable
 from ct_lightning.experiment.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
                                                 check_writable_folder)
@@ -51,17 +52,51 @@ def resolve_seeds(args, reuse_lists: dict[str, list[str]]) -> list[int] | None:
 
 
 def resolve_names(text: str) -> list[str]:
-    """``all`` or a comma-separated list of data set names, canonicalised."""
+    """``all`` or a comma-separated list of data set names (canonicalised), table files (absolute paths) and
+    ``package.module:Class`` data modules."""
     parts = csv_list(text)
     if parts == ["all"]:
         return catalogue.available_datasets()
     names = []
     for name in filter(None, parts):
-        if catalogue.canonical_dataset(name) is None:
+        if is_table_file(name):
+            if not Path(name).is_file():
+                raise InputError("--data", name, "an existing .csv/.parquet file", "no such file")
+            names.append(str(Path(name).resolve()))
+        elif is_factory(name):
+            names.append(name)
+        elif catalogue.canonical_dataset(name) is None:
             raise InputError("--data", name, "comma-separated names from " + ", ".join(catalogue.available_datasets())
-                             + ", or all")
-        names.append(catalogue.canonical_dataset(name))
+                             + ", .csv/.parquet files, package.module:Class, or all")
+        else:
+            names.append(catalogue.canonical_dataset(name))
     return names
+
+
+def check_table_options(args, names: list[str]) -> None:
+    """A table needs ``--target``; its actionability pair needs protected features (``--immutable`` or a data
+    spec's ``mutability: none``); ``--target``/``--immutable`` without a use are refused, not ignored."""
+    from ct_lightning.experiment.settings import data_class  # noqa: PLC0415 - imports torch
+
+    tables = [name for name in names if is_table_file(name)]
+    if not tables:
+        for option in ("target", "data_spec", "immutable"):
+            if getattr(args, option):
+                raise InputError(f"--{option.replace('_', '-')}", str(getattr(args, option)),
+                                 "only with a .csv/.parquet --data (the built-in sets define their own)")
+        return
+    if not args.target:
+        raise InputError("--target", "(none)", f"the target column of {Path(tables[0]).name}")
+    if args.immutable and not args.actionability:
+        raise InputError("--immutable", args.immutable, "nothing with --no-actionability (only the actionability "
+                         "pair protects features; the plausibility pair keeps every feature mutable)")
+    if args.actionability and not args.immutable:
+        for table in tables:
+            module = data_class(table)(table, args.target, args.data_spec, args.impute or "none")
+            if not module.protected_features:
+                raise InputError("--immutable", "(none)", f"the protected columns of {Path(table).name} for the "
+                                 "actionability pair (e.g. --immutable age,sex), a data spec with mutability: none, "
+                                 "or --no-actionability")
 
 
 def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, parent: str | None) -> list[Task]:
@@ -71,6 +106,8 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
     training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "search_lr": args.search_lr,
                 "data_dir": args.data_dir, "accelerator": args.accelerator,
                 "limit_train_batches": args.limit_train_batches, "cpu_math": args.cpu_math}
+    if any(is_table_file(name) for name in names):
+        training.update({"target": args.target, "data_spec": args.data_spec, "impute": args.impute})
     roles = ROLES if args.actionability else ROLES[:2]
     tasks = []
     for i, data in enumerate(names):
@@ -79,6 +116,10 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
             protocol = asdict(protocol_config(args, data, cost_pair=protected))
             given = {k: v for k, v in training.items() if v is not None}  # explicit flags beat the preset
             role_training = {**role_training_overrides(args.protocol, data, role), **given}
+            if not is_table_file(data):
+                role_training = {k: v for k, v in role_training.items() if k not in ("target", "data_spec", "impute")}
+            elif protected and args.immutable:
+                role_training["immutable"] = args.immutable
             tasks.append(Task(data, role, objective, protected, role_training, protocol, args.tracking_uri,
                               args.experiment, parent, (ids[i] or None) if ids else None,
                               threads_for(args.threads, accelerator=args.accelerator)))
@@ -90,6 +131,7 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
     """Compare the evaluated models of one data set; returns the Table 1 row and plot paths."""
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
     from ct_lightning.evaluation.compare import compare_evaluations, table_row  # noqa: PLC0415
+    from ct_lightning.metrics.names import table_metrics  # noqa: PLC0415
     from ct_lightning.evaluation.plots import (evaluation_figures, figure2_panels, is_image_data,  # noqa: PLC0415
                                                metric_history, plot_figure2)
     from ct_lightning.experiment.reproduce import find_evaluation  # noqa: PLC0415
@@ -107,12 +149,14 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
         results[task.role], summaries[task.role] = result, result.summary()
         entries[task.role] = {"module": loaded.module, "result": result, "constraints": constraints, "run_id": run_id}
     statistic = args.statistic or ("runs" if args.protocol == "reference" else "bootstrap")
-    plausibility = compare_evaluations(results["bl"], results["ct"], ("ip", "ip_star"), args.n_boot, args.confidence,
-                                       args.seed, statistic)
-    actionability = compare_evaluations(results["bl_protected"], results["ct_protected"], ("cost",), args.n_boot,
-                                        args.confidence, args.seed + 10, statistic) if args.actionability else {}
+    plausibility = compare_evaluations(results["bl"], results["ct"], table_metrics("all_mutable"), args.n_boot,
+                                       args.confidence, args.seed, statistic)
+    actionability = compare_evaluations(results["bl_protected"], results["ct_protected"], table_metrics("protected"),
+                                        args.n_boot, args.confidence, args.seed + 10, statistic) \
+        if args.actionability else {}
     row = table_row(datamodule.name, plausibility, actionability, summaries["bl"], summaries["ct"],
                     summaries.get("bl_protected"), summaries.get("ct_protected"))
+    row["synthetic"] = datamodule.synthetic
     row["runs"] = {role: entry["run_id"] for role, entry in entries.items()}
     row["protocol"] = {task.role: task.protocol for task in tasks if task.data == data}
     row["robust_curves"] = {role: entry["result"].robust_curve for role, entry in entries.items()}
@@ -140,7 +184,6 @@ def write_outputs(rows: list[dict], plots: list, args, client, parent: str, comm
                    final: bool) -> dict:
     from ct_lightning.evaluation.compare import markdown_table, write_csv  # noqa: PLC0415 - heavy
     from ct_lightning.evaluation.paper import paper_comparison  # noqa: PLC0415
-    
     table = markdown_table(rows)
     summary = {"parent_run_id": parent, "tracking_uri": args.tracking_uri, "command": command, "complete": final,
                "protocol": args.protocol, "statistic": args.statistic or ("runs" if args.protocol == "reference"
@@ -164,15 +207,16 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     command line, printed as the command that resumes the reproduction."""
     args.limit_train_batches = batches(args.limit_train_batches)
     with checking():
-        names = resolve_names(args.data)
+        names = resolve_names(args.data_sets)
         if not names:
-            raise InputError("--data", args.data, "comma-separated data set names, or all")
+            raise InputError("--data", args.data_sets, "comma-separated data set names, or all")
         reuse_lists = {key: csv_list(getattr(args, f"{key}_run_id")) for key, _, _ in ROLES}
         for key, ids in reuse_lists.items():
             if ids and len(ids) != len(names):
                 raise InputError(f"--{key.replace('_', '-')}-run-id", ",".join(ids),
                                  f"one id per data set ({len(names)}), empty entries to train")
         seeds = resolve_seeds(args, reuse_lists)
+        check_table_options(args, names)
         check_accelerator("--accelerator", args.accelerator)
         check_tracking_reachable(args.tracking_uri)
         check_writable_folder("--out-dir", args.out_dir)
@@ -236,14 +280,16 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     def on_done(outcome: dict) -> None:
         outcomes[outcome["label"]] = outcome
         link_children(client, parent, {label: o["run_id"] for label, o in outcomes.items()})
-        data = outcome["label"].split("/")[0]
+        data = outcome["label"].rsplit("/", 1)[0]  # a table's data is a path
         if all(t.label in outcomes for t in tasks if t.data == data):
             row, row_plots = compare_data(data, outcomes, tasks, args, client, parent, out_dir)
             rows[data] = row
             plots.extend(row_plots)
             for path in row_plots:
                 client.log_artifact(parent, str(path), artifact_path="plots")
-            for key in ("ip", "ip_star", "cost"):
+            from ct_lightning.metrics.names import table_metrics  # noqa: PLC0415 - heavy
+
+            for key in table_metrics():
                 for suffix in ("reduction_pct", "se"):
                     value = row[f"{key}_{suffix}"]
                     if value == value:  # not NaN
@@ -264,7 +310,8 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     try:
         run_tasks(tasks, args.jobs, client, on_done)
         ordered = [rows[n] for n in names]
-        real = [row for row in ordered if not is_synthetic(row["data"])]  # Figure 3 shows the real data sets
+        # Figure 3 shows the real data sets
+        real = [row for row in ordered if not (row["synthetic"] if "synthetic" in row else is_synthetic(row["data"]))]
         if len(real) > 1:
             figure = plot_robust_accuracy_panels(real, out_dir / "plots" / "robust_accuracy_real.png")
             if figure:
