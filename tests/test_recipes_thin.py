@@ -48,6 +48,9 @@ def from_row(row, parser: argparse.ArgumentParser, action: argparse.Action) -> l
         fresh = argparse.ArgumentParser(argument_default=parser.argument_default)
         add_arguments(fresh, [row.name], **defaults)
         shapes.append(shape(fresh._actions[-1]))
+    every = argparse.ArgumentParser(argument_default=parser.argument_default)
+    add_arguments(every)  # the training settings, as recipes/train.py has them
+    shapes += [shape(declared) for declared in every._actions if declared.dest == row.name]
     return shapes
 
 
