@@ -739,7 +739,7 @@ compare seeded CT runs on circles and Adult before and after the latest changes)
   is added; convergence is read from the same softmax. No graph is built for the penalty or the
   bookkeeping. A subclass that overrides only `penalty` is searched with autograd as before.
   `tests/test_search_closed_form.py` checks the outputs against the previous search (kept in
-  `tests/reference_search.py`) on circles and Adult- and MNIST-shaped data (MLP and CNN), with
+  `tests/helpers/reference_search.py`) on circles and Adult- and MNIST-shaped data (MLP and CNN), with
   mutability and domain constraints: converged flags and step counts equal, points within 1e-5.
 * **The fused epoch loop** (`ct_lightning/training/epoch_block.py`, `CTModule.training_step`, setting `epoch_loop`,
   default `auto`): on one process the training loader is wrapped in an `EpochBlockLoader` that hands

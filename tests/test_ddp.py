@@ -16,16 +16,15 @@ from torch.utils.data import DataLoader, TensorDataset
 from ct_lightning.module import CTModule
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
-import ddp_worker  # noqa: E402  (the script the DDP processes run)
+import ddp_worker  # noqa: E402  (the script the DDP processes run; tests/helpers)
 
 
 def run_ddp(tmp_path: Path, generator: str) -> list[dict]:
-    """Run ``tests/ddp_worker.py`` (Lightning starts the second rank) and read both ranks' records."""
+    """Run ``tests/helpers/ddp_worker.py`` (Lightning starts the second rank) and read both ranks' records."""
     out = tmp_path / generator
     out.mkdir()
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "ddp_worker.py"), str(out), generator], env=env,
+    done = subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "ddp_worker.py"), str(out), generator], env=env,
                           capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return [json.loads((out / f"rank{r}.json").read_text()) for r in (0, 1)], out

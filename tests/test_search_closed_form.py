@@ -1,6 +1,6 @@
 """The search with the penalties' gradients in closed form, packed (CPU) or masked (the accelerator path, with no
 host sync inside a step; run here on CPU), returns what the autograd search of
-commit c742175 (tests/reference_search.py) returns, up to floating-point rounding, on circles and on
+commit c742175 (tests/helpers/reference_search.py) returns, up to floating-point rounding, on circles and on
 Adult- and MNIST-shaped data, with constraints and domain bounds."""
 
 import pytest

@@ -1,5 +1,5 @@
 """The one active-rows loop (``ct_lightning/generators/search.py``) returns exactly what the two loops of commit
-4a1336a returned (``tests/reference_loops.py``): the feature-space search of Generic/ECCo (packed and masked) and
+4a1336a returned (``tests/helpers/reference_loops.py``): the feature-space search of Generic/ECCo (packed and masked) and
 REVISE's latent search, on circles and on Adult-shaped (one-hot) and MNIST-shaped data, with mutability and domain
 constraints, converging (τ = 0.75) and at a fixed T (τ = 1), and through every registered generator."""
 

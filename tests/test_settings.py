@@ -89,7 +89,7 @@ def test_a_new_setting_is_one_edit(tmp_path):
     anchor = '    Setting("burnin",'
     assert source.count(anchor) == 1
     settings.write_text(source.replace(anchor, NEW_ROW + anchor))
-    sys_path = f"import sys; sys.argv.append('--module'); sys.path.insert(0, {str(Path(__file__).parent)!r})\n"
+    sys_path = f"import sys; sys.argv.append('--module'); sys.path.insert(0, {str(Path(__file__).parent / 'helpers')!r})\n"
     result = run_with_copy(tmp_path, sys_path + ONE_EDIT)
     assert result["defaults"] == [0.0, 5] and result["module"] == [True, False]
     assert result["parsed"] == [0.5, 7]

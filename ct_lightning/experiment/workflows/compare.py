@@ -90,13 +90,12 @@ def check_table_options(args, names: list[str]) -> None:
     if args.immutable and not args.actionability:
         raise InputError("--immutable", args.immutable, "nothing with --no-actionability (only the actionability "
                          "pair protects features; the plausibility pair keeps every feature mutable)")
-    if args.actionability and not args.immutable:
-        for table in tables:
-            module = data_class(table)(table, args.target, args.data_spec, args.impute or "none")
-            if not module.protected_features:
-                raise InputError("--immutable", "(none)", f"the protected columns of {Path(table).name} for the "
-                                 "actionability pair (e.g. --immutable age,sex), a data spec with mutability: none, "
-                                 "or --no-actionability")
+    for table in tables:  # reading the table checks it (columns, classes, missing values, ...) before any work
+        module = data_class(table)(table, args.target, args.data_spec, args.impute or "none")
+        if args.actionability and not args.immutable and not module.protected_features:
+            raise InputError("--immutable", "(none)", f"the protected columns of {Path(table).name} for the "
+                             "actionability pair (e.g. --immutable age,sex), a data spec with mutability: none, "
+                             "or --no-actionability")
 
 
 def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, parent: str | None) -> list[Task]:

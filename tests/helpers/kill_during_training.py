@@ -1,6 +1,6 @@
 """Train as configured and SIGKILL this process at a given point (for the kill-and-resume tests).
 
-Usage: python tests/kill_during_training.py OVERRIDES_JSON PHASE EPOCH BATCH
+Usage: python tests/helpers/kill_during_training.py OVERRIDES_JSON PHASE EPOCH BATCH
 PHASE: ``train`` (before training batch BATCH of epoch EPOCH), ``val`` (before validation batch
 BATCH of epoch EPOCH), ``epoch_end`` (right after epoch EPOCH's checkpoint was written, before
 Lightning logs the epoch's training metrics), ``epoch_start`` (as epoch EPOCH starts) or ``step`` (before

@@ -3,7 +3,7 @@
 import importlib.util
 from pathlib import Path
 
-RECIPES = Path(__file__).resolve().parents[1] / "recipes"
+RECIPES = Path(__file__).resolve().parents[2] / "recipes"
 
 
 def load_recipe(name: str):

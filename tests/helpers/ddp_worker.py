@@ -1,6 +1,6 @@
 """One 2-process CPU DDP (gloo) training of ``CTModule``, run as a script by ``tests/test_ddp.py``.
 
-``python tests/ddp_worker.py OUT_DIR GENERATOR``: Lightning's ``ddp`` strategy starts the second
+``python tests/helpers/ddp_worker.py OUT_DIR GENERATOR``: Lightning's ``ddp`` strategy starts the second
 process by running this script again. Each rank writes ``OUT_DIR/rank<R>.json`` with what it saw
 locally (per epoch: its factual indices, its pool size, its batch-weighted loss sums) and the epoch
 metrics Lightning logged (which should be the global values); rank 0 also writes ``last.ckpt``.

@@ -1,6 +1,6 @@
 """Train as configured and send this process SIGTERM or SIGINT at given points (for the signal tests).
 
-Usage: python tests/signal_during_training.py OVERRIDES_JSON SIGNAL EPOCH BATCH [BATCH ...]
+Usage: python tests/helpers/signal_during_training.py OVERRIDES_JSON SIGNAL EPOCH BATCH [BATCH ...]
 Sends SIGNAL (TERM or INT) before training batch BATCH of epoch EPOCH, once per BATCH given (two batches:
 the second signal, which stops at once). Runs through a recipe's console entry, so the exit status is the
 one a shell or a scheduler sees.
