@@ -95,7 +95,8 @@ def main(argv: list[str] | None = None) -> dict:
 
     set_search_compile(args.search_compile or DEFAULTS["search_compile"])
     from ct_lightning.evaluation.plots import evaluation_figures, metric_history  # noqa: PLC0415
-    from ct_lightning.experiment.runs import build_data, load_any_checkpoint, load_run, log_evaluation  # noqa: PLC0415
+    from ct_lightning.experiment.runs import load_any_checkpoint, load_run, log_evaluation  # noqa: PLC0415
+    from ct_lightning.experiment.data import build_datamodule  # noqa: PLC0415
 
     given = {"target": args.target, "data_spec": args.data_spec, "impute": args.impute, "model": args.model,
              "hidden_sizes": args.hidden_sizes, "activation": args.activation}
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> dict:
         if is_table_file(loaded.config.get("data")) and not loaded.config.get("target"):
             raise InputError("--target", None, "the column to predict in the table " + str(loaded.config["data"]))
         codec = getattr(loaded.module, "preprocessing", None) if is_table_file(loaded.config.get("data")) else None
-        datamodule = loaded.extra.get("datamodule") or build_data(loaded.config, codec=codec)
+        datamodule = loaded.extra.get("datamodule") or build_datamodule(loaded.config, codec=codec)
         if codec is not None:
             print(f"encoding {loaded.config['data']} with the model's own preprocessing (ct_preprocessing of the "
                   f"checkpoint: {len(datamodule.feature_names)} inputs)", flush=True)

@@ -151,13 +151,13 @@ def main(argv: list[str] | None = None) -> dict:
     from torch.utils.data import DataLoader, TensorDataset  # noqa: PLC0415
 
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415
-    from ct_lightning.experiment.runs import build_data  # noqa: PLC0415
+    from ct_lightning.experiment.data import build_datamodule  # noqa: PLC0415
     from ct_lightning.experiment.tracking import prepare_store  # noqa: PLC0415
     from ct_lightning.generators.amortised import CounterfactualNetworkModule, one_hot_groups  # noqa: PLC0415
 
     try:
         loaded = load_classifier(args)
-        datamodule = build_data(loaded.config)
+        datamodule = build_datamodule(loaded.config)
         check_model_fits("--checkpoint" if args.checkpoint else "--run-id", args.checkpoint or args.run_id,
                          loaded.module, datamodule)
     except KNOWN_ERRORS as error:

@@ -37,7 +37,7 @@ def test_a_lightning_checkpoint_on_the_users_table_uses_its_own_preprocessing(tr
     payload = evaluate("--checkpoint", str(lone), "--data", str(LOANS), "--target", "approved", tmp_path=tmp_path)
     out = capsys.readouterr().out
     assert "with the model's own preprocessing" in out
-    assert payload["data"] == "table" and payload["immutable"] and set(payload["immutable"]) >= {"age", "sex"}
+    assert payload["data"] == "loans" and payload["immutable"] and set(payload["immutable"]) >= {"age", "sex"}
     assert 0.0 <= payload["summary"]["validity"] <= 1.0
 
 
