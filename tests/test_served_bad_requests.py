@@ -68,12 +68,14 @@ def test_the_domain_is_the_training_range_widened_or_the_declared_bounds(codec):
     low, high = age.domain()
     assert low == pytest.approx(min(age.mean - 3 * age.scale, age.train_min)) and high >= age.train_max
     check_rows(codec, rows(age=int(high)), 1)  # the edge is inside
-    with pytest.raises(ValueError, match=f"allowed: {low:.6g} to {high:.6g}"):
+    with pytest.raises(ValueError, match=f"allowed: {low:.6g} to {high:.6g} \\(the training rows' range widened"):
         check_rows(codec, rows(age=high + 1), 1)
     declared = TabularCodec.fit(pd.read_csv(LOANS), "approved", spec={"columns": {"age": {"lower": 18, "upper": 70}}})
-    with pytest.raises(ValueError, match="'age': 71 in row 0 is outside the model's domain; allowed: 18 to 70"):
+    refusal = r"'age': 71 in row 0 is outside the model's domain; allowed: 18 to 70 \(the data spec's bounds\)$"
+    with pytest.raises(ValueError, match=refusal):
         check_rows(declared, rows(age=71), 1)
     lower, upper = declared.encoded_bounds()  # the search keeps to the same domain
+    age = declared.columns[0]
     assert lower[0] * age.scale + age.mean == pytest.approx(18) and upper[0] * age.scale + age.mean == pytest.approx(70)
 
 
@@ -165,7 +167,8 @@ BAD_REQUESTS = {
     "unseen category": (records({**APPLICANT, "purpose": "yacht"}), ["'purpose'", "'yacht'", "allowed: car"], True),
     "out-of-domain value": (records({**APPLICANT, "age": 400}), ["'age'", "400", "outside the model's domain",
                                                                   "allowed:"], True),
-    "missing value": (records({**APPLICANT, "age": None}), ["age"], False),
+    "missing number": (records({**APPLICANT, "age": None}), ["age"], False),
+    "missing category": (records({**APPLICANT, "purpose": None}), ["'purpose'", "missing value in row 0"], True),
     "empty body": (b"", ["valid JSON"], False),
     "no rows": (records(), ["missing inputs", "'age'"], False),
     "oversized body": (records(*[APPLICANT] * 10_001), ["10001 rows", "at most 10000"], True),

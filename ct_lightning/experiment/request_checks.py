@@ -126,9 +126,11 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
         outside = (numeric < low) | (numeric > high)
         if outside.any():
             row = _first(outside)
+            declared = (column.lower is not None) + (column.upper is not None)
+            source = ("the data spec's bounds", "the data spec's bound and the training rows' range widened to "
+                      "mean +/- 3 sd", "the training rows' range widened to mean +/- 3 sd")[2 - declared]
             raise ValueError(f"rows: column {column.name!r}: {_number(numeric.iloc[row])} in row {row} is outside the "
-                             f"model's domain; allowed: {_number(low)} to {_number(high)} (the data spec's bounds, "
-                             "else the training rows' range widened to mean ± 3 sd)")
+                             f"model's domain; allowed: {_number(low)} to {_number(high)} ({source})")
     return frame[names]
 
 
