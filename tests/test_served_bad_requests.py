@@ -88,9 +88,14 @@ def test_params_target_and_max_steps(codec):
         check_params(codec, {"max_steps": MAX_STEPS + 1})
 
 
-def test_row_limits_come_from_the_servers_environment(monkeypatch):
+def test_row_limits_come_from_the_servers_environment(monkeypatch, codec):
     monkeypatch.delenv("CT_SERVE_MAX_ROWS", raising=False)
     monkeypatch.delenv("CT_SERVE_MAX_EXPLAIN_ROWS", raising=False)
+    monkeypatch.delenv("_MLFLOW_IS_IN_SERVING_ENVIRONMENT", raising=False)
+    assert row_limit() == row_limit(explain=True) == float("inf")  # batch scoring in Python: any size
+    predictor = RawRowsClassifier(torch.nn.Linear(len(codec.feature_names), 2), codec, {})
+    assert len(predictor.predict(None, pd.concat([rows()] * 10_001, ignore_index=True))) == 10_001
+    monkeypatch.setenv("_MLFLOW_IS_IN_SERVING_ENVIRONMENT", "true")  # as mlflow models serve sets it
     assert (row_limit(), row_limit(explain=True)) == (10_000, 100)
     monkeypatch.setenv("CT_SERVE_MAX_ROWS", "25")
     assert row_limit() == 25

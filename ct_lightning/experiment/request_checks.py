@@ -58,9 +58,17 @@ class PredictorFailed(OneLineError):
         super().__init__(message, error_code=INTERNAL_ERROR)
 
 
-def row_limit(explain: bool = False) -> int:
-    """The most rows one request may hold: ``$CT_SERVE_MAX_ROWS`` (default 10000), with ``explain``
-    ``$CT_SERVE_MAX_EXPLAIN_ROWS`` (default 100), as set where the server runs."""
+def serving() -> bool:
+    """Whether this process is MLflow's scoring server (``mlflow models serve`` marks its environment)."""
+    return os.environ.get("_MLFLOW_IS_IN_SERVING_ENVIRONMENT", "").strip().lower() in ("true", "1")
+
+
+def row_limit(explain: bool = False) -> float:
+    """The most rows one served request may hold: ``$CT_SERVE_MAX_ROWS`` (default 10000), with ``explain``
+    ``$CT_SERVE_MAX_EXPLAIN_ROWS`` (default 100), as set where the server runs. No limit outside the scoring
+    server: ``mlflow.pyfunc.load_model(URI).predict(rows)`` in Python scores a table of any size."""
+    if not serving():
+        return math.inf
     name, default = MAX_EXPLAIN_ROWS if explain else MAX_ROWS
     raw = os.environ.get(name, "").strip()
     if not raw:
