@@ -224,6 +224,8 @@ class OutboxClient:
         """Keep unsent writes in ``folder`` (the run's ``mlflow-outbox``) from now on."""
         self.outbox = Outbox(folder, {"run_id": run_id, "tracking_uri": self.tracking_uri,
                                       "experiment_id": experiment_id})
+        if self.outbox.pending():  # left by an earlier attempt of this run (resumed): sent at the first write
+            self.offline, self._probed = True, 0.0
 
     def went_offline(self, error: BaseException) -> None:
         """Note that the server cannot be reached (``error`` says why); the next writes go to the outbox."""

@@ -18,7 +18,7 @@ from pathlib import Path
 from ct_lightning.experiment.outbox import OUTBOX_DIR, Outbox, replay
 
 
-def finish_deferred_end(client, record: dict, outbox: Outbox) -> None:
+def finish_deferred_end(client, record: dict, outbox: Outbox, tracking_uri: str | None = None) -> None:
     """Complete a training whose end found the server down: rebuild its model from the kept final weights,
     log the models and the plots as the training would have, and end the run FINISHED."""
     import torch
@@ -37,8 +37,7 @@ def finish_deferred_end(client, record: dict, outbox: Outbox) -> None:
         module.preprocessing = codec.to_dict()
     module.load_state_dict(torch.load(outbox.folder / record["state"], map_location="cpu", weights_only=True))
     run_id = record["run_id"]
-    log_models(client, client.tracking_uri if hasattr(client, "tracking_uri") else record["tracking_uri"],
-               record["experiment_id"], run_id, module, datamodule, config, record["metrics"],
+    log_models(client, tracking_uri or record["tracking_uri"], record["experiment_id"], run_id, module, datamodule, config, record["metrics"],
                mutability_spec(config, datamodule) or None)
     log_training_plots(client, run_id, module, datamodule)
     client.set_terminated(run_id, "FINISHED")
@@ -58,7 +57,8 @@ def upload(folder: str | Path, tracking_uri: str | None = None, echo=print) -> d
     from mlflow.tracking import MlflowClient
 
     from ct_lightning.experiment.tracking import check_tracking_reachable
-    from ct_lightning.experiment.tracking_server import is_server_uri, server_run_url
+    from ct_lightning.experiment.tracking_server import is_outage, is_server_uri, server_run_url
+    from ct_lightning.experiment.validation import EnvironmentProblem
 
     outbox = find_outbox(folder)
     about = outbox.about()
@@ -67,9 +67,15 @@ def upload(folder: str | Path, tracking_uri: str | None = None, echo=print) -> d
         raise ValueError(f"--tracking-uri: {outbox.folder} does not say which server its run is on; pass it")
     check_tracking_reachable(uri)
     client = MlflowClient(tracking_uri=uri)
-    client.tracking_uri = uri
     waiting = len(outbox.pending())
-    sent = replay(client, outbox, end=finish_deferred_end)
+    try:
+        sent = replay(client, outbox, end=lambda c, record, box: finish_deferred_end(c, record, box, uri))
+    except Exception as error:
+        if not is_outage(error):
+            raise
+        raise EnvironmentProblem(f"tracking server {uri} went away during the upload "
+                                 f"({str(error).splitlines()[0][:200]}); what was sent stays counted, run the "
+                                 f"same command again when it answers") from None
     run_id = about.get("run_id") or next((r["run_id"] for r in outbox.records() if r.get("run_id")), None)
     run = client.get_run(run_id)
     echo(f"run {run_id}: {sent} of {waiting} waiting record(s) sent to {uri}; the run is {run.info.status}",
