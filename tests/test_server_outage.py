@@ -189,3 +189,40 @@ def test_the_end_of_a_run_on_a_server_names_the_servers_own_page():
     assert "mlflow ui" not in text
     local = announce({"run_id": "abc123", "tracking_uri": "sqlite:////tmp/s/mlflow.db", "experiment_id": "7"})
     assert "ui --backend-store-uri sqlite:////tmp/s/mlflow.db" in local
+
+
+def test_replaying_an_outbox_twice_or_after_a_cut_short_replay_sends_each_point_once(tmp_path):
+    """Replay against a real local store: a replay whose count was lost (a crash between sending and counting)
+    and a second replay send no metric point twice; a line cut short by a crash is skipped."""
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.outbox import Outbox, replay
+    from ct_lightning.experiment.tracking import prepare_store
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    prepare_store(uri, "replay")
+    client = MlflowClient(tracking_uri=uri)
+    run_id = client.create_run(client.get_experiment_by_name("replay").experiment_id).info.run_id
+    outbox = Outbox(tmp_path / "outbox", {"run_id": run_id, "tracking_uri": uri})
+    for epoch in range(3):
+        outbox.append({"op": "log_batch", "run_id": run_id, "metrics": [["train/loss", 1.0 / (epoch + 1), 1000 + epoch,
+                                                                         epoch]], "params": [["lr", "0.1"]]})
+    (tmp_path / "config.json").write_text("{}")
+    outbox.append({"op": "log_artifact", "run_id": run_id, "file": outbox.keep(tmp_path / "config.json"),
+                   "artifact_path": None})
+    outbox.append({"op": "set_terminated", "run_id": run_id, "status": "FINISHED", "end_time": 5000})
+    with open(outbox.journal, "a") as handle:
+        handle.write('{"op": "log_batch", "run_id"')  # a crash while a line was written
+    assert replay(client, outbox) == 5
+    outbox.mark_replayed(0)  # as if the counts had been lost: everything is offered again
+    assert replay(client, outbox) == 5
+    assert replay(client, outbox) == 0
+    history = client.get_metric_history(run_id, "train/loss")
+    assert sorted(m.step for m in history) == [0, 1, 2]
+    run = client.get_run(run_id)
+    assert run.info.status == "FINISHED" and run.data.params["lr"] == "0.1"
+    assert "config.json" in {a.path for a in client.list_artifacts(run_id)}
+    outbox.append({"op": "log_batch", "run_id": run_id, "metrics": [["train/loss", 0.1, 1003, 3]]})
+    assert outbox.records()[-1]["metrics"][0][3] == 3  # the cut line was closed, the new one reads whole
+    assert replay(client, outbox) == 1
+    assert sorted(m.step for m in client.get_metric_history(run_id, "train/loss")) == [0, 1, 2, 3]

@@ -22,6 +22,16 @@ def server_run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
     return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW_QUERY}"
 
 
+def run_links(tracking_uri: str, experiment_id: str, run_id: str) -> list[str]:
+    """The console lines that open a run: its page on a tracking server, or for a local store the command that
+    starts the MLflow UI on it and the run's page there."""
+    from ct_lightning.experiment.tracking import run_url, ui_command
+
+    if is_server_uri(tracking_uri):
+        return [f"Open the run in the server's UI:  {server_run_url(tracking_uri, experiment_id, run_id)}"]
+    return [f"Open the MLflow UI:  {ui_command(tracking_uri)}", f"then browse to {run_url(experiment_id, run_id)}"]
+
+
 def server_answers(tracking_uri: str, timeout: float = 2.0) -> bool:
     """Whether the server answers its ``/health`` request within ``timeout`` seconds (any HTTP answer counts)."""
     import urllib.error

@@ -37,9 +37,8 @@ from ct_lightning.experiment.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
                                               load_config_file, module_kwargs, resolve_config)
 from ct_lightning.experiment.outbox import OUTBOX_DIR, OutboxClient, pending_upload, server_writable
-from ct_lightning.experiment.tracking import (ensure_experiment, local_store_dir, prepare_store, run_url, ui_command,
-                                              write_json_atomic)
-from ct_lightning.experiment.tracking_server import is_outage, is_server_uri, server_run_url
+from ct_lightning.experiment.tracking import ensure_experiment, local_store_dir, prepare_store, write_json_atomic
+from ct_lightning.experiment.tracking_server import is_outage, is_server_uri, run_links
 from ct_lightning.training.epoch_block import EpochBlockLoader, can_fuse
 from ct_lightning.experiment.cpu_math import check_cpu_math, cpu_math_state
 from ct_lightning.generators.compiled_step import set_expected_searches, set_search_compile
@@ -387,13 +386,8 @@ def _unwritable(error: OSError, config: dict, last: ModelCheckpoint, run_id: str
 def announce(summary: dict) -> str:
     """Human-readable lines naming the run and how to look at it (a server's own UI, or the command that opens
     the UI on a local store), and the upload command when the run's end waits for its server."""
-    lines = [f"MLflow run id: {summary['run_id']}"]
-    if is_server_uri(summary["tracking_uri"]):
-        lines.append(f"Open the run in the server's UI:  "
-                     f"{server_run_url(summary['tracking_uri'], summary['experiment_id'], summary['run_id'])}")
-    else:
-        lines += [f"Open the MLflow UI:  {ui_command(summary['tracking_uri'])}",
-                  f"then browse to {run_url(summary['experiment_id'], summary['run_id'])}"]
+    lines = [f"MLflow run id: {summary['run_id']}",
+             *run_links(summary["tracking_uri"], summary["experiment_id"], summary["run_id"])]
     pending = summary.get("tracking")
     if pending:
         lines.append(f"Pending upload ({pending['records']} record(s) in {pending['outbox']}); once the server "
