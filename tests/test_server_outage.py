@@ -79,10 +79,11 @@ def _free_port() -> int:
 
 class ServerOutage(L.Callback):
     """At the start of epoch ``stop_at`` the server is stopped; at the start of ``restart_at`` (if given) it is
-    started again. Each epoch first sends the metrics waiting in the logger, so writes meet the outage."""
+    started again, no sooner than ``min_down`` seconds after it stopped (longer than the retry budget the tests
+    give MLflow). Each epoch first sends the metrics waiting in the logger, so writes meet the outage."""
 
-    def __init__(self, server: MlflowServer, stop_at: int, restart_at: int | None = None):
-        self.server, self.stop_at, self.restart_at = server, stop_at, restart_at
+    def __init__(self, server: MlflowServer, stop_at: int, restart_at: int | None = None, min_down: float = 8.0):
+        self.server, self.stop_at, self.restart_at, self.min_down = server, stop_at, restart_at, min_down
         self.down_seconds = None
         self._stopped = None
 
@@ -91,6 +92,7 @@ class ServerOutage(L.Callback):
             self.server.stop()
             self._stopped = time.monotonic()
         if trainer.current_epoch == self.restart_at:
+            time.sleep(max(0.0, self.min_down - (time.monotonic() - self._stopped)))
             self.server.start()
             self.down_seconds = time.monotonic() - self._stopped
         trainer.logger.flush()
