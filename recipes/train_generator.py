@@ -25,8 +25,8 @@ from ct_lightning.experiment import catalogue
 from ct_lightning.experiment.preflight import apply_threads, threads_for
 from ct_lightning.experiment.settings import ACCELERATORS, add_arguments, datasets_and_aliases
 from ct_lightning.experiment.tracking import (DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, anchor_tracking_uri,
-                                              check_tracking_reachable, run_url, store_location, ui_command,
-                                              write_json_atomic)
+                                              check_tracking_reachable, store_location, write_json_atomic)
+from ct_lightning.experiment.tracking_server import run_links
 from ct_lightning.experiment.validation import (KNOWN_ERRORS, InputError, Parser, Rule, check_accelerator,
                                                 check_checkpoint_file, check_model_fits, check_output_file,
                                                 check_run_ids, console_entry, exit_on_error)
@@ -212,8 +212,7 @@ def main(argv: list[str] | None = None) -> dict:
     gen = results["generator"]
     print(f"generator ({args.variant}): validity {gen['validity']:.3f}, MMD² {gen['mmd2']:.4f}, "
           f"per-class mean {gen['mmd2_class_mean']:.4f}, ℓ1 {gen['l1']:.3f}, ℓ0 {gen['l0']:.2f}")
-    print(f"MLflow run id: {run_id}\nOpen the MLflow UI:  {ui_command(args.tracking_uri)}\n"
-          f"then browse to {run_url(logger.experiment_id, run_id)}")
+    print("\n".join([f"MLflow run id: {run_id}", *run_links(args.tracking_uri, logger.experiment_id, run_id)]))
     return summary
 
 
