@@ -371,7 +371,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     def on_done(outcome: dict) -> None:
         outcomes[outcome["label"]] = outcome
         link_children(client, parent, {label: o["run_id"] for label, o in outcomes.items()})
-        data = outcome["label"].rsplit("/", 1)[0]  # a table's data is a path
+        data = next(t.data for t in tasks if t.label == outcome["label"])
         if all(t.label in outcomes for t in tasks if t.data == data):
             row, row_plots = compare_data(data, outcomes, tasks, args, client, parent, out_dir)
             rows[data] = row

@@ -157,7 +157,9 @@ class Task:
 
     @property
     def label(self) -> str:
-        return f"{self.data}/{self.role}"
+        from ct_lightning.experiment.lifecycle import data_label  # noqa: PLC0415 - a table by its file's stem
+
+        return f"{data_label(self.data)}/{self.role}"
 
     def overrides(self) -> dict:
         """The training overrides of this task."""
