@@ -74,6 +74,7 @@ def one_line_error(done) -> str:
     return lines[-1]
 
 
+@pytest.mark.slow
 def test_mismatches_are_one_line_errors(trained, tmp_path):
     checkpoint = torch.load(trained["ckpt"], weights_only=True)
     state = {k[len("model."):]: v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}

@@ -247,6 +247,7 @@ def test_evaluate_recipe_end_to_end(trained, tmp_path):
     assert payload["logged"]
 
 
+@pytest.mark.slow
 def test_compare_recipe_end_to_end(store, tmp_path):
     from mlflow.tracking import MlflowClient
 
