@@ -47,7 +47,8 @@ from ct_lightning.experiment.reproduce import (CONFIG_KEY_TAG, REFERENCE_PROTECT
                                                evaluation_key, find_evaluation, find_finished_training,
                                                save_evaluation, stable_key, training_key)
 from ct_lightning.experiment.protocol_options import reference_individuals
-from ct_lightning.experiment.runs import build_data, load_run
+from ct_lightning.experiment.runs import load_run
+from ct_lightning.experiment.data import build_datamodule
 from ct_lightning.experiment.settings import resolve_config
 from ct_lightning.experiment.atomic_files import write_json_atomic, write_text_atomic
 from ct_lightning.experiment.tracking import prepare_store
@@ -66,7 +67,7 @@ def evaluate(run_id: str, tracking_uri: str, protocol: dict, immutable: list[str
     if found is not None:
         return found
     loaded = load_run(run_id, tracking_uri)
-    datamodule = build_data(loaded.config)
+    datamodule = build_datamodule(loaded.config)
     constraints = evaluation_constraints(loaded.module, datamodule, all_mutable=True)  # the model's domain
     names = list(datamodule.feature_names)
     mutability = parse_mutability({n: "none" for n in immutable} or None, datamodule.n_features, names)

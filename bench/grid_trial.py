@@ -61,8 +61,8 @@ def inner(max_epochs: int, folder: str) -> dict:
         row["fit"] = out["metrics"]["fit_seconds"]
         row["train_overhead"] = row["train_total"] - row["fit"]
         t = time.perf_counter()
-        from ct_lightning.experiment.runs import build_data
-        build_data({"data": "moons", "seed": 0, "batch_size": 30})
+        from ct_lightning.experiment.data import build_datamodule
+        build_datamodule({"data": "moons", "seed": 0, "batch_size": 30})
         row["build_data"] = time.perf_counter() - t
         t = time.perf_counter()
         grids.evaluate_job(out["run_id"], job)

@@ -19,7 +19,8 @@ import sys
 import torch
 
 from ct_lightning.evaluation import evaluation_constraints
-from ct_lightning.experiment.runs import build_data, load_run
+from ct_lightning.experiment.runs import load_run
+from ct_lightning.experiment.data import build_datamodule
 
 
 def reach(predict, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:
@@ -38,7 +39,7 @@ def main() -> None:
         row = next(r for r in block["rows"] if r["data"] == "ls")
         for role in ("bl_protected", "ct_protected"):
             loaded = load_run(row["runs"][role], uri)
-            dm = build_data(loaded.config)
+            dm = build_datamodule(loaded.config)
             lower, upper = evaluation_constraints(loaded.module, dm, protect=True).lower, \
                 evaluation_constraints(loaded.module, dm, protect=True).upper
             model = loaded.module.eval()
@@ -57,7 +58,7 @@ def main() -> None:
                                          "domain_x2": [float(lower[1]), float(upper[1])],
                                          "mean_abs_grad_x1_x2": [float(grad[0]), float(grad[1])]}
             print(seed, role, json.dumps(report[f"s{seed} {role}"]), flush=True)
-    dm = build_data(loaded.config)
+    dm = build_datamodule(loaded.config)
     centers = torch.as_tensor(dm.centers, dtype=torch.float32) if hasattr(dm, "centers") else None
     x, y = dm.x_train, dm.y_train
     c0, c1 = x[y == 0].mean(0), x[y == 1].mean(0)

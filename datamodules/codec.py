@@ -51,6 +51,18 @@ class ColumnSpec:
         """The model-input columns of this raw column."""
         return [f"{self.name}={value}" for value in self.categories] if self.kind == "categorical" else [self.name]
 
+    def domain(self) -> tuple[float, float] | None:
+        """A numeric column's domain in original units: the declared bounds where given, else the training range
+        widened to mean ± 3 sd (SPEC §2); unbounded where neither is known; ``None`` for categorical and binary."""
+        if self.kind in ("categorical", "binary"):
+            return None
+        fitted = self.train_min is not None and self.train_max is not None
+        low = self.lower if self.lower is not None else \
+            min(self.mean - DOMAIN_STD * self.scale, self.train_min) if fitted else -np.inf
+        high = self.upper if self.upper is not None else \
+            max(self.mean + DOMAIN_STD * self.scale, self.train_max) if fitted else np.inf
+        return float(low), float(high)
+
 
 def infer_kind(values: pd.Series) -> str:
     """The kind of a column from its dtype: bool or two numeric levels 0/1 → binary, text → categorical
@@ -276,10 +288,7 @@ class TabularCodec:
         for column in self.columns:
             if column.kind in ("categorical", "binary"):
                 continue
-            low = column.lower if column.lower is not None else \
-                min(column.mean - DOMAIN_STD * column.scale, column.train_min)
-            high = column.upper if column.upper is not None else \
-                max(column.mean + DOMAIN_STD * column.scale, column.train_max)
+            low, high = column.domain()
             index = self._slices[column.name].start
             lower[index], upper[index] = (low - column.mean) / column.scale, (high - column.mean) / column.scale
         return lower, upper

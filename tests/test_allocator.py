@@ -51,6 +51,7 @@ def glibc() -> bool:
         return False
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not glibc(), reason="tunes glibc's malloc only")
 def test_a_search_reuses_the_blocks_its_steps_freed():
     one_tensor = ROWS * FEATURES * 4 // 4096  # pages of one pool-sized tensor

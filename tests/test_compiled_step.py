@@ -187,6 +187,7 @@ def test_a_failing_compiler_warns_once_and_steps_eagerly():
         assert torch.equal(result[0], expected[0]) and torch.equal(result[1], expected[1])
 
 
+@pytest.mark.slow
 def test_ct_training_is_the_same_with_the_compiled_step(tmp_path):
     """A short CT run on circles with the step compiled and eager: the same weights and metrics."""
     from mlflow.tracking import MlflowClient

@@ -138,6 +138,7 @@ def run_recipe(*args, cwd=ROOT):
                           capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow
 def test_train_recipe_end_to_end(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     summary_path = tmp_path / "out" / "summary.json"
@@ -169,6 +170,7 @@ def test_train_recipe_end_to_end(tmp_path):
     assert restored.hparams.mutability == {"x1": "none"}
 
 
+@pytest.mark.slow
 def test_train_recipe_bad_input_is_a_clear_error(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     done = run_recipe("--data", "moons", "--immutable", "age", "--tracking-uri", uri, "--fast-dev-run")

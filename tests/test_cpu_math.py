@@ -23,6 +23,7 @@ def test_portable_math_is_part_of_the_training_key_and_native_keeps_old_keys():
     assert training_key({**base, "cpu_math": "portable"}) != training_key(base)
 
 
+@pytest.mark.slow
 def test_portable_training_runs_with_scalar_kernels_and_says_so(tmp_path):
     from mlflow.tracking import MlflowClient
 

@@ -37,7 +37,7 @@ def test_a_lightning_checkpoint_on_the_users_table_uses_its_own_preprocessing(tr
     payload = evaluate("--checkpoint", str(lone), "--data", str(LOANS), "--target", "approved", tmp_path=tmp_path)
     out = capsys.readouterr().out
     assert "with the model's own preprocessing" in out
-    assert payload["data"] == "table" and payload["immutable"] and set(payload["immutable"]) >= {"age", "sex"}
+    assert payload["data"] == "loans" and payload["immutable"] and set(payload["immutable"]) >= {"age", "sex"}
     assert 0.0 <= payload["summary"]["validity"] <= 1.0
 
 
@@ -74,6 +74,7 @@ def one_line_error(done) -> str:
     return lines[-1]
 
 
+@pytest.mark.slow
 def test_mismatches_are_one_line_errors(trained, tmp_path):
     checkpoint = torch.load(trained["ckpt"], weights_only=True)
     state = {k[len("model."):]: v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}

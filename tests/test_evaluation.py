@@ -25,7 +25,8 @@ from ct_lightning.callbacks import VAL_METRICS, CounterfactualEvaluation  # noqa
 from ct_lightning.module import CTModule  # noqa: E402
 from ct_lightning.evaluation.plots import evaluation_figures, integrated_gradients_by_class  # noqa: E402
 from ct_lightning.evaluation import evaluation_constraints  # noqa: E402
-from ct_lightning.experiment.runs import build_data, load_run  # noqa: E402
+from ct_lightning.experiment.runs import load_run  # noqa: E402
+from ct_lightning.experiment.data import build_datamodule  # noqa: E402
 from ct_lightning.experiment.train import train  # noqa: E402
 
 TINY = EvaluationConfig(n_individuals=20, n_runs=2, lambda_energies=(1.0, 5.0), robust_epsilons=(0.0, 0.03, 0.1))
@@ -106,7 +107,7 @@ def trained(store):
                      "nce": 100, "progress": False, "eval_every": 1, "seed": 0,
                      "tracking_uri": f"sqlite:///{store}/mlflow.db"})
     loaded = load_run(summary["run_id"], summary["tracking_uri"])
-    datamodule = build_data(loaded.config)
+    datamodule = build_datamodule(loaded.config)
     return SimpleNamespace(summary=summary, loaded=loaded, datamodule=datamodule)
 
 
@@ -246,6 +247,7 @@ def test_evaluate_recipe_end_to_end(trained, tmp_path):
     assert payload["logged"]
 
 
+@pytest.mark.slow
 def test_compare_recipe_end_to_end(store, tmp_path):
     from mlflow.tracking import MlflowClient
 

@@ -140,6 +140,7 @@ class Noisy(CounterfactualGenerator):
 '''
 
 
+@pytest.mark.slow
 def test_a_new_generator_is_one_new_file(tmp_path):
     """A generator file dropped into (a copy of) the package, nothing else: it is registered, the command lines'
     catalogue (read from the source, without torch) lists it, and this contract test checks it."""

@@ -2,6 +2,8 @@
 (synthetic or real, paper label, individuals per evaluation run, protected features, cost hint, Table 2 values)
 reach the settings, the evaluation protocol and the reproduction without an edit anywhere else."""
 
+import pytest
+
 from package_copy import copy_datamodules, run_with_copy
 
 TOY = '''
@@ -46,6 +48,7 @@ print(json.dumps({"static": static, "tau": config["tau"], "batch": config["batch
 '''
 
 
+@pytest.mark.slow
 def test_a_new_data_set_is_one_class(tmp_path):
     (copy_datamodules(tmp_path) / "toy.py").write_text(TOY)
     result = run_with_copy(tmp_path, CHECK)

@@ -27,12 +27,22 @@ def progress_shown() -> bool:
     return os.environ.get(PROGRESS_ENV) != "0"
 
 
+ONCE_PER_PROCESS = ("data ", "CT settings ")
+_SHOWN: set[str] = set()
+
+
 def child_training_echo(*args, **kwargs) -> None:
     """``echo`` for a training run by a recipe that resumes by re-running itself (compare): without the
-    training's own ``train.py --resume`` hints, which the recipe replaces by its own, printed once."""
+    training's own ``train.py --resume`` hints, which the recipe replaces by its own, printed once; a table's
+    description and chosen CT settings once per process, not once per model."""
     text = " ".join(map(str, args))
-    if not text.lstrip().startswith(("MLflow run ", "interrupted (")):
-        print(*args, **kwargs)
+    if text.lstrip().startswith(("MLflow run ", "interrupted (")):
+        return
+    if text.startswith(ONCE_PER_PROCESS):  # a table's description, the same for each of its models
+        if text in _SHOWN:
+            return
+        _SHOWN.add(text)
+    print(*args, **kwargs)
 
 
 def quiet_console(verbose: bool = False) -> None:

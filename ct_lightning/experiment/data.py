@@ -11,8 +11,12 @@ from ct_lightning.experiment.settings import data_class, is_table_file
 def build_datamodule(config: dict, codec=None):
     """Instantiate and set up the configured data module: a registered data set, a table file
     (``--data PATH --target COLUMN``) or a ``package.module:Class``. ``codec``: a table's fitted preprocessing
-    (a trained model's ``ct_preprocessing``) to encode with instead of fitting one."""
+    (a trained model's ``ct_preprocessing``) to encode with instead of fitting one. ``config`` needs only
+    ``data``: a missing ``batch_size`` is the data set's default, ``seed`` 0."""
     cls = data_class(config["data"])
+    config = {"seed": 0, "data_dir": None, **config}
+    if config.get("batch_size") is None:
+        config["batch_size"] = cls.default_batch_size
     if is_table_file(config["data"]):
         datamodule = cls(config["data"], config.get("target"), config.get("data_spec"), config.get("impute") or "none",
                          batch_size=config["batch_size"], seed=config["seed"], codec=codec)

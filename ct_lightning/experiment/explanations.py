@@ -173,9 +173,9 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
     from ct_lightning.generators import generator_class
 
     if getattr(generator_class(settings.get("generator", "ecco")), "needs_fit", False):
-        from ct_lightning.experiment.runs import build_data
+        from ct_lightning.experiment.data import build_datamodule
 
-        datamodule = build_data(explainable.config)
+        datamodule = build_datamodule(explainable.config)
         x_train, y_train = datamodule.x_train, datamodule.y_train
     immutable = {name: "none" for name in explainable.config.get("immutable") or []}
     return explain(explainable.module, rows, target=target, codec=explainable.codec, mutability=immutable,

@@ -184,11 +184,12 @@ def evaluate_job(run_id: str, job: ModelJob) -> dict:
 
     from ct_lightning.evaluation import EvaluationConfig, evaluate_model, evaluation_constraints
     from ct_lightning.evaluation.plots import metric_history
-    from ct_lightning.experiment.runs import build_data, load_run
+    from ct_lightning.experiment.runs import load_run
+    from ct_lightning.experiment.data import build_datamodule
     from mlflow.tracking import MlflowClient
 
     loaded = load_run(run_id, job.tracking_uri)
-    datamodule = build_data(loaded.config)
+    datamodule = build_datamodule(loaded.config)
     model = loaded.module.cpu().eval()
     with torch.no_grad():
         predicted = model(datamodule.x_test.float()).argmax(1)

@@ -157,7 +157,9 @@ class Task:
 
     @property
     def label(self) -> str:
-        return f"{self.data}/{self.role}"
+        from ct_lightning.experiment.lifecycle import data_label  # noqa: PLC0415 - a table by its file's stem
+
+        return f"{data_label(self.data)}/{self.role}"
 
     def overrides(self) -> dict:
         """The training overrides of this task."""
@@ -192,7 +194,8 @@ def run_task(task: Task) -> dict:
 
     from ct_lightning.evaluation import EvaluationConfig, evaluate_model, evaluation_constraints
     from ct_lightning.experiment.preflight import evaluation_device
-    from ct_lightning.experiment.runs import build_data, load_run, log_evaluation
+    from ct_lightning.experiment.runs import load_run, log_evaluation
+    from ct_lightning.experiment.data import build_datamodule
     from ct_lightning.experiment.train import train
 
     if task.threads > 0:  # 0: torch's default
@@ -220,7 +223,7 @@ def run_task(task: Task) -> dict:
     if evaluated:
         loaded = load_run(run_id, task.tracking_uri)
         loaded.module.to(evaluation_device(task.training.get("accelerator")))  # the data follow the model
-        datamodule = build_data(loaded.config)
+        datamodule = build_datamodule(loaded.config)
         constraints = evaluation_constraints(loaded.module, datamodule, protect=task.protected,
                                              all_mutable=not task.protected)
         result = evaluate_model(loaded.module, datamodule.x_test, datamodule.y_test, datamodule.n_classes,

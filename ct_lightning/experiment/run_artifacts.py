@@ -85,7 +85,10 @@ class EpochStepMLFlowLogger(MLFlowLogger):
         # train() ends the run FINISHED itself, after the test, the model and the plots are logged: a run
         # killed after fit() must not look finished. Failures still end it FAILED here.
         if status != "success":
-            super().finalize(status)
+            try:
+                super().finalize(status)
+            except Exception as error:  # noqa: BLE001 - an unreachable server must not hide the failure itself
+                warnings.warn(f"MLflow: the run could not be marked {status} ({str(error).splitlines()[0][:200]})")
 
 
 @contextlib.contextmanager

@@ -78,14 +78,6 @@ def load_checkpoint_with_config(path: str | Path, data: str | None = None, weigh
     return LoadedModel(load_checkpoint(path, weights_only), config, str(path))
 
 
-def build_data(config: dict, codec=None):
-    """The data module of a training configuration, set up (a table with ``codec``, the model's preprocessing)."""
-    needed = {"batch_size": None, "seed": 0, "data_dir": None, **config}
-    if needed["batch_size"] is None:
-        needed["batch_size"] = data_class(needed["data"]).default_batch_size
-    return build_datamodule(needed, codec=codec)
-
-
 TABLE_KEYS = ("target", "data_spec", "impute")
 
 
@@ -130,7 +122,7 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
                          f"--data and, if not the default MLP, --model")
     weights, implied = _architecture_from_source(source, {**given, "tracking_uri": tracking_uri})
     config = resolve_config({**given, **implied, "data": data, "tracking_uri": tracking_uri})
-    datamodule = build_data(config)
+    datamodule = build_datamodule(config)
     module = build_module(config, datamodule)
     try:
         load_weights(module.model, weights, source="its weights")

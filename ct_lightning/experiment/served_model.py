@@ -14,6 +14,7 @@ Loading either needs ``ct-lightning`` installed (the classes are pickled by refe
 
 from __future__ import annotations
 
+import logging
 import warnings
 from pathlib import Path
 
@@ -21,10 +22,13 @@ import mlflow.pyfunc
 import numpy as np
 import pandas as pd
 import torch
+from mlflow.exceptions import MlflowException
 
 from ct_lightning.evaluation.explanation import explain
+from ct_lightning.experiment.request_checks import PredictorFailed, RequestRefused, check_params, check_rows, row_limit
 
 PREDICTOR_NAME = "predictor"
+_logger = logging.getLogger(__name__)
 SEARCH_KEYS = ("generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "lr", "mutability")
 
 
@@ -34,6 +38,9 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
     ``params``: ``explain`` (bool) adds ``target``, ``target_probability`` (at the decoded counterfactual),
     ``valid``, ``counterfactual`` (column → value) and ``changes`` (``[{feature, from, to}]``);
     ``target`` (a class label, default: the most likely other class) and ``max_steps`` steer the search.
+    A bad request (see :mod:`ct_lightning.experiment.request_checks`) raises :class:`RequestRefused`: HTTP 400
+    with one line naming the column, the value and what is allowed; any other failure :class:`PredictorFailed`:
+    HTTP 500 with one line, the traceback only in the server's log.
     """
 
     def __init__(self, model: torch.nn.Module, codec, search: dict):
@@ -42,10 +49,23 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
         self.search = {k: v for k, v in search.items() if k in SEARCH_KEYS}
 
     def predict(self, context, model_input: pd.DataFrame, params: dict | None = None) -> pd.DataFrame:  # noqa: D102 - documented on the class
+        try:
+            return self._answer(model_input, dict(params or {}))
+        except MlflowException:
+            raise
+        except ValueError as error:  # request_checks' and the codec's one-line refusals of a bad request
+            raise RequestRefused(str(error).splitlines()[0]) from None
+        except Exception as error:  # noqa: BLE001 - a 500 with one line; the traceback goes to the server's log
+            _logger.exception("predictor: failed on an accepted request")
+            raise PredictorFailed(f"the predictor failed on this request ({type(error).__name__}: "
+                                  f"{(str(error).splitlines() or [''])[0]}); the server's log has the details") from None
+
+    def _answer(self, model_input, params: dict) -> pd.DataFrame:
         codec = self.codec
         frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
-        params = dict(params or {})
-        x = torch.as_tensor(codec.encode(frame[[c.name for c in codec.columns]]), dtype=torch.float32)
+        check_params(codec, params)
+        frame = check_rows(codec, frame, row_limit(bool(params.get("explain"))))
+        x = torch.as_tensor(codec.encode(frame), dtype=torch.float32)
         with torch.no_grad():
             probabilities = torch.softmax(self.model(x), dim=1).numpy()
         out = pd.DataFrame({"prediction": codec.decode_target(probabilities.argmax(1)),

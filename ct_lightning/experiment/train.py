@@ -37,7 +37,9 @@ from ct_lightning.experiment.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
                                               load_config_file, module_kwargs, resolve_config)
 from ct_lightning.experiment.atomic_files import write_json_atomic
-from ct_lightning.experiment.tracking import ensure_experiment, local_store_dir, prepare_store, run_url, ui_command
+from ct_lightning.experiment.outbox import OUTBOX_DIR, OutboxClient, pending_upload, server_writable
+from ct_lightning.experiment.tracking import ensure_experiment, local_store_dir, prepare_store
+from ct_lightning.experiment.tracking_server import is_outage, is_server_uri, run_links
 from ct_lightning.training.epoch_block import EpochBlockLoader, can_fuse
 from ct_lightning.experiment.cpu_math import check_cpu_math, cpu_math_state
 from ct_lightning.generators.compiled_step import set_expected_searches, set_search_compile
@@ -188,6 +190,8 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal) -> dic
         return _train_in_run(config, None, None, None, None, datamodule, module, resume_from,
                              [*(callbacks or []), stopper], lambda *a, **k: None)
     experiment_id = ensure_experiment(client, config["experiment"], artifact_location)
+    if is_server_uri(config["tracking_uri"]):  # an outage of the server, once the run exists, is survived
+        client = OutboxClient(client, config["tracking_uri"], lambda *a, **k: echo(*a, file=sys.stderr, **k))
     if run_id is None:
         run_id, run_name = create_run(client, experiment_id, config,
                                       {**(tags or {}), **{f"ct.{k}": v for k, v in cpu_math_state().items()}})
@@ -257,6 +261,8 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     """Fit, test and log one run; ``client`` is ``None`` on DDP ranks other than 0 (they only train)."""
     logger = EpochStepMLFlowLogger(experiment_name=config["experiment"], tracking_uri=config["tracking_uri"],
                                    run_id=run_id)
+    if isinstance(client, OutboxClient):
+        logger._mlflow_client = client  # Lightning's logger writes through it too (metrics, hyperparameters)
     if client is None:
         # ModelCheckpoint takes rank 0's folder on every rank; this one is never written.
         config["checkpoint_dir"] = str(Path(config["checkpoint_dir"] or local_store_dir(config["tracking_uri"])
@@ -264,6 +270,9 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     elif resume_from is None:
         config["checkpoint_dir"] = str(Path(config["checkpoint_dir"] or
                                             local_store_dir(config["tracking_uri"]) / "checkpoints" / run_id).resolve())
+    if isinstance(client, OutboxClient):
+        client.attach(Path(config["checkpoint_dir"]) / OUTBOX_DIR, run_id, experiment_id)
+    if client is not None and resume_from is None:
         client.set_tag(run_id, CHECKPOINT_DIR_TAG, config["checkpoint_dir"])
         defining = defining_config(config)
         # Lightning logs the module's hyperparameters itself; add the run-level settings it lacks.
@@ -273,7 +282,7 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         if module.preprocessing is not None:
             client.log_dict(run_id, module.preprocessing, PREPROCESSING_ARTIFACT)
         log_datasets(client, run_id, datamodule, config.get("data_dir"))
-    else:
+    elif client is not None:
         client.log_dict(run_id, defining_config(config), "config.json")  # records an extended max_epochs
         client.log_dict(run_id, defining_config(config), "config.yaml")
         log_missing_epoch_metrics(client, run_id, resume_from)
@@ -334,12 +343,30 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     client.log_metric(run_id, "fit_seconds", fit_seconds)
     for path in set(summary["checkpoints"].values()) - {None, ""}:
         client.log_artifact(run_id, path, artifact_path="checkpoints")
-    summary["models"] = log_models(client, config["tracking_uri"], experiment_id, run_id, module, datamodule, config,
-                                   metrics, mutability_spec(config, datamodule) or None)
-    summary["plots"] = log_training_plots(client, run_id, module, datamodule)
+    ended = False
+    if server_writable(client):  # a server that went away during training is asked once more, its outbox sent
+        try:
+            summary["models"] = log_models(client, config["tracking_uri"], experiment_id, run_id, module, datamodule,
+                                           config, metrics, mutability_spec(config, datamodule) or None)
+            summary["plots"] = log_training_plots(client, run_id, module, datamodule)
+            ended = True
+        except Exception as error:
+            if not (isinstance(client, OutboxClient) and is_outage(error)):
+                raise
+            client.went_offline(error)
+    if ended:
+        client.set_terminated(run_id, "FINISHED")  # kept in the outbox if the server went away just now
+    else:  # the models, the plots and FINISHED wait, with the final weights, for the upload command
+        client.defer_end(run_id, experiment_id, config, metrics, module)
+    pending = pending_upload(client)
+    if pending:
+        summary["tracking"] = pending
+        echo(f"warning: tracking server {config['tracking_uri']} unreachable at the end of training: run {run_id} "
+             f"is trained (checkpoints in {config['checkpoint_dir']}) but not complete on the server; "
+             f"{pending['records']} record(s) wait in {pending['outbox']}; send them and end the run with:\n  "
+             f"{pending['command']}", file=sys.stderr, flush=True)
     if config["summary_json"]:
         write_json_atomic(config["summary_json"], summary)
-    client.set_terminated(run_id, "FINISHED")
     return summary
 
 
@@ -358,9 +385,12 @@ def _unwritable(error: OSError, config: dict, last: ModelCheckpoint, run_id: str
 
 
 def announce(summary: dict) -> str:
-    """Human-readable lines naming the run and how to look at it."""
-    return "\n".join([
-        f"MLflow run id: {summary['run_id']}",
-        f"Open the MLflow UI:  {ui_command(summary['tracking_uri'])}",
-        f"then browse to {run_url(summary['experiment_id'], summary['run_id'])}",
-    ])
+    """Human-readable lines naming the run and how to look at it (a server's own UI, or the command that opens
+    the UI on a local store), and the upload command when the run's end waits for its server."""
+    lines = [f"MLflow run id: {summary['run_id']}",
+             *run_links(summary["tracking_uri"], summary["experiment_id"], summary["run_id"])]
+    pending = summary.get("tracking")
+    if pending:
+        lines.append(f"Pending upload ({pending['records']} record(s) in {pending['outbox']}); once the server "
+                     f"answers, run:  {pending['command']}")
+    return "\n".join(lines)

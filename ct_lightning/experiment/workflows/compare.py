@@ -134,14 +134,15 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
     from ct_lightning.evaluation.plots import (evaluation_figures, figure2_panels, is_image_data,  # noqa: PLC0415
                                                metric_history, plot_figure2)
     from ct_lightning.experiment.reproduce import find_evaluation  # noqa: PLC0415
-    from ct_lightning.experiment.runs import build_data, load_run  # noqa: PLC0415
+    from ct_lightning.experiment.data import build_datamodule  # noqa: PLC0415
+    from ct_lightning.experiment.runs import load_run  # noqa: PLC0415
 
     entries, summaries, results = {}, {}, {}
     datamodule = None
     for task in (t for t in tasks if t.data == data):
         run_id = outcomes[task.label]["run_id"]
         loaded = load_run(run_id, args.tracking_uri)
-        datamodule = datamodule or build_data(loaded.config)
+        datamodule = datamodule or build_datamodule(loaded.config)
         constraints = evaluation_constraints(loaded.module, datamodule, protect=task.protected,
                                              all_mutable=not task.protected)
         result = find_evaluation(client, run_id, task.eval_key())
@@ -279,7 +280,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     def on_done(outcome: dict) -> None:
         outcomes[outcome["label"]] = outcome
         link_children(client, parent, {label: o["run_id"] for label, o in outcomes.items()})
-        data = outcome["label"].rsplit("/", 1)[0]  # a table's data is a path
+        data = next(t.data for t in tasks if t.label == outcome["label"])
         if all(t.label in outcomes for t in tasks if t.data == data):
             row, row_plots = compare_data(data, outcomes, tasks, args, client, parent, out_dir)
             rows[data] = row

@@ -35,7 +35,8 @@ def check_inputs(args: argparse.Namespace) -> None:
 def load(args: argparse.Namespace):
     """The model (``LoadedModel``), its data module, protocol and constraints; a refused input raises."""
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
-    from ct_lightning.experiment.runs import build_data, load_any_checkpoint, load_run  # noqa: PLC0415
+    from ct_lightning.experiment.data import build_datamodule  # noqa: PLC0415
+    from ct_lightning.experiment.runs import load_any_checkpoint, load_run  # noqa: PLC0415
 
     given = {key: getattr(args, key) for key in GIVEN}
     if args.run_id:
@@ -49,7 +50,7 @@ def load(args: argparse.Namespace):
     if is_table_file(loaded.config.get("data")) and not loaded.config.get("target"):
         raise InputError("--target", None, "the column to predict in the table " + str(loaded.config["data"]))
     codec = getattr(loaded.module, "preprocessing", None) if is_table_file(loaded.config.get("data")) else None
-    datamodule = loaded.extra.get("datamodule") or build_data(loaded.config, codec=codec)
+    datamodule = loaded.extra.get("datamodule") or build_datamodule(loaded.config, codec=codec)
     if codec is not None:
         print(f"encoding {loaded.config['data']} with the model's own preprocessing (ct_preprocessing of the "
               f"checkpoint: {len(datamodule.feature_names)} inputs)", flush=True)

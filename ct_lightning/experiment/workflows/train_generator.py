@@ -10,7 +10,8 @@ from pathlib import Path
 
 from ct_lightning.experiment.atomic_files import write_json_atomic
 from ct_lightning.experiment.runner import checking, open_store, start
-from ct_lightning.experiment.tracking import check_tracking_reachable, run_url, ui_command
+from ct_lightning.experiment.tracking import check_tracking_reachable
+from ct_lightning.experiment.tracking_server import run_links
 from ct_lightning.experiment.validation import (InputError, check_accelerator, check_checkpoint_file,
                                                 check_model_fits, check_output_file, check_run_ids)
 
@@ -89,12 +90,12 @@ def run(args: argparse.Namespace) -> dict:
     from torch.utils.data import DataLoader, TensorDataset  # noqa: PLC0415
 
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415
-    from ct_lightning.experiment.runs import build_data  # noqa: PLC0415
+    from ct_lightning.experiment.data import build_datamodule  # noqa: PLC0415
     from ct_lightning.generators.amortised import CounterfactualNetworkModule, one_hot_groups  # noqa: PLC0415
 
     with checking():
         loaded = load_classifier(args)
-        datamodule = build_data(loaded.config)
+        datamodule = build_datamodule(loaded.config)
         check_model_fits("--checkpoint" if args.checkpoint else "--run-id", args.checkpoint or args.run_id,
                          loaded.module, datamodule)
     classifier = loaded.module.model.eval()
@@ -148,6 +149,5 @@ def run(args: argparse.Namespace) -> dict:
     gen = results["generator"]
     print(f"generator ({args.variant}): validity {gen['validity']:.3f}, MMD² {gen['mmd2']:.4f}, "
           f"per-class mean {gen['mmd2_class_mean']:.4f}, ℓ1 {gen['l1']:.3f}, ℓ0 {gen['l0']:.2f}")
-    print(f"MLflow run id: {run_id}\nOpen the MLflow UI:  {ui_command(args.tracking_uri)}\n"
-          f"then browse to {run_url(logger.experiment_id, run_id)}")
+    print("\n".join([f"MLflow run id: {run_id}", *run_links(args.tracking_uri, logger.experiment_id, run_id)]))
     return summary
