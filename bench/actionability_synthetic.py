@@ -43,16 +43,16 @@ from ct_lightning.constraints import parse_mutability
 from ct_lightning.evaluation import EvaluationConfig, evaluate_model, evaluation_constraints
 from ct_lightning.evaluation.compare import compare_evaluations
 from ct_lightning.evaluation.protocol import protocol_settings
-from ct_lightning.experiment.reproduce import (CONFIG_KEY_TAG, REFERENCE_PROTECTED_CT, REFERENCE_TRAINING,
+from ct_lightning.experiment.studies.reproduce import (CONFIG_KEY_TAG, REFERENCE_PROTECTED_CT, REFERENCE_TRAINING,
                                                evaluation_key, find_evaluation, find_finished_training,
                                                save_evaluation, stable_key, training_key)
-from ct_lightning.experiment.protocol_options import reference_individuals
-from ct_lightning.experiment.runs import load_run
-from ct_lightning.experiment.data import build_datamodule
-from ct_lightning.experiment.settings import resolve_config
-from ct_lightning.experiment.atomic_files import write_json_atomic, write_text_atomic
-from ct_lightning.experiment.tracking import prepare_store
-from ct_lightning.experiment.train import train
+from ct_lightning.experiment.configuration.protocol_options import reference_individuals
+from ct_lightning.experiment.runs.loading import load_run
+from ct_lightning.experiment.configuration.data import build_datamodule
+from ct_lightning.experiment.configuration.settings import resolve_config
+from ct_lightning.experiment.runs.atomic_files import write_json_atomic, write_text_atomic
+from ct_lightning.experiment.runs.tracking import prepare_store
+from ct_lightning.experiment.runs.train import train
 
 VARIANTS = ("reference", "domain2", "adv", "advonly", "regonly", "x2", "tau95", "steps500", "nodomain", "july",
             "allces", "valid95")

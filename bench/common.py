@@ -23,7 +23,7 @@ DEFAULT_DATA_DIR = "/work/shared/data/raw"
 def setup_environment() -> None:
     """Read the raw data from the shared copy (unless CT_DATA_DIR is set) and never download; tune the allocator
     as the recipes do (``keep_freed_memory``), so that every section measures what a recipe's process runs."""
-    from ct_lightning.experiment.allocator import keep_freed_memory
+    from ct_lightning.experiment.configuration.allocator import keep_freed_memory
 
     if not os.environ.get("CT_DATA_DIR") and Path(DEFAULT_DATA_DIR).is_dir():
         os.environ["CT_DATA_DIR"] = DEFAULT_DATA_DIR
@@ -90,7 +90,7 @@ def cpu_model() -> str:
 def machine_info(device: torch.device) -> dict:
     import lightning
 
-    from ct_lightning.experiment.allocator import keep_freed_memory  # applied once: here it reports the state
+    from ct_lightning.experiment.configuration.allocator import keep_freed_memory  # applied once: here it reports the state
 
     info = {
         "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),

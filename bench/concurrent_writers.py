@@ -45,8 +45,8 @@ def writer(tracking_uri: str, index: int, epochs: int, keys: int, barrier: Path,
     from mlflow.entities import Metric, Param
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.lifecycle import create_run
-    from ct_lightning.experiment.tracking import ensure_experiment, prepare_store
+    from ct_lightning.experiment.runs.lifecycle import create_run
+    from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
 
     while not barrier.exists():
         time.sleep(0.05)

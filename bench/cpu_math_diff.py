@@ -13,7 +13,7 @@ from pathlib import Path
 
 import torch
 
-from ct_lightning.experiment.runs import load_run
+from ct_lightning.experiment.runs.loading import load_run
 
 ROOT = Path(sys.argv[1] if len(sys.argv) > 1 else "outputs/cpu")
 

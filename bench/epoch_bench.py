@@ -108,8 +108,8 @@ def make_trainer(epochs: int, accelerator: str, callbacks: list, profiler=None) 
 
 def build(datamodule, objective: str, overrides: dict | None = None, seed: int = 0):
     """A ``CTModule`` for ``datamodule`` with the paper's defaults (SPEC Note 1 and the set's Table 2 row)."""
-    from ct_lightning.experiment.settings import DATA_DEFAULT_KEYS, DEFAULTS
-    from ct_lightning.experiment.train import build_module
+    from ct_lightning.experiment.configuration.settings import DATA_DEFAULT_KEYS, DEFAULTS
+    from ct_lightning.experiment.runs.train import build_module
 
     config = {**DEFAULTS, **{k: v for k, v in datamodule.ct_defaults.items() if k in DATA_DEFAULT_KEYS},
               **(overrides or {}), "objective": objective, "seed": seed}

@@ -30,8 +30,8 @@ def inner(max_epochs: int, folder: str) -> dict:
     import lightning  # noqa: F401
     import mlflow  # noqa: F401
 
-    from ct_lightning.experiment import grids
-    from ct_lightning.experiment.train import train  # noqa: F401
+    from ct_lightning.experiment.studies import grids
+    from ct_lightning.experiment.runs.train import train  # noqa: F401
     timings["import_lightning_mlflow_ct"] = time.perf_counter() - t
 
     torch.set_num_threads(1)
@@ -39,7 +39,7 @@ def inner(max_epochs: int, folder: str) -> dict:
     t = time.perf_counter()
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.tracking import ensure_experiment, prepare_store
+    from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
     location = prepare_store(uri)
     ensure_experiment(MlflowClient(tracking_uri=uri), "bench", location)
     timings["mlflow_store_setup"] = time.perf_counter() - t
@@ -52,7 +52,7 @@ def inner(max_epochs: int, folder: str) -> dict:
         job = grids.ModelJob("moons", overrides, grids.grid_protocol(grid, "moons"), uri, "bench")
         row = {"objective": objective}
         t = time.perf_counter()
-        from ct_lightning.experiment.reproduce import find_finished_training
+        from ct_lightning.experiment.studies.reproduce import find_finished_training
         find_finished_training(MlflowClient(tracking_uri=uri), "bench", job.key())
         row["key_and_lookup"] = time.perf_counter() - t
         t = time.perf_counter()
@@ -61,7 +61,7 @@ def inner(max_epochs: int, folder: str) -> dict:
         row["fit"] = out["metrics"]["fit_seconds"]
         row["train_overhead"] = row["train_total"] - row["fit"]
         t = time.perf_counter()
-        from ct_lightning.experiment.data import build_datamodule
+        from ct_lightning.experiment.configuration.data import build_datamodule
         build_datamodule({"data": "moons", "seed": 0, "batch_size": 30})
         row["build_data"] = time.perf_counter() - t
         t = time.perf_counter()

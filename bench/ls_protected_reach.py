@@ -19,8 +19,8 @@ import sys
 import torch
 
 from ct_lightning.evaluation import evaluation_constraints
-from ct_lightning.experiment.runs import load_run
-from ct_lightning.experiment.data import build_datamodule
+from ct_lightning.experiment.runs.loading import load_run
+from ct_lightning.experiment.configuration.data import build_datamodule
 
 
 def reach(predict, x: torch.Tensor, grid: torch.Tensor) -> torch.Tensor:

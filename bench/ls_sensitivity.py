@@ -9,7 +9,7 @@ with the data option ``center_distance``: the default centres moved about their 
 the line through them; every sample keeps its noise draw.
 
 Resumable twice over: trainings and evaluations are found in the MLflow store by their keys
-(``ct_lightning.experiment.reproduce``), and a point whose ``points/<label>.json`` exists is
+(``ct_lightning.experiment.studies.reproduce``), and a point whose ``points/<label>.json`` exists is
 skipped. Runs one model at a time. Writes docs/ls_sensitivity.{md,png,json} from every point
 found.
 
@@ -30,10 +30,10 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from ct_lightning.evaluation.compare import compare_evaluations
-from ct_lightning.experiment.protocol_options import add_protocol_arguments, protocol_config
-from ct_lightning.experiment.reproduce import ROLES, Task, find_evaluation, role_training_overrides, run_task
-from ct_lightning.experiment.atomic_files import write_json_atomic, write_text_atomic
-from ct_lightning.experiment.tracking import prepare_store
+from ct_lightning.experiment.configuration.protocol_options import add_protocol_arguments, protocol_config
+from ct_lightning.experiment.studies.reproduce import ROLES, Task, find_evaluation, role_training_overrides, run_task
+from ct_lightning.experiment.runs.atomic_files import write_json_atomic, write_text_atomic
+from ct_lightning.experiment.runs.tracking import prepare_store
 from datamodules.synthetic import LinearlySeparable
 
 REPO = Path(__file__).resolve().parent.parent

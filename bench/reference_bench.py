@@ -5,7 +5,7 @@ The plain loop is what a user would write by hand: the same model (built by
 same learning rate, the same data order (``torch.randperm`` from a generator seeded like the
 data module's, which is what ``DataLoader(shuffle=True, generator=...)`` draws), and a forward
 pass over the validation split each epoch. Our epochs are measured as users run them: a
-``train()`` run of ``ct_lightning.experiment.train`` with validation, both checkpoint callbacks
+``train()`` run of ``ct_lightning.experiment.runs.train`` with validation, both checkpoint callbacks
 and MLflow logging into a temporary SQLite store. The three are interleaved (plain, vanilla,
 full, plain, ...) so that a change in the machine's load hits all of them alike; an epoch is
 timed from one ``on_train_epoch_start`` to the next (the last one to ``on_train_end``), and the
@@ -30,7 +30,7 @@ VANILLA_TARGET = 1.2
 
 
 def _settings(datamodule, overrides: dict) -> dict:
-    from ct_lightning.experiment.settings import DATA_DEFAULT_KEYS, DEFAULTS
+    from ct_lightning.experiment.configuration.settings import DATA_DEFAULT_KEYS, DEFAULTS
 
     return {**DEFAULTS, **{k: v for k, v in datamodule.ct_defaults.items() if k in DATA_DEFAULT_KEYS}, **overrides}
 
@@ -137,7 +137,7 @@ def our_epochs(data: str, objective: str, architecture: str, epochs: int, accele
                seed: int = 0, epoch_loop: str = "auto", search_compile: str = "auto") -> list:
     """Wall/CPU seconds of each epoch of a ``train()`` run (validation, checkpoints, MLflow included)."""
     from bench.epoch_bench import EpochTimer
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.train import train
 
     timer = EpochTimer()
     train({"data": data, "objective": objective, "model": architecture, "max_epochs": epochs, "seed": seed,
@@ -212,7 +212,7 @@ def protocol_time(name: str, datamodule, device: torch.device, log=print, n_runs
     5 λ_egy, T = 50) for one briefly trained MLP, robust accuracy included."""
     from bench.common import train_vanilla
     from ct_lightning.evaluation.protocol import EvaluationConfig, evaluate_model, protocol_settings
-    from ct_lightning.experiment.protocol_options import reference_individuals
+    from ct_lightning.experiment.configuration.protocol_options import reference_individuals
 
     model, _ = train_vanilla(datamodule, epochs=1, device=device)
     settings = {**protocol_settings("reference"), **({"n_runs": n_runs} if n_runs else {})}

@@ -150,7 +150,7 @@ def _reference_section(results: dict) -> list[str]:
              "(`torch.randperm` from the data module's seeded generator, as `DataLoader(shuffle=True)` draws), plus a "
              "forward pass over the validation split each epoch (in the validation loader's batches of up to 4 096 rows). "
              "*vanilla* and *full* are `train()` runs of "
-             "`ct_lightning.experiment.train` as users run them (default settings, so the fused epoch loop): validation, the last/best checkpoints and MLflow "
+             "`ct_lightning.experiment.runs.train` as users run them (default settings, so the fused epoch loop): validation, the last/best checkpoints and MLflow "
              "logging into a temporary SQLite store (no progress bar). The three are interleaved; an epoch runs "
              "from one `on_train_epoch_start` to the next, the first epoch of each run is a warm-up. CPU time is "
              "this process's CPU seconds (it includes SQLite's and MLflow's work, not time spent waiting for a "
@@ -721,7 +721,7 @@ compare seeded CT runs on circles and Adult before and after the latest changes)
   distance is max(max, −min) of it, with no |x' − x| tensor), and the constrained SGD step writes into the
   gradient's buffer instead of a new pool-sized block. −17 % CPU time per MNIST-shaped search (pool 5 000),
   −5 % Adult-shaped, unchanged on circles; outputs bit-identical (`tests/test_search_one_loop.py`).
-* **Pool-sized blocks kept by the allocator** (`ct_lightning/experiment/allocator.py`, called by every
+* **Pool-sized blocks kept by the allocator** (`ct_lightning/experiment/configuration/allocator.py`, called by every
   recipe and by `train()`): glibc serves blocks above its mmap threshold with `mmap` and unmaps them when
   freed, so each search step page-faulted its pool-sized tensors in again (20 000–130 000 page faults per MNIST CT
   epoch). `keep_freed_memory` raises the mmap threshold to 32 MiB and the trim threshold to 1 GiB; after two
@@ -823,10 +823,10 @@ of a step; small on circles, where a step is kernel-launch overhead.
    circles CT epoch measured with Lightning's profiler was ~6× slower). The benchmark uses `--threads 1` by
    default (`--threads 0` keeps torch's default); the training recipes may want the same
    (`torch.set_num_threads(1)` or `OMP_NUM_THREADS=1`) for the paper's small MLPs on a shared CPU.
-3. **`experiment/train.py`: checkpoint cost per epoch.** A `train()` epoch saves `last.ckpt` and, when
+3. **`experiment/runs/train.py`: checkpoint cost per epoch.** A `train()` epoch saves `last.ckpt` and, when
    `val/acc` improves, `best.ckpt` (3–7 ms each here); `ModelCheckpoint(every_n_epochs=...)` would be the
    lever, at the price of a resume that repeats up to that many epochs, so it is not the default.
-4. **`experiment/train.py`: a cheap progress bar.** In a fused epoch Lightning's bar advances once per
+4. **`experiment/runs/train.py`: a cheap progress bar.** In a fused epoch Lightning's bar advances once per
    epoch (one block); with `--epoch-loop lightning` it redraws at every step, and
    `TQDMProgressBar(refresh_rate=max(1, batches // 20))` would redraw it ~20 times per epoch instead (not
    measured here: the benchmark runs without a progress bar).

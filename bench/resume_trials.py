@@ -45,7 +45,7 @@ def kill_inside(overrides: dict, rng: random.Random) -> str:
 
 
 def kill_outside(overrides: dict, rng: random.Random, max_delay: float = 4.0) -> str:
-    code = ("import json, sys, torch; torch.set_num_threads(1); from ct_lightning.experiment.train import train; "
+    code = ("import json, sys, torch; torch.set_num_threads(1); from ct_lightning.experiment.runs.train import train; "
             "train(json.loads(sys.argv[1]))")
     # Output to a file, not a pipe: a pipe nobody reads fills up and stalls the child before it is killed.
     log = tempfile.NamedTemporaryFile("w+", prefix="ct-kill-", suffix=".log", delete=False)
@@ -88,7 +88,7 @@ def main(argv=None) -> dict:
     torch.set_num_threads(1)
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.train import train
 
     quiet = lambda *a, **k: None  # noqa: E731
     folder = Path(tempfile.mkdtemp(prefix="ct-resume-trials-"))

@@ -28,7 +28,7 @@ def main() -> dict:
     os.environ.setdefault("CT_OFFLINE", "1")
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.train import train
 
     out = {}
     for data, epochs in (("circles", 5), ("adult", 3)):

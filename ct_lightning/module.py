@@ -45,7 +45,7 @@ class CTModule(L.LightningModule):
 
     # An argument annotated ``Annotated[type, {"help": ..., "group": ..., bounds}]`` is a training setting: its
     # default and this option make DEFAULTS, the command-line option, the YAML key and its validation
-    # (ct_lightning.experiment.settings; "choices" names a function of ct_lightning.experiment.catalogue).
+    # (ct_lightning.experiment.configuration.settings; "choices" names a function of ct_lightning.experiment.configuration.catalogue).
     def __init__(
         self, model: nn.Module | None = None, n_features: int | None = None, n_classes: int = 2,
         hidden_sizes: Annotated[tuple[int, ...] | list[int], {"help": "MLP hidden layer sizes, e.g. 64,64 (default {DFLT})",

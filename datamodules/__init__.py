@@ -2,7 +2,7 @@
 
 A new data set is one new module with one ``@register("name")`` class derived from :class:`TensorDataModule`
 (its facts are class attributes): the registry imports every module of this package the first time a name is
-looked up, and ``ct_lightning.experiment.catalogue`` reads the names from the same files without importing them.
+looked up, and ``ct_lightning.experiment.configuration.catalogue`` reads the names from the same files without importing them.
 A class registered at run time (``register("loans")(LoanData)``) is seen by the command lines too. Importing
 this package alone loads nothing heavy (the core's searches import :mod:`datamodules.feature_types` from it
 without pandas or scikit-learn).

@@ -18,9 +18,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ct_lightning.experiment.options import add_arguments
+from ct_lightning.experiment.configuration.options import add_arguments
 from ct_lightning.experiment.runner import recipe_parser, run_recipe
-from ct_lightning.experiment.validation import console_entry
+from ct_lightning.experiment.configuration.validation import console_entry
 from ct_lightning.experiment.workflows.appendix import grid_names, run
 
 

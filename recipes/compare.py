@@ -36,10 +36,10 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ct_lightning.experiment.options import add_arguments
-from ct_lightning.experiment.protocol_options import add_protocol_arguments
+from ct_lightning.experiment.configuration.options import add_arguments
+from ct_lightning.experiment.configuration.protocol_options import add_protocol_arguments
 from ct_lightning.experiment.runner import recipe_parser, run_recipe
-from ct_lightning.experiment.validation import console_entry
+from ct_lightning.experiment.configuration.validation import console_entry
 from ct_lightning.experiment.workflows.compare import ROLES, run
 
 

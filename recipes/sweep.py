@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ct_lightning.experiment import catalogue
-from ct_lightning.experiment.options import add_arguments
+from ct_lightning.experiment.configuration import catalogue
+from ct_lightning.experiment.configuration.options import add_arguments
 from ct_lightning.experiment.runner import recipe_parser, run_recipe
-from ct_lightning.experiment.validation import console_entry
+from ct_lightning.experiment.configuration.validation import console_entry
 
 
-SWEEP = "ct_lightning.experiment.sweep"  # read without importing torch (see catalogue)
+SWEEP = "ct_lightning.experiment.studies.sweep"  # read without importing torch (see catalogue)
 MODES, SEARCHES = catalogue.constant(SWEEP, "MODES"), catalogue.constant(SWEEP, "SEARCHES")
 
 

@@ -15,7 +15,7 @@ ROWS, FEATURES = 2000, 784  # an MNIST-shaped pool: 6.3 MB per pool-sized tensor
 PROBE = f"""
 import json, resource, sys, torch
 if sys.argv[1] == "tuned":
-    from ct_lightning.experiment.allocator import keep_freed_memory
+    from ct_lightning.experiment.configuration.allocator import keep_freed_memory
     assert keep_freed_memory()
 from ct_lightning.generators import make_generator
 from ct_lightning.generators.search import search_counterfactuals
@@ -61,7 +61,7 @@ def test_a_search_reuses_the_blocks_its_steps_freed():
 
 
 def test_keep_freed_memory_is_applied_once_and_says_whether_it_could():
-    from ct_lightning.experiment.allocator import keep_freed_memory
+    from ct_lightning.experiment.configuration.allocator import keep_freed_memory
 
     first = keep_freed_memory()
     assert isinstance(first, bool) and keep_freed_memory() is first

@@ -7,9 +7,9 @@ import pytest
 import torch
 from sklearn import datasets
 
-from ct_lightning.experiment.data import build_datamodule
-from ct_lightning.experiment.reproduce import training_key
-from ct_lightning.experiment.settings import resolve_config
+from ct_lightning.experiment.configuration.data import build_datamodule
+from ct_lightning.experiment.studies.reproduce import training_key
+from ct_lightning.experiment.configuration.settings import resolve_config
 from datamodules.synthetic import LinearlySeparable, Overlapping
 
 N = 3600 + 600 + 600

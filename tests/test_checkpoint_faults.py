@@ -20,9 +20,9 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.experiment.checkpoint_io import AtomicCheckpointIO, previous_of
-from ct_lightning.experiment.lifecycle import completed_epochs
-from ct_lightning.experiment.train import train
+from ct_lightning.experiment.runs.checkpoint_io import AtomicCheckpointIO, previous_of
+from ct_lightning.experiment.runs.lifecycle import completed_epochs
+from ct_lightning.experiment.runs.train import train
 
 TINY = {"data": "moons", "max_epochs": 4, "limit_train_batches": 3, "limit_val_batches": 1, "nce": 20,
         "progress": False, "seed": 5}

@@ -10,7 +10,7 @@ from reference_search import search_counterfactuals as reference_search
 from test_search_closed_form import CASES, trained_model
 
 from ct_lightning.constraints import BOTH, DECREASE, INCREASE, NONE, Constraints
-from ct_lightning.experiment.settings import validate_config
+from ct_lightning.experiment.configuration.settings import validate_config
 from ct_lightning.generators import ECCo, Generic
 from ct_lightning.generators import compiled_step
 from ct_lightning.generators.compiled_step import (AUTO_MIN_VALUES, GPU_COMPILE_SECONDS, GPU_SAVED_SECONDS_PER_VALUE,
@@ -150,7 +150,7 @@ def test_auto_on_a_gpu_compiles_when_the_expected_searches_save_more_than_a_comp
 def test_expected_searches_count_the_runs_searches():
     from types import SimpleNamespace
 
-    from ct_lightning.experiment.train import expected_searches as count
+    from ct_lightning.experiment.runs.train import expected_searches as count
 
     data = SimpleNamespace(train_tensors=(torch.zeros(95, 2), torch.zeros(95)), batch_size=10)
     base = {"objective": "full", "pool": "epoch", "max_epochs": 7, "limit_train_batches": None}
@@ -192,8 +192,8 @@ def test_ct_training_is_the_same_with_the_compiled_step(tmp_path):
     """A short CT run on circles with the step compiled and eager: the same weights and metrics."""
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.checkpoints import read_checkpoint
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.checkpoints import read_checkpoint
+    from ct_lightning.experiment.runs.train import train
 
     runs = {}
     try:

@@ -8,7 +8,7 @@ import torch
 from mlflow.tracking import MlflowClient
 from torch import nn
 
-from ct_lightning.experiment.consistency import ConsistencyConfig, flat_metrics
+from ct_lightning.experiment.studies.consistency import ConsistencyConfig, flat_metrics
 from ct_lightning.metrics import InvalidationRate, invalidation_rate
 
 from recipe_loader import load_recipe

@@ -7,8 +7,8 @@ import warnings
 
 import pytest
 
-from ct_lightning.experiment.console import child_training_echo, quiet_console
-from ct_lightning.experiment.train import train
+from ct_lightning.experiment.configuration.console import child_training_echo, quiet_console
+from ct_lightning.experiment.runs.train import train
 
 TINY = {"data": "moons", "max_epochs": 1, "limit_train_batches": 2, "limit_val_batches": 1, "nce": 10,
         "progress": False}

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ct_lightning.experiment.reproduce import training_key
-from ct_lightning.experiment.settings import resolve_config
+from ct_lightning.experiment.studies.reproduce import training_key
+from ct_lightning.experiment.configuration.settings import resolve_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -44,7 +44,7 @@ def test_portable_training_runs_with_scalar_kernels_and_says_so(tmp_path):
 def test_portable_is_refused_where_torch_already_runs_native_kernels(tmp_path):
     import torch
 
-    from ct_lightning.experiment.cpu_math import apply_cpu_math, check_cpu_math
+    from ct_lightning.experiment.configuration.cpu_math import apply_cpu_math, check_cpu_math
 
     if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
         pytest.skip("this interpreter already runs torch's scalar kernels")

@@ -6,8 +6,8 @@ import torch
 from mlflow.tracking import MlflowClient
 
 from ct_lightning.training.epoch_block import EpochBlock, EpochBlockLoader, can_fuse
-from ct_lightning.experiment.checkpoints import read_checkpoint
-from ct_lightning.experiment.train import train
+from ct_lightning.experiment.runs.checkpoints import read_checkpoint
+from ct_lightning.experiment.runs.train import train
 from datamodules import get_datamodule
 
 

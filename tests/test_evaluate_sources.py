@@ -16,7 +16,7 @@ TINY = ["--n-individuals", "4", "--n-runs", "1", "--no-log", "--lambda-energy", 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
     """A real one-epoch training on the loans fixture, with its MLflow store and checkpoint folder."""
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.train import train
 
     folder = tmp_path_factory.mktemp("loans-run")
     uri = f"sqlite:///{folder}/mlflow.db"
@@ -42,7 +42,7 @@ def test_a_lightning_checkpoint_on_the_users_table_uses_its_own_preprocessing(tr
 
 
 def test_a_plain_state_dict_needs_the_data_and_infers_the_mlp(trained, tmp_path):
-    from ct_lightning.experiment.runs import load_any_checkpoint
+    from ct_lightning.experiment.runs.loading import load_any_checkpoint
 
     checkpoint = torch.load(trained["ckpt"], weights_only=True)
     state = {k[len("model."):]: v for k, v in checkpoint["state_dict"].items() if k.startswith("model.")}

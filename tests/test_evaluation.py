@@ -25,9 +25,9 @@ from ct_lightning.callbacks import VAL_METRICS, CounterfactualEvaluation  # noqa
 from ct_lightning.module import CTModule  # noqa: E402
 from ct_lightning.evaluation.plots import evaluation_figures, integrated_gradients_by_class  # noqa: E402
 from ct_lightning.evaluation import evaluation_constraints  # noqa: E402
-from ct_lightning.experiment.runs import load_run  # noqa: E402
-from ct_lightning.experiment.data import build_datamodule  # noqa: E402
-from ct_lightning.experiment.train import train  # noqa: E402
+from ct_lightning.experiment.runs.loading import load_run  # noqa: E402
+from ct_lightning.experiment.configuration.data import build_datamodule  # noqa: E402
+from ct_lightning.experiment.runs.train import train  # noqa: E402
 
 TINY = EvaluationConfig(n_individuals=20, n_runs=2, lambda_energies=(1.0, 5.0), robust_epsilons=(0.0, 0.03, 0.1))
 

@@ -86,7 +86,7 @@ def test_text_and_json_forms():
 def test_ct_explain_on_a_logged_run_prints_writes_json_and_logs(tmp_path):
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.train import train
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run = train({"data": "moons", "max_epochs": 1, "nce": 20, "progress": False, "tracking_uri": uri,
@@ -106,8 +106,8 @@ def test_ct_explain_on_a_logged_run_prints_writes_json_and_logs(tmp_path):
 
 
 def test_rows_the_model_cannot_read_are_refused_before_the_search():
-    from ct_lightning.experiment.explanations import Explainable, check_rows
-    from ct_lightning.experiment.validation import InputError
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows
+    from ct_lightning.experiment.configuration.validation import InputError
 
     loaded = Explainable(model_of_income_and_home(), SmallCodec(), {}, None, True)
     for rows, message in ((ROWS.assign(home=["rent", "castle"]), "--rows: got 'home=castle' (unseen category); "
@@ -125,7 +125,7 @@ def test_predictor_of_a_tabular_codec_has_typed_named_columns_and_string_classes
     import mlflow
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.served_model import log_predictor
+    from ct_lightning.experiment.runs.served_model import log_predictor
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     client = MlflowClient(uri)
@@ -146,8 +146,8 @@ def test_predictor_of_a_tabular_codec_has_typed_named_columns_and_string_classes
 
 
 def test_a_run_that_trained_no_step_is_explained_from_its_logged_models(tmp_path):
-    from ct_lightning.experiment.explanations import explain_loaded, load_explainable, search_settings
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.explanations import explain_loaded, load_explainable, search_settings
+    from ct_lightning.experiment.runs.train import train
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     run = train({"data": "moons", "objective": "vanilla", "limit_train_batches": 0, "max_epochs": 1,

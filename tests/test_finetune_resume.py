@@ -15,10 +15,10 @@ from mlflow.tracking import MlflowClient
 from torch import nn
 
 from ct_lightning import CTModule
-from ct_lightning.experiment.checkpoints import read_checkpoint
+from ct_lightning.experiment.runs.checkpoints import read_checkpoint
 from ct_lightning.models import LeNet, build_mlp
-from ct_lightning.experiment.settings import load_config_file, parse_generator_options
-from ct_lightning.experiment.train import train
+from ct_lightning.experiment.configuration.settings import load_config_file, parse_generator_options
+from ct_lightning.experiment.runs.train import train
 from datamodules import get_datamodule
 from recipe_loader import load_recipe
 
@@ -221,7 +221,7 @@ def test_every_option_allowed_with_resume_applies_to_the_resumed_training(tmp_pa
     """--resume accepts the options whose settings row says ``on_resume``; each must reach the resumed training
     (before, only five were applied and --epoch-loop, --search-compile, --devices, --strategy, --threads were
     silently dropped)."""
-    from ct_lightning.experiment.settings import RESUME_OPTIONS  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.settings import RESUME_OPTIONS  # noqa: PLC0415
 
     uri = {"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "resume-options"}
     first = RunSettings()

@@ -151,7 +151,7 @@ def test_a_new_generator_is_one_new_file(tmp_path):
     from package_copy import ROOT, copy_package, run_with_copy
 
     (copy_package(tmp_path) / "generators" / "noisy.py").write_text(NEW_GENERATOR)
-    catalogue = run_with_copy(tmp_path, "import json, sys; from ct_lightning.experiment import catalogue; "
+    catalogue = run_with_copy(tmp_path, "import json, sys; from ct_lightning.experiment.configuration import catalogue; "
                                         "print(json.dumps([catalogue.generators(), 'torch' in sys.modules]))")
     assert catalogue == [["amortised", "ecco", "generic", "noisy", "revise", "sns"], False]
     registry = run_with_copy(tmp_path, "import json; from ct_lightning.generators import GENERATORS, make_generator; "

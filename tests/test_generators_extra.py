@@ -229,7 +229,7 @@ def test_ctmodule_trains_with_extra_generators(moons, tmp_path, generator, optio
 
 # --------------------------------------------------------------------------------- recipes
 def test_train_generator_recipe_end_to_end(tmp_path):
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.train import train
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     classifier = train({"data": "moons", "objective": "vanilla", "max_epochs": 1, "limit_train_batches": 5,

@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from ct_lightning.experiment.grids import (NOTE1, VANILLA_IGNORED, effective_overrides, f1_score, load_grid,
+from ct_lightning.experiment.studies.grids import (NOTE1, VANILLA_IGNORED, effective_overrides, f1_score, load_grid,
                                            plan)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -79,8 +79,8 @@ def test_f1_against_a_hand_count():
 
 
 def test_vanilla_training_ignores_the_search_settings(tmp_path):
-    from ct_lightning.experiment.runs import load_run
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.loading import load_run
+    from ct_lightning.experiment.runs.train import train
 
     uri = f"sqlite:///{tmp_path}/m.db"
     base = {"data": "moons", "objective": "vanilla", "max_epochs": 1, "tracking_uri": uri, "progress": False}
@@ -150,7 +150,7 @@ def test_tiny_grid_end_to_end_resumes_and_shares_bl(tmp_path, monkeypatch):
     parents = client.search_runs([experiment.experiment_id], "tags.`ct.role` = 'grid'")
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     # The report: tables and box plots from the results.
-    from ct_lightning.experiment.appendix_report import write_report
+    from ct_lightning.experiment.studies.appendix_report import write_report
 
     doc = tmp_path / "docs" / "appendix.md"
     evidence = write_report(tmp_path, tmp_path / "docs" / "appendix", doc)
@@ -161,7 +161,7 @@ def test_tiny_grid_end_to_end_resumes_and_shares_bl(tmp_path, monkeypatch):
 
 
 def test_percent_change_from_the_matching_baseline():
-    from ct_lightning.experiment.appendix_report import medians_by, percent_changes
+    from ct_lightning.experiment.studies.appendix_report import medians_by, percent_changes
 
     def row(objective, generator, ips):
         groups = [{"run": r, "lambda_energy": 1.0, "ip": ip, "cost": 1.0, "validity": 1.0} for r, ip in enumerate(ips)]
@@ -179,8 +179,8 @@ def test_percent_change_from_the_matching_baseline():
 
 def test_training_key_unchanged_by_the_table_data_settings_at_their_defaults():
     # Stores filled before --data-spec/--impute/--target existed are still found (grids resume across versions).
-    from ct_lightning.experiment.reproduce import training_key
-    from ct_lightning.experiment.settings import resolve_config
+    from ct_lightning.experiment.studies.reproduce import training_key
+    from ct_lightning.experiment.configuration.settings import resolve_config
 
     config = resolve_config({"data": "moons"})
     older = {k: v for k, v in config.items() if k not in ("data_spec", "impute", "target")}

@@ -13,11 +13,11 @@ import pytest
 import torch
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.experiment.lifecycle import ERROR_TAG, RUN_ONLY_KEYS, defining_config
-from ct_lightning.experiment.runs import load_checkpoint
-from ct_lightning.experiment.settings import load_config_file
-from ct_lightning.experiment.tracking import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
-from ct_lightning.experiment.train import train
+from ct_lightning.experiment.runs.lifecycle import ERROR_TAG, RUN_ONLY_KEYS, defining_config
+from ct_lightning.experiment.runs.loading import load_checkpoint
+from ct_lightning.experiment.configuration.settings import load_config_file
+from ct_lightning.experiment.runs.tracking import EXPERIMENT_KIND_TAG, MODEL_TRAINING_KIND
+from ct_lightning.experiment.runs.train import train
 from recipe_loader import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -155,8 +155,8 @@ def test_a_signal_stops_at_a_checkpoint_marks_the_run_killed_and_resumes_bit_ide
     """SIGTERM (preemption) or SIGINT (Ctrl-C) in epoch 2 (of 0..3): the epoch finishes and is checkpointed, the
     run ends KILLED with the tag ct.interrupted, the exit status is 128 + the signal; a second signal stops at
     once (the checkpoint of epoch 1 stays the resume point). --resume then ends bit-identical to a whole run."""
-    from ct_lightning.experiment.interrupt import INTERRUPTED_TAG
-    from ct_lightning.experiment.lifecycle import completed_epochs, last_checkpoint_of
+    from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG
+    from ct_lightning.experiment.runs.lifecycle import completed_epochs, last_checkpoint_of
 
     exp = {**store, "experiment": f"signal-{name}-{len(batches)}"}
     done = signal_child({**KILL, **exp}, name, 2, *batches)
@@ -321,8 +321,8 @@ def test_mlflow_ui_names_tags_model_datasets_and_epoch_steps(store, tmp_path):
     import mlflow.data
     import pandas as pd
 
-    from ct_lightning.experiment.data import build_datamodule
-    from ct_lightning.experiment.settings import resolve_config
+    from ct_lightning.experiment.configuration.data import build_datamodule
+    from ct_lightning.experiment.configuration.settings import resolve_config
 
     moons = build_datamodule(resolve_config({"data": "moons"}))
     frame = pd.DataFrame(moons.x_train.numpy(), columns=["x1", "x2"]).assign(label=moons.y_train.numpy())
@@ -360,7 +360,7 @@ class FirstWeights(L.Callback):
 
 
 def test_one_ensure_experiment_creates_once_and_tags(tmp_path):
-    from ct_lightning.experiment.tracking import ensure_experiment, prepare_store
+    from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     artifacts = prepare_store(uri)
@@ -376,7 +376,7 @@ def test_one_ensure_experiment_creates_once_and_tags(tmp_path):
 
 
 def test_atomic_writes_leave_a_whole_file_or_the_old_one(tmp_path):
-    from ct_lightning.experiment.atomic_files import atomic_file, write_text_atomic
+    from ct_lightning.experiment.runs.atomic_files import atomic_file, write_text_atomic
 
     target = tmp_path / "out" / "table.md"
     write_text_atomic(target, "first")

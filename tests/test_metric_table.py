@@ -247,7 +247,7 @@ def test_bad_rows_are_one_line_errors(new_metrics, model):
 
 
 def test_a_stored_evaluation_keeps_the_new_metrics_and_older_files_still_load(new_metrics, model, tmp_path):
-    from ct_lightning.experiment.reproduce import load_evaluation, save_evaluation
+    from ct_lightning.experiment.studies.reproduce import load_evaluation, save_evaluation
 
     net, x, y = model
     result = evaluate_model(net, x, y, 2, TINY)

@@ -7,7 +7,7 @@ import mlflow
 import pytest
 import torch
 
-from ct_lightning.experiment.run_artifacts import EpochStepMLFlowLogger, log_missing_epoch_metrics
+from ct_lightning.experiment.runs.run_artifacts import EpochStepMLFlowLogger, log_missing_epoch_metrics
 
 
 @pytest.fixture()

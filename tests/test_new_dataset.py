@@ -29,12 +29,12 @@ class Toy(TensorDataModule):
 
 CHECK = '''
 import json
-from ct_lightning.experiment import catalogue
-from ct_lightning.experiment.settings import resolve_config
-from ct_lightning.experiment.protocol_options import reference_individuals
-from ct_lightning.experiment.reproduce import cost_hint, is_synthetic, role_training_overrides
+from ct_lightning.experiment.configuration import catalogue
+from ct_lightning.experiment.configuration.settings import resolve_config
+from ct_lightning.experiment.configuration.protocol_options import reference_individuals
+from ct_lightning.experiment.studies.reproduce import cost_hint, is_synthetic, role_training_overrides
 from ct_lightning.evaluation.paper import paper_label
-from ct_lightning.experiment.train import train
+from ct_lightning.experiment.runs.train import train
 
 static = catalogue.canonical_dataset("toy_alias")
 config = resolve_config({"data": "toy"})

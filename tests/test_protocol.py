@@ -10,8 +10,8 @@ import torch
 
 from ct_lightning.evaluation.compare import compare_evaluations, per_run_means, run_comparison
 from ct_lightning.evaluation.protocol import EvaluationConfig, draw_balanced, evaluate_model, protocol_settings
-from ct_lightning.experiment.protocol_options import reference_individuals
-from ct_lightning.experiment.reproduce import role_training_overrides
+from ct_lightning.experiment.configuration.protocol_options import reference_individuals
+from ct_lightning.experiment.studies.reproduce import role_training_overrides
 from ct_lightning.metrics.functional import mmd_implausibility
 
 

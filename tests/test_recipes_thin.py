@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from ct_lightning.experiment.options import HOMONYMS, ROWS, add_arguments
+from ct_lightning.experiment.configuration.options import HOMONYMS, ROWS, add_arguments
 from recipe_loader import load_recipe
 
 ROOT = Path(__file__).resolve().parents[1]

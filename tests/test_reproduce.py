@@ -15,7 +15,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ct_lightning.experiment.reproduce import (CONFIG_KEY_TAG, load_evaluation, save_evaluation, stable_key,
+from ct_lightning.experiment.studies.reproduce import (CONFIG_KEY_TAG, load_evaluation, save_evaluation, stable_key,
                                                training_key)
 
 ROOT = Path(__file__).resolve().parents[1]

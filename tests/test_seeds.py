@@ -67,7 +67,7 @@ def test_aggregate_rows_and_the_satml_transcription():
 def _training_keys(store: Path) -> Counter:
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.reproduce import CONFIG_KEY_TAG
+    from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG
 
     client = MlflowClient(tracking_uri=f"sqlite:///{store}")
     experiment = client.get_experiment_by_name("ct-lightning")

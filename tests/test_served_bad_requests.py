@@ -18,9 +18,9 @@ import pytest
 import torch
 from test_served_model import serve
 
-from ct_lightning.experiment.request_checks import (
+from ct_lightning.experiment.runs.request_checks import (
     MAX_STEPS, PredictorFailed, RequestRefused, check_params, check_rows, row_limit)
-from ct_lightning.experiment.served_model import RawRowsClassifier
+from ct_lightning.experiment.runs.served_model import RawRowsClassifier
 from datamodules.codec import TabularCodec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -133,7 +133,7 @@ def test_the_predictor_refuses_with_400_and_fails_with_500_in_one_line(codec):
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """A tiny training on the loans table, its predictor served by ``mlflow models serve``: ``(port, log)``."""
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.train import train
 
     folder = tmp_path_factory.mktemp("served")
     uri = f"sqlite:///{folder / 'mlflow.db'}"

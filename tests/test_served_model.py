@@ -24,7 +24,7 @@ TINY = {"data": "moons", "max_epochs": 2, "nce": 40, "progress": False, "seed": 
 
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory):
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.train import train
 
     store = tmp_path_factory.mktemp("store")
     summary = train({**TINY, "tracking_uri": f"sqlite:///{store / 'mlflow.db'}"})
@@ -34,7 +34,7 @@ def trained(tmp_path_factory):
 def test_pytorch_flavour_is_a_module_that_evaluates_and_trains(trained):
     import mlflow.pytorch
 
-    from ct_lightning.experiment.runs import load_checkpoint
+    from ct_lightning.experiment.runs.loading import load_checkpoint
 
     mlflow.set_tracking_uri(trained["tracking_uri"])
     model = mlflow.pytorch.load_model(f"runs:/{trained['run_id']}/model")
@@ -92,8 +92,8 @@ def test_model_pages_show_final_metrics_and_data_sets(trained):
 
 
 def test_fine_tuning_starts_from_either_logged_model(trained, tmp_path):
-    from ct_lightning.experiment.runs import load_checkpoint
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.loading import load_checkpoint
+    from ct_lightning.experiment.runs.train import train
 
     expected = load_checkpoint(trained["checkpoints"]["last"]).model.state_dict()
     for name in ("model", "predictor"):

@@ -114,7 +114,7 @@ def server(tmp_path, monkeypatch):
 
 
 def _train(server: MlflowServer, tmp_path: Path, outage: ServerOutage) -> tuple[dict, list[str]]:
-    from ct_lightning.experiment.train import announce, train
+    from ct_lightning.experiment.runs.train import announce, train
 
     lines = []
     summary = train({"data": "moons", "objective": "full", "max_epochs": EPOCHS, "limit_train_batches": 2,
@@ -146,7 +146,7 @@ def _check_complete(uri: str, run_id: str) -> None:
 
 @pytest.mark.slow
 def test_training_survives_an_outage_that_ends_before_the_run(server, tmp_path):
-    from ct_lightning.experiment.outbox import Outbox
+    from ct_lightning.experiment.runs.outbox import Outbox
 
     outage = ServerOutage(server, stop_at=2, restart_at=4)
     summary, lines = _train(server, tmp_path, outage)
@@ -184,7 +184,7 @@ def test_an_outage_past_the_end_leaves_the_run_for_the_upload_command(server, tm
 
 
 def test_the_end_of_a_run_on_a_server_names_the_servers_own_page():
-    from ct_lightning.experiment.train import announce
+    from ct_lightning.experiment.runs.train import announce
 
     text = announce({"run_id": "abc123", "tracking_uri": "http://tracking.example:5005/", "experiment_id": "7"})
     assert "http://tracking.example:5005/#/experiments/7/runs/abc123?workflowType=machine_learning" in text
@@ -198,8 +198,8 @@ def test_replaying_an_outbox_twice_or_after_a_cut_short_replay_sends_each_point_
     and a second replay send no metric point twice; a line cut short by a crash is skipped."""
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.outbox import Outbox, replay
-    from ct_lightning.experiment.tracking import prepare_store
+    from ct_lightning.experiment.runs.outbox import Outbox, replay
+    from ct_lightning.experiment.runs.tracking import prepare_store
 
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     prepare_store(uri, "replay")

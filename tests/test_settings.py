@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from ct_lightning.experiment.options import add_arguments
-from ct_lightning.experiment.settings import (DEFAULTS, SETTINGS, SETTINGS_BY_NAME, resolve_config,
+from ct_lightning.experiment.configuration.options import add_arguments
+from ct_lightning.experiment.configuration.settings import (DEFAULTS, SETTINGS, SETTINGS_BY_NAME, resolve_config,
                                               table2, validate_config)
 from ct_lightning.module import CTModule
 from datamodules import available
@@ -32,7 +32,7 @@ NEW_ROW = '    Setting("patience", 5, "epochs without val/acc gain before stoppi
 ONE_EDIT = """
 import contextlib, io, json, sys, tempfile
 from pathlib import Path
-from ct_lightning.experiment import settings
+from ct_lightning.experiment.configuration import settings
 from recipe_loader import load_recipe
 
 def refused(call):
@@ -84,7 +84,7 @@ def test_a_new_setting_is_one_edit(tmp_path):
     anchor = "        seed: Annotated[int,"
     assert source.count(anchor) == 1
     module.write_text(source.replace(anchor, NEW_ARGUMENT + anchor))
-    settings = package / "experiment" / "settings.py"
+    settings = package / "experiment" / "configuration" / "settings.py"
     source = settings.read_text()
     anchor = '    Setting("burnin",'
     assert source.count(anchor) == 1
@@ -148,7 +148,7 @@ def test_values_from_text_are_converted_and_ints_stay_ints():
 
 def test_catalogue_read_from_source_equals_the_imported_registries():
     from ct_lightning.constraints import MUTABILITY_KINDS
-    from ct_lightning.experiment import catalogue
+    from ct_lightning.experiment.configuration import catalogue
     from ct_lightning.generators import GENERATORS
     from ct_lightning.losses import OBJECTIVES
     from ct_lightning.module import POOL_MODES
@@ -176,8 +176,8 @@ def test_command_line_modules_do_not_import_torch():
     import subprocess
     import sys
 
-    code = ("import json, sys; import ct_lightning.experiment.settings, ct_lightning.experiment.preflight, "
-            "ct_lightning.experiment.protocol_options; print(json.dumps(sorted(sys.modules)))")
+    code = ("import json, sys; import ct_lightning.experiment.configuration.settings, ct_lightning.experiment.configuration.preflight, "
+            "ct_lightning.experiment.configuration.protocol_options; print(json.dumps(sorted(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parents[1])
     modules = set(json.loads(done.stdout.splitlines()[-1]))
@@ -193,7 +193,7 @@ def test_allowed_values_pass():
 def test_threads_rule_and_start_up_line():
     import torch
 
-    from ct_lightning.experiment.preflight import apply_threads, threads_for
+    from ct_lightning.experiment.configuration.preflight import apply_threads, threads_for
 
     assert threads_for(None) == 1 and threads_for(None, "mlp", "cpu") == 1
     assert threads_for(None, "cnn") == 0 and threads_for(None, accelerator="gpu") == 0
@@ -208,7 +208,7 @@ def test_threads_rule_and_start_up_line():
 
 
 def test_default_store_is_anchored_to_an_absolute_path(tmp_path, monkeypatch):
-    from ct_lightning.experiment.tracking import anchor_tracking_uri, store_location
+    from ct_lightning.experiment.runs.tracking import anchor_tracking_uri, store_location
 
     monkeypatch.chdir(tmp_path)
     assert anchor_tracking_uri("sqlite:///mlruns/mlflow.db") == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
@@ -224,7 +224,9 @@ ROLE_ROWS = '''    Setting("log_every", 1, "run-only test row", int, low=1, run_
 
 ROLES_CHECK = '''
 import json
-from ct_lightning.experiment import lifecycle, reproduce, settings
+from ct_lightning.experiment.runs import lifecycle
+from ct_lightning.experiment.studies import reproduce
+from ct_lightning.experiment.configuration import settings
 config = settings.resolve_config({"data": "moons"})
 key = reproduce.training_key(config)
 print(json.dumps({
@@ -241,7 +243,7 @@ def test_a_setting_role_is_part_of_its_one_edit(tmp_path):
     the lifecycle, the reproduction key and --resume use are derived from the rows."""
     from package_copy import copy_package, run_with_copy
 
-    settings = copy_package(tmp_path) / "experiment" / "settings.py"
+    settings = copy_package(tmp_path) / "experiment" / "configuration" / "settings.py"
     source = settings.read_text()
     anchor = '    Setting("burnin",'
     settings.write_text(source.replace(anchor, ROLE_ROWS + anchor))

@@ -8,8 +8,8 @@ import os
 import pytest
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.experiment.executor import LocalExecutor, RayTuneExecutor
-from ct_lightning.experiment.sweep import SWEEP_KEY_TAG, combinations, parse_space, run_sweep
+from ct_lightning.experiment.studies.executor import LocalExecutor, RayTuneExecutor
+from ct_lightning.experiment.studies.sweep import SWEEP_KEY_TAG, combinations, parse_space, run_sweep
 
 HAS_RAY = importlib.util.find_spec("ray") is not None
 TINY = {"data": "circles", "max_epochs": 2, "limit_train_batches": 2, "limit_val_batches": 1, "max_steps": 3,

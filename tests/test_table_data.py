@@ -120,7 +120,7 @@ def test_train_from_a_csv_logs_the_preprocessing_with_the_run(tmp_path):
     from mlflow.tracking import MlflowClient
 
     from ct_lightning import CTModule
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.train import train
 
     uri = f"sqlite:///{tmp_path}/mlflow.db"
     summary = train({"data": str(LOANS), "target": "approved", "immutable": ["age", "sex"], "max_epochs": 1,

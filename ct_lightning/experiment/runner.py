@@ -15,8 +15,8 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ct_lightning.experiment.tracking import anchor_tracking_uri, store_location
-from ct_lightning.experiment.validation import KNOWN_ERRORS, Parser, exit_on_error
+from ct_lightning.experiment.runs.tracking import anchor_tracking_uri, store_location
+from ct_lightning.experiment.configuration.validation import KNOWN_ERRORS, Parser, exit_on_error
 
 T = TypeVar("T")
 
@@ -65,8 +65,8 @@ def batches(value: Any) -> Any:
 def start(args: argparse.Namespace, store: bool = True, model: str | None = None) -> None:
     """Print the start-up lines: the store (``store``), the CPU arithmetic (recipes with ``--cpu-math``: set before
     torch is imported) and torch's threads (``--threads``, else 1 for the small MLPs, set here)."""
-    from ct_lightning.experiment.cpu_math import apply_cpu_math  # noqa: PLC0415
-    from ct_lightning.experiment.preflight import apply_threads, threads_for  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.cpu_math import apply_cpu_math  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.preflight import apply_threads, threads_for  # noqa: PLC0415
 
     if store:
         print(f"MLflow store: {store_location(args.tracking_uri)}", flush=True)
@@ -80,7 +80,7 @@ def open_store(tracking_uri: str, experiment: str):
     artifact location)``."""
     from mlflow.tracking import MlflowClient  # noqa: PLC0415 - heavy: only once the inputs are checked
 
-    from ct_lightning.experiment.tracking import ensure_experiment, prepare_store  # noqa: PLC0415
+    from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store  # noqa: PLC0415
 
     artifact_location = prepare_store(tracking_uri, experiment)
     client = MlflowClient(tracking_uri=tracking_uri)

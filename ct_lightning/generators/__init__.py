@@ -2,7 +2,7 @@
 
 Every module of this package (subpackages included) is imported here, so ``GENERATORS`` is complete as soon
 as this package is imported: a new generator is one new module with a ``@register_generator("name")``
-class derived from :class:`CounterfactualGenerator`, and nothing else. ``ct_lightning.experiment.catalogue``
+class derived from :class:`CounterfactualGenerator`, and nothing else. ``ct_lightning.experiment.configuration.catalogue``
 reads the names from the same files without importing them.
 """
 

@@ -16,7 +16,7 @@ import lightning as L
 import torch
 from lightning.pytorch.callbacks import Checkpoint
 
-from ct_lightning.experiment.train import train
+from ct_lightning.experiment.runs.train import train
 
 
 class KillAt(Checkpoint):

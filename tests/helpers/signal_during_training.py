@@ -14,8 +14,8 @@ import sys
 import lightning as L
 import torch
 
-from ct_lightning.experiment.train import train
-from ct_lightning.experiment.validation import console_entry
+from ct_lightning.experiment.runs.train import train
+from ct_lightning.experiment.configuration.validation import console_entry
 
 
 class SignalAt(L.Callback):

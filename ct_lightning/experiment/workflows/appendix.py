@@ -19,10 +19,10 @@ def grid_names() -> list[str]:
 
 def run(args: argparse.Namespace) -> dict:
     """Run (or resume) the grid of ``--grid`` on its data sets, or write the report (``--report``)."""
-    from ct_lightning.experiment.grids import load_grid, run_grid  # noqa: PLC0415
+    from ct_lightning.experiment.studies.grids import load_grid, run_grid  # noqa: PLC0415
 
     if args.report:
-        from ct_lightning.experiment.appendix_report import write_report  # noqa: PLC0415
+        from ct_lightning.experiment.studies.appendix_report import write_report  # noqa: PLC0415
 
         return write_report(Path(args.out_dir), Path(args.docs_dir))
     with checking():

@@ -14,18 +14,18 @@ import sys
 from dataclasses import asdict
 from pathlib import Path
 
-from ct_lightning.experiment import catalogue
-from ct_lightning.experiment.atomic_files import write_json_atomic, write_text_atomic
-from ct_lightning.experiment.console import PROGRESS_ENV, VERBOSE_ENV, quiet_console
-from ct_lightning.experiment.preflight import threads_for
-from ct_lightning.experiment.protocol_options import protocol_config
+from ct_lightning.experiment.configuration import catalogue
+from ct_lightning.experiment.runs.atomic_files import write_json_atomic, write_text_atomic
+from ct_lightning.experiment.configuration.console import PROGRESS_ENV, VERBOSE_ENV, quiet_console
+from ct_lightning.experiment.configuration.preflight import threads_for
+from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import batches, checking, open_store, start
-from ct_lightning.experiment.settings import is_factory, is_table_file
-from ct_lightning.experiment.tracking import check_tracking_reachable
-from ct_lightning.experiment.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
+from ct_lightning.experiment.configuration.settings import is_factory, is_table_file
+from ct_lightning.experiment.runs.tracking import check_tracking_reachable
+from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
                                                 check_writable_folder)
 
-ROLES = catalogue.constant("ct_lightning.experiment.reproduce", "ROLES")  # (role, objective, protected)
+ROLES = catalogue.constant("ct_lightning.experiment.studies.reproduce", "ROLES")  # (role, objective, protected)
 LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
 
 
@@ -76,7 +76,7 @@ def resolve_names(text: str) -> list[str]:
 def check_table_options(args, names: list[str]) -> None:
     """A table needs ``--target``; its actionability pair needs protected features (``--immutable`` or a data
     spec's ``mutability: none``); ``--target``/``--immutable`` without a use are refused, not ignored."""
-    from ct_lightning.experiment.settings import data_class  # noqa: PLC0415 - imports torch
+    from ct_lightning.experiment.configuration.settings import data_class  # noqa: PLC0415 - imports torch
 
     tables = [name for name in names if is_table_file(name)]
     if not tables:
@@ -100,7 +100,7 @@ def check_table_options(args, names: list[str]) -> None:
 
 def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, parent: str | None) -> list[Task]:
     """One task per data set and role, with the shared training budget and evaluation protocol."""
-    from ct_lightning.experiment.reproduce import Task, role_training_overrides  # noqa: PLC0415 - heavy
+    from ct_lightning.experiment.studies.reproduce import Task, role_training_overrides  # noqa: PLC0415 - heavy
 
     training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "search_lr": args.search_lr,
                 "data_dir": args.data_dir, "accelerator": args.accelerator,
@@ -133,9 +133,9 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
     from ct_lightning.metrics.names import table_metrics  # noqa: PLC0415
     from ct_lightning.evaluation.plots import (evaluation_figures, figure2_panels, is_image_data,  # noqa: PLC0415
                                                metric_history, plot_figure2)
-    from ct_lightning.experiment.reproduce import find_evaluation  # noqa: PLC0415
-    from ct_lightning.experiment.data import build_datamodule  # noqa: PLC0415
-    from ct_lightning.experiment.runs import load_run  # noqa: PLC0415
+    from ct_lightning.experiment.studies.reproduce import find_evaluation  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.data import build_datamodule  # noqa: PLC0415
+    from ct_lightning.experiment.runs.loading import load_run  # noqa: PLC0415
 
     entries, summaries, results = {}, {}, {}
     datamodule = None
@@ -251,8 +251,8 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
              quiet: bool = False) -> dict:
     """Train or reuse, evaluate and compare every model of one training seed (``args.seed``); returns the summary."""
     from ct_lightning.evaluation.plots import plot_robust_accuracy_panels  # noqa: PLC0415
-    from ct_lightning.experiment.lifecycle import link_children  # noqa: PLC0415
-    from ct_lightning.experiment.reproduce import (describe_plan, find_or_create_parent, is_synthetic,  # noqa: PLC0415
+    from ct_lightning.experiment.runs.lifecycle import link_children  # noqa: PLC0415
+    from ct_lightning.experiment.studies.reproduce import (describe_plan, find_or_create_parent, is_synthetic,  # noqa: PLC0415
                                                    run_tasks, stable_key, training_key)
 
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -298,7 +298,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
                            final=False)
             print(f"table row {data} written to {out_dir / 'table.md'}", flush=True)
 
-    from ct_lightning.experiment.interrupt import INTERRUPTED_TAG, TrainingInterrupted  # noqa: PLC0415
+    from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG, TrainingInterrupted  # noqa: PLC0415
 
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
-from ct_lightning.experiment.atomic_files import atomic_file, write_json_atomic, write_text_atomic
+from ct_lightning.experiment.runs.atomic_files import atomic_file, write_json_atomic, write_text_atomic
 
 
 def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], client, artifact_location,
@@ -19,7 +19,7 @@ def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], clien
     from ct_lightning.evaluation.seeds import (ROBUST_SHARE, aggregate_rows, aggregate_table,  # noqa: PLC0415
                                                beside_published_table, flat_aggregates, per_seed_table,
                                                robust_counts)
-    from ct_lightning.experiment.reproduce import find_or_create_parent, stable_key  # noqa: PLC0415
+    from ct_lightning.experiment.studies.reproduce import find_or_create_parent, stable_key  # noqa: PLC0415
 
     seeds = sorted(summaries)
     key = stable_key({"seeds": {str(s): summaries[s]["reproduction_key"] for s in seeds}})

@@ -7,13 +7,13 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from ct_lightning.experiment import catalogue
-from ct_lightning.experiment.atomic_files import write_json_atomic
+from ct_lightning.experiment.configuration import catalogue
+from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runner import batches, checking, open_store, start
-from ct_lightning.experiment.tracking import check_tracking_reachable
-from ct_lightning.experiment.validation import InputError, check_accelerator, check_output_file
+from ct_lightning.experiment.runs.tracking import check_tracking_reachable
+from ct_lightning.experiment.configuration.validation import InputError, check_accelerator, check_output_file
 
-CONSISTENCY = "ct_lightning.experiment.consistency"  # read without importing torch (see catalogue)
+CONSISTENCY = "ct_lightning.experiment.studies.consistency"  # read without importing torch (see catalogue)
 KINDS = catalogue.constant(CONSISTENCY, "KINDS")
 MODES = catalogue.constant(CONSISTENCY, "MODES")
 DEFAULTS = catalogue.class_defaults(CONSISTENCY, "ConsistencyConfig")
@@ -21,7 +21,7 @@ DEFAULTS = catalogue.class_defaults(CONSISTENCY, "ConsistencyConfig")
 
 def config_from_args(args: argparse.Namespace):
     """The :class:`ConsistencyConfig` of parsed arguments."""
-    from ct_lightning.experiment.consistency import ConsistencyConfig  # noqa: PLC0415 - heavy
+    from ct_lightning.experiment.studies.consistency import ConsistencyConfig  # noqa: PLC0415 - heavy
 
     train = {"nce": args.nce, "batch_size": args.batch_size, "data_dir": args.data_dir, "protect": args.protect,
              "limit_train_batches": batches(args.limit_train_batches)}
@@ -35,7 +35,7 @@ def config_from_args(args: argparse.Namespace):
 
 def log_summary(summary: dict, args: argparse.Namespace) -> str:
     """Log the settings, flat metrics and the summary JSON to one new MLflow run; returns its id."""
-    from ct_lightning.experiment.consistency import flat_metrics  # noqa: PLC0415 - heavy
+    from ct_lightning.experiment.studies.consistency import flat_metrics  # noqa: PLC0415 - heavy
 
     client, experiment_id, _ = open_store(args.tracking_uri, args.experiment)
     run = client.create_run(experiment_id, run_name=args.run_name or f"consistency-{summary['data']}-{summary['mode']}",
@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> dict:
         check_output_file("--summary-json", args.summary_json)
         check_accelerator("--accelerator", args.accelerator)
     start(args)
-    from ct_lightning.experiment.consistency import run_consistency  # noqa: PLC0415 - heavy
+    from ct_lightning.experiment.studies.consistency import run_consistency  # noqa: PLC0415 - heavy
 
     with checking():
         summary = run_consistency(config_from_args(args), log=(lambda *a: None) if args.quiet else print)

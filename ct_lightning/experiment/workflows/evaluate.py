@@ -7,12 +7,12 @@ import argparse
 import tempfile
 from pathlib import Path
 
-from ct_lightning.experiment import catalogue
-from ct_lightning.experiment.atomic_files import write_json_atomic
-from ct_lightning.experiment.protocol_options import protocol_config
+from ct_lightning.experiment.configuration import catalogue
+from ct_lightning.experiment.runs.atomic_files import write_json_atomic
+from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import checking, start
-from ct_lightning.experiment.settings import DEFAULTS, SETTINGS_BY_NAME, is_table_file
-from ct_lightning.experiment.validation import (InputError, check_accelerator, check_checkpoint_file, check_model_fits,
+from ct_lightning.experiment.configuration.settings import DEFAULTS, SETTINGS_BY_NAME, is_table_file
+from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_checkpoint_file, check_model_fits,
                                                 check_output_file, check_run_ids, check_writable_folder)
 
 GIVEN = ("target", "data_spec", "impute", "model", "hidden_sizes", "activation")  # how to read a model or a table
@@ -35,8 +35,8 @@ def check_inputs(args: argparse.Namespace) -> None:
 def load(args: argparse.Namespace):
     """The model (``LoadedModel``), its data module, protocol and constraints; a refused input raises."""
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
-    from ct_lightning.experiment.data import build_datamodule  # noqa: PLC0415
-    from ct_lightning.experiment.runs import load_any_checkpoint, load_run  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.data import build_datamodule  # noqa: PLC0415
+    from ct_lightning.experiment.runs.loading import load_any_checkpoint, load_run  # noqa: PLC0415
 
     given = {key: getattr(args, key) for key in GIVEN}
     if args.run_id:
@@ -71,8 +71,8 @@ def run(args: argparse.Namespace) -> dict:
     start(args, store=False)
     from ct_lightning.evaluation import evaluate_model  # noqa: PLC0415 - heavy
     from ct_lightning.evaluation.plots import evaluation_figures, metric_history  # noqa: PLC0415
-    from ct_lightning.experiment.preflight import evaluation_device  # noqa: PLC0415
-    from ct_lightning.experiment.runs import log_evaluation  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.preflight import evaluation_device  # noqa: PLC0415
+    from ct_lightning.experiment.runs.loading import log_evaluation  # noqa: PLC0415
     from ct_lightning.generators.compiled_step import set_search_compile  # noqa: PLC0415
 
     set_search_compile(args.search_compile or DEFAULTS["search_compile"])

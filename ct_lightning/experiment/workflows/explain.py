@@ -6,9 +6,9 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ct_lightning.experiment.atomic_files import write_json_atomic
+from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runner import checking
-from ct_lightning.experiment.validation import (EnvironmentProblem, check_checkpoint_file, check_output_file,
+from ct_lightning.experiment.configuration.validation import (EnvironmentProblem, check_checkpoint_file, check_output_file,
                                                 check_run_ids)
 
 SEARCH = ["generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "search_lr", "generator_options"]
@@ -23,7 +23,7 @@ def run(args: argparse.Namespace) -> list[dict]:
             raise EnvironmentProblem(f"--rows: no file at {args.rows}")
         if args.run_id:
             check_run_ids("--run-id", [args.run_id], args.tracking_uri)
-        from ct_lightning.experiment.explanations import (check_rows, explain_loaded, load_explainable,  # noqa: PLC0415
+        from ct_lightning.experiment.runs.explanations import (check_rows, explain_loaded, load_explainable,  # noqa: PLC0415
                                                           log_explanations, read_rows, search_settings)
 
         rows = read_rows(args.rows, args.row)

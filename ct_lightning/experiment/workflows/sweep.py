@@ -15,8 +15,8 @@ SWEEP_OPTIONS = ("param", "search", "num_samples", "sweep_seed", "metric", "mode
 
 def executor_of(sweep: dict, tracking_uri: str):
     """The executor of the sweep options: ``LocalExecutor`` (``--executor local``) or ``RayTuneExecutor``."""
-    from ct_lightning.experiment.executor import LocalExecutor, RayTuneExecutor, require_ray  # noqa: PLC0415
-    from ct_lightning.experiment.tracking import local_store_dir  # noqa: PLC0415
+    from ct_lightning.experiment.studies.executor import LocalExecutor, RayTuneExecutor, require_ray  # noqa: PLC0415
+    from ct_lightning.experiment.runs.tracking import local_store_dir  # noqa: PLC0415
 
     for key in ("cpus_per_trial", "gpus_per_trial", "max_concurrent"):
         if sweep[key] < 0:
@@ -31,7 +31,7 @@ def executor_of(sweep: dict, tracking_uri: str):
 
 def run(args: argparse.Namespace) -> dict:
     """Run or resume the sweep of the parsed options; exit with status 1 when a trial failed."""
-    from ct_lightning.experiment.sweep import parse_space, run_sweep  # noqa: PLC0415
+    from ct_lightning.experiment.studies.sweep import parse_space, run_sweep  # noqa: PLC0415
 
     base = vars(args).copy()
     sweep = {key: base.pop(key) for key in SWEEP_OPTIONS if key in base}

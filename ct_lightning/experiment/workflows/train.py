@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from ct_lightning.experiment.cpu_math import apply_cpu_math
-from ct_lightning.experiment.preflight import apply_threads, preflight_training, threads_for
+from ct_lightning.experiment.configuration.cpu_math import apply_cpu_math
+from ct_lightning.experiment.configuration.preflight import apply_threads, preflight_training, threads_for
 from ct_lightning.experiment.runner import batches, checking
-from ct_lightning.experiment.tracking import store_location
+from ct_lightning.experiment.runs.tracking import store_location
 
 
 def run(args: argparse.Namespace) -> dict:
@@ -22,7 +22,7 @@ def run(args: argparse.Namespace) -> dict:
     overrides, given = checked.overrides, checked.given
     print(f"MLflow store: {store_location(overrides['tracking_uri'])}", flush=True)
     print(apply_cpu_math(overrides.get("cpu_math") or "native"), flush=True)  # before torch is imported
-    from ct_lightning.experiment.train import announce, train  # noqa: PLC0415 - heavy: only after the checks
+    from ct_lightning.experiment.runs.train import announce, train  # noqa: PLC0415 - heavy: only after the checks
 
     print(apply_threads(threads_for(given.get("threads"), given.get("model"), given.get("accelerator"))), flush=True)
     with checking():  # e.g. a checkpoint folder that filled up (OSError: one line, exit 1)

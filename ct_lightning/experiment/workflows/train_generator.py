@@ -8,17 +8,17 @@ import tempfile
 import time
 from pathlib import Path
 
-from ct_lightning.experiment.atomic_files import write_json_atomic
+from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runner import checking, open_store, start
-from ct_lightning.experiment.tracking import check_tracking_reachable
-from ct_lightning.experiment.tracking_server import run_links
-from ct_lightning.experiment.validation import (InputError, check_accelerator, check_checkpoint_file,
+from ct_lightning.experiment.runs.tracking import check_tracking_reachable
+from ct_lightning.experiment.runs.tracking_server import run_links
+from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_checkpoint_file,
                                                 check_model_fits, check_output_file, check_run_ids)
 
 
 def load_classifier(args: argparse.Namespace):
     """The classifier (``LoadedModel``) named by ``--run-id`` or ``--checkpoint``."""
-    from ct_lightning.experiment.runs import load_checkpoint_with_config, load_run  # noqa: PLC0415 - heavy
+    from ct_lightning.experiment.runs.loading import load_checkpoint_with_config, load_run  # noqa: PLC0415 - heavy
 
     if bool(args.run_id) == bool(args.checkpoint):
         raise ValueError("give exactly one of --run-id and --checkpoint")
@@ -90,7 +90,7 @@ def run(args: argparse.Namespace) -> dict:
     from torch.utils.data import DataLoader, TensorDataset  # noqa: PLC0415
 
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415
-    from ct_lightning.experiment.data import build_datamodule  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.data import build_datamodule  # noqa: PLC0415
     from ct_lightning.generators.amortised import CounterfactualNetworkModule, one_hot_groups  # noqa: PLC0415
 
     with checking():

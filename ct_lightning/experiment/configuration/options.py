@@ -14,8 +14,8 @@ import argparse
 import re
 from typing import Any
 
-from ct_lightning.experiment import catalogue
-from ct_lightning.experiment.settings import SETTINGS, SETTINGS_BY_NAME, Setting, csv_floats, csv_ints, is_table_file
+from ct_lightning.experiment.configuration import catalogue
+from ct_lightning.experiment.configuration.settings import SETTINGS, SETTINGS_BY_NAME, Setting, csv_floats, csv_ints, is_table_file
 
 PROTOCOL = "ct_lightning.evaluation.protocol"  # read without importing torch (see catalogue)
 SOURCE, OUTPUT, EVAL = "model to load", "tracking and output", "evaluation protocol"

@@ -17,7 +17,7 @@ def is_server_uri(tracking_uri: str) -> bool:
 
 def server_run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
     """The run's page in the server's own UI (the same model-training view as the local links)."""
-    from ct_lightning.experiment.tracking import ML_VIEW_QUERY
+    from ct_lightning.experiment.runs.tracking import ML_VIEW_QUERY
 
     return f"{tracking_uri.rstrip('/')}/#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW_QUERY}"
 
@@ -25,7 +25,7 @@ def server_run_url(tracking_uri: str, experiment_id: str, run_id: str) -> str:
 def run_links(tracking_uri: str, experiment_id: str, run_id: str) -> list[str]:
     """The console lines that open a run: its page on a tracking server, or for a local store the command that
     starts the MLflow UI on it and the run's page there."""
-    from ct_lightning.experiment.tracking import run_url, ui_command
+    from ct_lightning.experiment.runs.tracking import run_url, ui_command
 
     if is_server_uri(tracking_uri):
         return [f"Open the run in the server's UI:  {server_run_url(tracking_uri, experiment_id, run_id)}"]

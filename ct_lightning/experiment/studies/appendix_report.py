@@ -1,6 +1,6 @@
 """Tables 4-6, the grid figures and the evidence for App. D.1.2's findings, from the grids' results.
 
-Reads every ``<out_dir>/<grid>*.json`` written by :func:`ct_lightning.experiment.grids.run_grid`
+Reads every ``<out_dir>/<grid>*.json`` written by :func:`ct_lightning.experiment.studies.grids.run_grid`
 and writes the generated part of ``docs/appendix.md`` (between the markers) plus PNG figures.
 
 - Tables: test accuracy and F1 by data set and objective, mean and standard deviation over the grid's
@@ -311,8 +311,8 @@ def compact(results: dict) -> dict:
 
 def write_report(out_dir: Path, docs_dir: Path, doc: Path | None = None) -> dict:
     """Write the figures into ``docs_dir`` and the generated section of ``doc`` (default docs/appendix.md)."""
-    from ct_lightning.experiment.grids import load_grid
-    from ct_lightning.experiment.atomic_files import write_json_atomic, write_text_atomic
+    from ct_lightning.experiment.studies.grids import load_grid
+    from ct_lightning.experiment.runs.atomic_files import write_json_atomic, write_text_atomic
 
     doc = doc or docs_dir.parent / "appendix.md"
     rel = docs_dir.name

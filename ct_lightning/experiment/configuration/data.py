@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 from ct_lightning.constraints import mutability_pairs, parse_mutability
-from ct_lightning.experiment.settings import data_class, is_table_file
+from ct_lightning.experiment.configuration.settings import data_class, is_table_file
 
 
 def build_datamodule(config: dict, codec=None):

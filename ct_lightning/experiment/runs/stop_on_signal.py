@@ -1,7 +1,7 @@
 """Stop training at a safe point on SIGTERM, SIGINT or SLURM's requeue signal, instead of dying mid-write.
 
 The first signal lets the current epoch finish: its validation, its logging and its ``last.ckpt`` (written
-atomically), then training stops and :class:`~ct_lightning.experiment.interrupt.TrainingInterrupted` is raised,
+atomically), then training stops and :class:`~ct_lightning.experiment.runs.interrupt.TrainingInterrupted` is raised,
 so a resumed run starts the next epoch from exactly the state an uninterrupted run has there (bit-identical).
 A second signal stops at once; the previous epoch's ``last.ckpt`` is then the resume point. Before the first
 epoch starts (data, run set-up) a signal stops at once; after training (test, logging) the run is finished first.
@@ -16,7 +16,7 @@ import sys
 
 import lightning as L
 
-from ct_lightning.experiment.interrupt import TrainingInterrupted, signal_name
+from ct_lightning.experiment.runs.interrupt import TrainingInterrupted, signal_name
 
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 

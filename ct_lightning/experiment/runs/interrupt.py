@@ -3,7 +3,7 @@
 Light on purpose (no torch, no Lightning): the recipes' console entries import it to turn the exception into the
 shell's exit status for a signal, 128 + its number (143 for SIGTERM, 130 for SIGINT), so that a scheduler never
 reads an interrupted training as a success. The callback that stops training at a safe point is
-:class:`ct_lightning.experiment.stop_on_signal.StopOnSignal`.
+:class:`ct_lightning.experiment.runs.stop_on_signal.StopOnSignal`.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import torch
 from mlflow.exceptions import MlflowException
 
 from ct_lightning.evaluation.explanation import explain
-from ct_lightning.experiment.request_checks import PredictorFailed, RequestRefused, check_params, check_rows, row_limit
+from ct_lightning.experiment.runs.request_checks import PredictorFailed, RequestRefused, check_params, check_rows, row_limit
 
 PREDICTOR_NAME = "predictor"
 _logger = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
     ``params``: ``explain`` (bool) adds ``target``, ``target_probability`` (at the decoded counterfactual),
     ``valid``, ``counterfactual`` (column → value) and ``changes`` (``[{feature, from, to}]``);
     ``target`` (a class label, default: the most likely other class) and ``max_steps`` steer the search.
-    A bad request (see :mod:`ct_lightning.experiment.request_checks`) raises :class:`RequestRefused`: HTTP 400
+    A bad request (see :mod:`ct_lightning.experiment.runs.request_checks`) raises :class:`RequestRefused`: HTTP 400
     with one line naming the column, the value and what is allowed; any other failure :class:`PredictorFailed`:
     HTTP 500 with one line, the traceback only in the server's log.
     """
@@ -199,7 +199,7 @@ def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, modul
                metrics: dict, mutability: dict | None = None) -> dict:
     """Log ``model`` (PyTorch) and ``predictor`` (raw rows), register the predictor as ``ct-DATA-ROLE`` and
     link the final metrics and the data sets to both. Returns ``{"model": id, "predictor": id, "registered": name}``."""
-    from ct_lightning.experiment.run_artifacts import _digest, _tracking_uri, log_classifier
+    from ct_lightning.experiment.runs.run_artifacts import _digest, _tracking_uri, log_classifier
 
     step = final_step(metrics)  # MLflow links the metrics of this step to the logged models
     logged = log_classifier(tracking_uri, experiment_id, run_id, module.model, datamodule.x_train, step)

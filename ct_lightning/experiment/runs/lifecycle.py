@@ -13,7 +13,7 @@ import shlex
 import sys
 from pathlib import Path
 
-from ct_lightning.experiment.settings import RESUME_OPTIONS, RUN_ONLY_KEYS  # noqa: F401 - the roles live in the rows
+from ct_lightning.experiment.configuration.settings import RESUME_OPTIONS, RUN_ONLY_KEYS  # noqa: F401 - the roles live in the rows
 
 CHECKPOINT_DIR_TAG = "ct.checkpoint_dir"
 ERROR_TAG = "error"
@@ -108,7 +108,7 @@ def mark_failed(client, run_id: str, error: BaseException) -> None:
 def mark_interrupted(client, run_id: str, interrupted: BaseException, command: str) -> None:
     """End a run KILLED (MLflow's status for a stopped run, neither FAILED nor RUNNING) with the tag
     ``ct.interrupted``: the signal, the epochs done and the command that resumes it (never raises)."""
-    from ct_lightning.experiment.interrupt import INTERRUPTED_TAG
+    from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG
 
     try:
         client.set_tag(run_id, INTERRUPTED_TAG, f"{interrupted}; resume with: {command}"[:4000])
@@ -138,7 +138,7 @@ def checkpoint_dir_of(run) -> Path | None:
 def last_checkpoint_of(run, echo=None) -> Path | None:
     """The run's ``last.ckpt`` if it exists on this machine and reads as a checkpoint; if it is missing or
     unreadable (truncated), ``last-previous.ckpt`` (the one before it), saying so through ``echo``; else ``None``."""
-    from ct_lightning.experiment.checkpoint_io import previous_of
+    from ct_lightning.experiment.runs.checkpoint_io import previous_of
 
     folder = checkpoint_dir_of(run)
     if not folder:
@@ -213,7 +213,7 @@ def compare_url(experiment_ids: list[str], run_ids: list[str], port: int = 5000)
 
     runs = quote(json.dumps(list(run_ids), separators=(",", ":")))
     experiments = quote(json.dumps(sorted(set(experiment_ids)), separators=(",", ":")))
-    from ct_lightning.experiment.tracking import ML_VIEW_QUERY
+    from ct_lightning.experiment.runs.tracking import ML_VIEW_QUERY
 
     return f"http://127.0.0.1:{port}/#/compare-runs?runs={runs}&experiments={experiments}&{ML_VIEW_QUERY}"
 

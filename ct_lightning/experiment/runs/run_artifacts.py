@@ -20,7 +20,7 @@ from lightning.fabric.utilities.logger import _add_prefix
 from lightning.pytorch.loggers import MLFlowLogger
 from lightning.pytorch.utilities.rank_zero import rank_zero_only
 
-from ct_lightning.experiment.tracking import retry_race
+from ct_lightning.experiment.runs.tracking import retry_race
 
 MODEL_NAME = "model"
 

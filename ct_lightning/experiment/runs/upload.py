@@ -2,7 +2,7 @@
 
 Usage::
 
-    python -m ct_lightning.experiment.upload FOLDER [--tracking-uri URI]
+    python -m ct_lightning.experiment.runs.upload FOLDER [--tracking-uri URI]
 
 ``FOLDER``: the run's ``mlflow-outbox`` folder, or the checkpoint folder that holds it (the training names
 the command to run when it ends with records left). ``--tracking-uri``: the server, if it moved since.
@@ -15,7 +15,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from ct_lightning.experiment.outbox import OUTBOX_DIR, Outbox, replay
+from ct_lightning.experiment.runs.outbox import OUTBOX_DIR, Outbox, replay
 
 
 def finish_deferred_end(client, record: dict, outbox: Outbox, tracking_uri: str | None = None) -> None:
@@ -23,11 +23,11 @@ def finish_deferred_end(client, record: dict, outbox: Outbox, tracking_uri: str 
     log the models and the plots as the training would have, and end the run FINISHED."""
     import torch
 
-    from ct_lightning.experiment.data import build_datamodule, mutability_spec
-    from ct_lightning.experiment.run_artifacts import log_training_plots
-    from ct_lightning.experiment.served_model import log_models
-    from ct_lightning.experiment.settings import DEFAULTS
-    from ct_lightning.experiment.train import build_module
+    from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
+    from ct_lightning.experiment.runs.run_artifacts import log_training_plots
+    from ct_lightning.experiment.runs.served_model import log_models
+    from ct_lightning.experiment.configuration.settings import DEFAULTS
+    from ct_lightning.experiment.runs.train import build_module
 
     config = {**DEFAULTS, **record["config"]}
     datamodule = build_datamodule(config)
@@ -56,9 +56,9 @@ def upload(folder: str | Path, tracking_uri: str | None = None, echo=print) -> d
     """Send the outbox's unsent records (finishing a deferred end) and return ``{"run_id", "sent", "status"}``."""
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.tracking import check_tracking_reachable
-    from ct_lightning.experiment.tracking_server import is_outage, is_server_uri, server_run_url
-    from ct_lightning.experiment.validation import EnvironmentProblem
+    from ct_lightning.experiment.runs.tracking import check_tracking_reachable
+    from ct_lightning.experiment.runs.tracking_server import is_outage, is_server_uri, server_run_url
+    from ct_lightning.experiment.configuration.validation import EnvironmentProblem
 
     outbox = find_outbox(folder)
     about = outbox.about()
@@ -87,9 +87,9 @@ def upload(folder: str | Path, tracking_uri: str | None = None, echo=print) -> d
 
 def main(argv: list[str] | None = None) -> dict:
     """Parse the command line and upload; a bad folder or an unreachable server ends with a one-line error."""
-    from ct_lightning.experiment.validation import KNOWN_ERRORS, Parser, exit_on_error
+    from ct_lightning.experiment.configuration.validation import KNOWN_ERRORS, Parser, exit_on_error
 
-    parser = Parser(prog="python -m ct_lightning.experiment.upload", description=__doc__,
+    parser = Parser(prog="python -m ct_lightning.experiment.runs.upload", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("folder", metavar="FOLDER", help="the run's mlflow-outbox folder (or its checkpoint folder)")
     parser.add_argument("--tracking-uri", default=None, help="the tracking server, if not the one the run used")

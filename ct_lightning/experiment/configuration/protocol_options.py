@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from ct_lightning.experiment.options import EVAL, add_arguments
+from ct_lightning.experiment.configuration.options import EVAL, add_arguments
 
 PROTOCOL_OPTIONS = ("protocol", "n_individuals", "n_runs", "lambda_energies", "generator", "eval_tau", "eval_steps",
                     "eval_lr", "eval_lambda_cost", "ip_norm", "length_scale", "eval_seed")
@@ -22,7 +22,7 @@ def reference_individuals(data: str | None) -> int:
     (250 synthetic, 25 MNIST, 100 tabular and by default)."""
     from datamodules import TensorDataModule  # noqa: PLC0415 - imports torch
 
-    from ct_lightning.experiment.settings import data_class  # noqa: PLC0415 - a name, a table file or a factory
+    from ct_lightning.experiment.configuration.settings import data_class  # noqa: PLC0415 - a name, a table file or a factory
 
     return (data_class(data) if data else TensorDataModule).eval_individuals
 

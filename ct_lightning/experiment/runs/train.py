@@ -18,30 +18,30 @@ from lightning.pytorch.callbacks import ModelCheckpoint
 from mlflow.tracking import MlflowClient
 
 from ct_lightning.callbacks import BurnIn, ConvergenceWatch, CounterfactualEvaluation, EpochSeed
-from ct_lightning.experiment.allocator import keep_freed_memory
-from ct_lightning.experiment.checkpoint_io import AtomicCheckpointIO
-from ct_lightning.experiment.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
-from ct_lightning.experiment.console import VERBOSE_ENV, quiet_console
-from ct_lightning.experiment.data import build_datamodule, mutability_spec
-from ct_lightning.experiment.interrupt import INTERRUPTED_TAG, TrainingInterrupted
-from ct_lightning.experiment.preflight import preflight_training
-from ct_lightning.experiment.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, check_outputs,
+from ct_lightning.experiment.configuration.allocator import keep_freed_memory
+from ct_lightning.experiment.runs.checkpoint_io import AtomicCheckpointIO
+from ct_lightning.experiment.runs.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
+from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console
+from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
+from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG, TrainingInterrupted
+from ct_lightning.experiment.configuration.preflight import preflight_training
+from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, check_outputs,
                                               completed_epochs, create_run, defining_config,
                                               find_resumable_run, mark_failed, mark_interrupted,
                                               resume_command)
-from ct_lightning.experiment.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
+from ct_lightning.experiment.runs.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
                                                    log_datasets, log_missing_epoch_metrics,
                                                    log_training_plots)
-from ct_lightning.experiment.served_model import log_models
-from ct_lightning.experiment.stop_on_signal import StopOnSignal
-from ct_lightning.experiment.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
+from ct_lightning.experiment.runs.served_model import log_models
+from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
+from ct_lightning.experiment.configuration.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
                                               load_config_file, module_kwargs, resolve_config)
-from ct_lightning.experiment.atomic_files import write_json_atomic
-from ct_lightning.experiment.outbox import OUTBOX_DIR, OutboxClient, pending_upload, server_writable
-from ct_lightning.experiment.tracking import ensure_experiment, local_store_dir, prepare_store
-from ct_lightning.experiment.tracking_server import is_outage, is_server_uri, run_links
+from ct_lightning.experiment.runs.atomic_files import write_json_atomic
+from ct_lightning.experiment.runs.outbox import OUTBOX_DIR, OutboxClient, pending_upload, server_writable
+from ct_lightning.experiment.runs.tracking import ensure_experiment, local_store_dir, prepare_store
+from ct_lightning.experiment.runs.tracking_server import is_outage, is_server_uri, run_links
 from ct_lightning.training.epoch_block import EpochBlockLoader, can_fuse
-from ct_lightning.experiment.cpu_math import check_cpu_math, cpu_math_state
+from ct_lightning.experiment.configuration.cpu_math import check_cpu_math, cpu_math_state
 from ct_lightning.generators.compiled_step import set_expected_searches, set_search_compile
 from ct_lightning.module import CTModule
 

@@ -9,7 +9,7 @@ the server's ``/health``; once it answers, the journal is replayed in order and 
 Replaying is idempotent: ``replayed.json`` counts the records already sent, and metric points the run's
 history already holds (same key, step, timestamp and value) are not sent again, so a replay cut short
 by a second outage, or run twice, duplicates nothing. A run whose end found the server still down keeps
-its last records here; ``python -m ct_lightning.experiment.upload FOLDER`` sends them and ends it.
+its last records here; ``python -m ct_lightning.experiment.runs.upload FOLDER`` sends them and ends it.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ import sys
 import time
 from pathlib import Path
 
-from ct_lightning.experiment.tracking_server import is_outage, server_answers
+from ct_lightning.experiment.runs.tracking_server import is_outage, server_answers
 
 OUTBOX_DIR = "mlflow-outbox"
 JOURNAL = "journal.jsonl"
@@ -57,7 +57,7 @@ class Outbox:
         cut the last line short, and a cut line is skipped (and closed by the next append)."""
         self.folder.mkdir(parents=True, exist_ok=True)
         if self.run and not (self.folder / RUN_FILE).is_file():
-            from ct_lightning.experiment.atomic_files import write_json_atomic
+            from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 
             write_json_atomic(self.folder / RUN_FILE, self.run)
         line = (json.dumps(record, default=str) + "\n").encode()
@@ -108,7 +108,7 @@ class Outbox:
 
     def mark_replayed(self, count: int) -> None:
         """Record that the first ``count`` records have been sent."""
-        from ct_lightning.experiment.atomic_files import write_json_atomic
+        from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 
         write_json_atomic(self.folder / REPLAYED, {"records": count})
 
@@ -119,7 +119,7 @@ class Outbox:
     @contextlib.contextmanager
     def lock(self):
         """An inter-process lock on the outbox, so a training and an upload command never replay at once."""
-        from ct_lightning.experiment.tracking import store_lock
+        from ct_lightning.experiment.runs.tracking import store_lock
 
         with store_lock(self.folder):
             yield
@@ -195,7 +195,7 @@ def upload_command(folder: str | os.PathLike) -> str:
     import shlex
 
     return " ".join(shlex.quote(part) for part in
-                    [sys.executable, "-m", "ct_lightning.experiment.upload", str(Path(folder).resolve())])
+                    [sys.executable, "-m", "ct_lightning.experiment.runs.upload", str(Path(folder).resolve())])
 
 
 class OutboxClient:

@@ -2,16 +2,16 @@
 
 :func:`preflight_training` runs before any MLflow run, checkpoint folder, data download or training exists;
 ``recipes/train.py`` calls it right after parsing (before torch is imported) and
-:func:`ct_lightning.experiment.train.train` again at its top, for callers from Python.
+:func:`ct_lightning.experiment.runs.train.train` again at its top, for callers from Python.
 """
 
 from __future__ import annotations
 
 from typing import NamedTuple
 
-from ct_lightning.experiment.settings import DEFAULTS, load_config_file, validate_config
-from ct_lightning.experiment.tracking import anchor_tracking_uri, check_store_exists, check_tracking_reachable
-from ct_lightning.experiment.validation import (check_accelerator, check_checkpoint_file, check_output_file,
+from ct_lightning.experiment.configuration.settings import DEFAULTS, load_config_file, validate_config
+from ct_lightning.experiment.runs.tracking import anchor_tracking_uri, check_store_exists, check_tracking_reachable
+from ct_lightning.experiment.configuration.validation import (check_accelerator, check_checkpoint_file, check_output_file,
                                                 check_writable_folder)
 
 
@@ -52,7 +52,7 @@ def check_data_dir(path) -> None:
     """A given raw-data folder must not be a file (a missing folder is the data module's to report or fill)."""
     from pathlib import Path
 
-    from ct_lightning.experiment.validation import InputError
+    from ct_lightning.experiment.configuration.validation import InputError
 
     if Path(path).exists() and not Path(path).is_dir():
         raise InputError("data_dir", str(path), "a folder with the raw data files (this path is a file)")

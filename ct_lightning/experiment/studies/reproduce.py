@@ -21,9 +21,9 @@ from pathlib import Path
 
 import torch
 
-from ct_lightning.experiment.console import child_training_echo, progress_shown
-from ct_lightning.experiment.atomic_files import atomic_file
-from ct_lightning.experiment.settings import NON_DEFINING_KEYS, data_class
+from ct_lightning.experiment.configuration.console import child_training_echo, progress_shown
+from ct_lightning.experiment.runs.atomic_files import atomic_file
+from ct_lightning.experiment.configuration.settings import NON_DEFINING_KEYS, data_class
 
 CONFIG_KEY_TAG = "ct.config_key"
 ROLES = (  # (role, objective, protected)
@@ -157,7 +157,7 @@ class Task:
 
     @property
     def label(self) -> str:
-        from ct_lightning.experiment.lifecycle import data_label  # noqa: PLC0415 - a table by its file's stem
+        from ct_lightning.experiment.runs.lifecycle import data_label  # noqa: PLC0415 - a table by its file's stem
 
         return f"{data_label(self.data)}/{self.role}"
 
@@ -169,7 +169,7 @@ class Task:
 
     def resolved_config(self) -> dict:
         """The fully resolved training configuration (what the key is computed from), resolved once per task."""
-        from ct_lightning.experiment.settings import resolve_config
+        from ct_lightning.experiment.configuration.settings import resolve_config
 
         if self._config is None:
             self._config = resolve_config(self.overrides())
@@ -193,10 +193,10 @@ def run_task(task: Task) -> dict:
     from mlflow.tracking import MlflowClient
 
     from ct_lightning.evaluation import EvaluationConfig, evaluate_model, evaluation_constraints
-    from ct_lightning.experiment.preflight import evaluation_device
-    from ct_lightning.experiment.runs import load_run, log_evaluation
-    from ct_lightning.experiment.data import build_datamodule
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.configuration.preflight import evaluation_device
+    from ct_lightning.experiment.runs.loading import load_run, log_evaluation
+    from ct_lightning.experiment.configuration.data import build_datamodule
+    from ct_lightning.experiment.runs.train import train
 
     if task.threads > 0:  # 0: torch's default
         torch.set_num_threads(task.threads)
@@ -317,10 +317,10 @@ def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print, ex
 
     ``on_done(outcome)`` is called in this process as each task finishes, so callers can write
     results as they come. A failed task raises after the others have finished. ``executor``
-    (default: :class:`~ct_lightning.experiment.executor.LocalExecutor` with ``jobs`` processes)
+    (default: :class:`~ct_lightning.experiment.studies.executor.LocalExecutor` with ``jobs`` processes)
     dispatches the tasks, e.g. a ``RayTuneExecutor``.
     """
-    from ct_lightning.experiment.executor import LocalExecutor
+    from ct_lightning.experiment.studies.executor import LocalExecutor
 
     done = {t.label for t in tasks if task_state(t, client)[1]}
     progress = Progress(tasks, set(), echo if progress_shown() else lambda *a, **k: None)

@@ -138,7 +138,7 @@ def check_tracking_reachable(tracking_uri: str, option: str = "--tracking-uri", 
     HTTP(S) servers get one short request (any HTTP answer counts as reachable); a local SQLite
     store's folder must exist or be creatable, and be writable. Other schemes are left to MLflow.
     """
-    from ct_lightning.experiment.validation import EnvironmentProblem, check_writable_folder
+    from ct_lightning.experiment.configuration.validation import EnvironmentProblem, check_writable_folder
 
     if tracking_uri.startswith(("http://", "https://")):
         import urllib.error
@@ -162,7 +162,7 @@ def check_tracking_reachable(tracking_uri: str, option: str = "--tracking-uri", 
 
 def check_store_exists(option: str, tracking_uri: str, wanted: str) -> None:
     """A store read from (to load ``wanted``) must exist: a local SQLite file is not created by reading."""
-    from ct_lightning.experiment.validation import EnvironmentProblem
+    from ct_lightning.experiment.configuration.validation import EnvironmentProblem
 
     check_tracking_reachable(tracking_uri, option)
     if tracking_uri.startswith("sqlite:///"):

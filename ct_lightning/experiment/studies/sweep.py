@@ -2,8 +2,8 @@
 
 A sweep is a parent MLflow run (tag ``ct.sweep_key``, a hash of what the sweep trains) with one
 child run per trial (tags ``mlflow.parentRunId`` and ``ct.config_key``, the trial's resolved training
-configuration, as in :mod:`ct_lightning.experiment.reproduce`). The trials are dispatched by an
-:class:`~ct_lightning.experiment.executor.Executor` (Ray Tune by default, local processes without
+configuration, as in :mod:`ct_lightning.experiment.studies.reproduce`). The trials are dispatched by an
+:class:`~ct_lightning.experiment.studies.executor.Executor` (Ray Tune by default, local processes without
 Ray). Re-running the same sweep reopens its parent and reuses every trial that already finished,
 so an interrupted sweep resumes without redoing them; a failed trial is reported, the others go on.
 The objective is any metric logged on the trial runs (``val/acc``, ``val/ip`` from ``--eval-every``, ...).
@@ -18,10 +18,10 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ct_lightning.experiment.reproduce import CONFIG_KEY_TAG, NON_DEFINING_KEYS, stable_key, training_key
-from ct_lightning.experiment.settings import SETTINGS_BY_NAME, resolve_config
-from ct_lightning.experiment.atomic_files import write_json_atomic
-from ct_lightning.experiment.tracking import ensure_experiment, prepare_store
+from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG, NON_DEFINING_KEYS, stable_key, training_key
+from ct_lightning.experiment.configuration.settings import SETTINGS_BY_NAME, resolve_config
+from ct_lightning.experiment.runs.atomic_files import write_json_atomic
+from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
 
 SWEEP_KEY_TAG = "ct.sweep_key"
 SEARCHES = ("grid", "random")
@@ -118,7 +118,7 @@ def run_trial(trial: Trial) -> dict:
     import torch
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.runs.train import train
 
     torch.set_num_threads(max(1, trial.threads))
     overrides = trial.overrides()
@@ -217,7 +217,7 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         echo(f"[{len(rows) + len(failures)}/{len(trials)}] trial {outcome.index} ({trial.label}) {what}; "
              f"{metric} = {shown}", flush=True)
 
-    from ct_lightning.experiment.executor import Outcome
+    from ct_lightning.experiment.studies.executor import Outcome
 
     todo = []
     for trial in trials:  # finished trials are read from the store here, not dispatched again

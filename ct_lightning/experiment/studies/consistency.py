@@ -21,9 +21,9 @@ import lightning as L
 import numpy as np
 import torch
 
-from ct_lightning.experiment.data import build_datamodule
-from ct_lightning.experiment.settings import resolve_config
-from ct_lightning.experiment.train import build_module
+from ct_lightning.experiment.configuration.data import build_datamodule
+from ct_lightning.experiment.configuration.settings import resolve_config
+from ct_lightning.experiment.runs.train import build_module
 from ct_lightning.generators import (FitContext, generate_counterfactuals, make_generator, prepare_standalone,
                                      stable_neighbor_search)
 from ct_lightning.metrics.functional import invalidation_rate
@@ -38,7 +38,7 @@ MODES = ("rs", "loo")
 class ConsistencyConfig:
     """Settings of the RS/LOO experiment; training settings not listed come from ``experiment.settings.DEFAULTS``.
 
-    ``train`` holds extra :func:`ct_lightning.experiment.settings.resolve_config` overrides (e.g. ``nce``,
+    ``train`` holds extra :func:`ct_lightning.experiment.configuration.settings.resolve_config` overrides (e.g. ``nce``,
     ``batch_size``, ``limit_train_batches``, ``data_dir``, ``mutability``). Counterfactuals: ``generator``
     (``ecco`` by default, evaluation settings of SPEC Note 2 with one ``λ_egy``) on
     ``n_counterfactuals`` test factuals; SNS with ``sns_delta``, ``sns_steps``, ``sns_lr``, ``sns_n_grid``.

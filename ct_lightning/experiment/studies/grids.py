@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 
 
-GRID_DIR = Path(__file__).resolve().parents[2] / "configs" / "grids"
+GRID_DIR = Path(__file__).resolve().parents[3] / "configs" / "grids"
 
 # Note 1 (App. B.4): the training defaults of every grid point unless the grid sets the value.
 NOTE1 = {"generator": "ecco", "burnin": 0.0, "tau": 0.75, "lambda_cost": 0.001, "lambda_energy": 5.0,
@@ -104,13 +104,13 @@ class ModelJob:
                 "progress": False}
 
     def key(self) -> str:
-        from ct_lightning.experiment.reproduce import training_key
-        from ct_lightning.experiment.settings import resolve_config
+        from ct_lightning.experiment.studies.reproduce import training_key
+        from ct_lightning.experiment.configuration.settings import resolve_config
 
         return training_key(resolve_config(self.training_overrides()))
 
     def eval_key(self) -> str:
-        from ct_lightning.experiment.reproduce import stable_key
+        from ct_lightning.experiment.studies.reproduce import stable_key
 
         return stable_key({"kind": EVAL_KIND, "protocol": self.protocol, "split": "train"})
 
@@ -118,7 +118,7 @@ class ModelJob:
 def grid_protocol(grid: Grid, data: str, n_runs: int | None = None, n_individuals: int | None = None) -> dict:
     """The evaluation protocol of a grid: the reference protocol with the grid's ``λ_egy`` values (Notes 4-12)."""
     from ct_lightning.evaluation.protocol import EvaluationConfig, protocol_settings
-    from ct_lightning.experiment.protocol_options import reference_individuals
+    from ct_lightning.experiment.configuration.protocol_options import reference_individuals
 
     settings = protocol_settings("reference")
     settings["n_individuals"] = n_individuals or reference_individuals(data)
@@ -184,8 +184,8 @@ def evaluate_job(run_id: str, job: ModelJob) -> dict:
 
     from ct_lightning.evaluation import EvaluationConfig, evaluate_model, evaluation_constraints
     from ct_lightning.evaluation.plots import metric_history
-    from ct_lightning.experiment.runs import load_run
-    from ct_lightning.experiment.data import build_datamodule
+    from ct_lightning.experiment.runs.loading import load_run
+    from ct_lightning.experiment.configuration.data import build_datamodule
     from mlflow.tracking import MlflowClient
 
     loaded = load_run(run_id, job.tracking_uri)
@@ -224,8 +224,8 @@ def run_job(job: ModelJob) -> dict:
     import torch
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.reproduce import CONFIG_KEY_TAG, find_finished_training
-    from ct_lightning.experiment.train import train
+    from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG, find_finished_training
+    from ct_lightning.experiment.runs.train import train
 
     torch.set_num_threads(max(1, job.threads))
     client = MlflowClient(tracking_uri=job.tracking_uri)
@@ -271,10 +271,10 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
     """
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.executor import LocalExecutor
-    from ct_lightning.experiment.reproduce import stable_key
-    from ct_lightning.experiment.atomic_files import write_json_atomic
-    from ct_lightning.experiment.tracking import ensure_experiment, prepare_store
+    from ct_lightning.experiment.studies.executor import LocalExecutor
+    from ct_lightning.experiment.studies.reproduce import stable_key
+    from ct_lightning.experiment.runs.atomic_files import write_json_atomic
+    from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
 
     if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).is_absolute():
         tracking_uri = "sqlite:///" + str(Path(tracking_uri[len("sqlite:///"):]).resolve())

@@ -28,7 +28,7 @@ def _package_dir(name: str) -> Path | None:
 
 
 def _ct_dir() -> Path:
-    return Path(__file__).resolve().parents[1]
+    return Path(__file__).resolve().parents[2]
 
 
 def _decorated_names(folder: Path, decorator: str) -> list[tuple[str, ...]]:

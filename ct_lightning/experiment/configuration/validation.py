@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ct_lightning.experiment.interrupt import TrainingInterrupted
+from ct_lightning.experiment.runs.interrupt import TrainingInterrupted
 
 
 class InputError(ValueError):
@@ -236,7 +236,7 @@ def console_entry(main: Callable[[list[str] | None], Any]) -> Callable[[], int]:
     one-line message and exit code 1 or 2."""
 
     def cli() -> int:
-        from ct_lightning.experiment.allocator import keep_freed_memory
+        from ct_lightning.experiment.configuration.allocator import keep_freed_memory
 
         keep_freed_memory()  # a recipe's process is the user's: searches reuse their pool-sized blocks
         try:
@@ -323,7 +323,7 @@ def check_run_ids(option: str, run_ids: Sequence[str], tracking_uri: str) -> Non
     ids = [run_id for run_id in run_ids if run_id]
     if not ids:
         return
-    from ct_lightning.experiment.tracking import check_store_exists  # noqa: PLC0415
+    from ct_lightning.experiment.runs.tracking import check_store_exists  # noqa: PLC0415
 
     check_store_exists("--tracking-uri", tracking_uri, f"{option} {ids[0]}")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

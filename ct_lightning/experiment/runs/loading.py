@@ -11,8 +11,8 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from ct_lightning.metrics.names import logged_values
-from ct_lightning.experiment.settings import data_class, resolve_config
-from ct_lightning.experiment.data import build_datamodule
+from ct_lightning.experiment.configuration.settings import data_class, resolve_config
+from ct_lightning.experiment.configuration.data import build_datamodule
 from ct_lightning.module import CTModule
 from datamodules import get_datamodule_class
 
@@ -99,8 +99,8 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
     configured architecture (MLP hidden sizes inferred from the tensors), ``runs:/RUN_ID/model`` and
     ``models:/NAME/VERSION``. ``given``: settings (``target``, ``data_spec``, ``impute``, ``model``,
     ``hidden_sizes``, ``activation``) that apply where given."""
-    from ct_lightning.experiment.settings import is_table_file  # noqa: PLC0415
-    from ct_lightning.experiment.validation import InputError  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.settings import is_table_file  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.validation import InputError  # noqa: PLC0415
 
     given = {k: v for k, v in given.items() if v is not None}
     beside = ":/" not in source and (Path(source).parent / "config.json").is_file()
@@ -113,8 +113,8 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
         loaded = load_checkpoint_with_config(source, data, weights_only)
         loaded.config.update(table)
         return loaded
-    from ct_lightning.experiment.checkpoints import load_weights  # noqa: PLC0415
-    from ct_lightning.experiment.train import _architecture_from_source, build_module  # noqa: PLC0415
+    from ct_lightning.experiment.runs.checkpoints import load_weights  # noqa: PLC0415
+    from ct_lightning.experiment.runs.train import _architecture_from_source, build_module  # noqa: PLC0415
 
     if not data:
         raise InputError("--data", None, "a data set, or a table file with --target",

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from ct_lightning.evaluation.explanation import FeatureCodec, codec_from_dict, explain, to_records
-from ct_lightning.experiment.validation import InputError
+from ct_lightning.experiment.configuration.validation import InputError
 
 PREPROCESSING = "preprocessing.json"
 CHECKPOINT_KEYS = ("ct_preprocessing", "preprocessing")
@@ -53,8 +53,8 @@ def _from_logged_models(run_id: str, tracking_uri: str) -> Explainable:
     import mlflow.pytorch
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.run_artifacts import _tracking_uri
-    from ct_lightning.experiment.settings import DEFAULTS, module_kwargs
+    from ct_lightning.experiment.runs.run_artifacts import _tracking_uri
+    from ct_lightning.experiment.configuration.settings import DEFAULTS, module_kwargs
     from ct_lightning.module import CTModule
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -77,7 +77,7 @@ def load_explainable(run_id: str | None = None, checkpoint: str | None = None, t
     """The model of an MLflow run (``checkpoints/WHICH.ckpt``, ``config.json``, ``preprocessing.json``; a run
     without checkpoints: its logged models) or of a checkpoint file (preprocessing stored in it or beside it). Without a preprocessing the model's own inputs
     are the columns (:class:`FeatureCodec`)."""
-    from ct_lightning.experiment.runs import load_checkpoint, load_run
+    from ct_lightning.experiment.runs.loading import load_checkpoint, load_run
 
     if run_id:
         try:
@@ -173,7 +173,7 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
     from ct_lightning.generators import generator_class
 
     if getattr(generator_class(settings.get("generator", "ecco")), "needs_fit", False):
-        from ct_lightning.experiment.data import build_datamodule
+        from ct_lightning.experiment.configuration.data import build_datamodule
 
         datamodule = build_datamodule(explainable.config)
         x_train, y_train = datamodule.x_train, datamodule.y_train

@@ -1,0 +1,1 @@
+"""Configuration: the settings table, recipe options, input checks and start-up choices."""

@@ -1,0 +1,1 @@
+"""One MLflow run: training, the store and its outages, checkpoints, artifacts, served models."""

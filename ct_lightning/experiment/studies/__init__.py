@@ -1,0 +1,1 @@
+"""Studies of many runs: Table 1 reproductions, appendix grids, sweeps, consistency."""
