@@ -20,8 +20,8 @@ import argparse
 import sys
 
 from ct_lightning.experiment.configuration.options import add_arguments
-from ct_lightning.experiment.runner import recipe_parser, run_recipe
-from ct_lightning.experiment.configuration.validation import Rule, console_entry
+from ct_lightning.experiment.runner import console_entry, recipe_parser, run_recipe
+from ct_lightning.experiment.configuration.validation import Rule
 from ct_lightning.experiment.workflows.consistency import DEFAULTS as D, KINDS, MODES, run
 
 

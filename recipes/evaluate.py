@@ -18,8 +18,7 @@ import sys
 
 from ct_lightning.experiment.configuration.options import add_arguments
 from ct_lightning.experiment.configuration.protocol_options import add_protocol_arguments
-from ct_lightning.experiment.runner import recipe_parser, run_recipe
-from ct_lightning.experiment.configuration.validation import console_entry
+from ct_lightning.experiment.runner import console_entry, recipe_parser, run_recipe
 from ct_lightning.experiment.workflows.evaluate import GIVEN, run
 
 

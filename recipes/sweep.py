@@ -23,8 +23,7 @@ import sys
 
 from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.configuration.options import add_arguments
-from ct_lightning.experiment.runner import recipe_parser, run_recipe
-from ct_lightning.experiment.configuration.validation import console_entry
+from ct_lightning.experiment.runner import console_entry, recipe_parser, run_recipe
 
 
 SWEEP = "ct_lightning.experiment.studies.sweep"  # read without importing torch (see catalogue)

@@ -228,6 +228,7 @@ def test_ctmodule_trains_with_extra_generators(moons, tmp_path, generator, optio
 
 
 # --------------------------------------------------------------------------------- recipes
+@pytest.mark.slow  # a recipe end to end
 def test_train_generator_recipe_end_to_end(tmp_path):
     from ct_lightning.experiment.runs.train import train
 

@@ -73,6 +73,7 @@ print(json.dumps(result))
 """
 
 
+@pytest.mark.slow  # copies the package and runs a recipe in a subprocess
 def test_a_new_setting_is_one_edit(tmp_path):
     """One annotated CTModule argument, or one row of the table, and nothing else: a default, an option of
     recipes/train.py, a YAML key and validation (and for the argument, CTModule receives it)."""
@@ -208,7 +209,7 @@ def test_threads_rule_and_start_up_line():
 
 
 def test_default_store_is_anchored_to_an_absolute_path(tmp_path, monkeypatch):
-    from ct_lightning.experiment.runs.tracking import anchor_tracking_uri, store_location
+    from ct_lightning.experiment.configuration.store import anchor_tracking_uri, store_location
 
     monkeypatch.chdir(tmp_path)
     assert anchor_tracking_uri("sqlite:///mlruns/mlflow.db") == f"sqlite:///{tmp_path}/mlruns/mlflow.db"
@@ -238,6 +239,7 @@ print(json.dumps({
 '''
 
 
+@pytest.mark.slow  # copies the package and runs a recipe in a subprocess
 def test_a_setting_role_is_part_of_its_one_edit(tmp_path):
     """A row's role (run-only, not defining, may change on --resume) is said in the row: the three key sets that
     the lifecycle, the reproduction key and --resume use are derived from the rows."""

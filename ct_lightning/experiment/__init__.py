@@ -1,11 +1,13 @@
 """The experiment layer: the only part of ct_lightning that knows MLflow and the data registry.
 
-``settings`` (the table of training settings), ``data`` (building data modules), ``train`` (one
-tracked training run), ``runs`` (loading trained runs), ``checkpoints``, ``tracking`` and
-``consistency`` (the RS/LOO experiment); ``validation`` (value rules, one-line errors, checks of files,
-stores and devices), ``preflight`` (every check of a training before anything is created) and
-``catalogue`` (registry names and defaults read from the source, so command lines start without torch);
-``options`` (every recipe's options from rows), ``runner`` (parse, one-line errors, the store) and
-``workflows`` (one module per recipe), ``atomic_files`` (result files written whole).
+Five layers, lowest first; a module imports only from its own layer or lower ones (tests/test_imports.py):
+
+- ``configuration/``: the settings table and its roles, options, value rules and one-line errors, the tracking
+  store's name and checks (``store``), start-up checks (``preflight``), building data modules (``data``);
+- ``runs/``: one MLflow run: training, loading, checkpoints, the outbox for server outages, served models;
+- ``studies/``: many runs: reproductions, appendix grids, sweeps, consistency;
+- ``runner``: the recipes' one runner (parsing, one-line errors, the store, console entries);
+- ``workflows/``: one module per recipe.
+
 Import the submodules you need.
 """

@@ -15,8 +15,9 @@ import contextlib
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ct_lightning.experiment.runs.tracking import anchor_tracking_uri, store_location
+from ct_lightning.experiment.configuration.store import anchor_tracking_uri, store_location
 from ct_lightning.experiment.configuration.validation import KNOWN_ERRORS, Parser, exit_on_error
+from ct_lightning.experiment.runs.interrupt import TrainingInterrupted
 
 T = TypeVar("T")
 
@@ -85,3 +86,24 @@ def open_store(tracking_uri: str, experiment: str):
     artifact_location = prepare_store(tracking_uri, experiment)
     client = MlflowClient(tracking_uri=tracking_uri)
     return client, ensure_experiment(client, experiment, artifact_location), artifact_location
+
+
+def console_entry(main: Callable[[list[str] | None], Any]) -> Callable[[], int]:
+    """A recipe's console-script entry (``ct-train = "recipes.train:cli"``): run ``main`` on the command line and
+    return exit code 0. ``main`` returns its summary for callers in Python, which a console script's
+    ``sys.exit(cli())`` must not see (it would print it and exit 1); errors still end inside ``main`` with their
+    one-line message and exit code 1 or 2."""
+
+    def cli() -> int:
+        from ct_lightning.experiment.configuration.allocator import keep_freed_memory  # noqa: PLC0415
+
+        keep_freed_memory()  # a recipe's process is the user's: searches reuse their pool-sized blocks
+        try:
+            main(None)
+        except TrainingInterrupted as interrupted:  # its message and the resume command are already printed
+            return interrupted.exit_code
+        return 0
+
+    cli.__doc__ = (f"Console-script entry: ``{main.__module__}.main`` on the command line; exit code 0 on success, "
+                   "128 + the signal's number when a signal stopped it (143 SIGTERM, 130 SIGINT).")
+    return cli

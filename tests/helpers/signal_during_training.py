@@ -15,7 +15,7 @@ import lightning as L
 import torch
 
 from ct_lightning.experiment.runs.train import train
-from ct_lightning.experiment.configuration.validation import console_entry
+from ct_lightning.experiment.runner import console_entry
 
 
 class SignalAt(L.Callback):

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import NamedTuple
 
 from ct_lightning.experiment.configuration.settings import DEFAULTS, load_config_file, validate_config
-from ct_lightning.experiment.runs.tracking import anchor_tracking_uri, check_store_exists, check_tracking_reachable
+from ct_lightning.experiment.configuration.store import anchor_tracking_uri, check_store_exists, check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (check_accelerator, check_checkpoint_file, check_output_file,
                                                 check_writable_folder)
 

@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from ct_lightning.experiment.configuration import catalogue
-from ct_lightning.experiment.runs.tracking import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
+from ct_lightning.experiment.configuration.store import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
 from ct_lightning.experiment.configuration.validation import InputError, Rule, one_line
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")  # --data values that are table files

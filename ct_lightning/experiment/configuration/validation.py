@@ -20,8 +20,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ct_lightning.experiment.runs.interrupt import TrainingInterrupted
-
 
 class InputError(ValueError):
     """A value that is not allowed (exit code 2). ``option`` names it as the user typed it."""
@@ -229,27 +227,6 @@ def exit_on_error(error: BaseException, parser: argparse.ArgumentParser | None =
 KNOWN_ERRORS = (ValueError, EnvironmentProblem, OSError)
 
 
-def console_entry(main: Callable[[list[str] | None], Any]) -> Callable[[], int]:
-    """A recipe's console-script entry (``ct-train = "recipes.train:cli"``): run ``main`` on the command line and
-    return exit code 0. ``main`` returns its summary for callers in Python, which a console script's
-    ``sys.exit(cli())`` must not see (it would print it and exit 1); errors still end inside ``main`` with their
-    one-line message and exit code 1 or 2."""
-
-    def cli() -> int:
-        from ct_lightning.experiment.configuration.allocator import keep_freed_memory
-
-        keep_freed_memory()  # a recipe's process is the user's: searches reuse their pool-sized blocks
-        try:
-            main(None)
-        except TrainingInterrupted as interrupted:  # its message and the resume command are already printed
-            return interrupted.exit_code
-        return 0
-
-    cli.__doc__ = (f"Console-script entry: ``{main.__module__}.main`` on the command line; exit code 0 on success, "
-                   "128 + the signal's number when a signal stopped it (143 SIGTERM, 130 SIGINT).")
-    return cli
-
-
 # --- checks of the environment -------------------------------------------------------------------------------
 
 def _nearest_existing(path: Path) -> Path:
@@ -323,7 +300,7 @@ def check_run_ids(option: str, run_ids: Sequence[str], tracking_uri: str) -> Non
     ids = [run_id for run_id in run_ids if run_id]
     if not ids:
         return
-    from ct_lightning.experiment.runs.tracking import check_store_exists  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.store import check_store_exists  # noqa: PLC0415
 
     check_store_exists("--tracking-uri", tracking_uri, f"{option} {ids[0]}")
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")

@@ -38,7 +38,8 @@ from ct_lightning.experiment.configuration.settings import (DEFAULTS, RESUME_OPT
                                               load_config_file, module_kwargs, resolve_config)
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.outbox import OUTBOX_DIR, OutboxClient, pending_upload, server_writable
-from ct_lightning.experiment.runs.tracking import ensure_experiment, local_store_dir, prepare_store
+from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
+from ct_lightning.experiment.configuration.store import local_store_dir
 from ct_lightning.experiment.runs.tracking_server import is_outage, is_server_uri, run_links
 from ct_lightning.training.epoch_block import EpochBlockLoader, can_fuse
 from ct_lightning.experiment.configuration.cpu_math import check_cpu_math, cpu_math_state

@@ -56,7 +56,7 @@ def upload(folder: str | Path, tracking_uri: str | None = None, echo=print) -> d
     """Send the outbox's unsent records (finishing a deferred end) and return ``{"run_id", "sent", "status"}``."""
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.runs.tracking import check_tracking_reachable
+    from ct_lightning.experiment.configuration.store import check_tracking_reachable
     from ct_lightning.experiment.runs.tracking_server import is_outage, is_server_uri, server_run_url
     from ct_lightning.experiment.configuration.validation import EnvironmentProblem
 

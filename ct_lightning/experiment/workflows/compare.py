@@ -21,7 +21,7 @@ from ct_lightning.experiment.configuration.preflight import threads_for
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import batches, checking, open_store, start
 from ct_lightning.experiment.configuration.settings import is_factory, is_table_file
-from ct_lightning.experiment.runs.tracking import check_tracking_reachable
+from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
                                                 check_writable_folder)
 

@@ -10,7 +10,7 @@ from pathlib import Path
 from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runner import batches, checking, open_store, start
-from ct_lightning.experiment.runs.tracking import check_tracking_reachable
+from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import InputError, check_accelerator, check_output_file
 
 CONSISTENCY = "ct_lightning.experiment.studies.consistency"  # read without importing torch (see catalogue)

@@ -16,7 +16,7 @@ SWEEP_OPTIONS = ("param", "search", "num_samples", "sweep_seed", "metric", "mode
 def executor_of(sweep: dict, tracking_uri: str):
     """The executor of the sweep options: ``LocalExecutor`` (``--executor local``) or ``RayTuneExecutor``."""
     from ct_lightning.experiment.studies.executor import LocalExecutor, RayTuneExecutor, require_ray  # noqa: PLC0415
-    from ct_lightning.experiment.runs.tracking import local_store_dir  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.store import local_store_dir  # noqa: PLC0415
 
     for key in ("cpus_per_trial", "gpus_per_trial", "max_concurrent"):
         if sweep[key] < 0:

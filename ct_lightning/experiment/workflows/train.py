@@ -7,7 +7,7 @@ import argparse
 from ct_lightning.experiment.configuration.cpu_math import apply_cpu_math
 from ct_lightning.experiment.configuration.preflight import apply_threads, preflight_training, threads_for
 from ct_lightning.experiment.runner import batches, checking
-from ct_lightning.experiment.runs.tracking import store_location
+from ct_lightning.experiment.configuration.store import store_location
 
 
 def run(args: argparse.Namespace) -> dict:
