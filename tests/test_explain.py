@@ -135,7 +135,7 @@ def test_predictor_of_a_tabular_codec_has_typed_named_columns_and_string_classes
     logged = log_predictor(model, codec, torch.from_numpy(codec.encode(ROWS)), {"generator": "generic", "tau": 0.9,
                                                                                  "max_steps": 200}, None, run_id)
     predictor = mlflow.pyfunc.load_model(logged.model_uri)
-    inputs = {c.name: c.type.name for c in predictor.metadata.signature.inputs}
+    inputs = {c["name"]: c["type"] for c in predictor.metadata.metadata["input_columns"]}
     assert inputs == {"income": "double", "home": "string"}
     out = predictor.predict(ROWS, params={"explain": True})
     assert out["prediction"].tolist() == ["no", "no"] and list(out.columns[:4]) == \

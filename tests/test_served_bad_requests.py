@@ -20,7 +20,7 @@ from test_served_model import serve
 
 from ct_lightning.experiment.runs.request_checks import (
     MAX_STEPS, PredictorFailed, RequestRefused, check_params, check_rows, row_limit)
-from ct_lightning.experiment.runs.served_model import RawRowsClassifier
+from ct_lightning.experiment.runs.served_model import RawRowsClassifier, input_columns
 from datamodules.codec import TabularCodec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,10 +40,78 @@ def rows(**changes) -> pd.DataFrame:
 
 # --- the checks, without a server ---------------------------------------------------------------------------
 
-def test_good_rows_pass_in_the_models_column_order_without_unknown_columns(codec):
-    frame = rows(colour="red")[["colour", *reversed(list(APPLICANT))]]
+def test_good_rows_pass_in_the_models_column_order(codec):
+    frame = rows()[list(reversed(list(APPLICANT)))]
     checked = check_rows(codec, frame, 10)
     assert list(checked.columns) == [c.name for c in codec.columns]
+
+
+@pytest.mark.parametrize("frame, expected", [
+    (rows(colour="red"), "rows: unknown column 'colour'; the model needs age, income, debt, years_employed, "
+                         "home_ownership, purpose, sex and no other columns"),
+    (rows(approved="yes", colour="red"), "rows: unknown column 'approved', 'colour'; the model needs age,"),
+    (rows(incme=1).drop(columns="income"), "rows: missing column 'income'; unknown column 'incme'; the model needs"),
+    (pd.concat([rows(), rows()[["age"]]], axis=1), "rows: repeated column 'age'; the model needs"),
+])
+def test_columns_the_model_does_not_know_are_refused_in_one_line_with_the_models_columns(codec, frame, expected):
+    with pytest.raises(ValueError) as error:
+        check_rows(codec, frame, 10)
+    assert str(error.value).startswith(expected) and "\n" not in str(error.value), str(error.value)
+    predictor = RawRowsClassifier(torch.nn.Linear(len(codec.feature_names), 2), codec, {})
+    with pytest.raises(RequestRefused, match="column"):  # in Python as served: the predictor itself refuses
+        predictor.predict(None, frame)
+
+
+@pytest.fixture(scope="module")
+def typed():
+    """A codec with each type a column can have: integer, continuous, text, number and true/false categories."""
+    frame = pd.DataFrame({"age": [20, 30, 40, 50], "ratio": [0.5, 1.5, 2.5, 3.5], "home": ["own", "rent", "own", "rent"],
+                          "grade": [1, 2, 3, 1], "member": [True, False, True, False], "y": ["a", "b", "a", "b"]})
+    return TabularCodec.fit(frame, "y", spec={"columns": {"grade": {"kind": "categorical"}}})
+
+
+def typed_row(**changes) -> pd.DataFrame:
+    return pd.DataFrame([{"age": 30, "ratio": 1.5, "home": "own", "grade": 2, "member": True, **changes}])
+
+
+def test_values_are_converted_to_their_columns_type_where_nothing_is_lost(typed):
+    assert [(c["name"], c["type"]) for c in input_columns(typed)] == [
+        ("age", "long"), ("ratio", "double"), ("home", "string"), ("grade", "long"), ("member", "boolean")]
+    checked = check_rows(typed, typed_row(age=30.0, ratio=1, grade=2.0, member=np.bool_(False)), 1)
+    assert checked.dtypes.astype(str).tolist() == ["int64", "float64", "object", "object", "object"]
+    assert checked.iloc[0].tolist() == [30, 1.0, "own", 2, False]
+    assert type(checked["grade"].iloc[0]) is int  # the category itself: encodes as 2 does
+    np.testing.assert_array_equal(typed.encode(checked), typed.encode(typed_row(ratio=1.0, member=False)))
+    mixed = pd.concat([typed_row(), typed_row(ratio=2.5)], ignore_index=True).astype(object)  # object columns
+    assert check_rows(typed, mixed, 2)["ratio"].tolist() == [1.5, 2.5]
+
+
+@pytest.mark.parametrize("changes, expected", [
+    ({"age": "30"}, "rows: column 'age': '30' in row 0 is text; allowed: a number (in JSON without quotes)"),
+    ({"ratio": "1.5"}, "rows: column 'ratio': '1.5' in row 0 is text; allowed: a number"),
+    ({"age": 30.5}, "rows: column 'age': 30.5 in row 0 is not a whole number; allowed: whole numbers"),
+    ({"age": True}, "rows: column 'age': True in row 0 is true/false; allowed: a number"),
+    ({"ratio": [1.5]}, "rows: column 'ratio': [1.5] in row 0 is not a number"),
+    ({"home": 1}, "rows: column 'home': unseen category 1 in row 0 (a number; the categories are text); allowed: own, rent"),
+    ({"grade": "2"}, "rows: column 'grade': unseen category '2' in row 0 (text; the categories are a number); "
+                     "allowed: 1, 2, 3"),
+    ({"grade": True}, "rows: column 'grade': unseen category True in row 0 (true/false;"),
+    ({"grade": 4}, "rows: column 'grade': unseen category 4 in row 0; allowed: 1, 2, 3"),
+    ({"member": 1}, "rows: column 'member': unseen category 1 in row 0 (a number; the categories are true/false); "
+                    "allowed: False, True"),
+    ({"member": "false"}, "rows: column 'member': unseen category 'false' in row 0 (text;"),
+])
+def test_values_of_the_wrong_type_are_refused_not_converted(typed, changes, expected):
+    with pytest.raises(ValueError) as error:
+        check_rows(typed, typed_row(**changes), 1)
+    assert str(error.value).startswith(expected) and "\n" not in str(error.value), str(error.value)
+
+
+def test_in_a_text_column_the_value_that_is_no_number_at_all_is_named_first(typed):
+    frame = pd.concat([typed_row(), typed_row()], ignore_index=True).astype({"age": object})
+    frame["age"] = ["30", "lots"]  # as a CSV body reads when one value is not a number
+    with pytest.raises(ValueError, match=r"^rows: column 'age': 'lots' in row 1 is not a number$"):
+        check_rows(typed, frame, 2)
 
 
 @pytest.mark.parametrize("frame, expected", [
@@ -53,7 +121,7 @@ def test_good_rows_pass_in_the_models_column_order_without_unknown_columns(codec
     (rows(sex="unknown"), "rows: column 'sex': unseen category 'unknown' in row 0; allowed: female, male"),
     (rows(age=400), "rows: column 'age': 400 in row 0 is outside the model's domain; allowed: "),
     (rows(income=float("inf")), "rows: column 'income': inf in row 0 is not a finite number"),
-    (pd.concat([rows(), rows(income="lots")], ignore_index=True), "rows: column 'income': 'lots' in row 1 is not a finite"),
+    (pd.concat([rows(), rows(income="lots")], ignore_index=True), "rows: column 'income': 'lots' in row 1 is not a number"),
     (rows().iloc[:0], "rows: the request holds no rows"),
     (pd.concat([rows()] * 11, ignore_index=True), "rows: 11 rows in one request; allowed: at most 10"),
 ])
@@ -69,7 +137,7 @@ def test_the_domain_is_the_training_range_widened_or_the_declared_bounds(codec):
     assert low == pytest.approx(min(age.mean - 3 * age.scale, age.train_min)) and high >= age.train_max
     check_rows(codec, rows(age=int(high)), 1)  # the edge is inside
     with pytest.raises(ValueError, match=f"allowed: {low:.6g} to {high:.6g} \\(the training rows' range widened"):
-        check_rows(codec, rows(age=high + 1), 1)
+        check_rows(codec, rows(age=int(high) + 1), 1)  # a whole number: age is an integer column
     declared = TabularCodec.fit(pd.read_csv(LOANS), "approved", spec={"columns": {"age": {"lower": 18, "upper": 70}}})
     refusal = r"'age': 71 in row 0 is outside the model's domain; allowed: 18 to 70 \(the data spec's bounds\)$"
     with pytest.raises(ValueError, match=refusal):
@@ -166,16 +234,22 @@ def records(*rows_, **params) -> bytes:
 WITHOUT_INCOME = {k: v for k, v in APPLICANT.items() if k != "income"}
 # (body, words the message must hold, whether the message is ours: one line, no echo of the request)
 BAD_REQUESTS = {
-    "missing column": (records(WITHOUT_INCOME), ["missing inputs ['income']"], False),
-    "wrong type": (records({**APPLICANT, "income": "lots"}), ["income", "lots"], False),
+    "missing column": (records(WITHOUT_INCOME), ["rows: missing column 'income'; the model needs age, income"], True),
+    "extra column": (records({**APPLICANT, "colour": "red"}), ["rows: unknown column 'colour'; the model needs age, "
+                                                              "income", "sex and no other columns"], True),
+    "target column": (records({**APPLICANT, "approved": "yes"}), ["unknown column 'approved'"], True),
+    "wrong type": (records({**APPLICANT, "income": "lots"}), ["'income'", "'lots' in row 0 is not a number"], True),
+    "number as text": (records({**APPLICANT, "income": "40000"}), ["'income'", "'40000' in row 0 is text"], True),
+    "fraction in an integer column": (records({**APPLICANT, "age": 40.5}), ["'age'", "40.5", "not a whole number"], True),
+    "true/false for a number": (records({**APPLICANT, "age": True}), ["'age'", "True", "is true/false"], True),
     "number for a category": (records({**APPLICANT, "purpose": 3}), ["'purpose'", "unseen category 3 ", "car"], True),
     "unseen category": (records({**APPLICANT, "purpose": "yacht"}), ["'purpose'", "'yacht'", "allowed: car"], True),
     "out-of-domain value": (records({**APPLICANT, "age": 400}), ["'age'", "400", "outside the model's domain",
                                                                   "allowed:"], True),
-    "missing number": (records({**APPLICANT, "age": None}), ["age"], False),
+    "missing number": (records({**APPLICANT, "age": None}), ["'age'", "missing value in row 0"], True),
     "missing category": (records({**APPLICANT, "purpose": None}), ["'purpose'", "missing value in row 0"], True),
     "empty body": (b"", ["valid JSON"], False),
-    "no rows": (records(), ["missing inputs", "'age'"], False),
+    "no rows": (records(), ["the request holds no rows", "age"], True),
     "oversized body": (records(*[APPLICANT] * 10_001), ["10001 rows", "at most 10000"], True),
     "oversized explain": (records(*[APPLICANT] * 101, explain=True), ["101 rows", "at most 100"], True),
     "unknown target class": (records(APPLICANT, explain=True, target="maybe"), ["target 'maybe'", "no, yes"], True),
@@ -198,11 +272,23 @@ def test_bad_request_gets_a_4xx_naming_the_column(served, case):
 
 
 @pytest.mark.slow
-def test_extra_columns_are_dropped_with_a_warning_in_the_servers_log(served):
+def test_a_csv_body_is_checked_as_a_json_one(served):
+    port, _ = served
+    header = ",".join(APPLICANT)
+    good = "\n".join([header, ",".join(map(str, APPLICANT.values()))]).encode()
+    assert send(port, good, "text/csv")[0] == 200
+    bad = "\n".join([header, ",".join(map(str, APPLICANT.values())),
+                     ",".join(map(str, {**APPLICANT, "income": "lots"}.values()))]).encode()
+    status, text = send(port, bad, "text/csv")
+    assert status == 400 and json.loads(text)["message"] == "rows: column 'income': 'lots' in row 1 is not a number"
+
+
+@pytest.mark.slow
+def test_values_mlflow_used_to_convert_are_answered_as_the_plain_ones(served):
     port, log = served
     plain = send(port, records(APPLICANT))
-    extra = send(port, records({**APPLICANT, "colour": "red"}))
-    assert plain[0] == extra[0] == 200
-    np.testing.assert_allclose(json.loads(extra[1])["predictions"][0]["probability"],
+    floats = send(port, records({**APPLICANT, "age": 40.0, "income": 40000.0}))  # whole numbers sent as JSON floats
+    assert plain[0] == floats[0] == 200
+    np.testing.assert_allclose(json.loads(floats[1])["predictions"][0]["probability"],
                                json.loads(plain[1])["predictions"][0]["probability"], rtol=1e-6)
-    assert "['colour']" in log.read_text() and "will be ignored" in log.read_text()
+    assert "will be ignored" not in log.read_text()  # MLflow drops nothing: no input schema to drop by

@@ -9,6 +9,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -60,7 +61,12 @@ def test_predictor_takes_named_raw_columns_and_is_registered(trained):
     client = MlflowClient(trained["tracking_uri"])
     version = client.get_latest_versions("ct-moons-ct")[0]
     predictor = mlflow.pyfunc.load_model(f"models:/ct-moons-ct/{version.version}")
-    assert [c.name for c in predictor.metadata.signature.inputs] == ["x1", "x2"]
+    assert predictor.metadata.signature.inputs is None  # the predictor checks the columns itself
+    assert [p.name for p in predictor.metadata.signature.params.params] == ["explain", "target", "max_steps"]
+    info = mlflow.models.get_model_info(f"models:/ct-moons-ct/{version.version}")
+    assert info.metadata["input_columns"] == [{"name": "x1", "type": "double", "kind": "continuous"},
+                                              {"name": "x2", "type": "double", "kind": "continuous"}]
+    assert info.saved_input_example_info["type"] == "dataframe"
     rows = pd.DataFrame({"x1": [0.1, 1.2, -0.4], "x2": [0.3, -0.6, 0.9]})
     out = predictor.predict(rows)
     module = mlflow.pytorch.load_model(f"runs:/{trained['run_id']}/model").eval()
@@ -68,8 +74,10 @@ def test_predictor_takes_named_raw_columns_and_is_registered(trained):
         probabilities = torch.softmax(module(torch.tensor(rows.to_numpy(), dtype=torch.float32)), 1).numpy()
     np.testing.assert_allclose(out[["probability_0", "probability_1"]].to_numpy(), probabilities, rtol=1e-5)
     assert out["prediction"].tolist() == probabilities.argmax(1).tolist()
-    with pytest.raises(Exception, match="x2"):  # schema enforcement names the missing column
+    with pytest.raises(Exception, match="rows: missing column 'x2'"):
         predictor.predict(pd.DataFrame({"x1": [0.1]}))
+    with pytest.raises(Exception, match="rows: unknown column 'x3'; the model needs x1, x2 and no other columns"):
+        predictor.predict(rows.assign(x3=1.0))
     explained = predictor.predict(rows, params={"explain": True})
     assert {"target", "target_probability", "valid", "counterfactual", "changes"} <= set(explained.columns)
     assert (explained["target"] != explained["prediction"]).all()
@@ -172,6 +180,11 @@ def test_served_predictor_answers_raw_rows_over_http(trained, tmp_path):
         explained = post(port, {"dataframe_records": rows[:1], "params": {"explain": True}})["predictions"][0]
         assert explained["target"] != explained["prediction"]
         assert {c["feature"] for c in explained["changes"]} <= {"x1", "x2"}
+        with pytest.raises(urllib.error.HTTPError) as refused:
+            post(port, {"dataframe_records": [{**rows[0], "x3": 1.0}]})
+        assert refused.value.code == 400
+        assert json.loads(refused.value.read())["message"] == \
+            "rows: unknown column 'x3'; the model needs x1, x2 and no other columns"
     finally:
         process.terminate()
         try:

@@ -1,11 +1,14 @@
-"""Requests to a served ``predictor`` checked before the model runs: each refusal is one line naming the column.
+"""Requests to a predictor checked before the model runs: each refusal is one line naming the column.
 
-MLflow's scoring server (``mlflow models serve``) parses the JSON body and enforces the logged signature before
-the predictor sees the rows: it refuses a body that is not JSON, a missing column, and a value that cannot take
-its column's type (``"income": "lots"``) with a 400 of its own, and it drops columns the signature does not
-name (with a warning in the server's log). What a signature cannot say is checked here, against the fitted
-preprocessing: how many rows one request may hold, missing values, categories never seen in training, numbers
-outside the model's domain, and the ``target``/``max_steps`` parameters.
+The ``predictor`` is logged without an input schema (its signature holds the outputs and the ``explain``/
+``target``/``max_steps`` params only; the columns and their types are in the model's ``metadata`` and input
+example, see :func:`ct_lightning.experiment.runs.served_model.input_columns`), so MLflow's scoring server
+(``mlflow models serve``) and ``mlflow.pyfunc.load_model(URI).predict`` hand the rows over as they came: the
+server refuses only a body that is not JSON (or CSV, Parquet) of its own. Everything else is checked here,
+against the fitted preprocessing: how many rows one request may hold, missing and unknown columns, missing
+values, the type of each value (a number for a numeric column, a whole number for an integer column, one of
+the training categories with their own type for a category column: ``"40"`` is text, not a number, and
+``True`` is not ``1``), numbers outside the model's domain, and the ``target``/``max_steps`` parameters.
 
 :func:`check_rows` and :func:`check_params` raise a one-line ``ValueError``; the predictor answers it as
 :class:`RequestRefused` (HTTP 400, the message as it is).
@@ -14,6 +17,7 @@ outside the model's domain, and the ``target``/``max_steps`` parameters.
 from __future__ import annotations
 
 import math
+import numbers
 import os
 
 import numpy as np
@@ -88,48 +92,123 @@ def _number(value) -> str:
 
 
 def _shown(value) -> str:
-    """A request's value as the client wrote it (numpy scalars as plain Python values)."""
-    return repr(value.item() if isinstance(value, np.generic) else value)
+    """A request's value as the client wrote it (numpy scalars as plain Python values), cut to 60 characters."""
+    text = repr(value.item() if isinstance(value, np.generic) else value)
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
-def _first(mask: pd.Series) -> int:
-    return int(mask.to_numpy().nonzero()[0][0])
+def _first(mask) -> int:
+    return int(np.asarray(mask, dtype=bool).nonzero()[0][0])
+
+
+def _sort(value) -> str:
+    """What a request's value is: ``text``, ``a number``, ``true/false`` or ``other`` (a list, an object)."""
+    if isinstance(value, (bool, np.bool_)):
+        return "true/false"
+    if isinstance(value, numbers.Real):
+        return "a number"
+    return "text" if isinstance(value, str) else "other"
+
+
+_UNSEEN = object()
+
+
+def _category_key(value):
+    """A category and a value match when they are the same text, the same number (``1`` and ``1.0``) or the same
+    truth value; never across sorts: ``"1"`` is not ``1`` and ``True`` is not ``1``."""
+    sort = _sort(value)
+    if sort == "a number":
+        return sort, float(value)
+    if sort == "true/false":
+        return sort, bool(value)
+    return (sort, value) if sort == "text" else None
+
+
+def _categories(column, values: pd.Series) -> pd.Series:
+    """The values as the column's own categories (``1.0`` becomes the category ``1``), else a one-line refusal
+    of the first unseen one (with the sort of value the categories are, when the value is of another)."""
+    known = {_category_key(c): c for c in column.categories}
+    matched = values.map(lambda v: known.get(_category_key(v), _UNSEEN)).astype(object)
+    unseen = matched.map(lambda v: v is _UNSEEN)
+    if unseen.any():
+        row = _first(unseen)
+        value, sorts = values.iloc[row], sorted({_sort(c) for c in column.categories})
+        hint = "" if _sort(value) in sorts else f" ({_sort(value)}; the categories are {' and '.join(sorts)})"
+        raise ValueError(f"rows: column {column.name!r}: unseen category {_shown(value)} in row {row}{hint}; "
+                         f"allowed: {', '.join(map(str, column.categories))}")
+    return matched
+
+
+def _numbers(column, values: pd.Series) -> pd.Series:
+    """The values as ``float64``, else a one-line refusal of the first that is not a finite number of the
+    column's kind: text (``"40"`` too: in JSON a number has no quotes), true/false, a fraction in an integer column."""
+    if pd.api.types.is_bool_dtype(values):
+        raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[0])} in row 0 is true/false; allowed: a number")
+    if not pd.api.types.is_numeric_dtype(values):  # text, objects or a mix: each value must be a number itself
+        sorts = values.map(_sort)
+        digits = (sorts == "text") & pd.to_numeric(values.where(sorts == "text"), errors="coerce").notna()
+        # a value that is no number at all comes first: in a CSV body it turns the whole column into text
+        for wrong, why in (((sorts != "a number") & ~digits, None),
+                           (digits, "is text; allowed: a number (in JSON without quotes)")):
+            if wrong.any():
+                row = _first(wrong)
+                why = why or ("is true/false; allowed: a number" if sorts.iloc[row] == "true/false" else "is not a number")
+                raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[row])} in row {row} {why}")
+    numeric = values.astype(float)
+    infinite = ~np.isfinite(numeric.to_numpy())
+    if infinite.any():
+        row = _first(infinite)
+        raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[row])} in row {row} is not a finite number")
+    if column.kind == "integer":
+        fraction = numeric != np.round(numeric)
+        if fraction.any():
+            row = _first(fraction)
+            raise ValueError(f"rows: column {column.name!r}: {_number(numeric.iloc[row])} in row {row} is not a whole "
+                             f"number; allowed: whole numbers (the column holds integers)")
+    return numeric
+
+
+def _check_columns(names: list[str], frame: pd.DataFrame) -> None:
+    """Refuse a missing, an unknown or a repeated column, in one line with the model's columns."""
+    present = list(frame.columns)
+    missing = [n for n in names if n not in present]
+    unknown = [c for c in present if c not in names]
+    repeated = sorted({str(c) for c in present if present.count(c) > 1})
+    if missing or unknown or repeated:
+        parts = ([f"missing column {', '.join(map(repr, missing))}"] if missing else []) + \
+                ([f"unknown column {', '.join(map(repr, unknown))}"] if unknown else []) + \
+                ([f"repeated column {', '.join(map(repr, repeated))}"] if repeated else [])
+        raise ValueError(f"rows: {'; '.join(parts)}; the model needs {', '.join(names)}"
+                         + (" and no other columns" if unknown else ""))
 
 
 def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
-    """The model's columns of ``frame``, in the codec's order, once every row is one the model can answer;
-    else a one-line ``ValueError`` naming the column, the row (0-based), the value and what is allowed.
+    """``frame``'s columns in the codec's order, each value of its column's type, once every row is one the model
+    can answer; else a one-line ``ValueError`` naming the column, the row (0-based), the value and what is allowed.
 
-    Refused: no rows or more than ``max_rows``, a missing column, a missing value, a category the training rows
-    did not have, a number that is not finite or lies outside the column's domain (declared bounds, else the
-    training range widened to mean ± 3 sd: the domain the counterfactual search keeps to). Columns the model does
-    not know are left out, as MLflow's signature enforcement leaves them out when served."""
+    Refused: no rows or more than ``max_rows``; a missing column, a column the model does not know (the target
+    too) or one given twice; a missing value; in a category column, a value that is none of the training
+    categories with their own type (a text ``"1"`` for the category ``1`` and ``1`` for ``True`` are refused,
+    ``1.0`` is the category ``1``); in a numeric column, text (also ``"40"``), true/false, an infinite value, a
+    fraction in an integer column, a number outside the column's domain (declared bounds, else the training range
+    widened to mean ± 3 sd: the domain the counterfactual search keeps to). Returned: numeric columns as
+    ``float64`` (integer columns ``int64``), category columns as the categories themselves."""
     names = [c.name for c in codec.columns]
     if len(frame) == 0:
         raise ValueError(f"rows: the request holds no rows; send at least one row with the columns {', '.join(names)}")
     if len(frame) > max_rows:
         raise ValueError(f"rows: {len(frame)} rows in one request; allowed: at most {max_rows} "
                          f"(split the request, or raise the limit where the server runs)")
-    missing = [n for n in names if n not in frame.columns]
-    if missing:
-        raise ValueError(f"rows: missing column {', '.join(map(repr, missing))}; the model needs {', '.join(names)}")
+    _check_columns(names, frame)
+    checked = {}
     for column in codec.columns:
         values = frame[column.name]
         if values.isna().any():
             raise ValueError(f"rows: column {column.name!r}: missing value in row {_first(values.isna())}")
         if column.kind in ("categorical", "binary") and getattr(column, "categories", None):
-            known = {str(c) for c in column.categories}
-            unseen = ~values.map(lambda v: str(v) in known)
-            if unseen.any():
-                row = _first(unseen)
-                raise ValueError(f"rows: column {column.name!r}: unseen category {_shown(values.iloc[row])} in row {row}; "
-                                 f"allowed: {', '.join(map(str, column.categories))}")
+            checked[column.name] = _categories(column, values)
             continue
-        numeric = pd.to_numeric(values, errors="coerce").astype(float)
-        bad = ~np.isfinite(numeric.to_numpy())  # not a number (NaN after the conversion) or infinite
-        if bad.any():
-            row = int(bad.nonzero()[0][0])
-            raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[row])} in row {row} is not a finite number")
+        numeric = _numbers(column, values)
         domain = getattr(column, "domain", None)  # a hand-made codec's columns may know no domain
         low, high = (domain() if domain else None) or (-math.inf, math.inf)
         outside = (numeric < low) | (numeric > high)
@@ -140,7 +219,22 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
                       "mean +/- 3 sd", "the training rows' range widened to mean +/- 3 sd")[2 - declared]
             raise ValueError(f"rows: column {column.name!r}: {_number(numeric.iloc[row])} in row {row} is outside the "
                              f"model's domain; allowed: {_number(low)} to {_number(high)} ({source})")
-    return frame[names]
+        if column.kind == "integer" and (numeric.abs() < 2 ** 53).all():
+            numeric = numeric.astype("int64")
+        checked[column.name] = numeric
+    return pd.DataFrame(checked, index=frame.index)[names]
+
+
+def as_rows(model_input) -> pd.DataFrame:
+    """The request's input as a DataFrame (MLflow hands a JSON body's ``inputs`` over as a dict or a list), else
+    a one-line ``ValueError``."""
+    if isinstance(model_input, pd.DataFrame):
+        return model_input
+    try:
+        return pd.DataFrame(model_input)
+    except (ValueError, TypeError) as error:
+        raise ValueError(f"rows: the input is not a table of rows ({type(model_input).__name__}: "
+                         f"{(str(error).splitlines() or [''])[0]}); send dataframe_records or dataframe_split") from None
 
 
 def check_params(codec, params: dict) -> None:

@@ -4,8 +4,10 @@
   returns the classifier itself (logits of encoded inputs), which evaluates, fine-tunes
   (``train.py --from-checkpoint runs:/ID/model``) and goes back into ``CTModule``.
 - ``predictor`` (a pyfunc, :class:`RawRowsClassifier`): takes the raw DataFrame with the original columns
-  (a named, typed column signature), bundles the fitted preprocessing and returns the predicted class
-  and the probability of each class; with the parameter ``explain=true`` also the counterfactual and its
+  (listed with their types in the model's ``metadata["input_columns"]`` and shown by its input example; the
+  signature has no input schema, so the predictor itself refuses an unknown column or a value of the wrong
+  type, see :mod:`ct_lightning.experiment.runs.request_checks`), bundles the fitted preprocessing and returns
+  the predicted class and the probability of each class; with the parameter ``explain=true`` also the counterfactual and its
   changes in original units. This is the one registered (``ct-DATA-ROLE``) and served
   (``mlflow models serve``); ``--from-checkpoint`` accepts it too (its classifier is unwrapped).
 
@@ -25,7 +27,8 @@ import torch
 from mlflow.exceptions import MlflowException
 
 from ct_lightning.evaluation.explanation import explain
-from ct_lightning.experiment.runs.request_checks import PredictorFailed, RequestRefused, check_params, check_rows, row_limit
+from ct_lightning.experiment.runs.request_checks import (PredictorFailed, RequestRefused, as_rows, check_params, check_rows,
+                                                          row_limit)
 
 PREDICTOR_NAME = "predictor"
 _logger = logging.getLogger(__name__)
@@ -62,7 +65,7 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
 
     def _answer(self, model_input, params: dict) -> pd.DataFrame:
         codec = self.codec
-        frame = model_input if isinstance(model_input, pd.DataFrame) else pd.DataFrame(model_input)
+        frame = as_rows(model_input)
         check_params(codec, params)
         frame = check_rows(codec, frame, row_limit(bool(params.get("explain"))))
         x = torch.as_tensor(codec.encode(frame), dtype=torch.float32)
@@ -97,17 +100,42 @@ def _column_type(column) -> str:
 
 
 def predictor_signature(codec):
-    """The named, typed input columns, the output columns and the ``explain``/``target``/``max_steps`` params."""
+    """The output columns and the ``explain``/``target``/``max_steps`` params; no input schema.
+
+    With an input schema MLflow would drop columns the model does not know before the predictor sees them
+    (with a warning in the server's log only) and convert or refuse values by rules of its own that differ
+    between the scoring server and ``predict`` in Python (the server cut ``40.5`` to ``40`` in an integer column
+    and read ``"false"`` as ``True``); without one the rows arrive as sent and
+    :func:`~ct_lightning.experiment.runs.request_checks.check_rows` refuses both in one line. The columns and
+    their types are in the model's metadata (:func:`input_columns`) and its input example."""
     from mlflow.models.signature import ModelSignature
     from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
 
-    inputs = Schema([ColSpec(_column_type(c), c.name) for c in codec.columns])
     label_type = "string" if any(isinstance(c, str) for c in codec.classes) else "long"
     outputs = Schema([ColSpec(label_type, "prediction"), ColSpec("double", "probability"),
                       *[ColSpec("double", f"probability_{c}") for c in codec.classes]])
     params = ParamSchema([ParamSpec("explain", "boolean", False), ParamSpec("target", "string", ""),
                           ParamSpec("max_steps", "long", 0)])
-    return ModelSignature(inputs=inputs, outputs=outputs, params=params)
+    return ModelSignature(inputs=None, outputs=outputs, params=params)
+
+
+def input_columns(codec) -> list[dict]:
+    """The predictor's input columns, in order, as logged in its ``metadata["input_columns"]``: ``name``, ``type``
+    (MLflow's name for it: ``long``, ``double``, ``string``, ``boolean``), ``kind`` (the preprocessing's:
+    ``integer``, ``continuous``, ``categorical``, ``binary``) and either ``categories`` or, where known, the
+    numeric ``domain`` ``[low, high]`` a request must keep to."""
+    out = []
+    for column in codec.columns:
+        entry = {"name": column.name, "type": _column_type(column), "kind": column.kind}
+        if column.kind in ("categorical", "binary") and getattr(column, "categories", None):
+            entry["categories"] = [c.item() if isinstance(c, np.generic) else c for c in column.categories]
+        else:
+            domain = getattr(column, "domain", None)
+            bounds = domain() if domain else None
+            if bounds and all(np.isfinite(bounds)):
+                entry["domain"] = [float(bounds[0]), float(bounds[1])]
+        out.append(entry)
+    return out
 
 
 def example_rows(codec, x_encoded: torch.Tensor, n: int = 3) -> pd.DataFrame:
@@ -136,12 +164,14 @@ def log_predictor(model: torch.nn.Module, codec, x_encoded: torch.Tensor, search
 
     signature = predictor_signature(codec)
     example = example_rows(codec, x_encoded)
+    metadata = {"input_columns": input_columns(codec)}
     python_model = RawRowsClassifier(model, codec, search)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
         # mlflow.pyfunc.log_model has no run_id; Model.log (which it calls) files the model under a given run.
         return Model.log(
             None, name=PREDICTOR_NAME, flavor=mlflow.pyfunc, python_model=python_model, signature=signature, input_example=example,
+            metadata=metadata,
             run_id=run_id, registered_model_name=registered_model_name, step=step,
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "pandas", f"mlflow=={mlflow.__version__}"])
 
