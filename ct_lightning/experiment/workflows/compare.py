@@ -202,6 +202,40 @@ def write_outputs(rows: list[dict], plots: list, args, client, parent: str, comm
     return summary
 
 
+def parent_client(client, tracking_uri: str, parent: str, out_dir: Path):
+    """On a tracking server, ``client`` wrapped so that the writes of the compare (its parent run's parameters,
+    tags, metrics, tables, plots and end) survive an outage: kept in ``OUT_DIR/mlflow-outbox`` and sent when the
+    server answers again, or by the upload command (:mod:`ct_lightning.experiment.runs.outbox`). Records an
+    earlier attempt left there are sent first. Reads (the stored evaluations, the children) still need the
+    server; a plain client for a local store."""
+    from ct_lightning.experiment.runs.outbox import OUTBOX_DIR, OutboxClient, server_writable  # noqa: PLC0415
+    from ct_lightning.experiment.runs.tracking_server import is_server_uri  # noqa: PLC0415
+
+    if not is_server_uri(tracking_uri):
+        return client
+    wrapped = OutboxClient(client, tracking_uri, lambda *a, **k: print(*a, file=sys.stderr, **k))
+    wrapped.attach(out_dir / OUTBOX_DIR, parent, client.get_run(parent).info.experiment_id)
+    if wrapped.outbox.pending() and server_writable(wrapped):  # an earlier attempt's end (FAILED, KILLED) came last
+        client.update_run(parent, status="RUNNING")
+    return wrapped
+
+
+def end_pending(client, summary: dict, args, out_dir: Path) -> None:
+    """Once the parent run is ended: send what its outbox holds if the server answers again, else name the
+    upload command (stderr, and ``tracking`` in the summary and its JSON file)."""
+    from ct_lightning.experiment.runs.outbox import pending_upload, server_writable  # noqa: PLC0415
+
+    server_writable(client)
+    pending = pending_upload(client)
+    if pending:
+        summary["tracking"] = pending
+        write_json_atomic(Path(args.summary_json or out_dir / "summary.json"), summary)
+        print(f"warning: tracking server {args.tracking_uri} unreachable at the end of the compare: parent run "
+              f"{summary['parent_run_id']} is not complete on the server (the table and plots are in {out_dir}); "
+              f"{pending['records']} record(s) wait in {pending['outbox']}; send them and end the run with:\n  "
+              f"{pending['command']}", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     """Train or reuse, evaluate, compare; print and save the table; log everything to a parent run. ``argv``: the
     command line, printed as the command that resumes the reproduction."""
@@ -264,6 +298,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
                                    f"compare {','.join(names)}")
     for task in tasks:  # the same tasks, now children of the parent run (their configuration is resolved once)
         task.parent_run_id = parent
+    client = parent_client(client, args.tracking_uri, parent, out_dir)
     client.log_param(parent, "data", ",".join(names))
     for key in ("max_epochs", "seed", "protocol", "n_boot", "confidence"):
         client.log_param(parent, key, getattr(args, key))
@@ -328,8 +363,9 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
-        client.set_terminated(parent, status)
+        client.set_terminated(parent, status)  # kept in the outbox if the server went away
     summary["reproduction_key"] = reproduction_key
+    end_pending(client, summary, args, out_dir)
     if quiet:
         print(f"seed {args.seed}: table in {out_dir / 'table.md'} (MLflow parent run {parent})", flush=True)
         return summary
