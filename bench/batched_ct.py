@@ -57,7 +57,7 @@ def make_model(seed: int) -> nn.Module:
 
 
 def settings(k: int) -> dict:
-    """Model ``k``'s own values: Note 5's penalty strengths and Note 3's τ, cycled (η Note 11's)."""
+    """Model ``k``'s own values, cycled: Note 5's λ_div/λ_adv/λ_reg, Note 3's τ, η 0.25 (Note 1)/0.5/0.1 (Note 11)."""
     grid = list(itertools.product([0.01, 0.1, 1.0], [0.1, 0.25, 1.0], [0.0, 0.01, 0.1, 0.25, 0.5]))
     lambda_div, lambda_adv, lambda_reg = grid[(7 * k) % len(grid)]
     return {"seed": k, "lambda_div": lambda_div, "lambda_adv": lambda_adv, "lambda_reg": lambda_reg,
