@@ -4,6 +4,7 @@ logged once per resumed compare (see :mod:`ct_lightning.experiment.runs.outbox`)
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -47,8 +48,9 @@ def log_metrics_once(client, run_id: str, metrics: dict[str, float]) -> None:
             if record.get("op") == "log_batch" and record.get("run_id") == run_id:
                 held.update({key: value for key, value, _, _ in record.get("metrics", [])})
     for key, value in metrics.items():
-        if held.get(key) != float(value):
-            client.log_metric(run_id, key, float(value))
+        value, before = float(value), held.get(key)
+        if before is None or not (before == value or math.isnan(before) and math.isnan(value)):
+            client.log_metric(run_id, key, value)
 
 
 def end_pending(client, summary: dict, args, out_dir: Path) -> None:
