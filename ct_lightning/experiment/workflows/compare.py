@@ -24,6 +24,7 @@ from ct_lightning.experiment.configuration.settings import is_factory, is_table_
 from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
                                                 check_writable_folder)
+from ct_lightning.experiment.workflows.parent_outbox import end_pending, log_metrics_once, parent_client
 
 ROLES = catalogue.constant("ct_lightning.experiment.studies.reproduce", "ROLES")  # (role, objective, protected)
 LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
@@ -202,40 +203,6 @@ def write_outputs(rows: list[dict], plots: list, args, client, parent: str, comm
     return summary
 
 
-def parent_client(client, tracking_uri: str, parent: str, out_dir: Path):
-    """On a tracking server, ``client`` wrapped so that the writes of the compare (its parent run's parameters,
-    tags, metrics, tables, plots and end) survive an outage: kept in ``OUT_DIR/mlflow-outbox`` and sent when the
-    server answers again, or by the upload command (:mod:`ct_lightning.experiment.runs.outbox`). Records an
-    earlier attempt left there are sent first. Reads (the stored evaluations, the children) still need the
-    server; a plain client for a local store."""
-    from ct_lightning.experiment.runs.outbox import OUTBOX_DIR, OutboxClient, server_writable  # noqa: PLC0415
-    from ct_lightning.experiment.runs.tracking_server import is_server_uri  # noqa: PLC0415
-
-    if not is_server_uri(tracking_uri):
-        return client
-    wrapped = OutboxClient(client, tracking_uri, lambda *a, **k: print(*a, file=sys.stderr, **k))
-    wrapped.attach(out_dir / OUTBOX_DIR, parent, client.get_run(parent).info.experiment_id)
-    if wrapped.outbox.pending() and server_writable(wrapped):  # an earlier attempt's end (FAILED, KILLED) came last
-        client.update_run(parent, status="RUNNING")
-    return wrapped
-
-
-def end_pending(client, summary: dict, args, out_dir: Path) -> None:
-    """Once the parent run is ended: send what its outbox holds if the server answers again, else name the
-    upload command (stderr, and ``tracking`` in the summary and its JSON file)."""
-    from ct_lightning.experiment.runs.outbox import pending_upload, server_writable  # noqa: PLC0415
-
-    server_writable(client)
-    pending = pending_upload(client)
-    if pending:
-        summary["tracking"] = pending
-        write_json_atomic(Path(args.summary_json or out_dir / "summary.json"), summary)
-        print(f"warning: tracking server {args.tracking_uri} unreachable at the end of the compare: parent run "
-              f"{summary['parent_run_id']} is not complete on the server (the table and plots are in {out_dir}); "
-              f"{pending['records']} record(s) wait in {pending['outbox']}; send them and end the run with:\n  "
-              f"{pending['command']}", file=sys.stderr, flush=True)
-
-
 def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     """Train or reuse, evaluate, compare; print and save the table; log everything to a parent run. ``argv``: the
     command line, printed as the command that resumes the reproduction."""
@@ -324,11 +291,10 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
                 client.log_artifact(parent, str(path), artifact_path="plots")
             from ct_lightning.metrics.names import table_metrics  # noqa: PLC0415 - heavy
 
-            for key in table_metrics():
-                for suffix in ("reduction_pct", "se"):
-                    value = row[f"{key}_{suffix}"]
-                    if value == value:  # not NaN
-                        client.log_metric(parent, f"{row['data']}/{key}_{suffix}", float(value))
+            values = {f"{key}_{suffix}": row[f"{key}_{suffix}"] for key in table_metrics()
+                      for suffix in ("reduction_pct", "se")}
+            log_metrics_once(client, parent, {f"{row['data']}/{name}": float(value) for name, value in values.items()
+                                              if value == value})  # not NaN
             write_outputs([rows[n] for n in names if n in rows], plots, args, client, parent, command, out_dir,
                            final=False)
             print(f"table row {data} written to {out_dir / 'table.md'}", flush=True)

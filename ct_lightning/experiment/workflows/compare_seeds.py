@@ -12,7 +12,9 @@ from ct_lightning.experiment.runs.atomic_files import atomic_file, write_json_at
 def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], client, artifact_location,
                        command: str, out_dir: Path) -> dict:
     """Aggregate the per-seed tables; write table.md, table.csv, summary.json and paper_comparison.md to
-    ``out_dir`` and log them to a parent run whose children are the per-seed parent runs."""
+    ``out_dir`` and log them to a parent run whose children are the per-seed parent runs. On a tracking server
+    its writes (and the per-seed runs' ``mlflow.parentRunId`` tags) survive an outage in
+    ``out_dir/mlflow-outbox``, as the per-seed parents' do (:mod:`.parent_outbox`)."""
     import csv  # noqa: PLC0415
 
     from ct_lightning.evaluation.paper import PUBLISHED  # noqa: PLC0415
@@ -20,11 +22,14 @@ def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], clien
                                                beside_published_table, flat_aggregates, per_seed_table,
                                                robust_counts)
     from ct_lightning.experiment.studies.reproduce import find_or_create_parent, stable_key  # noqa: PLC0415
+    from ct_lightning.experiment.workflows.parent_outbox import (end_pending, log_metrics_once,  # noqa: PLC0415
+                                                                  parent_client)
 
     seeds = sorted(summaries)
     key = stable_key({"seeds": {str(s): summaries[s]["reproduction_key"] for s in seeds}})
     parent = find_or_create_parent(client, args.experiment, artifact_location, key,
                                    f"compare {','.join(names)} seeds {','.join(map(str, seeds))}")
+    client = parent_client(client, args.tracking_uri, parent, out_dir)
     for seed in seeds:
         client.set_tag(summaries[seed]["parent_run_id"], "mlflow.parentRunId", parent)
     client.log_param(parent, "seeds", ",".join(map(str, seeds)))
@@ -50,13 +55,15 @@ def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], clien
                             f"seed-dependent; t-test verdict: the verdict of the mean over seeds, significant when "
                             f"p < {1 - args.confidence:.2g}.\n\nRobust verdicts: {listed['robust']}. "
                             f"t-test verdicts: {listed['t_verdict']}.\n")
+    metrics = {}
     for metric in ("ip", "ip_star", "cost"):
         for row in aggregates:
             cell = row[metric]
             if cell["n_seeds"]:
-                client.log_metric(parent, f"{row['data']}/{metric}_mean", float(cell["mean"]))
+                metrics[f"{row['data']}/{metric}_mean"] = float(cell["mean"])
                 if cell["n_seeds"] > 1:
-                    client.log_metric(parent, f"{row['data']}/{metric}_sd", float(cell["sd"]))
+                    metrics[f"{row['data']}/{metric}_sd"] = float(cell["sd"])
+    log_metrics_once(client, parent, metrics)
     summary = {"parent_run_id": parent, "tracking_uri": args.tracking_uri, "command": command, "seeds": seeds,
                "protocol": args.protocol, "confidence": args.confidence, "robust_share": ROBUST_SHARE,
                "aggregate": aggregates,
@@ -81,7 +88,8 @@ def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], clien
     write_json_atomic(summary_path, summary)
     for path in (out_dir / "table.md", out_dir / "paper_comparison.md", out_dir / "table.csv", summary_path):
         client.log_artifact(parent, str(path))
-    client.set_terminated(parent, "FINISHED")
+    client.set_terminated(parent, "FINISHED")  # kept in the outbox if the server went away
+    end_pending(client, summary, args, out_dir)
     print(table)
     print("\n".join(comparison))
     print(f"MLflow parent run: {parent} (per-seed parent runs are its children); outputs in {out_dir}")
