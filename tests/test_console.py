@@ -24,6 +24,7 @@ def restore_console():
         logging.getLogger(name).setLevel(level)
 
 
+@pytest.mark.slow  # real Trainer fits with MLflow (4-6 s each)
 @pytest.mark.parametrize("verbose", [False, True], ids=["quiet", "verbose"])
 def test_lightning_chatter_only_with_verbose(tmp_path, capfd, caplog, verbose):
     caplog.set_level(logging.INFO)

@@ -113,6 +113,7 @@ def test_wrap_own_model_and_constraints_reach_the_search(synthetic):
         quiet_trainer(max_epochs=1, limit_train_batches=1, limit_val_batches=0).fit(bad, dm)
 
 
+@pytest.mark.slow  # trains BL and CT to convergence (9 s)
 def test_ct_makes_circles_counterfactuals_more_plausible(synthetic):
     """Paper, Table 1: on circles CT's ECCo counterfactuals lie much closer to the target class."""
     dm = synthetic["circles"]

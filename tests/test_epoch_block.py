@@ -53,6 +53,7 @@ def _train(tmp_path, loop: str, **overrides):
     return summary, history, weights
 
 
+@pytest.mark.slow  # two real Trainer fits per case (5-6 s each)
 @pytest.mark.parametrize("overrides", [{"objective": "vanilla"}, {"objective": "full"},
                                        {"objective": "full", "pool": "step", "burnin": 0.5}],
                          ids=["vanilla", "full", "step-pool-burnin"])
