@@ -214,3 +214,43 @@ def test_running_the_compare_again_sends_the_kept_records_first(server, tmp_path
     kept_points = {key: (step, timestamp, value) for record in kept if record["op"] == "log_batch"
                    for key, value, timestamp, step in record.get("metrics", [])}
     assert {key: history[0] for key, history in points.items()} == kept_points, "the kept points, not new ones"
+
+
+class OutageAtTheReads:
+    """Wraps the compare's ``compare_data``: the server is stopped before the row's evaluations are read back."""
+
+    def __init__(self, server: MlflowServer, compare_data):
+        self.server, self.compare_data, self.calls = server, compare_data, 0
+
+    def __call__(self, *args, **kwargs):
+        self.calls += 1
+        if self.calls == 1:
+            self.server.stop()
+        return self.compare_data(*args, **kwargs)
+
+
+@pytest.mark.slow
+def test_a_compare_that_cannot_read_its_runs_stops_in_one_line_and_resumes(server, tmp_path, monkeypatch,  # noqa: F811
+                                                                           capsys):
+    """Reads need the server: the compare stops with one line that says how to resume (no traceback, exit code
+    1), and the same command, once the server answers, finishes the parent run."""
+    from recipes.compare import main
+
+    from ct_lightning.experiment.workflows import compare
+
+    monkeypatch.chdir(tmp_path)
+    outage = OutageAtTheReads(server, compare.compare_data)
+    monkeypatch.setattr(compare, "compare_data", outage)
+    out = tmp_path / "out"
+    argv = [*TINY, "--tracking-uri", server.uri, "--experiment", "outage", "--out-dir", str(out)]
+    with pytest.raises(SystemExit) as stopped:
+        main(argv)
+    assert stopped.value.code == 1 and outage.calls == 1
+    err = capsys.readouterr().err
+    errors = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, err[-3000:]
+    assert "stopped answering" in errors[0] and "re-run the same command" in errors[0] and "Traceback" not in err
+    server.start()
+    monkeypatch.setattr(compare, "compare_data", outage.compare_data)
+    summary = main(argv)
+    _check_parent(server.uri, summary["parent_run_id"], out)

@@ -275,6 +275,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     print(f"compare plan: {len(tasks)} models", flush=True)
     print("\n".join(describe_plan(tasks, client, args.actionability)), flush=True)
     status = "FAILED"
+    outage: BaseException | None = None
     rows: dict[str, dict] = {}
     plots: list = []
     outcomes: dict[str, dict] = {}
@@ -326,10 +327,24 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
         print(f"interrupted ({interrupted}): parent run {parent} is KILLED; finished trainings and evaluations "
               f"are kept: re-run the same command to resume:\n  {command}", file=sys.stderr, flush=True)
         raise
+    except Exception as error:  # noqa: BLE001 - only a server that stopped answering is handled here
+        from ct_lightning.experiment.runs.tracking_server import is_outage  # noqa: PLC0415
+
+        if not is_outage(error):
+            raise
+        outage = error
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler)
         client.set_terminated(parent, status)  # kept in the outbox if the server went away
+    if outage is not None:  # a read (stored evaluations, children) needs the server: stop, saying how to resume
+        from ct_lightning.experiment.configuration.validation import fail  # noqa: PLC0415
+        from ct_lightning.experiment.runs.outbox import OUTBOX_DIR  # noqa: PLC0415
+
+        reason = str(outage).splitlines()[0][:160] if str(outage) else type(outage).__name__
+        fail(f"--tracking-uri: the tracking server {args.tracking_uri} stopped answering during the compare "
+             f"({reason}); finished trainings and evaluations are kept, and the parent run's records wait in "
+             f"{out_dir / OUTBOX_DIR}: re-run the same command once the server answers: {command}", 1)
     summary["reproduction_key"] = reproduction_key
     end_pending(client, summary, args, out_dir)
     if quiet:
