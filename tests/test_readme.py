@@ -22,7 +22,7 @@ def test_readme_python_example_runs(capsys):
 
 def test_readme_commands_name_the_ci_test_command():
     ci = (ROOT / ".ci" / "run").read_text()
-    test_command = ".venv/bin/python -m pytest -q -n 4"
+    test_command = ".venv/bin/python -m pytest -q -n auto"
     assert test_command in README.read_text() and test_command in ci
 
 
