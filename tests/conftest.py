@@ -102,7 +102,3 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.raw_data)
         if item.path.name in SLOW_FILES:
             item.add_marker(pytest.mark.slow)
-    # Files holding slow tests first (each file's tests stay together and in order): with several workers
-    # (pytest -n) the long tests start early and the run does not end waiting on one of them.
-    slow_files = {item.path for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.path not in slow_files)
