@@ -108,9 +108,10 @@ def test_a_refused_write_leaves_the_previous_checkpoint_and_no_temporary_file(tm
 
 def test_a_truncated_last_checkpoint_resumes_from_the_previous_one_and_says_so(tmp_path):
     store = {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "experiment": f"truncated-{uuid.uuid4().hex[:6]}"}
-    done = subprocess.run([sys.executable, str(Path(__file__).parent / "helpers" / "kill_during_training.py"),
-                           json.dumps({**TINY, **store}), "epoch_start", "3", "0"],
-                          cwd=Path(__file__).parents[1], capture_output=True, text=True, timeout=600)
+    from preloaded import run_script  # here: a subprocess above imports this file with only tests/ on its path
+
+    done = run_script(Path(__file__).parent / "helpers" / "kill_during_training.py",
+                      [json.dumps({**TINY, **store}), "epoch_start", "3", "0"], cwd=Path(__file__).parents[1])
     assert done.returncode == -9, done.stderr[-3000:]
     client = MlflowClient(store["tracking_uri"])
     (run,) = client.search_runs([client.get_experiment_by_name(store["experiment"]).experiment_id])

@@ -9,18 +9,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from preloaded import run_script
 
 ROOT = Path(__file__).resolve().parents[1]
 LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
 
 
 def _command(store: str, out: Path) -> list[str]:
-    return [sys.executable, str(ROOT / "recipes" / "compare.py"), "--data", str(LOANS), "--target", "approved",
+    return ["--data", str(LOANS), "--target", "approved",
             "--immutable", "age,sex", "--max-epochs", "2", "--n-runs", "1", "--n-individuals", "10", "--n-boot", "10",
             "--tracking-uri", store, "--out-dir", str(out), "--no-progress"]
 
@@ -31,7 +30,7 @@ def test_compare_on_a_table_trains_evaluates_and_resumes(tmp_path):
 
     store, out = f"sqlite:///{tmp_path / 'mlflow.db'}", tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": ""}
-    first = subprocess.run(_command(store, out), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    first = run_script(ROOT / "recipes" / "compare.py", _command(store, out), env=env, cwd=tmp_path)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "Traceback" not in first.stdout + first.stderr
     summary = json.loads((out / "summary.json").read_text())
@@ -47,6 +46,6 @@ def test_compare_on_a_table_trains_evaluates_and_resumes(tmp_path):
             assert "age" in immutable and "sex" in immutable, (role, immutable)
         else:
             assert "age" not in immutable, (role, immutable)  # the plausibility pair keeps every feature mutable
-    second = subprocess.run(_command(store, out), capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600)
+    second = run_script(ROOT / "recipes" / "compare.py", _command(store, out), env=env, cwd=tmp_path)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     assert second.stdout.count("reuse finished run") == 4, second.stdout[-3000:]

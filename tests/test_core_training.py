@@ -1,12 +1,11 @@
 """Real Lightning runs of CTModule, the burn-in callback and recipes/train.py end to end."""
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import lightning as L
 import pytest
+from preloaded import run_script
 import torch
 from mlflow.tracking import MlflowClient
 from torch import nn
@@ -135,8 +134,7 @@ def test_ct_makes_circles_counterfactuals_more_plausible(synthetic):
 
 
 def run_recipe(*args, cwd=ROOT):
-    return subprocess.run([sys.executable, str(ROOT / "recipes" / "train.py"), *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
+    return run_script(ROOT / "recipes" / "train.py", list(args), cwd=cwd, timeout=300)
 
 
 @pytest.mark.slow

@@ -1,11 +1,10 @@
 """recipes/evaluate.py takes every checkpoint form train.py --from-checkpoint takes, and a user's table
 (the training split, encoded with the model's own preprocessing); mismatches are one-line errors."""
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from preloaded import run_script
 import torch
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -64,8 +63,7 @@ def test_an_mlflow_model_uri_is_evaluated(trained, tmp_path):
 
 
 def run_recipe(*argv):
-    return subprocess.run([sys.executable, str(ROOT / "recipes" / "evaluate.py"), *argv, *TINY],
-                          capture_output=True, text=True, cwd=ROOT, timeout=600)
+    return run_script(ROOT / "recipes" / "evaluate.py", [*argv, *TINY], cwd=ROOT)
 
 
 def one_line_error(done) -> str:

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 import pytest
+from preloaded import run_script
 import torch
 
 from ct_lightning.evaluation.explanation import FeatureCodec, describe, explain, format_value, to_records
@@ -92,10 +91,9 @@ def test_ct_explain_on_a_logged_run_prints_writes_json_and_logs(tmp_path):
     run = train({"data": "moons", "max_epochs": 1, "nce": 20, "progress": False, "tracking_uri": uri,
                  "immutable": ["x2"]})
     out = tmp_path / "explained.json"
-    done = subprocess.run([sys.executable, str(ROOT / "recipes" / "explain.py"), "--run-id", run["run_id"],
-                           "--tracking-uri", uri, "--row", '{"x1": 0.2, "x2": 0.4}', "--json", str(out)],
-                          capture_output=True, text=True, cwd=tmp_path, timeout=300,
-                          env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", run["run_id"],
+                      "--tracking-uri", uri, "--row", '{"x1": 0.2, "x2": 0.4}', "--json", str(out)], cwd=tmp_path,
+                      timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-3000:]
     assert "row 0: predicted" in done.stdout
     records = json.loads(out.read_text())

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import lightning as L
 import pytest
+from preloaded import run_script
 import torch
 from mlflow.tracking import MlflowClient
 from torch import nn
@@ -189,9 +190,9 @@ def test_resume_after_killed_process(tmp_path):
     assert killed_at < 4
 
     summary_path = tmp_path / "resumed.json"
-    done = subprocess.run([sys.executable, str(ROOT / "recipes" / "train.py"), "--resume", "--tracking-uri", uri,
-                           "--experiment", "resume-test", "--no-progress", "--summary-json", str(summary_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=400)
+    done = run_script(ROOT / "recipes" / "train.py", ["--resume", "--tracking-uri", uri, "--experiment", "resume-test",
+                                                      "--no-progress", "--summary-json", str(summary_path)],
+                      cwd=ROOT, timeout=400)
     assert done.returncode == 0, done.stderr[-3000:]
     summary = json.loads(summary_path.read_text())
     assert summary["metrics"]["epochs"] == 5

@@ -10,6 +10,7 @@ import lightning as L
 import mlflow
 import numpy as np
 import pytest
+from preloaded import run_script
 import torch
 from mlflow.tracking import MlflowClient
 
@@ -100,8 +101,8 @@ def test_a_run_failing_after_it_started_ends_failed_with_the_error_as_tag(store)
 # ------------------------------------------------------------------------------------- kill and resume
 def kill_child(overrides: dict, phase: str, epoch: int, batch: int = 0) -> None:
     """Run training in a subprocess that SIGKILLs itself at (phase, epoch, batch)."""
-    done = subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "kill_during_training.py"), json.dumps(overrides),
-                           phase, str(epoch), str(batch)], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    done = run_script(ROOT / "tests" / "helpers" / "kill_during_training.py", [json.dumps(overrides), phase, str(epoch),
+                                                                                str(batch)], cwd=ROOT)
     assert done.returncode == -9, done.stdout[-2000:] + done.stderr[-3000:]
 
 
@@ -143,9 +144,8 @@ def test_killed_and_resumed_run_is_bit_identical(store, reference, phase, epoch,
 
 def signal_child(overrides: dict, name: str, epoch: int, *batches: int, env=None) -> subprocess.CompletedProcess:
     """Run training through a console entry in a subprocess that sends itself SIG``name`` at those batches."""
-    return subprocess.run([sys.executable, str(ROOT / "tests" / "helpers" / "signal_during_training.py"), json.dumps(overrides),
-                           name, str(epoch), *map(str, batches)], cwd=ROOT, capture_output=True, text=True,
-                          timeout=600, env=env)
+    return run_script(ROOT / "tests" / "helpers" / "signal_during_training.py",
+                      [json.dumps(overrides), name, str(epoch), *map(str, batches)], cwd=ROOT, env=env)
 
 
 @pytest.mark.parametrize("name,status,batches", [("TERM", 143, (3,)), ("INT", 130, (1,)), ("TERM", 143, (1, 2))],

@@ -5,12 +5,11 @@ from __future__ import annotations
 import math
 import os
 import re
-import subprocess
-import sys
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from preloaded import run_script
 
 from ct_lightning.evaluation.paper import PUBLISHED, SATML_TABLE1
 from ct_lightning.evaluation.seeds import aggregate_cell, aggregate_rows, robust_verdict, t_test
@@ -75,18 +74,20 @@ def _training_keys(store: Path) -> Counter:
     return Counter(run.data.tags[CONFIG_KEY_TAG] for run in runs if CONFIG_KEY_TAG in run.data.tags)
 
 
+COMPARE = ROOT / "recipes" / "compare.py"
+
+
 def test_seeds_reuse_a_single_seed_reproduction(tmp_path):
     store = tmp_path / "mlflow.db"
-    common = [sys.executable, str(ROOT / "recipes" / "compare.py"), "--data", "circles", "--max-epochs", "1",
+    common = ["--data", "circles", "--max-epochs", "1",
               "--n-runs", "2", "--n-individuals", "6", "--lambda-energy", "1", "--limit-train-batches", "3",
               "--tracking-uri", f"sqlite:///{store}"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
-    first = subprocess.run([*common, "--seed", "0", "--out-dir", str(tmp_path / "one")], capture_output=True,
-                           text=True, env=env, cwd=tmp_path, timeout=600)
+    first = run_script(COMPARE, [*common, "--seed", "0", "--out-dir", str(tmp_path / "one")], env=env, cwd=tmp_path)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
     assert len(_training_keys(store)) == 4
-    second = subprocess.run([*common, "--seeds", "0,1", "--out-dir", str(tmp_path / "many")], capture_output=True,
-                            text=True, env=env, cwd=tmp_path, timeout=600)
+    second = run_script(COMPARE, [*common, "--seeds", "0,1", "--out-dir", str(tmp_path / "many")], env=env,
+                        cwd=tmp_path)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     keys = _training_keys(store)
     assert len(keys) == 8 and set(keys.values()) == {1}, "seed 0 was trained again"
