@@ -13,6 +13,9 @@ from pathlib import Path
 
 # Small models run fastest on one thread, and oversubscribed threads stall on a loaded 2-core machine.
 os.environ.setdefault("OMP_NUM_THREADS", "1")
+# The tests' `mlflow server`s (and the worked example's `mlflow ui`) need no background job runner: MLflow 3 starts
+# seven huey consumer processes beside every server otherwise, most of a core for the server's first minute.
+os.environ.setdefault("MLFLOW_SERVER_ENABLE_JOB_EXECUTION", "false")
 
 import matplotlib  # noqa: E402
 import pytest  # noqa: E402
