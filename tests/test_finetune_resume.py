@@ -3,14 +3,12 @@
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import lightning as L
 import pytest
-from preloaded import run_script
+from preloaded import run_script, start_script
 import torch
 from mlflow.tracking import MlflowClient
 from torch import nn
@@ -174,18 +172,17 @@ def test_cnn_trains_under_ct_on_mnist(fixture_dir, tmp_path):
 
 def test_resume_after_killed_process(tmp_path):
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    args = [sys.executable, str(ROOT / "recipes" / "train.py"), "--data", "moons", "--max-epochs", "5",
-            "--pool", "step", "--tracking-uri", uri, "--experiment", "resume-test", "--no-progress",
-            "--checkpoint-dir", str(tmp_path / "ckpt")]
-    process = subprocess.Popen(args, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    args = ["--data", "moons", "--max-epochs", "5", "--pool", "step", "--tracking-uri", uri, "--experiment",
+            "resume-test", "--no-progress", "--checkpoint-dir", str(tmp_path / "ckpt")]
+    process = start_script(ROOT / "recipes" / "train.py", args, cwd=ROOT)
     last = tmp_path / "ckpt" / "last.ckpt"
     deadline = time.time() + 240
     while not last.exists() and process.poll() is None and time.time() < deadline:
         time.sleep(0.2)
-    assert process.poll() is None, "the run must still be going when it is killed: " + process.stdout.read()[-2000:]
+    assert process.poll() is None, "the run must still be going when it is killed: " + process.output()[-2000:]
     time.sleep(0.5)  # well inside the next epoch
     os.kill(process.pid, signal.SIGKILL)
-    process.wait()
+    assert process.wait().returncode == -signal.SIGKILL
     killed_at = torch.load(last, weights_only=False)["epoch"]
     assert killed_at < 4
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 import pytest
+from preloaded import run_script
 import torch
 
 from ct_lightning.experiment.studies.grids import (NOTE1, VANILLA_IGNORED, effective_overrides, f1_score, load_grid,
@@ -130,7 +131,8 @@ def test_tiny_grid_end_to_end_resumes_and_shares_bl(tmp_path, monkeypatch):
     first = json.loads(results.read_text())
     assert 1 <= len(first["models"]) <= 5
     # Second invocation: finishes the rest.
-    done = subprocess.run(_recipe(grid, tmp_path), env=env, capture_output=True, text=True, timeout=600)
+    command = _recipe(grid, tmp_path)
+    done = run_script(command[1], command[2:], env=env, cwd=Path.cwd())
     assert done.returncode == 0, done.stderr[-2000:]
     final = json.loads(results.read_text())
     assert final["n_points"] == 8 and final["n_models"] == 5  # 4 CT points + 1 shared BL

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from preloaded import run_script
 
 from ct_lightning.experiment.studies.reproduce import (CONFIG_KEY_TAG, load_evaluation, save_evaluation, stable_key,
                                                training_key)
@@ -88,8 +89,8 @@ def test_killed_reproduction_resumes_without_retraining(tmp_path):
     before = _finished_training_keys(store)
     assert 3 <= len(before) < 8 and set(before.values()) == {1}
 
-    second = subprocess.run(_compare_command(store, out), capture_output=True, text=True, env=env, cwd=tmp_path,
-                            timeout=600)
+    command = _compare_command(store, out)
+    second = run_script(command[1], command[2:], env=env, cwd=tmp_path)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     after = _finished_training_keys(store)
     assert len(after) == 8 and set(after.values()) == {1}, "a finished training was repeated"

@@ -83,22 +83,53 @@ def _child_main(script: str, argv: list[str], cwd: str, env: dict[str, str], out
         os._exit(code)
 
 
+class Started:
+    """A script forked by ``start_script``: ``pid``, ``poll()``, ``kill()``, ``output()`` and ``wait()``."""
+
+    def __init__(self, script: str | Path, argv: list[str], cwd: str | Path, env: dict[str, str] | None):
+        self.args = [sys.executable, str(script), *map(str, argv)]
+        self._folder = tempfile.TemporaryDirectory()
+        self._out, self._err = (os.path.join(self._folder.name, name) for name in ("out", "err"))
+        self._process = _context().Process(target=_child_main, args=(
+            str(Path(script).resolve()), self.args[2:], str(cwd), dict(os.environ if env is None else env),
+            self._out, self._err))
+        self._process.start()
+        self.pid = self._process.pid
+
+    def poll(self) -> int | None:
+        """The exit code, or None while it runs (negative: killed by that signal)."""
+        return None if self._process.is_alive() else self._process.exitcode
+
+    def kill(self) -> None:
+        """SIGKILL, as ``Popen.kill``."""
+        self._process.kill()
+
+    def output(self) -> str:
+        """What it has printed so far, stdout then stderr."""
+        return "".join(Path(path).read_text(errors="backslashreplace") for path in (self._out, self._err)
+                       if os.path.exists(path))
+
+    def wait(self, timeout: float | None = 600) -> subprocess.CompletedProcess:
+        """Wait for the exit (killing it after ``timeout`` s, then raising ``TimeoutExpired``); stdout and stderr."""
+        self._process.join(timeout)
+        if self._process.is_alive():
+            self._process.kill()
+            self._process.join()
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        read = lambda path: Path(path).read_text(errors="backslashreplace") if os.path.exists(path) else ""
+        done = subprocess.CompletedProcess(self.args, self._process.exitcode, read(self._out), read(self._err))
+        self._folder.cleanup()
+        return done
+
+
+def start_script(script: str | Path, argv: list[str], *, cwd: str | Path, env: dict[str, str] | None = None) -> Started:
+    """``subprocess.Popen([python, script, *argv], cwd=cwd, env=env)`` with its output kept, forked."""
+    return Started(script, argv, cwd, env)
+
+
 def run_script(script: str | Path, argv: list[str], *, cwd: str | Path, env: dict[str, str] | None = None,
                timeout: float = 600) -> subprocess.CompletedProcess:
     """``subprocess.run([python, script, *argv], cwd=cwd, env=env, capture_output=True, text=True)``, forked.
 
     ``env=None`` passes this process's environment, as ``subprocess.run`` does."""
-    env = dict(os.environ) if env is None else env
-    with tempfile.TemporaryDirectory() as folder:
-        out_path, err_path = os.path.join(folder, "out"), os.path.join(folder, "err")
-        process = _context().Process(target=_child_main, args=(str(Path(script).resolve()), [str(a) for a in argv], str(cwd),
-                                                                 dict(env), out_path, err_path))
-        process.start()
-        process.join(timeout)
-        if process.is_alive():
-            process.kill()
-            process.join()
-            raise subprocess.TimeoutExpired([script, *argv], timeout)
-        read = lambda path: Path(path).read_text(errors="backslashreplace") if os.path.exists(path) else ""
-        return subprocess.CompletedProcess([sys.executable, str(script), *argv], process.exitcode,
-                                           read(out_path), read(err_path))
+    return start_script(script, argv, cwd=cwd, env=env).wait(timeout)
