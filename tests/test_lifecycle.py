@@ -175,6 +175,27 @@ def test_a_signal_stops_at_a_checkpoint_marks_the_run_killed_and_resumes_bit_ide
     assert_same_run(reference, resumed, client)
 
 
+@pytest.mark.parametrize("in_study", [True, False], ids=["study", "lone-training"])
+def test_a_signal_in_the_last_epoch_finishes_the_run_and_stops_the_study(store, in_study):
+    """SIGTERM in the last epoch: the training has nothing left to stop, so its run ends FINISHED; a study
+    (grid, reproduction) around it must still stop before its next training (exit 143), where a lone
+    training simply ends (this helper then says it was not interrupted)."""
+    import os
+
+    from ct_lightning.experiment.runs.lifecycle import completed_epochs, last_checkpoint_of
+
+    exp = {**store, "experiment": f"signal-last-epoch-{in_study}"}
+    env = {**os.environ, "CT_SIGNAL_IN_STUDY": "1" if in_study else "0"}
+    done = signal_child({**KILL, **exp}, "TERM", KILL["max_epochs"] - 1, 1, env=env)
+    assert "the study went on" not in done.stderr, done.stderr[-3000:]
+    assert done.returncode == (143 if in_study else 1), done.stdout[-2000:] + done.stderr[-3000:]
+    if not in_study:
+        assert "not interrupted: the training ended" in done.stderr
+    client = client_of(store)
+    (run,) = client.search_runs([client.get_experiment_by_name(exp["experiment"]).experiment_id])
+    assert run.info.status == "FINISHED" and completed_epochs(last_checkpoint_of(run)) == KILL["max_epochs"]
+
+
 def test_slurm_requeue_signal_checkpoints_the_epoch_and_requeues_the_job(store, tmp_path):
     """Inside a SLURM job, SIGUSR1 (``#SBATCH --signal=USR1@180``) stops like SIGTERM and then runs
     ``scontrol requeue JOB``; here ``scontrol`` is a script on PATH that records its arguments (no SLURM)."""

@@ -3,7 +3,8 @@
 Usage: python tests/helpers/signal_during_training.py OVERRIDES_JSON SIGNAL EPOCH BATCH [BATCH ...]
 Sends SIGNAL (TERM or INT) before training batch BATCH of epoch EPOCH, once per BATCH given (two batches:
 the second signal, which stops at once). Runs through a recipe's console entry, so the exit status is the
-one a shell or a scheduler sees.
+one a shell or a scheduler sees. With ``CT_SIGNAL_IN_STUDY=1`` the training runs inside a study's signal
+handling (``stop_between_trainings``), as a grid's or a reproduction's trainings do.
 """
 
 import json
@@ -16,6 +17,7 @@ import torch
 
 from ct_lightning.experiment.runs.train import train
 from ct_lightning.experiment.runner import console_entry
+from ct_lightning.experiment.runs.interrupt import stop_between_trainings
 
 
 class SignalAt(L.Callback):
@@ -33,6 +35,10 @@ if __name__ == "__main__":
     callback = SignalAt(getattr(signal, f"SIG{name}"), epoch, [int(b) for b in sys.argv[4:]])
 
     def main(_argv):
+        if os.environ.get("CT_SIGNAL_IN_STUDY") == "1":  # as a grid or a reproduction runs its trainings
+            with stop_between_trainings():
+                train(overrides, callbacks=[callback])
+                sys.exit("the study went on to its next training")
         train(overrides, callbacks=[callback])
         sys.exit("not interrupted: the training ended")
 

@@ -9,6 +9,8 @@ reads an interrupted training as a success. The callback that stops training at 
 from __future__ import annotations
 
 import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 INTERRUPTED_TAG = "ct.interrupted"  # on a run that a signal stopped (its status is KILLED)
 
@@ -37,3 +39,28 @@ class TrainingInterrupted(BaseException):
     def exit_code(self) -> int:
         """The shell's status for a process ended by this signal: 128 + its number."""
         return 128 + int(self.signum)
+
+
+@contextmanager
+def stop_between_trainings() -> Iterator[None]:
+    """A study's signal handling (a grid, a reproduction): SIGTERM or SIGINT raises :class:`TrainingInterrupted`.
+
+    Outside a training (evaluations, tables) that stops the study at once; inside one, the training's own
+    handler stops it at its epoch's end. A signal that arrives while a training finishes anyway (in its last
+    epoch) is passed on here when the training returns, so the study stops before its next item.
+    """
+    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
+
+    def stop(signum, frame):
+        raise TrainingInterrupted(signum)
+
+    try:
+        for signum in previous:
+            signal.signal(signum, stop)
+    except ValueError:  # not the main thread: the defaults stay
+        previous = {}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler if handler is not None else signal.SIG_DFL)

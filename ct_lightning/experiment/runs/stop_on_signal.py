@@ -63,7 +63,15 @@ class StopOnSignal(L.Callback):
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         except ValueError:
             pass
-        self._previous = {}
+        self._given_back, self._previous = self._previous, {}
+
+    def pass_on(self) -> None:
+        """After a training that finished although a signal came (in its last epoch, or after it): hand the signal
+        to the handler the caller had installed, so that a study (``stop_between_trainings``) stops before its
+        next training. Python's own handlers (a lone training) are not called: the finished run ends as usual."""
+        handler = getattr(self, "_given_back", {}).get(self.signum)
+        if self.signum is not None and callable(handler) and handler is not signal.default_int_handler:
+            handler(self.signum, None)
 
     def _on_signal(self, signum, frame) -> None:
         name = signal_name(signum)

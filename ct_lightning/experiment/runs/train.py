@@ -161,9 +161,11 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     stopper = StopOnSignal(echo)  # SIGTERM/SIGINT: stop at the end of the epoch, after its checkpoint
     stopper.install()
     try:
-        return _train(overrides, callbacks, tags, echo, stopper)
+        result = _train(overrides, callbacks, tags, echo, stopper)
     finally:
         stopper.restore()
+    stopper.pass_on()  # a signal in the last epoch still stops the study that called this
+    return result
 
 
 def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal) -> dict:

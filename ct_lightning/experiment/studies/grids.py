@@ -274,6 +274,7 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
     from ct_lightning.experiment.studies.executor import LocalExecutor
     from ct_lightning.experiment.studies.reproduce import stable_key
     from ct_lightning.experiment.runs.atomic_files import write_json_atomic
+    from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG, TrainingInterrupted, stop_between_trainings
     from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
 
     if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).is_absolute():
@@ -327,8 +328,15 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
                                                     -j.overrides.get("nce", 0)))
     status = "FAILED"
     try:
-        LocalExecutor(jobs, threads).run(run_job, order, [j.label for j in order], finished)
+        with stop_between_trainings():  # SIGTERM/SIGINT: stop after the training's epoch, or at once between them
+            LocalExecutor(jobs, threads).run(run_job, order, [j.label for j in order], finished)
         status = "FINISHED" if not failures else "FAILED"
+    except TrainingInterrupted as interrupted:
+        status = "KILLED"
+        client.set_tag(parent, INTERRUPTED_TAG, f"{interrupted}; re-run the same command to resume")
+        echo(f"interrupted ({interrupted}): grid parent run {parent} is KILLED; finished trainings and evaluations "
+             f"are kept in {out_json} and the store: re-run the same command to resume", flush=True)
+        raise
     finally:
         results = write()
         client.log_metric(parent, "n_models", len(models))

@@ -9,7 +9,6 @@ import argparse
 import math
 import os
 import shlex
-import signal
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -300,43 +299,37 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
                            final=False)
             print(f"table row {data} written to {out_dir / 'table.md'}", flush=True)
 
-    from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG, TrainingInterrupted  # noqa: PLC0415
+    from ct_lightning.experiment.runs.interrupt import (INTERRUPTED_TAG, TrainingInterrupted,  # noqa: PLC0415
+                                                        stop_between_trainings)
 
-    previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    def stop(signum, frame):  # outside a training (evaluation, tables); a training stops at its epoch's end
-        raise TrainingInterrupted(signum)
-
-    for signum in previous:
-        signal.signal(signum, stop)
-    try:
-        run_tasks(tasks, args.jobs, client, on_done)
-        ordered = [rows[n] for n in names]
-        # Figure 3 shows the real data sets
-        real = [row for row in ordered if not (row["synthetic"] if "synthetic" in row else is_synthetic(row["data"]))]
-        if len(real) > 1:
-            figure = plot_robust_accuracy_panels(real, out_dir / "plots" / "robust_accuracy_real.png")
-            if figure:
-                plots.append(figure)
-                client.log_artifact(parent, str(figure), artifact_path="plots")
-        summary = write_outputs(ordered, plots, args, client, parent, command, out_dir, final=True)
-        status = "FINISHED"
-    except TrainingInterrupted as interrupted:
-        status = "KILLED"
-        client.set_tag(parent, INTERRUPTED_TAG, f"{interrupted}; resume with: {command}")
-        print(f"interrupted ({interrupted}): parent run {parent} is KILLED; finished trainings and evaluations "
-              f"are kept: re-run the same command to resume:\n  {command}", file=sys.stderr, flush=True)
-        raise
-    except Exception as error:  # noqa: BLE001 - only a server that stopped answering is handled here
-        from ct_lightning.experiment.runs.tracking_server import is_outage  # noqa: PLC0415
-
-        if not is_outage(error):
+    with stop_between_trainings():  # a signal outside a training (evaluation, tables) stops here
+        try:
+            run_tasks(tasks, args.jobs, client, on_done)
+            ordered = [rows[n] for n in names]
+            # Figure 3 shows the real data sets
+            real = [row for row in ordered
+                    if not (row["synthetic"] if "synthetic" in row else is_synthetic(row["data"]))]
+            if len(real) > 1:
+                figure = plot_robust_accuracy_panels(real, out_dir / "plots" / "robust_accuracy_real.png")
+                if figure:
+                    plots.append(figure)
+                    client.log_artifact(parent, str(figure), artifact_path="plots")
+            summary = write_outputs(ordered, plots, args, client, parent, command, out_dir, final=True)
+            status = "FINISHED"
+        except TrainingInterrupted as interrupted:
+            status = "KILLED"
+            client.set_tag(parent, INTERRUPTED_TAG, f"{interrupted}; resume with: {command}")
+            print(f"interrupted ({interrupted}): parent run {parent} is KILLED; finished trainings and evaluations "
+                  f"are kept: re-run the same command to resume:\n  {command}", file=sys.stderr, flush=True)
             raise
-        outage = error
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-        client.set_terminated(parent, status)  # kept in the outbox if the server went away
+        except Exception as error:  # noqa: BLE001 - only a server that stopped answering is handled here
+            from ct_lightning.experiment.runs.tracking_server import is_outage  # noqa: PLC0415
+
+            if not is_outage(error):
+                raise
+            outage = error
+        finally:
+            client.set_terminated(parent, status)  # kept in the outbox if the server went away
     if outage is not None:  # a read (stored evaluations, children) needs the server: stop, saying how to resume
         from ct_lightning.experiment.configuration.validation import fail  # noqa: PLC0415
         from ct_lightning.experiment.runs.outbox import OUTBOX_DIR  # noqa: PLC0415
