@@ -130,9 +130,13 @@ EXPLAIN = [
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --max-steps -1", "--max-steps"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --json {tmp}", "--json"),
 ]
+APPENDIX = [
+    ("--grid note9 --data credit", "raw file 'UCI_Credit_Card.csv' not found"),  # $CT_DATA_DIR is an empty folder
+    ("--grid nope", "--grid"), ("--grid note9 --data nope", "--data"),
+]
 CASES = [("train", *c) for c in TRAIN] + [("evaluate", *c) for c in EVALUATE] + [("compare", *c) for c in COMPARE] \
     + [("consistency", *c) for c in CONSISTENCY] + [("train_generator", *c) for c in TRAIN_GENERATOR] \
-    + [("explain", *c) for c in EXPLAIN]
+    + [("explain", *c) for c in EXPLAIN] + [("appendix", *c) for c in APPENDIX]
 
 
 FRESH = {recipe: next(i for i, case in enumerate(CASES) if case[0] == recipe) for recipe, *_ in CASES}
@@ -226,10 +230,11 @@ def test_bad_input_is_refused_in_one_line_before_any_work(recipe, arguments, nam
     summary = tmp_path / "out" / "summary.json"
     if recipe in ("train", "consistency", "train_generator") and "--summary-json" not in argv:
         argv += ["--summary-json", str(summary)]
-    if recipe == "compare" and "--out-dir" not in argv:
+    if recipe in ("compare", "appendix") and "--out-dir" not in argv:
         argv += ["--out-dir", str(tmp_path / "out")]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CT_CACHE_DIR": str(tmp_path / "cache"),
-           "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
+           "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore", "CT_DATA_DIR": str(tmp_path / "no-raw-data"),
+           "CT_OFFLINE": "1"}
     script = ROOT / "recipes" / f"{recipe}.py"
     if fresh:
         done = subprocess.run([sys.executable, str(script), *argv], cwd=work, env=env, capture_output=True, text=True,

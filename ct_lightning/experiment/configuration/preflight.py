@@ -58,6 +58,27 @@ def check_data_dir(path) -> None:
         raise InputError("data_dir", str(path), "a folder with the raw data files (this path is a file)")
 
 
+def check_raw_data(names, data_dir=None) -> None:
+    """Every raw file of the named data sets is in place, downloaded first where it has a public source.
+
+    For a study over many trainings (a grid): a missing file then stops it before its first training, with
+    the data module's message (the file, the path it was looked for at, where to get it), instead of failing
+    every training of that data set one after the other. Synthetic sets and table files have no raw files.
+    """
+    from datamodules import get_datamodule_class  # noqa: PLC0415
+    from datamodules.download import fetch  # noqa: PLC0415
+    from datamodules.paths import resolve_data_dir  # noqa: PLC0415
+
+    folder = resolve_data_dir(data_dir)
+    for name in names:
+        try:
+            raw_files = getattr(get_datamodule_class(name), "raw_files", ())
+        except (KeyError, ValueError):
+            continue  # not a registered data set (a table file): its own checks run at training
+        for raw in raw_files:
+            fetch(raw, folder)
+
+
 def threads_for(threads: int | None, model: str | None = None, accelerator: str | None = None) -> int:
     """torch intra-op threads to use: ``threads`` if given (0: torch's default), else 1 for the small MLPs.
 

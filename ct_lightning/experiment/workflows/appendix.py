@@ -19,6 +19,7 @@ def grid_names() -> list[str]:
 
 def run(args: argparse.Namespace) -> dict:
     """Run (or resume) the grid of ``--grid`` on its data sets, or write the report (``--report``)."""
+    from ct_lightning.experiment.configuration.preflight import check_raw_data  # noqa: PLC0415
     from ct_lightning.experiment.studies.grids import load_grid, run_grid  # noqa: PLC0415
 
     if args.report:
@@ -33,6 +34,7 @@ def run(args: argparse.Namespace) -> dict:
         unknown = [d for d in datasets if d not in grid.data]
         if unknown:
             raise ValueError(f"--data: {', '.join(unknown)} not in grid {grid.name}; allowed: {', '.join(grid.data)}")
+        check_raw_data(datasets)  # a missing raw file stops here, not at each of the data set's trainings
     extra = {"max_epochs": args.max_epochs} if args.max_epochs else None
     suffix = "" if datasets == grid.data else "-" + "-".join(datasets)
     results = run_grid(grid, datasets, args.tracking_uri, Path(args.out_dir) / f"{grid.name}{suffix}.json",
