@@ -266,14 +266,18 @@ def findings(evidence: dict) -> list[str]:
             f"better in {better}, worse in {worse}, within ±{TIE:g} points in {len(cells) - better - worse} "
             f"of {len(cells)} data sets")
         lines.append(f"| more {param} helps | median % change in IP: {'; '.join(cells)} | {verdict} |")
-    # 4. Accuracy drops by at most about one point.
-    drops = []
+    # 4. Accuracy drops by at most about one point: App. D.1.1 states it for the synthetic sets only, so the
+    # real sets of Notes 9 and 11 are shown beside it but do not decide the verdict.
+    from ct_lightning.experiment.studies.reproduce import is_synthetic  # noqa: PLC0415
+
+    drops, real_drops = [], []
     for stem, grid in evidence.items():
         table = grid.get("table", {})
         for key, cell in table.items():
             data, objective = key.split("/")
             if objective == "full" and f"{data}/vanilla" in table:
-                drops.append((table[f"{data}/vanilla"]["accuracy"][0] - cell["accuracy"][0], stem, data))
+                drop = (table[f"{data}/vanilla"]["accuracy"][0] - cell["accuracy"][0], stem, data)
+                (drops if is_synthetic(data) else real_drops).append(drop)
     if drops:
         worst_drop = max(drops)
         cells = [f"{s}/{d}: {100 * x:+.2f} pt" for x, s, d in sorted(drops, reverse=True)]
@@ -281,6 +285,9 @@ def findings(evidence: dict) -> list[str]:
                    f"{100 * worst_drop[0]:.2f} points ({worst_drop[1]}/{worst_drop[2]})")
     else:
         cells, verdict = [], "not tested"
+    if real_drops:
+        cells.append("real sets, outside the finding's scope: " + ", ".join(
+            f"{s}/{d}: {100 * x:+.2f} pt" for x, s, d in sorted(real_drops, reverse=True)))
     lines.append(f"| test accuracy drops by at most ~1 point | BL − CT mean test accuracy: {'; '.join(cells)} "
                  f"| {verdict} |")
     return lines
