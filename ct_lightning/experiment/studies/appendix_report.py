@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from collections import defaultdict
 from pathlib import Path
 
@@ -121,7 +122,7 @@ def plot_changes(changes: list[dict], params: list[str], path: Path, title: str)
             ax.set_title(f"{data}: {param}", fontsize=9)
             if j == 0:
                 ax.set_ylabel("% change from BL", fontsize=8)
-    fig.suptitle(title, fontsize=10)
+    fig.suptitle(textwrap.fill(title, 80), fontsize=10)  # a grid over five sets has a long name
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=90)
