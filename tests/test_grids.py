@@ -117,19 +117,29 @@ def test_tiny_grid_end_to_end_resumes_and_shares_bl(tmp_path, monkeypatch):
     grid.write_text(TINY)
     env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
     results = tmp_path / "tiny.json"
-    # First invocation: killed once its first model is stored.
+    # First invocation: SIGTERM (a scheduler's preemption) once its first model is stored: it stops at the end of
+    # the training's epoch or at once between trainings, exits 143 and leaves its parent run KILLED.
     process = subprocess.Popen(_recipe(grid, tmp_path), env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.DEVNULL, start_new_session=True)
+                               stderr=subprocess.PIPE, text=True, start_new_session=True)
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None:
         if results.exists() and json.loads(results.read_text())["models"]:
             break
         time.sleep(0.5)
     assert process.poll() is None, "the grid finished before it could be interrupted"
-    os.killpg(process.pid, signal.SIGKILL)
-    process.wait()
+    os.kill(process.pid, signal.SIGTERM)
+    try:
+        stderr = process.communicate(timeout=300)[1]
+    finally:
+        os.killpg(process.pid, signal.SIGKILL) if process.poll() is None else None
+    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    assert "Traceback" not in stderr, stderr[-3000:]
     first = json.loads(results.read_text())
-    assert 1 <= len(first["models"]) <= 5
+    assert 1 <= len(first["models"]) < 5
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    (parent,) = client.search_runs([client.get_experiment_by_name("ct-appendix").experiment_id],
+                                   "tags.`ct.role` = 'grid'")
+    assert parent.info.status == "KILLED" and parent.data.tags["ct.interrupted"].startswith("SIGTERM")
     # Second invocation: finishes the rest.
     command = _recipe(grid, tmp_path)
     done = run_script(command[1], command[2:], env=env, cwd=Path.cwd())
@@ -139,7 +149,6 @@ def test_tiny_grid_end_to_end_resumes_and_shares_bl(tmp_path, monkeypatch):
     assert len(final["models"]) == 5 and not final["failures"]
     reused = [m for m in final["models"].values() if not m["trained"]]
     assert len(reused) >= len(first["models"])  # what finished before the kill was not trained again
-    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
     experiment = client.get_experiment_by_name("ct-appendix")
     finished = client.search_runs([experiment.experiment_id],
                                   "tags.`ct.role` = 'grid-model' and attributes.status = 'FINISHED'")

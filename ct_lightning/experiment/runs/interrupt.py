@@ -9,6 +9,7 @@ reads an interrupted training as a success. The callback that stops training at 
 from __future__ import annotations
 
 import signal
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -41,26 +42,46 @@ class TrainingInterrupted(BaseException):
         return 128 + int(self.signum)
 
 
+class StudyStop:
+    """What a study's signal handler has seen; ``check()`` raises :class:`TrainingInterrupted` once a signal came."""
+
+    def __init__(self, defer: bool):
+        self.defer, self.signum = defer, None
+
+    def on_signal(self, signum, frame) -> None:
+        """The handler: raise at once, or (``defer``) only at the second signal, the first waiting for ``check()``."""
+        if not self.defer or self.signum is not None:
+            raise TrainingInterrupted(self.signum or signum)
+        self.signum = signum
+        if frame is not None:  # a real signal; one a finished training passes on has been announced already
+            print(f"\n{signal_name(signum)}: stopping once the current item is done and kept; send it again to stop "
+                  f"now", file=sys.stderr, flush=True)
+
+    def check(self) -> None:
+        """At a safe point (an item kept, no write under way): stop if a signal came."""
+        if self.signum is not None:
+            raise TrainingInterrupted(self.signum)
+
+
 @contextmanager
-def stop_between_trainings() -> Iterator[None]:
+def stop_between_trainings(defer: bool = False) -> Iterator[StudyStop]:
     """A study's signal handling (a grid, a reproduction): SIGTERM or SIGINT raises :class:`TrainingInterrupted`.
 
-    Outside a training (evaluations, tables) that stops the study at once; inside one, the training's own
-    handler stops it at its epoch's end. A signal that arrives while a training finishes anyway (in its last
-    epoch) is passed on here when the training returns, so the study stops before its next item.
+    Inside a training, the training's own handler stops it at its epoch's end. Outside one (evaluations,
+    tables) the signal raises at once, or with ``defer`` at the study's next ``check()`` (a second signal still
+    raises at once): an exception raised in the middle of a store write can leave the SQLite store locked for
+    the clean-up that follows. A signal that arrives while a training finishes anyway (in its last epoch) is
+    passed on here when the training returns, so the study stops before its next item.
     """
+    stop = StudyStop(defer)
     previous = {s: signal.getsignal(s) for s in (signal.SIGTERM, signal.SIGINT)}
-
-    def stop(signum, frame):
-        raise TrainingInterrupted(signum)
-
     try:
         for signum in previous:
-            signal.signal(signum, stop)
+            signal.signal(signum, stop.on_signal)
     except ValueError:  # not the main thread: the defaults stay
         previous = {}
     try:
-        yield
+        yield stop
     finally:
         for signum, handler in previous.items():
             signal.signal(signum, handler if handler is not None else signal.SIG_DFL)

@@ -309,6 +309,12 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
         return results
 
     def finished(outcome) -> None:
+        record(outcome)
+        if len(outcomes) + len(failures) < len(models):
+            for stopping in checked:  # a safe point: the outcome is kept, no write is under way
+                stopping.check()
+
+    def record(outcome) -> None:
         if not outcome.ok:
             failures.append(f"{outcome.label}: {outcome.error}")
             echo(f"FAILED {outcome.label}: {outcome.error}", flush=True)
@@ -326,9 +332,11 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
     order = sorted(models.values(), key=lambda j: (datasets.index(j.data), j.overrides.get("objective") != "vanilla",
                                                     -j.overrides.get("max_epochs", 100),
                                                     -j.overrides.get("nce", 0)))
-    status = "FAILED"
+    status, checked = "FAILED", []
     try:
-        with stop_between_trainings():  # SIGTERM/SIGINT: stop after the training's epoch, or at once between them
+        # SIGTERM/SIGINT: a training stops after its epoch; otherwise the grid stops once the point is kept
+        with stop_between_trainings(defer=True) as stopping:
+            checked.append(stopping)
             LocalExecutor(jobs, threads).run(run_job, order, [j.label for j in order], finished)
         status = "FINISHED" if not failures else "FAILED"
     except TrainingInterrupted as interrupted:
