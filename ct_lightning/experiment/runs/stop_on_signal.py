@@ -41,6 +41,7 @@ class StopOnSignal(L.Callback):
         self.requeue = slurm_requeue_signal()
         self.signals = SIGNALS + ((self.requeue,) if self.requeue else ())
         self._previous: dict = {}
+        self._given_back: dict = {}  # the handlers restore() gave the signals back to
         self._epoch = 0
 
     def install(self) -> None:
@@ -69,7 +70,7 @@ class StopOnSignal(L.Callback):
         """After a training that finished although a signal came (in its last epoch, or after it): hand the signal
         to the handler the caller had installed, so that a study (``stop_between_trainings``) stops before its
         next training. Python's own handlers (a lone training) are not called: the finished run ends as usual."""
-        handler = getattr(self, "_given_back", {}).get(self.signum)
+        handler = self._given_back.get(self.signum)
         if self.signum is not None and callable(handler) and handler is not signal.default_int_handler:
             handler(self.signum, None)
 

@@ -311,8 +311,7 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
     def finished(outcome) -> None:
         record(outcome)
         if len(outcomes) + len(failures) < len(models):
-            for stopping in checked:  # a safe point: the outcome is kept, no write is under way
-                stopping.check()
+            stopping.check()  # a safe point: the outcome is kept, no write is under way
 
     def record(outcome) -> None:
         if not outcome.ok:
@@ -332,11 +331,10 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
     order = sorted(models.values(), key=lambda j: (datasets.index(j.data), j.overrides.get("objective") != "vanilla",
                                                     -j.overrides.get("max_epochs", 100),
                                                     -j.overrides.get("nce", 0)))
-    status, checked = "FAILED", []
+    status = "FAILED"
     try:
         # SIGTERM/SIGINT: a training stops after its epoch; otherwise the grid stops once the point is kept
-        with stop_between_trainings(defer=True) as stopping:
-            checked.append(stopping)
+        with stop_between_trainings(defer=True) as stopping:  # ``finished`` checks it (bound before any call)
             LocalExecutor(jobs, threads).run(run_job, order, [j.label for j in order], finished)
         status = "FINISHED" if not failures else "FAILED"
     except TrainingInterrupted as interrupted:
