@@ -142,11 +142,13 @@ class CTModule(L.LightningModule):
     def _datamodule(self):
         return getattr(self._trainer, "datamodule", None) if self._trainer is not None else None
 
-    def prepare_counterfactual_data(self, x_train: torch.Tensor, y_train: torch.Tensor) -> None:
-        """Store the training data for factuals and ``x⁺``; resolve mutability and the domain."""
+    def prepare_counterfactual_data(self, x_train: torch.Tensor, y_train: torch.Tensor, datamodule=None) -> None:
+        """Store the training data for factuals and ``x⁺``; resolve mutability and the domain (from ``datamodule``,
+        by default the running Trainer's)."""
         hp = self.hparams
         self.x_train, self.y_train = x_train.to(self.device).float(), y_train.to(self.device).long()
-        datamodule = self._datamodule()
+        datamodule = datamodule if datamodule is not None else self._datamodule()
+        self._pool_datamodule = datamodule
         self.feature_names = hp.feature_names
         if self.feature_names is None and datamodule is not None:
             self.feature_names = getattr(datamodule, "feature_names", None) or None
@@ -163,6 +165,8 @@ class CTModule(L.LightningModule):
     def fit_context(self) -> FitContext:
         """What the generator learns from: this model, the training data, feature names and constraints."""
         datamodule = self._datamodule()
+        if datamodule is None:  # prepared without a Trainer (a stacked training)
+            datamodule = getattr(self, "_pool_datamodule", None)
         return FitContext(model=self.model, x_train=self.x_train, y_train=self.y_train, n_classes=self.hparams.n_classes,
                           feature_names=self.feature_names, mutability=self.mutability, lower=self.lower,
                           upper=self.upper, name=str(getattr(datamodule, "name", None) or "data"),
@@ -201,10 +205,12 @@ class CTModule(L.LightningModule):
         return slice(n * rank // world, n * (rank + 1) // world)
 
     # ----------------------------------------------------------- counterfactual pool
-    def _rng(self, salt: int, shared: bool = False) -> torch.Generator:
+    def _rng(self, salt: int, shared: bool = False, epoch: int | None = None) -> torch.Generator:
         # Seeded by (seed, epoch, step[, rank]): reproducible and resumable; ``shared`` streams are the same
-        # on every DDP rank (one global draw of factuals), the others differ per rank.
-        key = (self.hparams.seed, self.current_epoch, salt) + (() if shared else (self.global_rank,))
+        # on every DDP rank (one global draw of factuals), the others differ per rank. ``epoch``: the Trainer's
+        # current epoch unless given (a stacked training has no Trainer).
+        epoch = self.current_epoch if epoch is None else epoch
+        key = (self.hparams.seed, epoch, salt) + (() if shared else (self.global_rank,))
         return torch.Generator().manual_seed(hash(key) % (2**63))
 
     def on_save_checkpoint(self, checkpoint: dict) -> None:
@@ -230,6 +236,19 @@ class CTModule(L.LightningModule):
         same on every rank). Targets and ``x⁺`` (from the whole training set) come from ``rng``.
         """
         hp = self.hparams
+        index, x, labels, target, x_pos = self.draw_pool_inputs(n, rng, shared_rng)
+        started = time.perf_counter()
+        result = generate_counterfactuals(self.generator, self.model, x, target, hp.tau, hp.max_steps, hp.epsilon,
+                                          self.mutability, self.lower, self.upper, self.feature_types)
+        stats = {**result.stats(), "search_seconds": time.perf_counter() - started}
+        self.last_factual_index = index.detach().cpu()  # this rank's factuals of the latest pool (for checks)
+        x_pos, x_neg = contrast_pairs(x_pos, result.counterfactual, result.converged, self.mutability)
+        return CounterfactualPool(x_pos, x_neg, result.nascent, labels, target), stats
+
+    def draw_pool_inputs(self, n: int, rng: torch.Generator, shared_rng: torch.Generator | None = None
+                         ) -> tuple[torch.Tensor, ...]:
+        """This rank's share of a pool before its search: ``(index, x, labels, target, x_pos)`` (see
+        :meth:`generate_pool`); the targets follow this model's current predictions."""
         n_train = len(self.y_train)
         world, rank = self._world()
         # On one process everything comes from ``rng``, as it always has (same results as before DDP support).
@@ -240,15 +259,9 @@ class CTModule(L.LightningModule):
         x, labels = self.x_train[index], self.y_train[index]
         with eval_mode(self.model), torch.no_grad():
             predicted = self.model(x).argmax(1)
-        target = random_targets(predicted, hp.n_classes, rng)
+        target = random_targets(predicted, self.hparams.n_classes, rng)
         x_pos = self.x_train[self.sampler.sample(target, rng).to(self.device)]
-        started = time.perf_counter()
-        result = generate_counterfactuals(self.generator, self.model, x, target, hp.tau, hp.max_steps, hp.epsilon,
-                                          self.mutability, self.lower, self.upper, self.feature_types)
-        stats = {**result.stats(), "search_seconds": time.perf_counter() - started}
-        self.last_factual_index = index.detach().cpu()  # this rank's factuals of the latest pool (for checks)
-        x_pos, x_neg = contrast_pairs(x_pos, result.counterfactual, result.converged, self.mutability)
-        return CounterfactualPool(x_pos, x_neg, result.nascent, labels, target), stats
+        return index, x, labels, target, x_pos
 
     def _log_search(self, stats: dict, count: int) -> None:
         """Log the search statistics of this rank's ``count`` counterfactuals as global values.

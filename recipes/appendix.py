@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The grid, data sets, store and size options."""
     parser = recipe_parser(__doc__)
     parser.add_argument("--grid", help=f"grid to run: {', '.join(grid_names())}, or a grid YAML file")
-    add_arguments(parser, ["data_sets", "jobs", "tracking_uri", "experiment", "out_dir", "max_epochs", "n_runs",
+    add_arguments(parser, ["data_sets", "jobs", "stack", "tracking_uri", "experiment", "out_dir", "max_epochs", "n_runs",
                            "n_individuals"], tracking_uri="sqlite:///outputs/appendix/mlflow.db",
                   experiment="ct-appendix", out_dir="outputs/appendix", max_epochs=None)
     parser.add_argument("--report", action="store_true", help="write docs/appendix.md's tables and plots from "

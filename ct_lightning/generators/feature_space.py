@@ -69,18 +69,19 @@ class ECCo(Generic):
         super().__init__(lambda_cost, lr)
         self.lambda_energy = lambda_energy
 
+    def energy_weight(self, step: int, max_steps: int):
+        """``λ_egy·φ_t`` at search step ``step`` (the reference counts steps from 1, so step 0 has t = 1)."""
+        return self.lambda_energy * energy_decay(step + 1, max_steps)
+
     def penalty(self, x_cf, x, logits, target, step, max_steps):
         energy = -logits.gather(1, target[:, None]).squeeze(1)
-        # The reference counts search steps from 1 (its iteration count + 1), so step 0 has t = 1.
-        phi = energy_decay(step + 1, max_steps)
         return super().penalty(x_cf, x, logits, target, step, max_steps) + \
-            self.lambda_energy * phi * (energy + 1e-3 * energy.square())
+            self.energy_weight(step, max_steps) * (energy + 1e-3 * energy.square())
 
     def penalty_gradient(self, logits, target, step, max_steps):
         # d/dE [λ_egy·φ·(E + 1e-3·E²)] = λ_egy·φ·(1 + 2e-3·E), and dE/dlogit[target] = −1.
         energy = -logits.gather(1, target[:, None]).squeeze(1)
-        phi = energy_decay(step + 1, max_steps)
-        return -(self.lambda_energy * phi) * (1.0 + 2e-3 * energy), self.lambda_cost
+        return -self.energy_weight(step, max_steps) * (1.0 + 2e-3 * energy), self.lambda_cost
 
     def config(self) -> dict:
         return {**super().config(), "lambda_energy": self.lambda_energy}

@@ -110,9 +110,7 @@ class FeatureSpace:
             # x' − x once, for the cost's sign and the distance.
             offset = torch.sub(points.detach(), rows_x)
             distance = _largest_magnitude(offset)
-            if self.lambda_cost:
-                grad = grad.add_(offset.sign_(), alpha=self.lambda_cost)
-            return points, done, grad, distance
+            return points, done, _add_cost(grad, offset.sign_(), self.lambda_cost), distance
         done = target_reached(logits.detach(), target, tau)
         loss = F.cross_entropy(logits, target, reduction="sum") + \
             self.generator.penalty(rows, rows_x, logits, target, step, max_steps).sum()
@@ -133,8 +131,8 @@ class FeatureSpace:
             done, grad_logits, self.lambda_cost = _logit_gradient(self.generator, logits, target, tau, step,
                                                                   max_steps)
             (grad,) = torch.autograd.grad(logits, inputs, grad_outputs=grad_logits)
-            if self.compiled_step is None and self.lambda_cost:  # the compiled step adds it itself
-                grad = grad.add_(torch.sub(rows.detach(), rows_x).sign_(), alpha=self.lambda_cost)
+            if self.compiled_step is None:  # the compiled step adds it itself
+                grad = _add_cost(grad, torch.sub(rows.detach(), rows_x).sign_(), self.lambda_cost)
             return points, done, grad, None
         variable = rows.detach().requires_grad_(True)
         logits = self.model(variable + (points - variable).detach())
@@ -166,6 +164,14 @@ class FeatureSpace:
         if value not in self._scalars:
             self._scalars[value] = torch.tensor(value, dtype=like.dtype, device=like.device)
         return self._scalars[value]
+
+
+def _add_cost(grad: torch.Tensor, sign: torch.Tensor, lambda_cost) -> torch.Tensor:
+    """``grad + λ_cst·sign(x' − x)`` in ``grad``'s buffer; ``λ_cst`` is a number or one value per row (a stacked
+    search, :mod:`ct_lightning.generators.stacked_search`)."""
+    if isinstance(lambda_cost, torch.Tensor):
+        return grad.addcmul_(sign, lambda_cost[:, None])
+    return grad.add_(sign, alpha=lambda_cost) if lambda_cost else grad
 
 
 def _largest_magnitude(offset: torch.Tensor) -> torch.Tensor:

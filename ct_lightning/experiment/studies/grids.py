@@ -234,11 +234,22 @@ def run_job(job: ModelJob) -> dict:
     run_id = find_finished_training(client, job.experiment, key)
     trained = run_id is None
     if trained:
-        tags = {CONFIG_KEY_TAG: key, "ct.role": "grid-model"}
-        if job.parent_run_id:
-            tags["mlflow.parentRunId"] = job.parent_run_id
-        run_id = train(job.training_overrides(), tags=tags)["run_id"]
-    train_seconds = time.perf_counter() - started
+        run_id = train(job.training_overrides(), tags=_training_tags(job, key))["run_id"]
+    return _evaluated(client, job, key, run_id, trained, time.perf_counter() - started, started)
+
+
+def _training_tags(job: ModelJob, key: str) -> dict:
+    from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG
+
+    tags = {CONFIG_KEY_TAG: key, "ct.role": "grid-model"}
+    if job.parent_run_id:
+        tags["mlflow.parentRunId"] = job.parent_run_id
+    return tags
+
+
+def _evaluated(client, job: ModelJob, key: str, run_id: str, trained: bool, train_seconds: float,
+               started: float) -> dict:
+    """The grid evaluation of ``job``'s trained run (stored on the run, computed unless already there)."""
     eval_key = job.eval_key()
     evaluation = find_grid_evaluation(client, run_id, eval_key)
     evaluated = evaluation is None
@@ -250,6 +261,73 @@ def run_job(job: ModelJob) -> dict:
             client.log_artifact(run_id, str(path), artifact_path="grid_eval")
     return {"key": key, "run_id": run_id, "trained": trained, "evaluated": evaluated,
             "train_seconds": train_seconds, "seconds": time.perf_counter() - started, "evaluation": evaluation}
+
+
+def stack_key(job: ModelJob) -> str | None:
+    """What a job shares with the others of its stack (everything but :data:`PER_MODEL` scalars), or ``None``
+    when it trains alone: a vanilla training (one per data set anyway), or a generator, pool mode or model that
+    a stack cannot take."""
+    from ct_lightning.experiment.studies.reproduce import stable_key
+    from ct_lightning.training.stacked_ct import PER_MODEL
+
+    settings = job.overrides
+    if settings.get("objective") == "vanilla" or settings.get("generator") not in ("generic", "ecco") or \
+            settings.get("pool", "epoch") != "epoch" or settings.get("model", "mlp") != "mlp":
+        return None
+    return stable_key({k: v for k, v in settings.items() if k not in PER_MODEL})
+
+
+def work_items(jobs: list[ModelJob], stack: int) -> list:
+    """``jobs`` (in order) as work items: a job alone, or a list of up to ``stack`` jobs that train as one stack
+    (same :func:`stack_key`), placed where its first job was."""
+    if stack <= 1:
+        return list(jobs)
+    items, groups = [], {}
+    for job in jobs:
+        key = stack_key(job)
+        if key is None:
+            items.append(job)
+            continue
+        group = groups.get(key)
+        if group is None or len(group) >= stack:
+            group = groups[key] = []
+            items.append(group)
+        group.append(job)
+    return [item[0] if isinstance(item, list) and len(item) == 1 else item for item in items]
+
+
+def run_item(item) -> list[dict]:
+    """A work item of :func:`work_items`: one job (:func:`run_job`) or a stack (:func:`run_stack`)."""
+    return run_stack(item) if isinstance(item, list) else [run_job(item)]
+
+
+def run_stack(jobs: list[ModelJob]) -> list[dict]:
+    """Train the jobs of one stack that no finished run has yet as one stacked training, then evaluate each job."""
+    import torch
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.studies.reproduce import find_finished_training
+    from ct_lightning.experiment.runs.stacked_train import train_stack
+    from ct_lightning.experiment.runs.train import train
+
+    torch.set_num_threads(max(1, jobs[0].threads))
+    client = MlflowClient(tracking_uri=jobs[0].tracking_uri)
+    started = time.perf_counter()
+    keys = [job.key() for job in jobs]
+    run_ids = [find_finished_training(client, job.experiment, key) for job, key in zip(jobs, keys)]
+    missing = [i for i, run_id in enumerate(run_ids) if run_id is None]
+    if len(missing) == 1:
+        job = jobs[missing[0]]
+        run_ids[missing[0]] = train(job.training_overrides(), tags=_training_tags(job, keys[missing[0]]))["run_id"]
+    elif missing:
+        summaries = train_stack([jobs[i].training_overrides() for i in missing],
+                                [_training_tags(jobs[i], keys[i]) for i in missing])
+        for i, summary in zip(missing, summaries):
+            run_ids[i] = summary["run_id"]
+    share = (time.perf_counter() - started) / max(len(missing), 1)  # each training's share of the stack
+    return [_evaluated(client, job, key, run_id, i in missing, share if i in missing else 0.0,
+                       time.perf_counter() - (share if i in missing else 0.0))
+            for i, (job, key, run_id) in enumerate(zip(jobs, keys, run_ids))]
 
 
 def find_or_create_grid_parent(client, experiment_id: str, key: str, name: str) -> str:
@@ -264,10 +342,11 @@ def find_or_create_grid_parent(client, experiment_id: str, key: str, name: str) 
 
 def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str | Path, *, jobs: int = 1,
              experiment: str = "ct-appendix", extra: dict | None = None, n_runs: int | None = None,
-             n_individuals: int | None = None, threads: int = 1, echo=print) -> dict:
+             n_individuals: int | None = None, threads: int = 1, stack: int = 1, echo=print) -> dict:
     """Run or resume ``grid`` on ``datasets``; writes the results (points + per-model evaluations) to ``out_json``.
 
-    Returns the results. Trainings shared by several points (vanilla) run once.
+    Returns the results. Trainings shared by several points (vanilla) run once. ``stack`` > 1: CT trainings that
+    differ only in per-model scalars train up to ``stack`` at a time as one stacked training (:func:`run_stack`).
     """
     from mlflow.tracking import MlflowClient
 
@@ -309,21 +388,23 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
         return results
 
     def finished(outcome) -> None:
-        record(outcome)
+        item = items[outcome.index]
+        members = item if isinstance(item, list) else [item]
+        for job, result in zip(members, outcome.result if outcome.ok else [None] * len(members)):
+            record(job.label, result, outcome.error)
         if len(outcomes) + len(failures) < len(models):
             stopping.check()  # a safe point: the outcome is kept, no write is under way
 
-    def record(outcome) -> None:
-        if not outcome.ok:
-            failures.append(f"{outcome.label}: {outcome.error}")
-            echo(f"FAILED {outcome.label}: {outcome.error}", flush=True)
+    def record(label: str, result: dict | None, error: str | None) -> None:
+        if error is not None:
+            failures.append(f"{label}: {error}")
+            echo(f"FAILED {label}: {error}", flush=True)
             return
-        outcomes[outcome.result["key"]] = outcome.result
-        what = "trained+evaluated" if outcome.result["trained"] else (
-            "evaluated" if outcome.result["evaluated"] else "reused")
-        echo(f"[{len(outcomes)}/{len(models)}] {outcome.label} {what} in {outcome.result['seconds']:.1f}s; "
+        outcomes[result["key"]] = result
+        what = "trained+evaluated" if result["trained"] else ("evaluated" if result["evaluated"] else "reused")
+        echo(f"[{len(outcomes)}/{len(models)}] {label} {what} in {result['seconds']:.1f}s; "
              f"elapsed {time.perf_counter() - started:.0f}s", flush=True)
-        if outcome.result["trained"] or outcome.result["evaluated"] or len(outcomes) == len(models):
+        if result["trained"] or result["evaluated"] or len(outcomes) == len(models):
             write()
 
     # One data set after the other (a partial run still gives whole data sets), its BL first (every
@@ -331,11 +412,13 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
     order = sorted(models.values(), key=lambda j: (datasets.index(j.data), j.overrides.get("objective") != "vanilla",
                                                     -j.overrides.get("max_epochs", 100),
                                                     -j.overrides.get("nce", 0)))
+    items = work_items(order, stack)
+    labels = [f"stack of {len(item)}: {item[0].label} ..." if isinstance(item, list) else item.label for item in items]
     status = "FAILED"
     try:
         # SIGTERM/SIGINT: a training stops after its epoch; otherwise the grid stops once the point is kept
         with stop_between_trainings(defer=True) as stopping:  # ``finished`` checks it (bound before any call)
-            LocalExecutor(jobs, threads).run(run_job, order, [j.label for j in order], finished)
+            LocalExecutor(jobs, threads).run(run_item, items, labels, finished)
         status = "FINISHED" if not failures else "FAILED"
     except TrainingInterrupted as interrupted:
         status = "KILLED"

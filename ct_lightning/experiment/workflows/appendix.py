@@ -39,7 +39,7 @@ def run(args: argparse.Namespace) -> dict:
     suffix = "" if datasets == grid.data else "-" + "-".join(datasets)
     results = run_grid(grid, datasets, args.tracking_uri, Path(args.out_dir) / f"{grid.name}{suffix}.json",
                        jobs=args.jobs, experiment=args.experiment, extra=extra, n_runs=args.n_runs,
-                       n_individuals=args.n_individuals)
+                       n_individuals=args.n_individuals, stack=args.stack)
     if results["failures"]:
         sys.exit(1)
     return results

@@ -1,0 +1,203 @@
+"""Stacked trainings (several CT trainings as one stacked model) against the same trainings run separately.
+
+Real parts throughout: the library's own search and ``train()`` as the reference, a real MLflow SQLite store,
+and the grid recipe in a separate process for the signal and the resume. Comparisons use a tolerance: the
+batched kernels may round differently on another CPU (on this project's CI machines they agree bit for bit).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from preloaded import run_script, start_script
+
+from ct_lightning.constraints import Constraints
+from ct_lightning.generators import make_generator
+from ct_lightning.generators.search import search_counterfactuals
+from ct_lightning.generators.stacked_search import stacked_search
+from ct_lightning.models import LeNet, build_mlp
+from ct_lightning.training.stacked_model import StackedMLP
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _models(k: int, n_features: int = 3, hidden=(16, 8)) -> list[torch.nn.Module]:
+    torch.manual_seed(0)
+    return [build_mlp(n_features, 3, hidden) for _ in range(k)]
+
+
+def test_a_stacked_mlp_computes_what_its_members_compute():
+    members = _models(4)
+    stacked = StackedMLP(members)
+    x = torch.randn(4, 50, 3)
+    expected = torch.stack([member(x[k]) for k, member in enumerate(members)])
+    torch.testing.assert_close(stacked(x), expected, atol=1e-6, rtol=1e-5)
+    torch.testing.assert_close(stacked.flat(x.flatten(0, 1)), expected.flatten(0, 1), atol=1e-6, rtol=1e-5)
+    with torch.no_grad():
+        stacked.weights[0][2].add_(1.0)  # only member 2 changes
+    fresh = _models(4)
+    stacked.write_to(fresh)
+    assert torch.equal(fresh[2][0].weight, members[2][0].weight + 1.0)
+    assert all(torch.equal(fresh[k][0].weight, members[k][0].weight) for k in (0, 1, 3))
+
+
+def test_a_stack_takes_equally_shaped_mlps_only():
+    with pytest.raises(ValueError, match="one shape"):
+        StackedMLP([build_mlp(3, 2, [8]), build_mlp(3, 2, [16])])
+    with pytest.raises(ValueError, match="build_mlp"):
+        StackedMLP([LeNet(784, 10)])
+
+
+@pytest.mark.parametrize("generator", ["ecco", "generic"])
+def test_a_stacked_search_finds_what_separate_searches_find(generator):
+    members = _models(4, hidden=(32,))
+    stacked = StackedMLP(members)
+    n = 150
+    torch.manual_seed(1)
+    x = torch.randn(4 * n, 3)
+    target = torch.randint(0, 3, (4 * n,))
+    generators = [make_generator(generator, 0.001 * (k + 1), [5.0, 0.5, 20.0, 0.1][k], [0.25, 1.0, 0.1, 0.5][k])
+                  for k in range(4)]
+    taus = [0.4, 0.5, 0.6, 0.45]
+    lower, upper = torch.full((3,), -2.5), torch.full((3,), 2.5)
+    mutability = torch.tensor([0, 0, 3])  # the third feature may not move
+    result = stacked_search(stacked, generators, x, target, taus, 30, 0.3, Constraints(mutability, lower, upper))
+    assert 0.1 < result.converged.float().mean() < 1.0  # some rows converge, some use every step
+    for k in range(4):
+        rows = slice(k * n, (k + 1) * n)
+        alone = search_counterfactuals(members[k], x[rows], target[rows], generators[k], taus[k], 30, 0.3,
+                                       mutability, lower, upper)
+        same_path = (alone.steps == result.steps[rows]) & (alone.converged == result.converged[rows])
+        assert same_path.float().mean() >= 0.99, k
+        torch.testing.assert_close(result.counterfactual[rows][same_path], alone.counterfactual[same_path],
+                                   atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(result.nascent[rows][same_path], alone.nascent[same_path], atol=1e-4, rtol=1e-4)
+        assert torch.equal(result.counterfactual[rows][:, 2], x[rows][:, 2])
+
+
+POINTS = [{"lambda_div": 0.5, "lambda_reg": 0.1, "tau": 0.75, "lambda_energy": 5.0, "search_lr": 0.25},
+          {"lambda_div": 0.1, "lambda_reg": 0.5, "tau": 0.9, "lambda_energy": 0.5, "search_lr": 1.0, "lambda_adv": 1.0},
+          {"lambda_div": 1.0, "lambda_reg": 0.01, "tau": 0.95, "lambda_energy": 20.0, "search_lr": 0.1,
+           "lambda_cost": 0.01}]
+COMPARED = ("train/loss", "train/div", "train/ridge", "train/adv", "train/acc", "train/cf_converged", "train/cf_steps",
+            "val/loss", "val/acc", "test/acc")
+
+
+def test_a_stack_trains_what_separate_trainings_train(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.runs.loading import load_run
+    from ct_lightning.experiment.runs.stacked_train import STACK_TAG, train_stack
+    from ct_lightning.experiment.runs.train import train
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    base = {"data": "moons", "max_epochs": 4, "nce": 90, "progress": False, "tracking_uri": uri, "experiment": "stk"}
+    alone = [train({**base, **point}) for point in POINTS]
+    stacked = train_stack([{**base, **point} for point in POINTS], [{"role": "stacked"}] * 3)
+    client = MlflowClient(tracking_uri=uri)
+    for k, (a, b) in enumerate(zip(alone, stacked)):
+        run_a, run_b = client.get_run(a["run_id"]), client.get_run(b["run_id"])
+        assert run_b.info.status == "FINISHED" and run_b.data.tags[STACK_TAG] == f"{k + 1}/3"
+        assert run_b.data.tags["role"] == "stacked"
+        assert run_a.data.params == run_b.data.params  # the same settings, logged the same way
+        listing = lambda run_id: sorted(f.path for f in client.list_artifacts(run_id, "checkpoints"))  # noqa: E731
+        assert listing(a["run_id"]) == listing(b["run_id"]) == ["checkpoints/best.ckpt", "checkpoints/last.ckpt"]
+        for which in ("last", "best"):
+            weights_a = load_run(a["run_id"], uri, which).module.state_dict()
+            weights_b = load_run(b["run_id"], uri, which).module.state_dict()
+            assert weights_a.keys() == weights_b.keys()
+            for name in weights_a:
+                torch.testing.assert_close(weights_b[name], weights_a[name], atol=1e-4, rtol=1e-4)
+        for metric in COMPARED:
+            history_a = [m.value for m in sorted(client.get_metric_history(a["run_id"], metric), key=lambda m: m.step)]
+            history_b = [m.value for m in sorted(client.get_metric_history(b["run_id"], metric), key=lambda m: m.step)]
+            assert len(history_a) == len(history_b) > 0, metric
+            torch.testing.assert_close(torch.tensor(history_b), torch.tensor(history_a), atol=1e-4, rtol=1e-3,
+                                       msg=lambda text: f"{metric}: {text}")
+
+
+def test_trainings_that_differ_in_what_shapes_the_loop_cannot_stack(tmp_path):
+    from ct_lightning.experiment.runs.stacked_train import train_stack
+
+    base = {"data": "moons", "max_epochs": 1, "progress": False, "tracking_uri": f"sqlite:///{tmp_path}/m.db"}
+    with pytest.raises(ValueError, match="stack: .*differs from training 0 in nce"):
+        train_stack([{**base, "nce": 50}, {**base, "nce": 60}])
+    with pytest.raises(ValueError, match="stack: .*generator 'revise'"):
+        train_stack([{**base, "generator": "revise"}, {**base, "generator": "revise", "tau": 0.9}])
+
+
+def test_grid_jobs_are_stacked_by_what_they_share():
+    from ct_lightning.experiment.studies.grids import load_grid, plan, stack_key, work_items
+    from ct_lightning.training.stacked_ct import PER_MODEL
+
+    _, models = plan(load_grid("note5"), ["moons"], "sqlite:///unused.db", "x")
+    jobs = list(models.values())
+    assert [job for job in work_items(jobs, 1)] == jobs
+    items = work_items(jobs, 64)
+    stacks = [item for item in items if isinstance(item, list)]
+    alone = [item for item in items if not isinstance(item, list)]
+    # 45 CT trainings per generator differ only in λ_adv, λ_div, λ_reg: ECCo and Generic stack, REVISE and BL do not.
+    assert sorted(len(stack) for stack in stacks) == [45, 45]
+    assert len(alone) == 45 + 1
+    for stack in stacks:
+        shared = {json.dumps({k: v for k, v in job.overrides.items() if k not in PER_MODEL}, sort_keys=True)
+                  for job in stack}
+        assert len(shared) == 1 and len({stack_key(job) for job in stack}) == 1
+    assert all(len(item) <= 10 for item in work_items(jobs, 10) if isinstance(item, list))
+    assert sum(len(item) if isinstance(item, list) else 1 for item in work_items(jobs, 10)) == len(jobs)
+
+
+STACKED_GRID = """name: stacked
+title: a stacked test grid
+data: [moons]
+base:
+  nce: 20
+space:
+  lambda_div: [0.1, 0.5, 1.0]
+  objective: [full, vanilla]
+evaluation:
+  lambda_energy: [5.0]
+"""
+
+
+def _grid_command(grid: Path, out: Path, epochs: int) -> list[str]:
+    return [str(ROOT / "recipes" / "appendix.py"), "--grid", str(grid), "--max-epochs", str(epochs), "--n-runs", "1",
+            "--n-individuals", "6", "--tracking-uri", f"sqlite:///{out}/mlflow.db", "--out-dir", str(out)]
+
+
+def test_a_stacked_grid_stops_on_a_signal_and_resumes(tmp_path):
+    from mlflow.tracking import MlflowClient
+
+    grid = tmp_path / "stacked.yaml"
+    grid.write_text(STACKED_GRID)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MPLBACKEND": "Agg"}
+    command = _grid_command(grid, tmp_path, 60)
+    started = start_script(command[0], command[1:], cwd=tmp_path, env=env)
+    deadline = time.time() + 300
+    while time.time() < deadline and started.poll() is None and "stack of 3 trainings" not in started.output():
+        time.sleep(0.2)
+    assert started.poll() is None, started.output()[-3000:]
+    time.sleep(1.0)  # inside the stack's epochs
+    os.kill(started.pid, signal.SIGTERM)
+    done = started.wait(300)
+    assert done.returncode == 128 + signal.SIGTERM, (done.stdout + done.stderr)[-3000:]
+    assert "Traceback" not in done.stderr, done.stderr[-3000:]
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path}/mlflow.db")
+    experiment = client.get_experiment_by_name("ct-appendix").experiment_id
+    finished = client.search_runs([experiment], "tags.`ct.role` = 'grid-model' and attributes.status = 'FINISHED'")
+    assert [r.data.tags["objective"] for r in finished] == ["vanilla"]  # the BL ran first; the stack left nothing
+    # The re-run (fewer epochs would be another training: the same command) trains the stack and finishes.
+    done = run_script(command[0], command[1:], cwd=tmp_path, env=env, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = json.loads((tmp_path / "stacked.json").read_text())
+    assert results["n_models"] == 4 and len(results["models"]) == 4 and not results["failures"]
+    finished = client.search_runs([experiment], "tags.`ct.role` = 'grid-model' and attributes.status = 'FINISHED'")
+    assert sorted(r.data.tags.get("ct.stack", "alone") for r in finished) == ["1/3", "2/3", "3/3", "alone"]
+    assert len({r.data.tags["ct.config_key"] for r in finished}) == 4
