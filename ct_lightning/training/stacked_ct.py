@@ -32,7 +32,7 @@ import torch.nn.functional as F
 
 from ct_lightning.callbacks.epoch_seed import epoch_seed
 from ct_lightning.constraints import Constraints
-from ct_lightning.generators.stacked_search import stacked_search
+from ct_lightning.generators.stacked_search import STACKABLE_GENERATORS, stacked_search
 from ct_lightning.losses import contrast_pairs
 from ct_lightning.module import TERMS, CTModule
 from ct_lightning.training.epoch_block import EpochBlockLoader
@@ -67,8 +67,8 @@ def stack_blocker(members: list[CTModule]) -> str | None:
     if hp.pool != "epoch":
         return f"pool {hp.pool!r} (stacks search one pool per epoch)"
     if members[0].uses_energy or members[0].uses_adversarial:
-        if hp.generator not in ("generic", "ecco"):
-            return f"generator {hp.generator!r} (stacks search in feature space: generic or ecco)"
+        if hp.generator not in STACKABLE_GENERATORS:
+            return f"generator {hp.generator!r} (a stack searches with {', '.join(STACKABLE_GENERATORS)})"
     return None
 
 

@@ -31,6 +31,7 @@ from ct_lightning.experiment.runs.run_artifacts import EpochStepMLFlowLogger, lo
 from ct_lightning.experiment.runs.served_model import log_models
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
+from ct_lightning.generators.stacked_search import STACKABLE_GENERATORS
 from ct_lightning.training.stacked_ct import PER_MODEL, StackedFit, fit_stacked
 
 STACK_TAG = "ct.stack"  # "k/K": member k of a stack of K trainings
@@ -48,8 +49,8 @@ def config_blocker(configs: list[dict]) -> str | None:
         for config in configs:
             if config.get(name) not in allowed:
                 return f"{name} {config.get(name)!r} (a stack needs {' or '.join(map(repr, allowed))})"
-    if configs[0]["objective"] != "vanilla" and configs[0]["generator"] not in ("generic", "ecco"):
-        return f"generator {configs[0]['generator']!r} (a stack searches in feature space: generic or ecco)"
+    if configs[0]["objective"] != "vanilla" and configs[0]["generator"] not in STACKABLE_GENERATORS:
+        return f"generator {configs[0]['generator']!r} (a stack searches with {', '.join(STACKABLE_GENERATORS)})"
     shared = [{k: v for k, v in c.items() if k not in PER_MODEL and k != "run_name"} for c in configs]
     for k, settings in enumerate(shared[1:], start=1):
         differing = sorted(name for name in settings if settings[name] != shared[0].get(name))

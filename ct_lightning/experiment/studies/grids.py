@@ -224,7 +224,7 @@ def run_job(job: ModelJob) -> dict:
     import torch
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG, find_finished_training
+    from ct_lightning.experiment.studies.reproduce import find_finished_training
     from ct_lightning.experiment.runs.train import train
 
     torch.set_num_threads(max(1, job.threads))
@@ -268,10 +268,11 @@ def stack_key(job: ModelJob) -> str | None:
     when it trains alone: a vanilla training (one per data set anyway), or a generator, pool mode or model that
     a stack cannot take."""
     from ct_lightning.experiment.studies.reproduce import stable_key
+    from ct_lightning.generators.stacked_search import STACKABLE_GENERATORS
     from ct_lightning.training.stacked_ct import PER_MODEL
 
     settings = job.overrides
-    if settings.get("objective") == "vanilla" or settings.get("generator") not in ("generic", "ecco") or \
+    if settings.get("objective") == "vanilla" or settings.get("generator") not in STACKABLE_GENERATORS or \
             settings.get("pool", "epoch") != "epoch" or settings.get("model", "mlp") != "mlp":
         return None
     return stable_key({k: v for k, v in settings.items() if k not in PER_MODEL})
