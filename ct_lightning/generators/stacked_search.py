@@ -1,10 +1,9 @@
-"""The pools of K stacked models searched as one (Generic and ECCo in feature space, REVISE in a shared VAE's
-latent space).
+"""The pools of K stacked models searched as one (feature-space generators: Generic, ECCo).
 
 Row block ``k`` of a ``[K·n, D]`` pool belongs to model ``k``, which has its own τ, step size η,
 ``λ_cst`` and ``λ_egy``: they become one value per row, and the library's own search
 (:func:`~ct_lightning.generators.search.active_rows_search` with its :class:`FeatureSpace`) runs
-unchanged on them (REVISE: its :class:`LatentSpace` through the one VAE all models share). The search is the masked form (every row stays in place, converged rows are
+unchanged on them. The search is the masked form (every row stays in place, converged rows are
 frozen), which follows each row's path exactly as the packed form does, so every model gets the
 counterfactuals its own search would give.
 """
@@ -17,11 +16,14 @@ import torch
 
 from ct_lightning.constraints import Constraints
 from ct_lightning.generators.base import SearchResult
-from ct_lightning.generators.revise.latent import LatentSpace
 from ct_lightning.generators.search import FeatureSpace, active_rows_search
 from ct_lightning.training.stacked_model import RowStacked, StackedMLP
 
-STACKABLE_GENERATORS = ("generic", "ecco", "revise")  # searches whose per-model settings can be per-row values
+# Searches whose per-model settings can be per-row values with each row's arithmetic unchanged. Not REVISE: its
+# VAE runs on the rows still searching, and on this CPU a matrix product of 1-3, 5-7 or 9-11 rows rounds
+# differently from the same rows inside a larger one, so a lone packed search and a stacked one part in the last
+# bits, and CT trainings amplify that over the epochs (docs/appendix.md §3).
+STACKABLE_GENERATORS = ("generic", "ecco")
 ROW_SETTINGS = ("lambda_cost", "lr")  # generator attributes that may differ per model
 
 
@@ -50,18 +52,6 @@ def stacked_generator(generators: list, rows_per_model: int, device=None):
     return stacked
 
 
-def shared_vae(generators: list):
-    """The VAE every REVISE generator of a stack uses (one data set and VAE settings give one VAE: the cached one)."""
-    first = generators[0].vae
-    if first is None:
-        raise ValueError("generator: revise: fit the generators before a stacked search (no VAE yet)")
-    reference = first.state_dict()
-    for g in generators[1:]:
-        if g.vae is not first and any(not torch.equal(t, reference[n]) for n, t in g.vae.state_dict().items()):
-            raise ValueError("generator: revise: the models of a stack need one VAE; theirs differ")
-    return first
-
-
 def stacked_search(model: StackedMLP, generators: list, x: torch.Tensor, target: torch.Tensor,
                    tau: list[float], max_steps: int, epsilon: float, limits: Constraints) -> SearchResult:
     """Counterfactuals of the ``[K·n, D]`` factuals ``x`` (block ``k``: model ``k``'s pool, searched with
@@ -71,11 +61,8 @@ def stacked_search(model: StackedMLP, generators: list, x: torch.Tensor, target:
         raise ValueError(f"stacked search: {len(x)} rows, {len(generators)} generators and {len(tau)} τ values "
                          f"for {model.n_models} models")
     generator = stacked_generator(generators, rows_per_model, x.device)
-    if generator.name == "revise":
-        space = LatentSpace(RowStacked(model), shared_vae(generators), limits, generator.lambda_cost, generator.lr)
-    else:
-        space = FeatureSpace(RowStacked(model), generator, limits, compiled_step=None)
-        if not space.closed_form:
-            raise ValueError(f"generator: {generator.name} has no closed-form penalty gradient to stack")
+    space = FeatureSpace(RowStacked(model), generator, limits, compiled_step=None)
+    if not space.closed_form:
+        raise ValueError(f"generator: {generator.name} has no closed-form penalty gradient to stack")
     tau_rows = torch.tensor(tau, dtype=x.dtype, device=x.device).repeat_interleave(rows_per_model)
     return active_rows_search(space, x, target, tau_rows, max_steps, epsilon, packed=False)

@@ -50,11 +50,7 @@ class LatentSpace:
             points = points + (self.limits.snap(points.detach(), rows_x) - points).detach()
         logits = self.model(points)
         done = target_reached(logits.detach(), target, tau)
-        distance = (decoded - rows_x).abs()
-        # λ_cst: a number, or one value per row (a stacked search, ct_lightning.generators.stacked_search)
-        cost = (self.lambda_cost[:, None] * distance).sum() if isinstance(self.lambda_cost, torch.Tensor) else \
-            self.lambda_cost * distance.sum()
-        loss = F.cross_entropy(logits, target, reduction="sum") + cost
+        loss = F.cross_entropy(logits, target, reduction="sum") + self.lambda_cost * (decoded - rows_x).abs().sum()
         (grad,) = torch.autograd.grad(loss, z)
         return points.detach(), done, grad, None
 
