@@ -134,7 +134,7 @@ def test_trainings_that_differ_in_what_shapes_the_loop_cannot_stack(tmp_path):
 
 def test_grid_jobs_are_stacked_by_what_they_share():
     from ct_lightning.experiment.studies.grids import load_grid, plan, stack_key, work_items
-    from ct_lightning.training.stacked_ct import PER_MODEL
+    from ct_lightning.stacked import PER_MODEL
 
     _, models = plan(load_grid("note5"), ["moons"], "sqlite:///unused.db", "x")
     jobs = list(models.values())

@@ -1,4 +1,4 @@
-"""K MLPs of one shape as one module: a stacked training's classifier (see :mod:`ct_lightning.training.stacked_ct`).
+"""K MLPs of one shape as one module: a stacked training's classifier (see :mod:`ct_lightning.stacked`).
 
 The paper's MLPs (one 32-unit layer) are so small that a training step is mostly fixed costs per kernel.
 Stacking the parameters of K such models (``[K, out, in]`` weights) turns each layer of K separate

@@ -1,4 +1,4 @@
-"""Several trainings as one stack (:mod:`ct_lightning.training.stacked_ct`), each recorded as its own run.
+"""Several trainings as one stack (:mod:`ct_lightning.stacked`), each recorded as its own run.
 
 :func:`train_stack` takes the overrides of K trainings that differ only in per-model scalars (penalty
 weights, τ, η, ``λ_cst``, ``λ_egy``), builds each ``CTModule`` exactly as :func:`~ct_lightning.experiment.runs.train.train`
@@ -32,7 +32,7 @@ from ct_lightning.experiment.runs.served_model import log_models
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
 from ct_lightning.generators.stacked_search import STACKABLE_GENERATORS
-from ct_lightning.training.stacked_ct import PER_MODEL, StackedFit, fit_stacked
+from ct_lightning.stacked import PER_MODEL, StackedFit, fit_stacked
 
 STACK_TAG = "ct.stack"  # "k/K": member k of a stack of K trainings
 # Settings a stack requires at these values (everything else, except PER_MODEL and run_name, must be shared).

@@ -269,7 +269,7 @@ def stack_key(job: ModelJob) -> str | None:
     a stack cannot take."""
     from ct_lightning.experiment.studies.reproduce import stable_key
     from ct_lightning.generators.stacked_search import STACKABLE_GENERATORS
-    from ct_lightning.training.stacked_ct import PER_MODEL
+    from ct_lightning.stacked import PER_MODEL
 
     settings = job.overrides
     if settings.get("objective") == "vanilla" or settings.get("generator") not in STACKABLE_GENERATORS or \
