@@ -213,3 +213,25 @@ def test_the_accuracy_finding_is_judged_on_the_synthetic_sets_only():
     assert "| supported: largest drop 0.50 points (note9-moons/moons) |" in row(synthetic_only)
     assert "| supported: largest drop 0.50 points" in row(with_real) and "note9-gmsc/gmsc: +6.00 pt" in row(with_real)
     assert "not supported" in row({"note9-moons": grid("moons", 0.99, 0.95)})
+
+
+def test_the_lambda_reg_finding_weighs_the_three_penalties():
+    """"λ_reg is the key penalty" is judged by how far each penalty's values move the median % change in IP; "too
+    little hurts Circles" by Circles' medians at λ_reg ≤ 0.01 against ≥ 0.1; a data set not yet run is said so."""
+    from ct_lightning.experiment.studies.appendix_report import findings
+
+    def note5(data: str, reg: dict, div: dict, adv: dict) -> dict:
+        return {"ip": {name: {data: {str(v): [m, 0] for v, m in values.items()}}
+                       for name, values in (("lambda_reg", reg), ("lambda_div", div), ("lambda_adv", adv))}}
+
+    row = lambda evidence: next(line for line in findings(evidence) if "key penalty" in line)
+    circles_hurt = note5("circles", {0: -10.0, 0.01: -12.0, 0.1: -40.0, 0.5: -45.0}, {0.01: -30.0, 1: -35.0},
+                         {0.1: -30.0, 1: -31.0})
+    assert "| supported: λ_reg moves IP most in 1 of 1 data sets; Circles: λ_reg ≤ 0.01 worse than ≥ 0.1 |" in \
+        row({"note5-circles": circles_hurt})
+    moons_div_key = note5("moons", {0: -20.0, 0.5: -22.0}, {0.01: -5.0, 1: -40.0}, {0.1: -20.0, 1: -21.0})
+    assert "| not supported: λ_reg moves IP most in 0 of 1 data sets; Circles not run yet |" in \
+        row({"note5-moons": moons_div_key})
+    assert "partly supported: λ_reg moves IP most in 1 of 2 data sets" in \
+        row({"note5-circles": circles_hurt, "note5-moons": moons_div_key})
+    assert "not tested (note5 did not run)" in row({})
