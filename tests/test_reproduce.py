@@ -112,6 +112,37 @@ def test_killed_reproduction_resumes_without_retraining(tmp_path):
     assert "| circles |" in table and "| moons |" in table
 
 
+def test_a_terminated_reproduction_stops_at_a_safe_point(tmp_path):
+    """SIGTERM while a reproduction evaluates or trains: the task under way is finished and kept (or its training
+    stops after its epoch), the parent run ends KILLED with the resume hint, exit 143, no traceback (raising in the
+    middle of a store write had left the SQLite store locked for the clean-up in the grid's twin of this code)."""
+    from mlflow.tracking import MlflowClient
+
+    store, out = tmp_path / "mlflow.db", tmp_path / "out"
+    process = subprocess.Popen(_compare_command(store, out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"}, cwd=tmp_path,
+                               start_new_session=True)
+    seen = []
+    for line in process.stdout:
+        seen.append(line)
+        if "done]" in line and "trained+evaluated" in line:
+            break
+    try:
+        os.kill(process.pid, signal.SIGTERM)
+        rest = process.communicate(timeout=300)[0]
+    finally:
+        os.killpg(process.pid, signal.SIGKILL) if process.poll() is None else None
+    output = "".join(seen) + rest
+    assert process.returncode == 128 + signal.SIGTERM, output[-3000:]
+    assert "Traceback" not in output, output[-3000:]
+    client = MlflowClient(tracking_uri=f"sqlite:///{store}")
+    experiment = client.get_experiment_by_name("ct-lightning").experiment_id
+    (parent,) = [run for run in client.search_runs([experiment]) if "ct.children" in run.data.tags
+                 or run.data.tags.get("ct.interrupted")]
+    assert parent.info.status == "KILLED" and parent.data.tags["ct.interrupted"].startswith("SIGTERM")
+    assert 1 <= len(_finished_training_keys(store)) < 8
+
+
 def test_workers_die_with_the_reproduction(tmp_path):
     """Killing only the parent of a --jobs 2 reproduction must not leave workers training on."""
     store, out = tmp_path / "mlflow.db", tmp_path / "out"

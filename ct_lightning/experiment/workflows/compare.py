@@ -298,11 +298,15 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
             write_outputs([rows[n] for n in names if n in rows], plots, args, client, parent, command, out_dir,
                            final=False)
             print(f"table row {data} written to {out_dir / 'table.md'}", flush=True)
+        if len(outcomes) < len(tasks):
+            stopping.check()  # a safe point: the outcome and its table row are kept, no write is under way
 
     from ct_lightning.experiment.runs.interrupt import (INTERRUPTED_TAG, TrainingInterrupted,  # noqa: PLC0415
                                                         stop_between_trainings)
 
-    with stop_between_trainings():  # a signal outside a training (evaluation, tables) stops here
+    # SIGTERM/SIGINT: a training stops after its epoch; outside one (evaluations, tables) the compare stops once the
+    # current task is kept (``on_done`` checks; raising in the middle of a store write could leave it locked)
+    with stop_between_trainings(defer=True) as stopping:
         try:
             run_tasks(tasks, args.jobs, client, on_done)
             ordered = [rows[n] for n in names]
