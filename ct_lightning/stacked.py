@@ -32,13 +32,19 @@ import torch.nn.functional as F
 
 from ct_lightning.callbacks.epoch_seed import epoch_seed
 from ct_lightning.constraints import Constraints
-from ct_lightning.generators.stacked_search import STACKABLE_GENERATORS, stacked_search
+from ct_lightning.generators.stacked_search import STACKED_SEARCH_GENERATORS, stacked_search
 from ct_lightning.losses import contrast_pairs
 from ct_lightning.module import TERMS, CTModule
 from ct_lightning.training.epoch_block import EpochBlockLoader
 from ct_lightning.training.pool import chunk_bounds
 from ct_lightning.training.stacked_model import StackedMLP
 
+# Generators a stack takes. Generic's and ECCo's pools are searched as one (generators.stacked_search). REVISE's are
+# searched one model at a time with the lone code (CTModule.generate_pool): its VAE runs on the rows still
+# searching, and on this CPU a matrix product of 1-3, 5-7 or 9-11 rows rounds differently from the same rows in a
+# larger product, so a stacked latent search parts from a lone one in the last bits (measured: 100-epoch moons
+# trainings ended 0.04-0.38 apart in weights); searched alone, its pools are the lone ones and only the steps stack.
+STACKABLE_GENERATORS = ("generic", "ecco", "revise")
 # CTModule settings that may differ between the members of one stack (one value per model).
 PER_MODEL = ("lambda_clf", "lambda_div", "lambda_reg", "lambda_adv", "lambda_cost", "lambda_energy", "search_lr",
              "tau")
@@ -178,9 +184,12 @@ def fit_stacked(members: list[CTModule], datamodule, max_epochs: int, burnin: fl
 
 
 def _stacked_pool(members: list[CTModule], stacked: StackedMLP, epoch: int, limits: Constraints):
-    """Every member's pool of the epoch (drawn with its own RNG and predictions), searched as one."""
+    """Every member's pool of the epoch (drawn with its own RNG and predictions), searched as one where the
+    generator allows (:data:`STACKED_SEARCH_GENERATORS`), else one member after the other."""
     stacked.write_to([m.model for m in members])  # the draws predict with each member's current weights
     hp = members[0].hparams
+    if hp.generator not in STACKED_SEARCH_GENERATORS:
+        return _pools_one_by_one(members, epoch)
     drawn = [m.draw_pool_inputs(hp.nce, m._rng(0, epoch=epoch), m._rng(0, shared=True, epoch=epoch))
              for m in members]
     _, x, labels, target, x_pos = (torch.cat(parts) for parts in zip(*drawn))
@@ -194,6 +203,20 @@ def _stacked_pool(members: list[CTModule], stacked: StackedMLP, epoch: int, limi
     pool = {"x_pos": x_pos.view(*shape, -1), "x_neg": x_neg.view(*shape, -1),
             "nascent": result.nascent.view(*shape, -1), "labels": labels.view(shape), "target": target.view(shape)}
     return pool, _logged_search(result, rows, len(members), seconds)
+
+
+def _pools_one_by_one(members: list[CTModule], epoch: int):
+    """Each member's pool from its own lone search (``CTModule.generate_pool``), stacked."""
+    pools, logs = [], []
+    for member in members:
+        member.generator.update(member.fit_context(), epoch)  # as CTModule.on_train_epoch_start
+        pool, stats = member.generate_pool(member.hparams.nce, member._rng(0, epoch=epoch),
+                                           member._rng(0, shared=True, epoch=epoch))
+        pools.append(pool)
+        logs.append({**{f"train/cf_{key}": value for key, value in stats.items()}, "train/cf_count": float(len(pool))})
+    stacked = {name: torch.stack([getattr(pool, name) for pool in pools])
+               for name in ("x_pos", "x_neg", "nascent", "labels", "target")}
+    return stacked, logs
 
 
 def _weighted(per_model: dict, terms: dict) -> torch.Tensor:

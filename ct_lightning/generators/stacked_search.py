@@ -19,11 +19,9 @@ from ct_lightning.generators.base import SearchResult
 from ct_lightning.generators.search import FeatureSpace, active_rows_search
 from ct_lightning.training.stacked_model import RowStacked, StackedMLP
 
-# Searches whose per-model settings can be per-row values with each row's arithmetic unchanged. Not REVISE: its
-# VAE runs on the rows still searching, and on this CPU a matrix product of 1-3, 5-7 or 9-11 rows rounds
-# differently from the same rows inside a larger one, so a lone packed search and a stacked one part in the last
-# bits, and CT trainings amplify that over the epochs (docs/appendix.md §3).
-STACKABLE_GENERATORS = ("generic", "ecco")
+# Searches whose per-model settings can be per-row values with each row's arithmetic unchanged (not REVISE: see
+# ct_lightning.stacked.STACKABLE_GENERATORS).
+STACKED_SEARCH_GENERATORS = ("generic", "ecco")
 ROW_SETTINGS = ("lambda_cost", "lr")  # generator attributes that may differ per model
 
 
@@ -35,8 +33,8 @@ def stacked_generator(generators: list, rows_per_model: int, device=None):
     rounded to the rows' precision: rounding ``λ_egy`` first would change the last bit of some steps, and CT
     trainings amplify such differences over the epochs."""
     names = {getattr(g, "name", None) for g in generators}
-    if len(names) != 1 or next(iter(names)) not in STACKABLE_GENERATORS:
-        raise ValueError(f"generator: a stacked search takes one of {', '.join(STACKABLE_GENERATORS)} for all "
+    if len(names) != 1 or next(iter(names)) not in STACKED_SEARCH_GENERATORS:
+        raise ValueError(f"generator: a stacked search takes one of {', '.join(STACKED_SEARCH_GENERATORS)} for all "
                          f"models, got {sorted(map(str, names))}")
     stacked = copy.copy(generators[0])
     for name in ROW_SETTINGS:

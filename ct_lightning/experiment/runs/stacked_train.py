@@ -31,8 +31,7 @@ from ct_lightning.experiment.runs.run_artifacts import EpochStepMLFlowLogger, lo
 from ct_lightning.experiment.runs.served_model import log_models
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
-from ct_lightning.generators.stacked_search import STACKABLE_GENERATORS
-from ct_lightning.stacked import PER_MODEL, StackedFit, fit_stacked
+from ct_lightning.stacked import PER_MODEL, STACKABLE_GENERATORS, StackedFit, fit_stacked
 
 STACK_TAG = "ct.stack"  # "k/K": member k of a stack of K trainings
 # Settings a stack requires at these values (everything else, except PER_MODEL and run_name, must be shared).
@@ -40,7 +39,7 @@ STACK_REQUIRES = {"model": ("mlp",), "pool": ("epoch",), "resume": (None,), "fro
                   "config": (None,), "checkpoint_dir": (None,), "summary_json": (None,), "fast_dev_run": (False, 0),
                   "limit_train_batches": (None,), "limit_val_batches": (None,), "eval_every": (0,),
                   "accelerator": ("auto", "cpu"), "devices": ("auto", 1), "num_nodes": (1,), "strategy": ("auto",),
-                  "target": (None,), "generator_options": (None,)}
+                  "target": (None,)}
 
 
 def config_blocker(configs: list[dict]) -> str | None:

@@ -268,8 +268,7 @@ def stack_key(job: ModelJob) -> str | None:
     when it trains alone: a vanilla training (one per data set anyway), or a generator, pool mode or model that
     a stack cannot take."""
     from ct_lightning.experiment.studies.reproduce import stable_key
-    from ct_lightning.generators.stacked_search import STACKABLE_GENERATORS
-    from ct_lightning.stacked import PER_MODEL
+    from ct_lightning.stacked import PER_MODEL, STACKABLE_GENERATORS
 
     settings = job.overrides
     if settings.get("objective") == "vanilla" or settings.get("generator") not in STACKABLE_GENERATORS or \
