@@ -101,6 +101,8 @@ def test_a_stack_trains_what_separate_trainings_train(tmp_path, generator):
             "generator": generator}
     if generator == "revise":  # a small VAE, trained once and then loaded from the cache by every training
         base["generator_options"] = f"latent_dim=2,vae_epochs=2,cache_dir={tmp_path / 'vae'}"
+    else:  # the first epoch trains conventionally (burn-in), the other three with CT
+        base["burnin"] = 0.25
     alone = [train({**base, **point}) for point in POINTS]
     stacked = train_stack([{**base, **point} for point in POINTS], [{"role": "stacked"}] * 3)
     client = MlflowClient(tracking_uri=uri)
@@ -197,11 +199,20 @@ def test_a_stacked_grid_stops_on_a_signal_and_resumes(tmp_path):
     experiment = client.get_experiment_by_name("ct-appendix").experiment_id
     finished = client.search_runs([experiment], "tags.`ct.role` = 'grid-model' and attributes.status = 'FINISHED'")
     assert [r.data.tags["objective"] for r in finished] == ["vanilla"]  # the BL ran first; the stack left nothing
-    # The re-run (fewer epochs would be another training: the same command) trains the stack and finishes.
+    # One CT point trained alone meanwhile (as a --stack 1 run would): the re-run reuses it and stacks the other two.
+    from ct_lightning.experiment.runs.train import train
+    from ct_lightning.experiment.studies.grids import _training_tags, load_grid, plan
+
+    _, jobs = plan(load_grid(str(grid)), ["moons"], f"sqlite:///{tmp_path}/mlflow.db", "ct-appendix",
+                   extra={"max_epochs": 60}, n_runs=1, n_individuals=6)
+    key, job = next((k, j) for k, j in jobs.items() if j.overrides["objective"] == "full")
+    train(job.training_overrides(), tags=_training_tags(job, key))
     done = run_script(command[0], command[1:], cwd=tmp_path, env=env, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
+    assert "stack of 2 trainings" in done.stdout
     results = json.loads((tmp_path / "stacked.json").read_text())
     assert results["n_models"] == 4 and len(results["models"]) == 4 and not results["failures"]
+    assert not results["models"][key]["trained"]  # reused, not trained again
     finished = client.search_runs([experiment], "tags.`ct.role` = 'grid-model' and attributes.status = 'FINISHED'")
-    assert sorted(r.data.tags.get("ct.stack", "alone") for r in finished) == ["1/3", "2/3", "3/3", "alone"]
+    assert sorted(r.data.tags.get("ct.stack", "alone") for r in finished) == ["1/2", "2/2", "alone", "alone"]
     assert len({r.data.tags["ct.config_key"] for r in finished}) == 4
