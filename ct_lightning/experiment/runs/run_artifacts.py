@@ -175,6 +175,24 @@ def log_datasets(client, run_id: str, datamodule, data_dir: str | None = None) -
     retry_race(lambda: client.log_inputs(run_id, datasets=inputs))
 
 
+PREPROCESSING_ARTIFACT = "preprocessing.json"  # the fitted codec of a table's run, beside config.json
+
+
+def log_training_inputs(client, logger, run_id: str, config: dict, module, datamodule) -> None:
+    """What a new training run records before its epochs: the run-level settings that Lightning does not log as
+    hyperparameters (``logger``: the run's MLflow logger), ``config.json``/``config.yaml``, the fitted
+    preprocessing of a table and the data sets."""
+    from ct_lightning.experiment.runs.lifecycle import defining_config  # noqa: PLC0415
+
+    defining = defining_config(config)
+    logger.log_hyperparams({k: v for k, v in defining.items() if k not in module.hparams})
+    client.log_dict(run_id, defining, "config.json")
+    client.log_dict(run_id, defining, "config.yaml")
+    if module.preprocessing is not None:
+        client.log_dict(run_id, module.preprocessing, PREPROCESSING_ARTIFACT)
+    log_datasets(client, run_id, datamodule, config.get("data_dir"))
+
+
 def log_training_plots(client, run_id: str, module, datamodule, n_counterfactuals: int = 12) -> list[str]:
     """The cheap plots at the end of training: the share of mature counterfactuals per epoch and, for
     2-D data, the decision boundary with a few counterfactuals. Returns the artifact paths logged."""

@@ -24,10 +24,10 @@ from ct_lightning.experiment.configuration.data import build_datamodule, mutabil
 from ct_lightning.experiment.configuration.preflight import preflight_training
 from ct_lightning.experiment.configuration.settings import resolve_config
 from ct_lightning.experiment.configuration.store import local_store_dir
-from ct_lightning.experiment.runs.lifecycle import CHECKPOINT_DIR_TAG, check_outputs, create_run, defining_config, \
+from ct_lightning.experiment.runs.lifecycle import CHECKPOINT_DIR_TAG, check_outputs, create_run, \
     mark_failed
 from ct_lightning.experiment.runs.interrupt import TrainingInterrupted
-from ct_lightning.experiment.runs.run_artifacts import EpochStepMLFlowLogger, log_datasets, log_training_plots
+from ct_lightning.experiment.runs.run_artifacts import EpochStepMLFlowLogger, log_training_inputs, log_training_plots
 from ct_lightning.experiment.runs.served_model import log_models
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
@@ -145,15 +145,7 @@ def record_member(config: dict, module, datamodule, fit: StackedFit, k: int, tag
         logger = EpochStepMLFlowLogger(experiment_name=config["experiment"], tracking_uri=config["tracking_uri"],
                                        run_id=run_id)
         logger.log_hyperparams(dict(module.hparams))  # what Lightning logs for a lone training
-        defining = defining_config(config)
-        logger.log_hyperparams({key: value for key, value in defining.items() if key not in module.hparams})
-        client.log_dict(run_id, defining, "config.json")
-        client.log_dict(run_id, defining, "config.yaml")
-        if module.preprocessing is not None:
-            from ct_lightning.experiment.runs.train import PREPROCESSING_ARTIFACT  # noqa: PLC0415
-
-            client.log_dict(run_id, module.preprocessing, PREPROCESSING_ARTIFACT)
-        log_datasets(client, run_id, datamodule, config.get("data_dir"))
+        log_training_inputs(client, logger, run_id, config, module, datamodule)
         history = fit.history[k]
         for entry in history:
             logger.log_metrics(entry, step=int(entry["epoch"]))

@@ -30,7 +30,7 @@ from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TA
                                               find_resumable_run, mark_failed, mark_interrupted,
                                               resume_command)
 from ct_lightning.experiment.runs.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
-                                                   log_datasets, log_missing_epoch_metrics,
+                                                   log_missing_epoch_metrics, log_training_inputs,
                                                    log_training_plots)
 from ct_lightning.experiment.runs.served_model import log_models
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
@@ -47,7 +47,6 @@ from ct_lightning.generators.compiled_step import set_expected_searches, set_sea
 from ct_lightning.module import CTModule
 
 
-PREPROCESSING_ARTIFACT = "preprocessing.json"  # the fitted codec of a table's run, beside config.json
 
 
 def build_module(config: dict, datamodule) -> CTModule:
@@ -277,14 +276,8 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         client.attach(Path(config["checkpoint_dir"]) / OUTBOX_DIR, run_id, experiment_id)
     if client is not None and resume_from is None:
         client.set_tag(run_id, CHECKPOINT_DIR_TAG, config["checkpoint_dir"])
-        defining = defining_config(config)
         # Lightning logs the module's hyperparameters itself; add the run-level settings it lacks.
-        logger.log_hyperparams({k: v for k, v in defining.items() if k not in module.hparams})
-        client.log_dict(run_id, defining, "config.json")
-        client.log_dict(run_id, defining, "config.yaml")
-        if module.preprocessing is not None:
-            client.log_dict(run_id, module.preprocessing, PREPROCESSING_ARTIFACT)
-        log_datasets(client, run_id, datamodule, config.get("data_dir"))
+        log_training_inputs(client, logger, run_id, config, module, datamodule)
     elif client is not None:
         client.log_dict(run_id, defining_config(config), "config.json")  # records an extended max_epochs
         client.log_dict(run_id, defining_config(config), "config.yaml")
