@@ -296,6 +296,12 @@ def work_items(jobs: list[ModelJob], stack: int) -> list:
     return [item[0] if isinstance(item, list) and len(item) == 1 else item for item in items]
 
 
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
 def run_item(item) -> list[dict]:
     """A work item of :func:`work_items`: one job (:func:`run_job`) or a stack (:func:`run_stack`)."""
     return run_stack(item) if isinstance(item, list) else [run_job(item)]
@@ -412,6 +418,10 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
     order = sorted(models.values(), key=lambda j: (datasets.index(j.data), j.overrides.get("objective") != "vanilla",
                                                     -j.overrides.get("max_epochs", 100),
                                                     -j.overrides.get("nce", 0)))
+    if stack > 1 and _has_gpu():  # a lone training would use the GPU (accelerator auto); a stack trains on the CPU
+        echo("--stack: stacked trainings run on the CPU; this machine has a GPU, so every training runs alone on it",
+             flush=True)
+        stack = 1
     items = work_items(order, stack)
     labels = [f"stack of {len(item)}: {item[0].label} ..." if isinstance(item, list) else item.label for item in items]
     status = "FAILED"
