@@ -12,6 +12,7 @@ work: it is trained whole or not at all (an interrupted stack leaves no runs and
 from __future__ import annotations
 
 import random
+import time
 from pathlib import Path
 
 import lightning as L
@@ -58,8 +59,11 @@ def config_blocker(configs: list[dict]) -> str | None:
     return None
 
 
-def train_stack(overrides: list[dict], tags: list[dict] | None = None, echo=print, should_stop=None) -> list[dict]:
-    """Train the configured models as one stack; returns one run summary (``run_id``, ``metrics``, ...) per training."""
+def train_stack(overrides: list[dict], tags: list[dict] | None = None, echo=print,
+                progress_seconds: float = 30.0) -> list[dict]:
+    """Train the configured models as one stack; returns one run summary (``run_id``, ``metrics``, ...) per training.
+
+    ``echo`` gets a progress line at most every ``progress_seconds`` while the stack trains, and one per written run."""
     from ct_lightning.experiment.runs.train import build_module  # noqa: PLC0415 - train imports this module's peers
 
     tags = tags or [{} for _ in overrides]
@@ -95,19 +99,33 @@ def train_stack(overrides: list[dict], tags: list[dict] | None = None, echo=prin
     try:
         stopper.phase = "loop"
         fit = fit_stacked(members, datamodule, int(first["max_epochs"]), float(first["burnin"]),
-                          lambda epoch: _stop_if_signalled(stopper, epoch))
+                          _after_epoch(stopper, len(members), int(first["max_epochs"]), echo, progress_seconds))
         stopper.phase = "after"
-        summaries = [record_member(config, module, datamodule, fit, k, member_tags)
-                     for k, (config, module, member_tags) in enumerate(zip(configs, members, tags))]
+        summaries = []
+        for k, (config, module, member_tags) in enumerate(zip(configs, members, tags)):
+            summaries.append(record_member(config, module, datamodule, fit, k, member_tags))
+            echo(f"stack: run {k + 1}/{len(members)} written ({summaries[-1]['run_id']})", flush=True)
     finally:
         stopper.restore()
     stopper.pass_on()  # a signal after training still stops the study that called this
     return summaries
 
 
-def _stop_if_signalled(stopper: StopOnSignal, epoch: int) -> None:
-    if stopper.signum is not None:
-        raise TrainingInterrupted(stopper.signum, epoch + 1)
+def _after_epoch(stopper: StopOnSignal, n_models: int, max_epochs: int, echo, every: float):
+    """Called after each epoch of a stack: stop on a signal; say how far the stack is, at most every ``every`` s."""
+    started = last = time.monotonic()
+
+    def after(epoch: int) -> None:
+        nonlocal last
+        if stopper.signum is not None:
+            raise TrainingInterrupted(stopper.signum, epoch + 1)
+        now = time.monotonic()
+        if now - last >= every and epoch + 1 < max_epochs:
+            last = now
+            echo(f"stack of {n_models}: epoch {epoch + 1}/{max_epochs} after {(now - started) / 60:.1f} min",
+                 flush=True)
+
+    return after
 
 
 def _checkpoint(module, state: dict, epoch: int, global_step: int, metrics: dict) -> dict:

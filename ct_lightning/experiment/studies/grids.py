@@ -331,9 +331,13 @@ def run_stack(jobs: list[ModelJob]) -> list[dict]:
         for i, summary in zip(missing, summaries):
             run_ids[i] = summary["run_id"]
     share = (time.perf_counter() - started) / max(len(missing), 1)  # each training's share of the stack
-    return [_evaluated(client, job, key, run_id, i in missing, share if i in missing else 0.0,
-                       time.perf_counter() - (share if i in missing else 0.0))
-            for i, (job, key, run_id) in enumerate(zip(jobs, keys, run_ids))]
+    results = []
+    for i, (job, key, run_id) in enumerate(zip(jobs, keys, run_ids)):
+        results.append(_evaluated(client, job, key, run_id, i in missing, share if i in missing else 0.0,
+                                  time.perf_counter() - (share if i in missing else 0.0)))
+        if results[-1]["evaluated"]:
+            print(f"stack: model {i + 1}/{len(jobs)} evaluated", flush=True)
+    return results
 
 
 def find_or_create_grid_parent(client, experiment_id: str, key: str, name: str) -> str:
