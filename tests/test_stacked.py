@@ -119,6 +119,8 @@ def test_a_stack_trains_what_separate_trainings_train(tmp_path, generator):
             assert weights_a.keys() == weights_b.keys()
             for name in weights_a:
                 torch.testing.assert_close(weights_b[name], weights_a[name], atol=1e-4, rtol=1e-4)
+        with pytest.raises(ValueError, match="trained in a stack .*--from-checkpoint runs:/"):
+            train({"resume": b["run_id"], "max_epochs": 8, "tracking_uri": uri, "experiment": "stk"})
         for metric in COMPARED:
             history_a = [m.value for m in sorted(client.get_metric_history(a["run_id"], metric), key=lambda m: m.step)]
             history_b = [m.value for m in sorted(client.get_metric_history(b["run_id"], metric), key=lambda m: m.step)]

@@ -16,6 +16,7 @@ from pathlib import Path
 from ct_lightning.experiment.configuration.settings import RESUME_OPTIONS, RUN_ONLY_KEYS  # noqa: F401 - the roles live in the rows
 
 CHECKPOINT_DIR_TAG = "ct.checkpoint_dir"
+STACK_TAG = "ct.stack"  # "k/K": member k of a stack of K trainings (experiment/runs/stacked_train.py)
 ERROR_TAG = "error"
 
 
@@ -187,6 +188,11 @@ def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, 
             run = client.get_run(wanted)
         except Exception:  # noqa: BLE001 - MLflow raises several types for an unknown id
             raise ValueError(f"resume: no run {wanted!r} in {tracking_uri}") from None
+        if STACK_TAG in run.data.tags:
+            raise ValueError(f"resume: run {wanted} was trained in a stack ({STACK_TAG} {run.data.tags[STACK_TAG]}): "
+                             f"its checkpoints hold the weights but no optimiser or loop state, so it cannot be "
+                             f"resumed or extended; start a new run from its weights with --from-checkpoint "
+                             f"runs:/{wanted}/model")
         last = last_checkpoint_of(run, echo)
         if last is None:
             raise ValueError(f"resume: run {wanted} has no checkpoint (it stopped before its first epoch ended); "

@@ -25,7 +25,7 @@ from ct_lightning.experiment.configuration.data import build_datamodule, mutabil
 from ct_lightning.experiment.configuration.preflight import preflight_training
 from ct_lightning.experiment.configuration.settings import resolve_config
 from ct_lightning.experiment.configuration.store import local_store_dir
-from ct_lightning.experiment.runs.lifecycle import CHECKPOINT_DIR_TAG, check_outputs, create_run, \
+from ct_lightning.experiment.runs.lifecycle import CHECKPOINT_DIR_TAG, STACK_TAG, check_outputs, create_run, \
     mark_failed
 from ct_lightning.experiment.runs.interrupt import TrainingInterrupted
 from ct_lightning.experiment.runs.run_artifacts import EpochStepMLFlowLogger, log_training_inputs, log_training_plots
@@ -34,7 +34,6 @@ from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
 from ct_lightning.stacked import PER_MODEL, STACKABLE_GENERATORS, StackedFit, fit_stacked
 
-STACK_TAG = "ct.stack"  # "k/K": member k of a stack of K trainings
 # Settings a stack requires at these values (everything else, except PER_MODEL and run_name, must be shared).
 STACK_REQUIRES = {"model": ("mlp",), "pool": ("epoch",), "resume": (None,), "from_checkpoint": (None,),
                   "config": (None,), "checkpoint_dir": (None,), "summary_json": (None,), "fast_dev_run": (False, 0),
