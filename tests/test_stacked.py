@@ -219,3 +219,7 @@ def test_a_stacked_grid_stops_on_a_signal_and_resumes(tmp_path):
     finished = client.search_runs([experiment], "tags.`ct.role` = 'grid-model' and attributes.status = 'FINISHED'")
     assert sorted(r.data.tags.get("ct.stack", "alone") for r in finished) == ["1/2", "2/2", "alone", "alone"]
     assert len({r.data.tags["ct.config_key"] for r in finished}) == 4
+    # Grid models keep their logged models but stay out of the Model Registry (hundreds of points per data set).
+    assert all({"model", "predictor"} <= {m.name for m in client.search_logged_models([experiment])
+                                          if m.source_run_id == r.info.run_id} for r in finished)
+    assert client.search_registered_models() == []

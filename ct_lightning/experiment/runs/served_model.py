@@ -227,8 +227,8 @@ def run_codec(datamodule, mutability: dict | None = None):
 
 def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, module, datamodule, config: dict,
                metrics: dict, mutability: dict | None = None) -> dict:
-    """Log ``model`` (PyTorch) and ``predictor`` (raw rows), register the predictor as ``ct-DATA-ROLE`` and
-    link the final metrics and the data sets to both. Returns ``{"model": id, "predictor": id, "registered": name}``."""
+    """Log ``model`` (PyTorch) and ``predictor`` (raw rows), register the predictor as ``ct-DATA-ROLE`` (not for a
+    grid's models, tag ``ct.role = grid-model``) and link the final metrics and the data sets to both. Returns ``{"model": id, "predictor": id, "registered": name}``."""
     from ct_lightning.experiment.runs.run_artifacts import _digest, _tracking_uri, log_classifier
 
     step = final_step(metrics)  # MLflow links the metrics of this step to the logged models
@@ -239,11 +239,14 @@ def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, modul
               "max_steps": max(int(hp.max_steps), 100), "epsilon": hp.epsilon, "lambda_cost": hp.lambda_cost,
               "lambda_energy": hp.lambda_energy, "lr": hp.search_lr,
               "mutability": dict(mutability or {})}  # the run's constraints (--immutable ...) hold when serving too
-    role = client.get_run(run_id).data.tags.get("role")
+    tags = client.get_run(run_id).data.tags
     data = str(config.get("data") or datamodule.name)
     if data.lower().endswith((".csv", ".parquet")):  # a user's table is named by its file: loans.csv -> loans
         data = Path(data).stem
-    name = registered_name(data, config.get("objective", "full"), role)
+    # A grid's models are points of a study, not models to serve: registering them would add hundreds of versions
+    # per data set to the Model Registry. They keep their logged models (runs:/ID/predictor) all the same.
+    name = None if tags.get("ct.role") == "grid-model" else registered_name(data, config.get("objective", "full"),
+                                                                              tags.get("role"))
     with _tracking_uri(tracking_uri, experiment_id):
         try:
             predictor = log_predictor(module.model, codec, datamodule.x_train, search, name, run_id, step)
