@@ -47,6 +47,15 @@ def test_silent_when_low_epochs_are_not_consecutive():
     assert fit([0.05, 0.05, 0.5, 0.05, 0.05], ConvergenceWatch(threshold=0.1, patience=3)) == []
 
 
+@pytest.mark.parametrize("shares", [[1.0, 0.05, 0.02, 0.01, 0.0], [0.05, 0.05, 0.5, 0.05, 0.05]])
+def test_a_stacked_training_is_warned_as_a_lone_one(shares):
+    """A stacked training's members are checked after training from their histories: the same message, or none."""
+    from ct_lightning.callbacks.convergence import convergence_warning
+
+    caught = fit(shares, ConvergenceWatch(threshold=0.1, patience=3))
+    assert convergence_warning(list(enumerate(shares))) == (str(caught[0].message) if caught else None)
+
+
 def test_rejects_bad_settings():
     with pytest.raises(ValueError, match="threshold"):
         ConvergenceWatch(threshold=0.0)

@@ -10,6 +10,24 @@ ADVICE = ("try a lower --tau, more search steps (--nce / T), a smaller --lambda-
           "a larger step size, or a longer --burnin")
 
 
+def convergence_message(key: str, share: float, threshold: float, low_epochs: int, epoch: int) -> str:
+    """The warning's text: the share converged stayed below ``threshold`` for ``low_epochs`` epochs up to ``epoch``."""
+    return (f"training's counterfactual search stopped converging: {key} = {share:.3f} < {threshold} for "
+            f"{low_epochs} epochs (epoch {epoch}); {ADVICE}")
+
+
+def convergence_warning(shares: list[tuple[int, float]], threshold: float = 0.1, patience: int = 3,
+                        key: str = "train/cf_converged") -> str | None:
+    """What :class:`ConvergenceWatch` warns for these ``(epoch, share converged)`` of CT epochs, in order (a stacked
+    training's history), or ``None``: the first time the share stays below ``threshold`` for ``patience`` epochs."""
+    low = 0
+    for epoch, share in shares:
+        low = low + 1 if share < threshold else 0
+        if low >= patience:
+            return convergence_message(key, share, threshold, low, epoch)
+    return None
+
+
 class ConvergenceWarning(UserWarning):
     """Training's counterfactual search no longer converges."""
 
@@ -35,7 +53,6 @@ class ConvergenceWatch(L.Callback):
         self.low_epochs = self.low_epochs + 1 if share < self.threshold else 0
         if self.low_epochs >= self.patience and not self.warned:
             self.warned = True
-            message = (f"training's counterfactual search stopped converging: {self.key} = {share:.3f} < "
-                       f"{self.threshold} for {self.low_epochs} epochs (epoch {trainer.current_epoch}); {ADVICE}")
+            message = convergence_message(self.key, share, self.threshold, self.low_epochs, trainer.current_epoch)
             warnings.warn(message, ConvergenceWarning, stacklevel=2)
             print(f"WARNING: {message}", flush=True)
