@@ -18,14 +18,15 @@ for p in manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manyl
   platforms+=(--platform "$p")
 done
 "$PY" -m pip download -q --only-binary=:all: --python-version 3.12 --implementation cp "${platforms[@]}" \
-  -d "$DEST" "mlflow-skinny==$MLFLOW" "mlflow-tracing==$MLFLOW" sqlalchemy alembic
+  -d "$DEST" "mlflow-skinny==$MLFLOW" "mlflow-tracing==$MLFLOW" sqlalchemy alembic cryptography
 # Already in the device image (KINDS.md, "Python packages already there"), or needed only to sign in to
-# Databricks (google-auth, cryptography): drop them.
+# Databricks (google-auth): drop them.
 present="anyio attrs certifi charset_normalizer click cloudpickle filelock fsspec h11 httpcore httpx idna
 jinja2 markupsafe numpy packaging pandas protobuf pyarrow python_dateutil pyyaml PyYAML requests six
 typing_extensions typing_inspect urllib3 zipp scipy scikit_learn joblib threadpoolctl markdown
 werkzeug grpcio tqdm psutil pygments rich uvloop
-cryptography cffi pycparser google_auth pyasn1 pyasn1_modules"  # databricks sign-in only
+google_auth pyasn1 pyasn1_modules"  # databricks sign-in only
+# cryptography (with cffi, pycparser) stays: MLflow's SQLite model registry imports it (seen on an H200, 2026-11-26).
 for name in $present; do
   rm -f "$DEST"/"$name"-*.whl "$DEST"/"${name,,}"-*.whl
 done

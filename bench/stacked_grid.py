@@ -1,9 +1,10 @@
 """Cost per grid training, separate against stacked (issue 25 §3): Note 5's trainings of one data set and generator.
 
 Run: ``PYTHONPATH=. .venv/bin/python bench/stacked_grid.py [--data moons] [--generator ecco] [--max-epochs 100]
-[--separate 3] [--stacks 3,9,45] [--out bench/stacked_grid.json]``.
+[--separate 3] [--stacks 3,9,45] [--accelerator auto] [--out bench/stacked_grid.json]``.
 
-One warm process, one torch thread, one SQLite store in a temporary folder. The trainings are the first ones of
+One warm process, one torch thread, one SQLite store in a temporary folder. ``--accelerator gpu`` runs both forms
+on the GPU (a lone training through Lightning's ``Trainer`` on CUDA, a stack with its stacked model on CUDA). The trainings are the first ones of
 Note 5's 45 combinations (λ_adv × λ_div × λ_reg) at Note 1's defaults:
 
 - *separate*: ``--separate`` of them, one ``train()`` each, as the grid ran them before (``--stack 1``);
@@ -44,6 +45,7 @@ def main() -> None:
     parser.add_argument("--max-epochs", type=int, default=100)
     parser.add_argument("--separate", type=int, default=3)
     parser.add_argument("--stacks", default="3,9,45")
+    parser.add_argument("--accelerator", default="auto", choices=("auto", "cpu", "gpu"))
     parser.add_argument("--out", default="bench/stacked_grid.json")
     args = parser.parse_args()
     import torch
@@ -59,7 +61,7 @@ def main() -> None:
     folder = tempfile.mkdtemp(prefix="ct-bench-stack-")
     uri = f"sqlite:///{folder}/mlflow.db"
     base = {**NOTE1, "data": args.data, "generator": args.generator, "max_epochs": args.max_epochs,
-            "tracking_uri": uri, "experiment": "bench", "progress": False}
+            "tracking_uri": uri, "experiment": "bench", "progress": False, "accelerator": args.accelerator}
     rows, separate_weights = [], []
     load_before = os.getloadavg()
     train({**base, **points[0], "max_epochs": 1})  # warm-up: the store, imports, the VAE cache (REVISE)
@@ -93,7 +95,8 @@ def main() -> None:
         row["speed_up_fit"] = separate["fit_per_training"] / row["fit_per_training"]
     result = {"bench": "stacked_grid", "data": args.data, "generator": args.generator,
               "max_epochs": args.max_epochs, "threads": 1, "cpu": platform.processor() or platform.machine(),
-              "cores": os.cpu_count(), "load_average_before": load_before, "load_average_after": os.getloadavg(),
+              "cores": os.cpu_count(), "accelerator": args.accelerator,
+              "gpu": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None, "load_average_before": load_before, "load_average_after": os.getloadavg(),
               "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
     out = Path(args.out)
     existing = json.loads(out.read_text()) if out.exists() else []

@@ -126,14 +126,15 @@ def fit_stacked(members: list[CTModule], datamodule, max_epochs: int, burnin: fl
     if uses_search:
         for member in members:
             member.generator.fit(member.fit_context())
+    device = first.device  # the members' device (a stack trains where its members are)
     stacked = StackedMLP([m.model for m in members])
     optimizer = torch.optim.Adam(stacked.parameters(), lr=hp.lr)
     n_models = len(members)
-    per_model = {name: torch.tensor([float(m.hparams[name]) for m in members]) for name in PER_MODEL}
-    limits = Constraints(first.mutability, first.lower, first.upper, first.x_train.device)
+    per_model = {name: torch.tensor([float(m.hparams[name]) for m in members], device=device) for name in PER_MODEL}
+    limits = Constraints(first.mutability, first.lower, first.upper, device)
     loader = datamodule.train_dataloader()
     blocks = EpochBlockLoader(loader)
-    x_val, y_val = datamodule.x_val.float(), datamodule.y_val.long()
+    x_val, y_val = datamodule.x_val.float().to(device), datamodule.y_val.long().to(device)
     first_ct_epoch = round(burnin * max_epochs)
     history: list[list[dict]] = [[] for _ in members]
     best_acc = [-1.0] * n_models
@@ -146,7 +147,7 @@ def fit_stacked(members: list[CTModule], datamodule, max_epochs: int, burnin: fl
         np.random.seed(value)
         torch.manual_seed(value)
         loader.sampler.set_epoch(epoch)
-        block = next(iter(blocks))
+        block = next(iter(blocks)).to(device)
         ct_active = epoch >= first_ct_epoch
         searching = ct_active and uses_search
         pool = search_logs = None
@@ -154,8 +155,8 @@ def fit_stacked(members: list[CTModule], datamodule, max_epochs: int, burnin: fl
             pool, search_logs = _stacked_pool(members, stacked, epoch, limits)
         n_batches = len(block)
         bounds = chunk_bounds(hp.nce, n_batches) if searching else None
-        sums = torch.zeros(n_models, 1 + len(TERMS), dtype=torch.float64)
-        correct = torch.zeros(n_models, dtype=torch.long)
+        sums = torch.zeros(n_models, 1 + len(TERMS), dtype=torch.float64, device=device)
+        correct = torch.zeros(n_models, dtype=torch.long, device=device)
         rows_seen = 0
         for index, (x, y) in enumerate(block.batches()):
             losses, logits = _step_losses(stacked, x, y, pool, bounds, index, first, per_model) if searching else \
@@ -179,7 +180,8 @@ def fit_stacked(members: list[CTModule], datamodule, max_epochs: int, burnin: fl
         if should_stop is not None:
             should_stop(epoch)
     stacked.write_to([m.model for m in members])
-    test = _evaluate(stacked, datamodule.x_test.float(), datamodule.y_test.long(), "test")
+    test = _evaluate(stacked, datamodule.x_test.float().to(device), datamodule.y_test.long().to(device), "test")
+    best_state = [{name: tensor.cpu() for name, tensor in state.items()} for state in best_state]
     return StackedFit(history, best_epoch, best_state, test, time.perf_counter() - started, steps)
 
 

@@ -127,3 +127,26 @@ def test_train_evaluate_and_compare_run_on_the_gpu(tmp_path):
     compared = run("recipes/compare.py", "--data", "circles", "--max-epochs", "2", "--n-runs", "2",
                    "--n-individuals", "10", "--no-actionability", "--out-dir", str(tmp_path / "cmp"), *common)
     assert compared.returncode == 0, compared.stderr[-2000:]
+
+
+def test_a_stack_trains_on_the_gpu_what_lone_gpu_trainings_train(tmp_path):
+    """Issue 25: a stacked training runs where a lone one would (``accelerator gpu``) and ends within a tolerance of
+    the lone GPU trainings (one burn-in epoch, one CT epoch)."""
+    from ct_lightning.experiment.runs.loading import load_run
+    from ct_lightning.experiment.runs.stacked_train import train_stack
+    from ct_lightning.experiment.runs.train import train
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    base = {"data": "moons", "max_epochs": 2, "burnin": 0.5, "nce": 90, "progress": False, "tracking_uri": uri,
+            "experiment": "stk", "accelerator": "gpu"}
+    points = [{"lambda_reg": 0.1}, {"lambda_reg": 0.5, "tau": 0.9, "lambda_div": 0.1}]
+    alone = [train({**base, **point}) for point in points]
+    lines = []
+    stacked = train_stack([{**base, **point} for point in points], echo=lambda text, **_: lines.append(text))
+    assert "cuda" in lines[0], lines[0]
+    for a, b in zip(alone, stacked):
+        weights_a = load_run(a["run_id"], uri).module.state_dict()
+        weights_b = load_run(b["run_id"], uri).module.state_dict()
+        for name in weights_a:
+            assert weights_b[name].device.type == "cpu"
+            torch.testing.assert_close(weights_b[name], weights_a[name].cpu(), atol=1e-3, rtol=1e-3)

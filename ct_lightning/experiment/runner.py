@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
@@ -48,6 +49,9 @@ def run_recipe(parser: argparse.ArgumentParser, argv: list[str] | None,
                workflow: Callable[[argparse.Namespace], T]) -> T:
     """Parse ``argv`` (a local SQLite ``--tracking-uri`` made absolute) and run ``workflow`` on the arguments."""
     args = parser.parse_args(argv)
+    # MLflow draws a progress bar for every artifact it downloads; a grid or a reproduction reads hundreds of
+    # small results and says its own progress, so the bars are off in recipes unless the user turns them on.
+    os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     if isinstance(getattr(args, "tracking_uri", None), str):
         args.tracking_uri = anchor_tracking_uri(args.tracking_uri)
     try:

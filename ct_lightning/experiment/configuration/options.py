@@ -37,9 +37,10 @@ RECIPE_OPTIONS: tuple[Setting, ...] = (
             "files (with --target) and package.module:Class; appendix.py: some of the grid's (default: all of them)",
             group=OUTPUT, flag="--data", metavar="DATA"),
     Setting("jobs", 1, "worker processes: trainings or evaluations run at once (default {DFLT})", int, OUTPUT, low=1),
-    Setting("stack", 64, "appendix.py: CT trainings that differ only in penalty weights, tau, eta, lambda_cst or "
-            "lambda_egy train up to STACK at a time as one stacked model (the same results up to float rounding, "
-            "several times faster); 1: each alone (default {DFLT})", int, OUTPUT, low=1),
+    Setting("stack", None, "appendix.py: CT trainings that differ only in penalty weights, tau, eta, lambda_cst or "
+            "lambda_egy train up to STACK at a time as one stacked model (several times faster; on the CPU the "
+            "same weights as lone trainings, on a GPU within rounding only); 1: each alone (default: 64 on the "
+            "CPU, 1 on a machine with a GPU)", int, OUTPUT, low=1),
     Setting("out_dir", None, "folder of the outputs: tables, plots, results (default {DFLT})", group=OUTPUT),
     Setting("log", True, "do not log the results to the model's MLflow run", group=OUTPUT, flag="--no-log",
             action="store_false"),

@@ -39,7 +39,7 @@ from ct_lightning.stacked import PER_MODEL, STACKABLE_GENERATORS, StackedFit, fi
 STACK_REQUIRES = {"model": ("mlp",), "pool": ("epoch",), "resume": (None,), "from_checkpoint": (None,),
                   "config": (None,), "checkpoint_dir": (None,), "summary_json": (None,), "fast_dev_run": (False, 0),
                   "limit_train_batches": (None,), "limit_val_batches": (None,), "eval_every": (0,),
-                  "accelerator": ("auto", "cpu"), "devices": ("auto", 1), "num_nodes": (1,), "strategy": ("auto",),
+                  "accelerator": ("auto", "cpu", "gpu", "cuda"), "devices": ("auto", 1), "num_nodes": (1,), "strategy": ("auto",),
                   "target": (None,)}
 
 
@@ -57,6 +57,14 @@ def config_blocker(configs: list[dict]) -> str | None:
         if differing:
             return f"training {k} differs from training 0 in {', '.join(differing)}"
     return None
+
+
+def stack_device(accelerator: str) -> torch.device:
+    """Where a stack trains: the device a lone training with ``accelerator`` would use (``auto``: the GPU if there
+    is one, as Lightning chooses)."""
+    if accelerator in ("gpu", "cuda") or (accelerator == "auto" and torch.cuda.is_available()):
+        return torch.device("cuda")
+    return torch.device("cpu")
 
 
 def train_stack(overrides: list[dict], tags: list[dict] | None = None, echo=print,
@@ -91,7 +99,11 @@ def train_stack(overrides: list[dict], tags: list[dict] | None = None, echo=prin
         if codec is not None:
             module.preprocessing = codec.to_dict()
         members.append(module)
-    echo(f"stack of {len(members)} trainings on {first['data']} ({first['max_epochs']} epochs)", flush=True)
+    device = stack_device(first["accelerator"])
+    for module in members:
+        module.to(device)
+    echo(f"stack of {len(members)} trainings on {first['data']} ({first['max_epochs']} epochs, {device.type})",
+         flush=True)
     # SIGTERM/SIGINT: the stack stops after its current epoch (no run is written: it is trained again), or
     # once its runs are written when the signal comes after training; a second signal stops at once.
     stopper = StopOnSignal(echo)
@@ -101,6 +113,8 @@ def train_stack(overrides: list[dict], tags: list[dict] | None = None, echo=prin
         fit = fit_stacked(members, datamodule, int(first["max_epochs"]), float(first["burnin"]),
                           _after_epoch(stopper, len(members), int(first["max_epochs"]), echo, progress_seconds))
         stopper.phase = "after"
+        for module in members:  # as Lightning leaves a lone training's module after fit
+            module.cpu()
         summaries = []
         for k, (config, module, member_tags) in enumerate(zip(configs, members, tags)):
             summaries.append(record_member(config, module, datamodule, fit, k, member_tags))

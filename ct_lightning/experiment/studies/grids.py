@@ -296,10 +296,17 @@ def work_items(jobs: list[ModelJob], stack: int) -> list:
     return [item[0] if isinstance(item, list) and len(item) == 1 else item for item in items]
 
 
-def _has_gpu() -> bool:
+def default_stack(echo=print) -> int:
+    """The grid's stack size when ``--stack`` is not given: 64 on the CPU, where a stack gives the lone trainings'
+    weights; 1 where a GPU would train, since a stacked GPU training agrees with a lone one within rounding only
+    (``bench/gpu_appendix_h200.json``: 0.024 apart in weights after 100 epochs on an H200)."""
     import torch
 
-    return torch.cuda.is_available()
+    if not torch.cuda.is_available():
+        return 64
+    echo("--stack: this machine has a GPU, so every grid training runs alone on it (stacked GPU trainings are "
+         "about 17x faster but agree with lone ones within rounding only); --stack 64 stacks them", flush=True)
+    return 1
 
 
 def run_item(item) -> list[dict]:
@@ -352,11 +359,12 @@ def find_or_create_grid_parent(client, experiment_id: str, key: str, name: str) 
 
 def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str | Path, *, jobs: int = 1,
              experiment: str = "ct-appendix", extra: dict | None = None, n_runs: int | None = None,
-             n_individuals: int | None = None, threads: int = 1, stack: int = 1, echo=print) -> dict:
+             n_individuals: int | None = None, threads: int = 1, stack: int | None = 1, echo=print) -> dict:
     """Run or resume ``grid`` on ``datasets``; writes the results (points + per-model evaluations) to ``out_json``.
 
     Returns the results. Trainings shared by several points (vanilla) run once. ``stack`` > 1: CT trainings that
-    differ only in per-model scalars train up to ``stack`` at a time as one stacked training (:func:`run_stack`).
+    differ only in per-model scalars train up to ``stack`` at a time as one stacked training (:func:`run_stack`);
+    ``None``: :func:`default_stack`.
     """
     from mlflow.tracking import MlflowClient
 
@@ -422,10 +430,7 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
     order = sorted(models.values(), key=lambda j: (datasets.index(j.data), j.overrides.get("objective") != "vanilla",
                                                     -j.overrides.get("max_epochs", 100),
                                                     -j.overrides.get("nce", 0)))
-    if stack > 1 and _has_gpu():  # a lone training would use the GPU (accelerator auto); a stack trains on the CPU
-        echo("--stack: stacked trainings run on the CPU; this machine has a GPU, so every training runs alone on it",
-             flush=True)
-        stack = 1
+    stack = default_stack(echo) if stack is None else stack
     items = work_items(order, stack)
     labels = [f"stack of {len(item)}: {item[0].label} ..." if isinstance(item, list) else item.label for item in items]
     status = "FAILED"
