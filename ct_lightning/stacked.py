@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import random
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -33,7 +34,7 @@ import torch.nn.functional as F
 from ct_lightning.callbacks.epoch_seed import epoch_seed
 from ct_lightning.constraints import Constraints
 from ct_lightning.generators.stacked_search import STACKED_SEARCH_GENERATORS, stacked_search
-from ct_lightning.losses import contrast_pairs
+from ct_lightning.losses import check_objective, contrast_pairs
 from ct_lightning.module import TERMS, CTModule
 from ct_lightning.training.epoch_block import EpochBlockLoader
 from ct_lightning.training.pool import chunk_bounds
@@ -62,20 +63,27 @@ class StackedFit:
     steps: int = 0
 
 
-def stack_blocker(members: list[CTModule]) -> str | None:
-    """Why ``members`` cannot train as one stack, or ``None``."""
-    shared = [{k: v for k, v in dict(m.hparams).items() if k not in PER_MODEL} for m in members]
-    for k, settings in enumerate(shared[1:], start=1):
-        differing = sorted(name for name in settings if settings[name] != shared[0].get(name))
+def settings_blocker(settings: list[Mapping]) -> str | None:
+    """Why trainings with these settings (``CTModule`` hyperparameters, or resolved run configurations) cannot
+    train as one stack, or ``None``. The one rule of what stacks: the trainings agree in everything but
+    :data:`PER_MODEL` (and the run's name), search one pool per epoch, and search with a generator of
+    :data:`STACKABLE_GENERATORS` (a vanilla objective searches nothing)."""
+    shared = [{k: v for k, v in s.items() if k not in PER_MODEL and k != "run_name"} for s in settings]
+    for k, own in enumerate(shared[1:], start=1):
+        differing = sorted(name for name in own.keys() | shared[0].keys() if own.get(name) != shared[0].get(name))
         if differing:
-            return f"member {k} differs from member 0 in {', '.join(differing)}"
-    hp = members[0].hparams
-    if hp.pool != "epoch":
-        return f"pool {hp.pool!r} (stacks search one pool per epoch)"
-    if members[0].uses_energy or members[0].uses_adversarial:
-        if hp.generator not in STACKABLE_GENERATORS:
-            return f"generator {hp.generator!r} (a stack searches with {', '.join(STACKABLE_GENERATORS)})"
+            return f"training {k} differs from training 0 in {', '.join(differing)}"
+    first = settings[0]
+    if first.get("pool", "epoch") != "epoch":
+        return f"pool {first['pool']!r} (a stack searches one pool per epoch)"
+    if any(check_objective(first.get("objective", "full"))) and first.get("generator") not in STACKABLE_GENERATORS:
+        return f"generator {first.get('generator')!r} (a stack searches with {', '.join(STACKABLE_GENERATORS)})"
     return None
+
+
+def stack_blocker(members: list[CTModule]) -> str | None:
+    """Why ``members`` cannot train as one stack (:func:`settings_blocker` of their hyperparameters), or ``None``."""
+    return settings_blocker([dict(m.hparams) for m in members])
 
 
 def _logged_search(result, rows: int, n_models: int, seconds: float) -> list[dict[str, float]]:

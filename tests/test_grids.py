@@ -235,3 +235,27 @@ def test_the_lambda_reg_finding_weighs_the_three_penalties():
     assert "partly supported: λ_reg moves IP most in 1 of 2 data sets" in \
         row({"note5-circles": circles_hurt, "note5-moons": moons_div_key})
     assert "not tested (note5 did not run)" in row({})
+
+
+def test_the_accuracy_finding_says_which_setting_the_drop_comes_from():
+    """Each CT point's drop is taken from its own BL; the setting value whose points drop most is named, with the
+    mean drop of the other points (hand-computed below)."""
+    from ct_lightning.experiment.studies.appendix_report import accuracy_drops, findings, largest_drop_setting
+
+    def row(objective, reg, adv, accuracy):
+        return {"data": "moons", "params": {"lambda_reg": reg, "lambda_adv": adv, "objective": objective},
+                "evaluation": {"groups": [], "accuracy": accuracy, "f1": accuracy}}
+
+    rows = [row("vanilla", r, a, 1.0) for r in (0.0, 0.5) for a in (0.1, 1.0)]
+    rows += [row("full", 0.0, 0.1, 0.80), row("full", 0.0, 1.0, 0.90), row("full", 0.5, 0.1, 0.99),
+             row("full", 0.5, 1.0, 0.98)]
+    drops = accuracy_drops(rows, ["lambda_reg", "lambda_adv"])["moons"]
+    assert drops["lambda_reg"][0.0] == (pytest.approx(0.30), 2) and drops["lambda_reg"][0.5] == (pytest.approx(0.03), 2)
+    assert drops["lambda_adv"][0.1] == (pytest.approx(0.21), 2)
+    param, value, drop, rest = largest_drop_setting(drops)
+    assert (param, value) == ("lambda_reg", 0.0) and drop == pytest.approx(0.15) and rest == pytest.approx(0.015)
+    evidence = {"note5": {"table": {"moons/vanilla": {"accuracy": [1.0, 0.0]}, "moons/full": {"accuracy": [0.9175, 0]}},
+                          "accuracy_drop": {"moons": drops}}}
+    line = next(line for line in findings(evidence) if "at most ~1 point" in line)
+    assert "not supported: largest drop 8.25 points (note5/moons); its points with lambda_reg = 0.0 drop 15.00 " \
+           "points on average, the others 1.50" in line

@@ -33,10 +33,10 @@ from ct_lightning.experiment.runs.run_artifacts import EpochStepMLFlowLogger, lo
 from ct_lightning.experiment.runs.served_model import log_models
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
-from ct_lightning.stacked import PER_MODEL, STACKABLE_GENERATORS, StackedFit, fit_stacked
+from ct_lightning.stacked import PER_MODEL, StackedFit, fit_stacked, settings_blocker
 
 # Settings a stack requires at these values (everything else, except PER_MODEL and run_name, must be shared).
-STACK_REQUIRES = {"model": ("mlp",), "pool": ("epoch",), "resume": (None,), "from_checkpoint": (None,),
+STACK_REQUIRES = {"model": ("mlp",), "resume": (None,), "from_checkpoint": (None,),
                   "config": (None,), "checkpoint_dir": (None,), "summary_json": (None,), "fast_dev_run": (False, 0),
                   "limit_train_batches": (None,), "limit_val_batches": (None,), "eval_every": (0,),
                   "accelerator": ("auto", "cpu", "gpu", "cuda"), "devices": ("auto", 1), "num_nodes": (1,), "strategy": ("auto",),
@@ -44,19 +44,18 @@ STACK_REQUIRES = {"model": ("mlp",), "pool": ("epoch",), "resume": (None,), "fro
 
 
 def config_blocker(configs: list[dict]) -> str | None:
-    """Why the resolved ``configs`` cannot train as one stack, or ``None``."""
+    """Why the resolved ``configs`` cannot train as one stack, or ``None``: what a run needs of a stack
+    (:data:`STACK_REQUIRES`), then the rule of :func:`ct_lightning.stacked.settings_blocker`."""
     for name, allowed in STACK_REQUIRES.items():
         for config in configs:
             if config.get(name) not in allowed:
                 return f"{name} {config.get(name)!r} (a stack needs {' or '.join(map(repr, allowed))})"
-    if configs[0]["objective"] != "vanilla" and configs[0]["generator"] not in STACKABLE_GENERATORS:
-        return f"generator {configs[0]['generator']!r} (a stack searches with {', '.join(STACKABLE_GENERATORS)})"
-    shared = [{k: v for k, v in c.items() if k not in PER_MODEL and k != "run_name"} for c in configs]
-    for k, settings in enumerate(shared[1:], start=1):
-        differing = sorted(name for name in settings if settings[name] != shared[0].get(name))
-        if differing:
-            return f"training {k} differs from training 0 in {', '.join(differing)}"
-    return None
+    return settings_blocker(configs)
+
+
+def shared_settings(config: dict) -> dict:
+    """What a training shares with the others of its stack: its resolved configuration less :data:`PER_MODEL`."""
+    return {k: v for k, v in config.items() if k not in PER_MODEL and k != "run_name"}
 
 
 def stack_device(accelerator: str) -> torch.device:

@@ -89,6 +89,38 @@ def percent_changes(rows: list[dict], metric: str) -> list[dict]:
     return out
 
 
+def accuracy_drops(rows: list[dict], params: list[str]) -> dict:
+    """``{data: {param: {value: (sum, n)}}}`` of each CT point's drop in test accuracy from its BL, grouped by
+    each setting's values (sums, so that the drop of the points outside a group can be formed too)."""
+    by_params = {(r["data"], json.dumps(r["params"], sort_keys=True)): r for r in rows}
+    out = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: [0.0, 0])))
+    for row in rows:
+        if row["params"].get("objective") != "full":
+            continue
+        baseline = by_params.get((row["data"], json.dumps({**row["params"], "objective": "vanilla"}, sort_keys=True)))
+        if baseline is None:
+            continue
+        drop = baseline["evaluation"]["accuracy"] - row["evaluation"]["accuracy"]
+        for param in params:
+            cell = out[row["data"]][param][row["params"][param]]
+            cell[0] += drop
+            cell[1] += 1
+    return {d: {p: {v: tuple(c) for v, c in sorted(g.items(), key=lambda kv: _order(kv[0]))}
+                for p, g in by.items()} for d, by in out.items()}
+
+
+def largest_drop_setting(drops: dict) -> tuple[str, object, float, float] | None:
+    """Of one data set's :func:`accuracy_drops`, the setting value whose points drop most on average:
+    ``(param, value, its mean drop, the mean drop of all other points)``, or ``None``."""
+    best = None
+    for param, groups in drops.items():
+        total, count = sum(c[0] for c in groups.values()), sum(c[1] for c in groups.values())
+        for value, (drop, n) in groups.items():
+            if n and count > n and (best is None or drop / n > best[2]):
+                best = (param, value, drop / n, (total - drop) / (count - n))
+    return best
+
+
 def medians_by(changes: list[dict], param: str) -> dict:
     """``{data: {value: (median % change, n)}}`` of the changes grouped by one setting."""
     grouped = defaultdict(lambda: defaultdict(list))
@@ -186,7 +218,7 @@ def grid_section(stem: str, results: dict, paper: dict | None, docs_dir: Path, r
                          f"{'–' if not acc else f'{acc[0]} ± {acc[1]}'} | {'–' if not f1 else f'{f1[0]} ± {f1[1]}'} "
                          f"| {cell['accuracy'][2]} |")
         lines.append("")
-    evidence = {"table": {f"{d}/{o}": v for (d, o), v in table.items()}}
+    evidence = {"table": {f"{d}/{o}": v for (d, o), v in table.items()}, "accuracy_drop": accuracy_drops(rows, varied)}
     for metric in METRICS:
         changes = percent_changes(rows, metric)
         evidence[metric] = {p: medians_by(changes, p) for p in varied}
@@ -305,6 +337,11 @@ def findings(evidence: dict) -> list[str]:
         cells = [f"{s}/{d}: {100 * x:+.2f} pt" for x, s, d in sorted(drops, reverse=True)]
         verdict = (f"{'supported' if worst_drop[0] <= 0.015 else 'not supported'}: largest drop "
                    f"{100 * worst_drop[0]:.2f} points ({worst_drop[1]}/{worst_drop[2]})")
+        source = largest_drop_setting(evidence[worst_drop[1]].get("accuracy_drop", {}).get(worst_drop[2], {}))
+        if source and worst_drop[0] > 0.015:  # where the drop comes from
+            param, value, drop, rest = source
+            verdict += (f"; its points with {param} = {value} drop {100 * drop:.2f} points on average, "
+                        f"the others {100 * rest:.2f}")
     else:
         cells, verdict = [], "not tested"
     if real_drops:

@@ -264,17 +264,17 @@ def _evaluated(client, job: ModelJob, key: str, run_id: str, trained: bool, trai
 
 
 def stack_key(job: ModelJob) -> str | None:
-    """What a job shares with the others of its stack (everything but :data:`PER_MODEL` scalars), or ``None``
-    when it trains alone: a vanilla training (one per data set anyway), or a generator, pool mode or model that
-    a stack cannot take."""
+    """What a job shares with the others of its stack (its resolved configuration less the per-model scalars), or
+    ``None`` when it trains alone: a vanilla training (one per data set anyway), or one that a stack cannot take
+    (``stacked_train.config_blocker``)."""
+    from ct_lightning.experiment.configuration.settings import resolve_config
+    from ct_lightning.experiment.runs.stacked_train import config_blocker, shared_settings
     from ct_lightning.experiment.studies.reproduce import stable_key
-    from ct_lightning.stacked import PER_MODEL, STACKABLE_GENERATORS
 
-    settings = job.overrides
-    if settings.get("objective") == "vanilla" or settings.get("generator") not in STACKABLE_GENERATORS or \
-            settings.get("pool", "epoch") != "epoch" or settings.get("model", "mlp") != "mlp":
+    config = resolve_config(job.training_overrides())
+    if config["objective"] == "vanilla" or config_blocker([config]):
         return None
-    return stable_key({k: v for k, v in settings.items() if k not in PER_MODEL})
+    return stable_key(shared_settings(config))
 
 
 def work_items(jobs: list[ModelJob], stack: int) -> list:
