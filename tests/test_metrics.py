@@ -128,6 +128,34 @@ def test_implausibility_hand_computed():
     torch.testing.assert_close(ip1, torch.tensor([2.0, 3.5]))
 
 
+@pytest.mark.parametrize("n, m, d, chunk", [(1, 5, 2, 1 << 22), (300, 200, 3, 1 << 22), (257, 64, 784, 1000),
+                                         (50, 40, 4, 7), (0, 10, 2, 1 << 22)])
+def test_mean_l1_distances_equal_cdist(n, m, d, chunk):
+    """The sorted-prefix-sum form of the mean l1 distance (the reference protocol's IP) against cdist in float64,
+    with repeated reference rows and points that sit on reference values (ties), in one chunk and in many."""
+    from ct_lightning.metrics.functional import mean_l1_distances
+
+    g = torch.Generator().manual_seed(n + d)
+    points = torch.randn(n, d, generator=g) * 3
+    reference = torch.randn(m, d, generator=g)
+    reference[::3] = reference[0]
+    points[: min(n, 4)] = reference[: min(n, 4)]
+    expected = torch.cdist(points.double(), reference.double(), p=1).mean(1)
+    got = mean_l1_distances(points, reference, chunk_values=chunk)
+    assert got.dtype == torch.float32 and got.shape == (n,)
+    torch.testing.assert_close(got.double(), expected, rtol=1e-6, atol=1e-5)
+
+
+def test_l1_implausibility_equals_the_cdist_form():
+    g = torch.Generator().manual_seed(3)
+    ref_x, ref_y = torch.randn(400, 5, generator=g), torch.randint(0, 3, (400,), generator=g)
+    cf, targets = torch.randn(120, 5, generator=g) * 2, torch.randint(0, 3, (120,), generator=g)
+    expected = torch.stack([torch.cdist(cf[i:i + 1].double(), ref_x[ref_y == t].double(), p=1).mean()
+                            for i, t in enumerate(targets.tolist())])
+    torch.testing.assert_close(implausibility(cf, targets, ref_x, ref_y, p=1.0).double(), expected, rtol=1e-6,
+                               atol=1e-5)
+
+
 def test_implausibility_missing_class():
     ref_x = torch.zeros(3, 2)
     ref_y = torch.tensor([0, 0, 1])
