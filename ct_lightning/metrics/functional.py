@@ -54,12 +54,12 @@ def implausibility(
 def mean_l1_distances(points: Tensor, reference: Tensor, chunk_values: int = 1 << 22) -> Tensor:
     """Mean l1 distance of each row of ``points`` ``(n, D)`` to all rows of ``reference`` ``(m, D)``.
 
-    The l1 distance is a sum over features, and for one feature ``Σ_j |q - r_j| = q·k - S_k + (S_m - S_k) - q·(m - k)``
-    with the reference values sorted, ``k`` of them ``≤ q`` and ``S`` their prefix sums. So each counterfactual
-    costs a binary search per feature instead of ``m`` differences: O((n + m)·D·log m) instead of cdist's O(n·m·D).
-    Computed in float64 (the prefix sums would lose digits in float32) and returned in ``points``' dtype; equal to
-    ``torch.cdist(points, reference, p=1).mean(1)`` up to rounding. ``points`` go in chunks of about
-    ``chunk_values`` values.
+    The l1 distance is a sum over features, and for one feature
+    ``Σ_j |q - r_j| = q·k - S_k + (S_m - S_k) - q·(m - k)`` with the reference values sorted, ``k`` of them
+    ``≤ q`` and ``S`` their prefix sums. So each counterfactual costs a binary search per feature instead of ``m``
+    differences: O((n + m)·D·log m) instead of cdist's O(n·m·D). Computed in float64 (the prefix sums would lose
+    digits in float32) and returned in ``points``' dtype; equal to ``torch.cdist(points, reference, p=1).mean(1)``
+    up to rounding. ``points`` go in chunks of about ``chunk_values`` values.
     """
     ref = reference.to(torch.float64).sort(dim=0).values.T.contiguous()  # (D, m), each feature sorted
     m = ref.shape[1]
