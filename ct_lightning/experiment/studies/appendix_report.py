@@ -61,23 +61,22 @@ def performance_table(rows: list[dict]) -> dict:
             for k, cell in values.items()}
 
 
-def baseline_key(row: dict, rows_by_params: dict) -> str | None:
-    """Training key of the vanilla point with ``row``'s other settings."""
-    params = {**row["params"], "objective": "vanilla"}
-    return rows_by_params.get((row["data"], json.dumps(params, sort_keys=True)))
+def with_baselines(rows: list[dict]):
+    """Each CT (``full``) point of ``rows`` with its BL: the vanilla point with the same other settings (points
+    without one are left out)."""
+    by_params = {(r["data"], json.dumps(r["params"], sort_keys=True)): r for r in rows}
+    for row in rows:
+        if row["params"].get("objective") != "full":
+            continue
+        baseline = by_params.get((row["data"], json.dumps({**row["params"], "objective": "vanilla"}, sort_keys=True)))
+        if baseline is not None:
+            yield row, baseline
 
 
 def percent_changes(rows: list[dict], metric: str) -> list[dict]:
     """Per CT point and evaluation group: % change of ``metric`` from its BL (see the module docstring)."""
-    by_params = {(r["data"], json.dumps(r["params"], sort_keys=True)): r for r in rows}
     out = []
-    for row in rows:
-        if row["params"].get("objective") != "full":
-            continue
-        baseline = by_params.get((row["data"], json.dumps({**row["params"], "objective": "vanilla"},
-                                                            sort_keys=True)))
-        if baseline is None:
-            continue
+    for row, baseline in with_baselines(rows):
         base_groups = {(g["run"], g["lambda_energy"]): g[metric] for g in baseline["evaluation"]["groups"]}
         for group in row["evaluation"]["groups"]:
             reference = base_groups.get((group["run"], group["lambda_energy"]))
@@ -92,14 +91,8 @@ def percent_changes(rows: list[dict], metric: str) -> list[dict]:
 def accuracy_drops(rows: list[dict], params: list[str]) -> dict:
     """``{data: {param: {value: (sum, n)}}}`` of each CT point's drop in test accuracy from its BL, grouped by
     each setting's values (sums, so that the drop of the points outside a group can be formed too)."""
-    by_params = {(r["data"], json.dumps(r["params"], sort_keys=True)): r for r in rows}
     out = defaultdict(lambda: defaultdict(lambda: defaultdict(lambda: [0.0, 0])))
-    for row in rows:
-        if row["params"].get("objective") != "full":
-            continue
-        baseline = by_params.get((row["data"], json.dumps({**row["params"], "objective": "vanilla"}, sort_keys=True)))
-        if baseline is None:
-            continue
+    for row, baseline in with_baselines(rows):
         drop = baseline["evaluation"]["accuracy"] - row["evaluation"]["accuracy"]
         for param in params:
             cell = out[row["data"]][param][row["params"][param]]
