@@ -1,6 +1,8 @@
 """The paper's hyperparameter study (App. D and E), one grid per call, resumable.
 
 Examples:
+  # the whole study (all five grids, each on its data sets), 2 processes; re-run to resume
+  python recipes/appendix.py --grid all --jobs 2
   # Note 7 (other parameters) on the four synthetic sets, 2 processes; re-run to resume
   python recipes/appendix.py --grid note7 --jobs 2
   # Note 9 on Moons only, into its own store
@@ -26,7 +28,8 @@ from ct_lightning.experiment.workflows.appendix import grid_names, run
 def build_parser() -> argparse.ArgumentParser:
     """The grid, data sets, store and size options."""
     parser = recipe_parser(__doc__)
-    parser.add_argument("--grid", help=f"grid to run: {', '.join(grid_names())}, or a grid YAML file")
+    parser.add_argument("--grid", help=f"grid to run: {', '.join(grid_names())}, a grid YAML file, or all (the whole "
+                        "study: note9, note11, note7, note5, note3, each on its data sets)")
     add_arguments(parser, ["data_sets", "jobs", "stack", "tracking_uri", "experiment", "out_dir", "max_epochs", "n_runs",
                            "n_individuals"], tracking_uri="sqlite:///outputs/appendix/mlflow.db",
                   experiment="ct-appendix", out_dir="outputs/appendix", max_epochs=None)

@@ -133,6 +133,7 @@ EXPLAIN = [
 APPENDIX = [
     ("--grid note9 --data credit", "raw file 'UCI_Credit_Card.csv' not found"),  # $CT_DATA_DIR is an empty folder
     ("--grid nope", "--grid"), ("--grid note9 --data nope", "--data"), ("--grid note5 --stack 0", "--stack"),
+    ("--grid all --data nope", "--data"),  # the whole study: the error lists the nine sets of its grids
 ]
 CASES = [("train", *c) for c in TRAIN] + [("evaluate", *c) for c in EVALUATE] + [("compare", *c) for c in COMPARE] \
     + [("consistency", *c) for c in CONSISTENCY] + [("train_generator", *c) for c in TRAIN_GENERATOR] \

@@ -259,3 +259,10 @@ def test_the_accuracy_finding_says_which_setting_the_drop_comes_from():
     line = next(line for line in findings(evidence) if "at most ~1 point" in line)
     assert "not supported: largest drop 8.25 points (note5/moons); its points with lambda_reg = 0.0 drop 15.00 " \
            "points on average, the others 1.50" in line
+
+
+def test_the_whole_study_runs_every_grid():
+    from ct_lightning.experiment.workflows.appendix import STUDY, grid_names
+
+    assert sorted(STUDY) == grid_names()  # --grid all leaves no grid out
+    assert STUDY.index("note9") < STUDY.index("note11")  # Note 11 reuses Note 9's BLs

@@ -103,6 +103,12 @@ def test_reference_evaluation_end_to_end_with_run_statistics():
                               lambda_energies=(0.5, 5.0), max_steps=10)
     bl = evaluate_model(model, x, y, 2, config)
     assert bl.samples["run"].max() == 5 and len(bl.groups["ip_star"]) == 12
+    # Without the group metrics (a grid's evaluation): IP* is NaN, everything per counterfactual is the same.
+    lean = evaluate_model(model, x, y, 2, config, group_metrics=False)
+    assert np.isnan(lean.groups["ip_star"]).all() and np.isfinite(bl.groups["ip_star"]).any()
+    for name in ("ip", "cost", "valid", "target"):
+        np.testing.assert_allclose(lean.samples[name], bl.samples[name], rtol=1e-6, equal_nan=True)
+    np.testing.assert_array_equal(lean.groups["n_valid"], bl.groups["n_valid"])
     assert abs(bl.samples["prediction"][:20].mean() - 0.5) <= 0.3  # balanced over predicted classes
     same = compare_evaluations(bl, bl, ("ip", "ip_star"), statistic="runs")
     assert same["ip"]["reduction_pct"] == pytest.approx(0.0) and not same["ip"]["significant"]

@@ -162,6 +162,35 @@ def test_grid_jobs_are_stacked_by_what_they_share():
     assert sum(len(item) if isinstance(item, list) else 1 for item in work_items(jobs, 10)) == len(jobs)
 
 
+def test_grid_stacks_are_split_to_keep_every_worker_busy():
+    from ct_lightning.experiment.studies.grids import load_grid, plan, stack_cost, work_items
+
+    _, models = plan(load_grid("note5"), ["moons", "circles"], "sqlite:///unused.db", "x")
+    jobs = list(models.values())
+    items = work_items(jobs, 64, workers=2)
+    # Per data set: its BL first, then the three stacks of 45, one split in two (four stacks: two per worker).
+    for data, part in (("moons", items[:5]), ("circles", items[5:])):
+        assert not isinstance(part[0], list) and part[0].overrides["objective"] == "vanilla" and part[0].data == data
+        assert sorted(len(stack) for stack in part[1:]) == [22, 23, 45, 45]
+        assert all(job.data == data for stack in part[1:] for job in stack)
+    flat = [job for item in items for job in (item if isinstance(item, list) else [item])]
+    assert sorted(job.label for job in flat) == sorted(job.label for job in jobs)  # each job exactly once
+    assert len(work_items(jobs, 64, workers=3)) == 2 * 4  # three stacks per data set fit three workers as they are
+    # Five workers: the fullest stack is split each time, until the data set has five.
+    moons = [item for item in work_items(jobs, 64, workers=5) if isinstance(item, list) and item[0].data == "moons"]
+    assert sorted(len(stack) for stack in moons) == [22, 22, 23, 23, 45]
+    # Note 9 on one data set: one stack of 9 is split in two for two workers; the larger part goes first.
+    _, models = plan(load_grid("note9"), ["moons"], "sqlite:///unused.db", "x")
+    stacks = [item for item in work_items(list(models.values()), 64, workers=2) if isinstance(item, list)]
+    assert [len(stack) for stack in stacks] == [5, 4]
+    assert stack_cost(stacks[0]) > stack_cost(stacks[1])
+    # Note 3's stacks differ in T: the most search steps first.
+    _, models = plan(load_grid("note3"), ["moons"], "sqlite:///unused.db", "x")
+    stacks = [item for item in work_items(list(models.values()), 64, workers=2) if isinstance(item, list)]
+    steps = [stack[0].overrides["max_steps"] for stack in stacks]
+    assert steps == sorted(steps, reverse=True) and len(stacks) % 2 == 0
+
+
 STACKED_GRID = """name: stacked
 title: a stacked test grid
 data: [moons]
@@ -220,7 +249,8 @@ def test_a_stacked_grid_stops_on_a_signal_and_resumes(tmp_path):
     finished = client.search_runs([experiment], "tags.`ct.role` = 'grid-model' and attributes.status = 'FINISHED'")
     assert sorted(r.data.tags.get("ct.stack", "alone") for r in finished) == ["1/2", "2/2", "alone", "alone"]
     assert len({r.data.tags["ct.config_key"] for r in finished}) == 4
-    # Grid models keep their logged models but stay out of the Model Registry (hundreds of points per data set).
-    assert all({"model", "predictor"} <= {m.name for m in client.search_logged_models([experiment])
-                                          if m.source_run_id == r.info.run_id} for r in finished)
+    # Grid models log the classifier only (no serving predictor) and stay out of the Model Registry (hundreds of
+    # points per data set).
+    assert all({m.name for m in client.search_logged_models([experiment]) if m.source_run_id == r.info.run_id}
+               == {"model"} for r in finished)
     assert client.search_registered_models() == []

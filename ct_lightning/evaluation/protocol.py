@@ -316,7 +316,7 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
                    robust: bool = True, attack_domain: bool = False,
                    x_train: torch.Tensor | None = None, feature_names: list[str] | None = None,
                    y_train: torch.Tensor | None = None, data_name: str = "data",
-                   feature_types: FeatureTypes | None = None) -> EvaluationResult:
+                   feature_types: FeatureTypes | None = None, group_metrics: bool = True) -> EvaluationResult:
     """Run the evaluation protocol for ``model`` on the split ``(x, y)`` (the test split in the paper).
 
     Factuals are drawn from ``x``; IP and IP* compare valid counterfactuals with the samples of
@@ -328,7 +328,8 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
     ``x_train`` with a :class:`~ct_lightning.generators.FitContext` that also carries ``feature_names``
     (one-hot groups), ``y_train``, ``data_name`` and the constraints. ``feature_types`` (default: one-hot
     groups from ``feature_names``) makes every counterfactual a valid point (real categories, integers), and
-    validity, IP, IP* and cost are measured at that point.
+    validity, IP, IP* and cost are measured at that point. ``group_metrics=False`` leaves the per-group
+    metrics (IP*) NaN, for callers that read only the per-counterfactual ones (a grid's evaluation).
     """
     config = config or EvaluationConfig()
     device = _model_device(model)
@@ -402,7 +403,7 @@ def evaluate_model(model: nn.Module, x: torch.Tensor, y: torch.Tensor, n_classes
             for key in evaluation_metrics("group"):
                 generator = torch.Generator().manual_seed(config.seed * 7919 + run)
                 value = metric_value(METRICS[key], {**restricted(rows), "generator": generator}, config) \
-                    if len(rows) else math.nan
+                    if len(rows) and group_metrics else math.nan
                 group_columns[METRICS[key].source()].append(float(value))
             group_run.append(run)
             group_lambda.append(lam)

@@ -227,8 +227,12 @@ def run_codec(datamodule, mutability: dict | None = None):
 
 def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, module, datamodule, config: dict,
                metrics: dict, mutability: dict | None = None) -> dict:
-    """Log ``model`` (PyTorch) and ``predictor`` (raw rows), register the predictor as ``ct-DATA-ROLE`` (not for a
-    grid's models, tag ``ct.role = grid-model``) and link the final metrics and the data sets to both. Returns ``{"model": id, "predictor": id, "registered": name}``."""
+    """Log ``model`` (PyTorch) and ``predictor`` (raw rows), register the predictor as ``ct-DATA-ROLE`` and link the
+    final metrics and the data sets to both. Returns ``{"model": id, "predictor": id, "registered": name}``.
+
+    A grid's models (tag ``ct.role = grid-model``) are points of a study, not models to serve: they log ``model``
+    only (``predictor`` and ``registered`` are ``None``). A predictor costs about half a second per run, and a grid
+    has hundreds of runs per data set; ``recipes/explain.py --run-id ID`` explains with any of them from its checkpoints."""
     from ct_lightning.experiment.runs.run_artifacts import _digest, _tracking_uri, log_classifier
 
     step = final_step(metrics)  # MLflow links the metrics of this step to the logged models
@@ -243,10 +247,11 @@ def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, modul
     data = str(config.get("data") or datamodule.name)
     if data.lower().endswith((".csv", ".parquet")):  # a user's table is named by its file: loans.csv -> loans
         data = Path(data).stem
-    # A grid's models are points of a study, not models to serve: registering them would add hundreds of versions
-    # per data set to the Model Registry. They keep their logged models (runs:/ID/predictor) all the same.
-    name = None if tags.get("ct.role") == "grid-model" else registered_name(data, config.get("objective", "full"),
-                                                                              tags.get("role"))
+    datasets = {"test": (f"{datamodule.name}-test", _digest(datamodule.x_test, datamodule.y_test))}
+    if tags.get("ct.role") == "grid-model":
+        _link_quietly(client, run_id, [logged.model_id], datasets, step)
+        return {"model": logged.model_id, "predictor": None, "registered": None}
+    name = registered_name(data, config.get("objective", "full"), tags.get("role"))
     with _tracking_uri(tracking_uri, experiment_id):
         try:
             predictor = log_predictor(module.model, codec, datamodule.x_train, search, name, run_id, step)
@@ -254,9 +259,14 @@ def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, modul
             warnings.warn(f"MLflow: predictor registered without a name ({error}); register it by hand: "
                           f"mlflow.register_model('runs:/{run_id}/{PREDICTOR_NAME}', '{name}')")
             predictor, name = log_predictor(module.model, codec, datamodule.x_train, search, None, run_id, step), None
-    datasets = {"test": (f"{datamodule.name}-test", _digest(datamodule.x_test, datamodule.y_test))}
-    try:
-        link_final_metrics(client, run_id, [logged.model_id, predictor.model_id], datasets, step)
-    except Exception as error:  # noqa: BLE001 - the model pages' decoration must not fail a finished training
-        warnings.warn(f"MLflow: final metrics not linked to the logged models ({str(error).splitlines()[0]})")
+    _link_quietly(client, run_id, [logged.model_id, predictor.model_id], datasets, step)
     return {"model": logged.model_id, "predictor": predictor.model_id, "registered": name}
+
+
+def _link_quietly(client, run_id: str, model_ids: list[str], datasets: dict, step: int) -> None:
+    """:func:`link_final_metrics`, with a warning instead of an error: a model page's decoration must not fail a
+    finished training."""
+    try:
+        link_final_metrics(client, run_id, model_ids, datasets, step)
+    except Exception as error:  # noqa: BLE001
+        warnings.warn(f"MLflow: final metrics not linked to the logged models ({str(error).splitlines()[0]})")

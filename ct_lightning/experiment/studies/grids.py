@@ -13,9 +13,12 @@ of an interrupted grid does only what is missing. One MLflow parent run per grid
 
 from __future__ import annotations
 
+import copy
+import functools
 import itertools
 import json
 import math
+import os
 import tempfile
 import time
 from dataclasses import dataclass, field
@@ -103,16 +106,29 @@ class ModelJob:
         return {**self.overrides, "tracking_uri": self.tracking_uri, "experiment": self.experiment,
                 "progress": False}
 
+    def resolved(self) -> dict:
+        """The training's resolved configuration (:func:`resolve_config` of :meth:`training_overrides`)."""
+        return copy.deepcopy(_resolve(json.dumps(self.training_overrides(), sort_keys=True), os.getcwd()))
+
     def key(self) -> str:
         from ct_lightning.experiment.studies.reproduce import training_key
-        from ct_lightning.experiment.configuration.settings import resolve_config
 
-        return training_key(resolve_config(self.training_overrides()))
+        return training_key(self.resolved())
 
     def eval_key(self) -> str:
         from ct_lightning.experiment.studies.reproduce import stable_key
 
         return stable_key({"kind": EVAL_KIND, "protocol": self.protocol, "split": "train"})
+
+
+@functools.lru_cache(maxsize=4096)
+def _resolve(overrides_json: str, cwd: str) -> dict:
+    """:func:`resolve_config` of the JSON ``overrides``, once per process and working folder (a relative data path
+    resolves against it): a grid asks for each job's configuration several times (its key, its stack), and
+    resolving takes about 15 ms."""
+    from ct_lightning.experiment.configuration.settings import resolve_config
+
+    return resolve_config(json.loads(overrides_json))
 
 
 def grid_protocol(grid: Grid, data: str, n_runs: int | None = None, n_individuals: int | None = None) -> dict:
@@ -199,7 +215,8 @@ def evaluate_job(run_id: str, job: ModelJob) -> dict:
     result = evaluate_model(model, datamodule.x_train, datamodule.y_train, datamodule.n_classes, config,
                             constraints.mutability, constraints.lower, constraints.upper, robust=False,
                             x_train=datamodule.x_train, feature_names=list(datamodule.feature_names),
-                            y_train=datamodule.y_train, data_name=datamodule.name)
+                            y_train=datamodule.y_train, data_name=datamodule.name,
+                            group_metrics=False)  # the grid keeps IP, cost and validity (group_means), not IP*
     client = MlflowClient(tracking_uri=job.tracking_uri)
     return {"accuracy": float((predicted == labels).float().mean()),
             "f1": f1_score(predicted, labels, datamodule.n_classes),
@@ -267,33 +284,62 @@ def stack_key(job: ModelJob) -> str | None:
     """What a job shares with the others of its stack (its resolved configuration less the per-model scalars), or
     ``None`` when it trains alone: a vanilla training (one per data set anyway), or one that a stack cannot take
     (``stacked_train.config_blocker``)."""
-    from ct_lightning.experiment.configuration.settings import resolve_config
     from ct_lightning.experiment.runs.stacked_train import config_blocker, shared_settings
     from ct_lightning.experiment.studies.reproduce import stable_key
 
-    config = resolve_config(job.training_overrides())
+    config = job.resolved()
     if config["objective"] == "vanilla" or config_blocker([config]):
         return None
     return stable_key(shared_settings(config))
 
 
-def work_items(jobs: list[ModelJob], stack: int) -> list:
-    """``jobs`` (in order) as work items: a job alone, or a list of up to ``stack`` jobs that train as one stack
-    (same :func:`stack_key`), placed where its first job was."""
+def work_items(jobs: list[ModelJob], stack: int, workers: int = 1) -> list:
+    """``jobs`` as work items: a job alone, or a list of up to ``stack`` jobs that train as one stack (same
+    :func:`stack_key`).
+
+    Per data set (in ``jobs``' order of data sets), jobs that train alone keep their order and come first (the
+    BL: every % change needs it); then the stacks, largest first by :func:`stack_cost`, so that the cheap ones
+    fill the workers at the end. With ``workers`` > 1 a data set's stacks are split (the fullest first, into
+    near-equal parts) until their number is a multiple of ``workers``: three stacks of 45 on two workers would
+    leave one worker idle for a whole stack; 45, 45, 23 and 22 keep both busy. Splitting changes no result: a
+    member trains to the same weights in any stack.
+    """
     if stack <= 1:
         return list(jobs)
-    items, groups = [], {}
+    alone: dict[str, list] = {}
+    groups: dict[str, dict[str, list]] = {}
     for job in jobs:
         key = stack_key(job)
         if key is None:
-            items.append(job)
-            continue
-        group = groups.get(key)
-        if group is None or len(group) >= stack:
-            group = groups[key] = []
-            items.append(group)
-        group.append(job)
+            alone.setdefault(job.data, []).append(job)
+        else:
+            groups.setdefault(job.data, {}).setdefault(key, []).append(job)
+    items = []
+    for data in dict.fromkeys(job.data for job in jobs):
+        items.extend(alone.get(data, []))
+        members = list(groups.get(data, {}).values())
+        parts = [math.ceil(len(group) / stack) for group in members]
+        while workers > 1 and sum(parts) % workers:
+            fullest = max(range(len(members)), key=lambda g: (len(members[g]) / parts[g], -g))
+            if len(members[fullest]) <= parts[fullest]:
+                break  # every stack is down to one job
+            parts[fullest] += 1
+        chunks = [chunk for group, n in zip(members, parts) for chunk in _split(group, n)]
+        items.extend(sorted(chunks, key=stack_cost, reverse=True))  # stable: equal costs keep the grid's order
     return [item[0] if isinstance(item, list) and len(item) == 1 else item for item in items]
+
+
+def _split(group: list, parts: int) -> list[list]:
+    """``group`` in ``parts`` consecutive chunks whose sizes differ by at most one."""
+    size, extra = divmod(len(group), parts)
+    bounds = [k * size + min(k, extra) for k in range(parts + 1)]
+    return [group[bounds[k]:bounds[k + 1]] for k in range(parts)]
+
+
+def stack_cost(chunk: list[ModelJob]) -> float:
+    """A stack's relative cost for ordering: members × epochs × counterfactuals per epoch × search steps."""
+    settings = {**NOTE1, **chunk[0].overrides}
+    return len(chunk) * float(settings["max_epochs"]) * float(settings["nce"]) * float(settings["max_steps"])
 
 
 def default_stack(echo=print) -> int:
@@ -431,7 +477,7 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
                                                     -j.overrides.get("max_epochs", 100),
                                                     -j.overrides.get("nce", 0)))
     stack = default_stack(echo) if stack is None else stack
-    items = work_items(order, stack)
+    items = work_items(order, stack, jobs)
     labels = [f"stack of {len(item)}: {item[0].label} ..." if isinstance(item, list) else item.label for item in items]
     status = "FAILED"
     try:
