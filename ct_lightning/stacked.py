@@ -139,7 +139,7 @@ def fit_stacked(members: list[CTModule], datamodule, max_epochs: int, burnin: fl
     optimizer = torch.optim.Adam(stacked.parameters(), lr=hp.lr)
     n_models = len(members)
     per_model = {name: torch.tensor([float(m.hparams[name]) for m in members], device=device) for name in PER_MODEL}
-    limits = Constraints(first.mutability, first.lower, first.upper, device)
+    limits = Constraints(first.mutability, first.lower, first.upper, device, first.feature_types)
     loader = datamodule.train_dataloader()
     blocks = EpochBlockLoader(loader)
     x_val, y_val = datamodule.x_val.float().to(device), datamodule.y_val.long().to(device)

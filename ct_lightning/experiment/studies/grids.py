@@ -39,6 +39,7 @@ NOTE1 = {"generator": "ecco", "burnin": 0.0, "tau": 0.75, "lambda_cost": 0.001, 
 VANILLA_IGNORED = ("generator", "burnin", "tau", "lambda_cost", "lambda_energy", "search_lr", "max_steps",
                    "lambda_adv", "lambda_div", "lambda_reg", "nce", "epsilon", "pool", "generator_options")
 EVAL_KIND = "grid-v1"
+RESULTS_EVERY_S = 30.0  # how often a running grid rewrites its results file (it always does at the end)
 
 
 @dataclass
@@ -439,7 +440,10 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
     outcomes: dict[str, dict] = {}
     failures: list[str] = []
 
+    last_write = [-math.inf]
+
     def write() -> dict:
+        last_write[0] = time.monotonic()
         results = {"grid": grid.name, "title": grid.title, "data": datasets, "space": grid.space,
                    "n_points": len(points), "n_models": len(models), "parent_run_id": parent,
                    "points": points, "models": {k: {"data": models[k].data, "overrides": models[k].overrides,
@@ -468,7 +472,11 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
         what = "trained+evaluated" if result["trained"] else ("evaluated" if result["evaluated"] else "reused")
         echo(f"[{len(outcomes)}/{len(models)}] {label} {what} in {result['seconds']:.1f}s; "
              f"elapsed {time.perf_counter() - started:.0f}s", flush=True)
-        if result["trained"] or result["evaluated"] or len(outcomes) == len(models):
+        # The results file holds every evaluation (tens of MB for a large grid): rewriting it after each of hundreds
+        # of models would keep this process busy beside the workers. Every model is in the store the moment it is
+        # recorded (a re-run reuses it), so the file is rewritten at most every RESULTS_EVERY_S seconds, and at the end.
+        due = time.monotonic() - last_write[0] >= RESULTS_EVERY_S
+        if (result["trained"] or result["evaluated"]) and due or len(outcomes) == len(models):
             write()
 
     # One data set after the other (a partial run still gives whole data sets), its BL first (every
