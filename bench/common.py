@@ -182,3 +182,20 @@ def train_vanilla(datamodule, epochs: int = 3, batch_size: int = 100, seed: int 
     with torch.no_grad():
         accuracy = (model(x).argmax(1) == y).float().mean().item()
     return model, accuracy
+
+
+def machine_fields(load_before) -> dict:
+    """What a bench result says of the machine: cores, CPU, the load before (given) and now, and the time."""
+    return {"cores": os.cpu_count(), "cpu": platform.processor() or platform.machine(),
+            "load_average_before": load_before, "load_average_after": os.getloadavg(),
+            "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
+
+
+def append_result(out, result: dict) -> None:
+    """Append ``result`` to the JSON list in the file ``out`` (created if missing) and print it."""
+    import json
+
+    out = Path(out)
+    existing = json.loads(out.read_text()) if out.exists() else []
+    out.write_text(json.dumps([*existing, result], indent=2) + "\n")
+    print(json.dumps(result, indent=2))

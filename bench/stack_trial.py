@@ -14,7 +14,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -97,6 +96,8 @@ def measure(commit: str | None, members: int, max_epochs: int) -> dict:
 
 
 def main() -> None:
+    from bench.common import append_result, machine_fields  # not at the top: inner() runs on other trees' code
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--members", type=int, default=45)
     parser.add_argument("--max-epochs", type=int, default=100)
@@ -110,15 +111,9 @@ def main() -> None:
         rows.append(measure(None if commit == "here" else commit, args.members, args.max_epochs))
         print(json.dumps(rows[-1]), flush=True)
     result = {"bench": "stack_trial", "data": "moons", "grid": "note5", "generator": "ecco",
-              "members": args.members, "max_epochs": args.max_epochs, "threads": 1, "cores": os.cpu_count(),
-              "cpu": platform.processor() or platform.machine(), "load_average_before": load_before,
-              "load_average_after": os.getloadavg(),
-              "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows}
-    out = Path(args.out)
-    existing = json.loads(out.read_text()) if out.exists() else []
-    out.write_text(json.dumps([*existing, result], indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-
+              "members": args.members, "max_epochs": args.max_epochs, "threads": 1, **machine_fields(load_before),
+              "rows": rows}
+    append_result(args.out, result)
 
 if __name__ == "__main__":
     main()

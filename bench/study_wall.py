@@ -16,12 +16,13 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from bench.common import append_result, machine_fields
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -90,16 +91,10 @@ def main() -> None:
             rows.append(run_grid(grid, args.data, args.jobs, store))
             print(json.dumps(rows[-1]), flush=True)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout
-    result = {"bench": "study_wall", "data": "all nine (--grid all)" if args.whole else args.data, "jobs": args.jobs, "cores": os.cpu_count(),
-              "cpu": platform.processor() or platform.machine(), "commit": commit.strip(),
-              "load_average_before": load_before, "load_average_after": os.getloadavg(),
-              "measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "rows": rows,
+    result = {"bench": "study_wall", "data": "all nine (--grid all)" if args.whole else args.data, "jobs": args.jobs,
+              "commit": commit.strip(), **machine_fields(load_before), "rows": rows,
               "wall_seconds": whole["wall_seconds"] if args.whole else round(sum(r["wall_seconds"] for r in rows), 1)}
-    out = Path(args.out)
-    existing = json.loads(out.read_text()) if out.exists() else []
-    out.write_text(json.dumps([*existing, result], indent=2) + "\n")
-    print(json.dumps(result, indent=2))
-
+    append_result(args.out, result)
 
 if __name__ == "__main__":
     main()
