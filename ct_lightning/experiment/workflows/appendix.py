@@ -47,7 +47,7 @@ def run(args: argparse.Namespace) -> dict:
     started = time.perf_counter()
     results, failed = {}, False
     for grid in grids:
-        datasets = [d for d in grid.data if d in wanted]
+        datasets = [d for d in wanted if d in grid.data]  # in --data's order, as the results file is named
         if not datasets:
             continue
         suffix = "" if datasets == grid.data else "-" + "-".join(datasets)
