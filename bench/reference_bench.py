@@ -18,6 +18,7 @@ import logging
 import tempfile
 from pathlib import Path
 
+import lightning as L
 import torch
 import torch.nn.functional as F
 
@@ -57,64 +58,85 @@ def _validation_forward(model, x_val: torch.Tensor, batch: int) -> None:
             model(x_val[start:start + eval_batch])
 
 
-def plain_epochs(datamodule, architecture: str, epochs: int, device: torch.device, seed: int = 0) -> list:
-    """Wall/CPU seconds of each epoch of the hand-written loop (train + validation forward)."""
-    _, model, optimiser, x, y, x_val = _hand_written_setup(datamodule, architecture, device, seed)
-    batch = datamodule.batch_size
-    generator = torch.Generator().manual_seed(datamodule.seed)
-    times = []
-    for _ in range(epochs):
-        sync(device)
+class PlainLoop:
+    """The hand-written loop, one epoch per call of :meth:`epoch` (train + validation forward)."""
+
+    def __init__(self, datamodule, architecture: str, device: torch.device, seed: int = 0):
+        _, self.model, self.optimiser, self.x, self.y, self.x_val = _hand_written_setup(datamodule, architecture,
+                                                                                          device, seed)
+        self.batch, self.device = datamodule.batch_size, device
+        self.generator = torch.Generator().manual_seed(datamodule.seed)
+
+    def epoch(self) -> tuple[float, float]:
+        """Wall and CPU seconds of one epoch."""
+        model, optimiser, x, y, batch = self.model, self.optimiser, self.x, self.y, self.batch
+        sync(self.device)
         clock = Clock()
         model.train()
-        order = torch.randperm(len(y), generator=generator).to(device)
+        order = torch.randperm(len(y), generator=self.generator).to(self.device)
         for start in range(0, len(y), batch):
             index = order[start:start + batch]
             optimiser.zero_grad()
             F.cross_entropy(model(x[index]), y[index]).backward()
             optimiser.step()
-        _validation_forward(model, x_val, batch)
-        sync(device)
-        times.append(clock.read())
-    return times
+        _validation_forward(model, self.x_val, batch)
+        sync(self.device)
+        return clock.read()
 
 
-def plain_ct_epochs(datamodule, architecture: str, epochs: int, device: torch.device, seed: int = 0) -> list:
-    """Wall/CPU seconds of each epoch of a hand-written CT loop doing a ``train()`` CT epoch's work, without
-    Lightning: the paper-default pool (nce factuals, random targets, x⁺, the library's batched search), then per
-    batch one forward over [x, x⁺, x', x'_tε] of the batch's share of the pool, Eq. 2's loss, backward and Adam;
-    then the validation forward. The limit of our CT epoch on this machine (issue 13's rule: the limit for an
-    epoch is a plain loop doing the same work)."""
-    from ct_lightning.constraints import resolve_domain
-    from ct_lightning.generators import make_generator
-    from ct_lightning.generators.search import search_counterfactuals
-    from ct_lightning.losses import adversarial_loss, energy_terms
-    from ct_lightning.training.pool import ClassSampler, chunk_bounds, random_targets
+class PlainCTLoop:
+    """A hand-written loop doing a ``train()`` CT epoch's work without Lightning, one epoch per :meth:`epoch`: the
+    paper-default pool (nce factuals, random targets, x⁺, the library's batched search under the same constraints
+    as ``train()``'s: the data's feature types, so one-hot groups and integers snap as they do there, and the default
+    mutability), then per batch one forward over [x, x⁺, x', x'_tε] of the batch's share of the pool, Eq. 2's loss,
+    backward and Adam; then the validation forward. The limit of our CT epoch on this machine (issue 13's rule: the
+    limit for an epoch is a plain loop doing the same work)."""
 
-    config, model, optimiser, x, y, x_val = _hand_written_setup(datamodule, architecture, device, seed)
-    lower, upper = resolve_domain("infer", datamodule.x_train, config["domain_std"], datamodule)
-    lower, upper = lower.to(device), upper.to(device)
-    search = make_generator(config["generator"], config["lambda_cost"], config["lambda_energy"], config["search_lr"])
-    sampler = ClassSampler(datamodule.y_train, datamodule.n_classes)
-    batch, nce, n_classes = datamodule.batch_size, config["nce"], datamodule.n_classes
-    n_batches = -(-len(y) // batch)
-    generator, rng = torch.Generator().manual_seed(datamodule.seed), torch.Generator().manual_seed(seed)
-    times = []
-    for _ in range(epochs):
+    def __init__(self, datamodule, architecture: str, device: torch.device, seed: int = 0):
+        from ct_lightning.constraints import parse_mutability, resolve_domain, resolve_feature_types
+        from ct_lightning.generators import make_generator
+        from ct_lightning.training.pool import ClassSampler
+
+        self.config, self.model, self.optimiser, self.x, self.y, self.x_val = _hand_written_setup(
+            datamodule, architecture, device, seed)
+        config = self.config
+        lower, upper = resolve_domain("infer", datamodule.x_train, config["domain_std"], datamodule)
+        self.lower, self.upper = lower.to(device), upper.to(device)
+        names = getattr(datamodule, "feature_names", None) or None
+        n_features = datamodule.x_train.shape[1]
+        self.mutability = parse_mutability(config.get("mutability", ""), n_features, names).to(device)
+        self.feature_types = resolve_feature_types(datamodule, names, n_features)
+        self.search = make_generator(config["generator"], config["lambda_cost"], config["lambda_energy"],
+                                     config["search_lr"])
+        self.sampler = ClassSampler(datamodule.y_train, datamodule.n_classes)
+        self.batch, self.n_classes, self.device = datamodule.batch_size, datamodule.n_classes, device
+        self.generator = torch.Generator().manual_seed(datamodule.seed)
+        self.rng = torch.Generator().manual_seed(seed)
+
+    def epoch(self) -> tuple[float, float]:
+        """Wall and CPU seconds of one epoch."""
+        from ct_lightning.generators.search import search_counterfactuals
+        from ct_lightning.losses import adversarial_loss, contrast_pairs, energy_terms
+        from ct_lightning.training.pool import chunk_bounds, random_targets
+
+        config, model, optimiser, x, y, device = self.config, self.model, self.optimiser, self.x, self.y, self.device
+        batch, rng = self.batch, self.rng
+        n_batches = -(-len(y) // batch)
         sync(device)
         clock = Clock()
-        index = torch.randperm(len(y), generator=rng)[:nce].to(device)
+        index = torch.randperm(len(y), generator=rng)[:config["nce"]].to(device)
         factuals, labels = x[index], y[index]
         model.eval()
         with torch.no_grad():
-            target = random_targets(model(factuals).argmax(1), n_classes, rng)
-        x_pos = x[sampler.sample(target, rng).to(device)]
-        result = search_counterfactuals(model, factuals, target, search, config["tau"], config["max_steps"],
-                                        config["epsilon"], None, lower, upper)
-        x_neg = torch.where(result.converged[:, None], result.counterfactual, x_pos)
+            target = random_targets(model(factuals).argmax(1), self.n_classes, rng)
+        x_pos = x[self.sampler.sample(target, rng).to(device)]
+        result = search_counterfactuals(model, factuals, target, self.search, config["tau"], config["max_steps"],
+                                        config["epsilon"], self.mutability, self.lower, self.upper,
+                                        feature_types=self.feature_types)
+        x_pos, x_neg = contrast_pairs(x_pos, result.counterfactual, result.converged, self.mutability)
         bounds = chunk_bounds(len(index), n_batches)
         model.train()
-        order = torch.randperm(len(y), generator=generator).to(device)
+        order = torch.randperm(len(y), generator=self.generator).to(device)
         for step, start in enumerate(range(0, len(y), batch)):
             rows = order[start:start + batch]
             part = slice(bounds[step], bounds[step + 1])
@@ -127,84 +149,140 @@ def plain_ct_epochs(datamodule, architecture: str, epochs: int, device: torch.de
             optimiser.zero_grad()
             loss.backward()
             optimiser.step()
-        _validation_forward(model, x_val, batch)
+        _validation_forward(model, self.x_val, batch)
         sync(device)
-        times.append(clock.read())
-    return times
+        return clock.read()
+
+
+def plain_epochs(datamodule, architecture: str, epochs: int, device: torch.device, seed: int = 0) -> list:
+    """Wall/CPU seconds of each epoch of the hand-written loop (train + validation forward)."""
+    loop = PlainLoop(datamodule, architecture, device, seed)
+    return [loop.epoch() for _ in range(epochs)]
+
+
+def plain_ct_epochs(datamodule, architecture: str, epochs: int, device: torch.device, seed: int = 0) -> list:
+    """Wall/CPU seconds of each epoch of :class:`PlainCTLoop`."""
+    loop = PlainCTLoop(datamodule, architecture, device, seed)
+    return [loop.epoch() for _ in range(epochs)]
+
+
+class PairedEpochs(L.Callback):
+    """Times every epoch of the ``train()`` run it is attached to and, just before each one, runs one epoch of each
+    hand-written loop in ``loops``: each of our epochs has its plain epochs measured next to it in time, so that
+    a change in the shared machine's speed (we saw the plain epoch go from 0.04 to 0.11 s between runs minutes
+    apart) hits both sides of each ratio alike. An epoch of ours runs from one ``on_train_epoch_start`` (after the
+    plain epochs) to the next (before them), the last one to ``on_train_end``."""
+
+    def __init__(self, loops: dict, device: torch.device):
+        self.loops, self.device = loops, device
+        self.ours: list[tuple[float, float]] = []
+        self.plain: dict[str, list[tuple[float, float]]] = {name: [] for name in loops}
+        self._clock = None
+
+    def _close(self) -> None:
+        if self._clock is not None:
+            sync(self.device)
+            self.ours.append(self._clock.read())
+            self._clock = None
+
+    def on_train_epoch_start(self, trainer, pl_module):
+        self._close()
+        for name, loop in self.loops.items():
+            self.plain[name].append(loop.epoch())
+        sync(self.device)
+        self._clock = Clock()
+
+    def on_train_end(self, trainer, pl_module):
+        self._close()
 
 
 def our_epochs(data: str, objective: str, architecture: str, epochs: int, accelerator: str, store: Path,
-               seed: int = 0, epoch_loop: str = "auto", search_compile: str = "auto") -> list:
-    """Wall/CPU seconds of each epoch of a ``train()`` run (validation, checkpoints, MLflow included)."""
+               seed: int = 0, epoch_loop: str = "auto", search_compile: str = "auto",
+               paired: PairedEpochs | None = None) -> list:
+    """Wall/CPU seconds of each epoch of a ``train()`` run (validation, checkpoints, MLflow included); ``paired``
+    (a :class:`PairedEpochs`) times them instead, with its plain epochs beside them."""
     from bench.epoch_bench import EpochTimer
     from ct_lightning.experiment.runs.train import train
 
-    timer = EpochTimer()
+    timer = paired or EpochTimer()
     train({"data": data, "objective": objective, "model": architecture, "max_epochs": epochs, "seed": seed,
            "accelerator": accelerator, "progress": False, "epoch_loop": epoch_loop, "search_compile": search_compile,
            "tracking_uri": f"sqlite:///{store / 'mlflow.db'}",
            "experiment": "bench-reference"}, callbacks=[timer])
-    return timer.epochs
+    return timer.ours if paired else timer.epochs
+
+
+def _paired_ratio(ours: list, plain: list, column: int) -> float:
+    """The median over paired epochs of ours / plain (column 0: wall, 1: CPU seconds)."""
+    return median(a[column] / b[column] for a, b in zip(ours, plain))
 
 
 def run_reference_section(name: str, datamodule, epochs: int, repeats: int, accelerator: str,
                           architecture: str = "mlp", log=print) -> dict:
-    """Plain, vanilla and full runs interleaved ``repeats`` times; medians of the epochs after warm-up."""
+    """Our vanilla and full ``train()`` runs, ``repeats`` each, every epoch paired with a plain (and, for the MLP, a
+    plain CT) epoch run just before it (:class:`PairedEpochs`); ratios are medians over the pairs after each run's
+    warm-up epoch."""
     from bench.common import pick_device
+    from ct_lightning.generators.compiled_step import AUTO_MIN_VALUES
 
     device = pick_device("cuda" if accelerator in ("gpu", "cuda") else
                          "cpu" if accelerator == "cpu" else "auto")
     for logger_name in ("mlflow", "alembic"):
         logging.getLogger(logger_name).setLevel(logging.ERROR)
     # vanilla/full: as users run them (the default epoch loop, fused on one process); vanilla_lightning: the
-    # same run with Lightning's per-batch loop (epoch_loop="lightning"), for what fusing the epoch saves.
-    runs = {"plain": [], "vanilla": [], "full": [], "vanilla_lightning": []}
-    if architecture == "mlp":  # the CNN's CT epoch takes ~50 s here; its plain CT loop would double the section
-        runs["plain_ct"] = []
+    # same run with Lightning's per-batch loop (epoch_loop="lightning"), for what fusing the epoch saves;
     # full_eager: the CT run with search_compile off, where auto compiles the search step (large pools).
-    from ct_lightning.generators.compiled_step import AUTO_MIN_VALUES
-
+    variants = {"vanilla": {"objective": "vanilla"}, "full": {"objective": "full"},
+                "vanilla_lightning": {"objective": "vanilla", "epoch_loop": "lightning"}}
     if architecture == "mlp" and _settings(datamodule, {})["nce"] * datamodule.n_features >= AUTO_MIN_VALUES:
-        runs["full_eager"] = []
+        variants["full_eager"] = {"objective": "full", "search_compile": "off"}
+    # The CNN's CT epoch takes ~50 s here; a plain CT loop beside every epoch would double the section.
+    with_plain_ct = architecture == "mlp"
+    pairs = {key: [] for key in variants}  # key -> [(ours, plain, plain_ct or None)] after each run's warm-up
     with tempfile.TemporaryDirectory(prefix="ct-bench-reference-") as folder:
         store = Path(folder)
         for _ in range(repeats):
-            runs["plain"].append(plain_epochs(datamodule, architecture, epochs, device))
-            if "plain_ct" in runs:
-                runs["plain_ct"].append(plain_ct_epochs(datamodule, architecture, epochs, device))
-            for objective in ("vanilla", "full"):
-                runs[objective].append(our_epochs(name, objective, architecture, epochs, accelerator, store))
-            runs["vanilla_lightning"].append(our_epochs(name, "vanilla", architecture, epochs, accelerator, store,
-                                                        epoch_loop="lightning"))
-            if "full_eager" in runs:
-                runs["full_eager"].append(our_epochs(name, "full", architecture, epochs, accelerator, store,
-                                                     search_compile="off"))
+            for key, variant in variants.items():
+                loops = {"plain": PlainLoop(datamodule, architecture, device)}
+                if with_plain_ct:
+                    loops["plain_ct"] = PlainCTLoop(datamodule, architecture, device)
+                paired = PairedEpochs(loops, device)
+                our_epochs(name, variant["objective"], architecture, epochs, accelerator, store,
+                           epoch_loop=variant.get("epoch_loop", "auto"),
+                           search_compile=variant.get("search_compile", "auto"), paired=paired)
+                ct = paired.plain.get("plain_ct", [None] * len(paired.ours))
+                pairs[key] += list(zip(paired.ours, paired.plain["plain"], ct))[1:]
     out = {"architecture": architecture, "epochs": epochs, "repeats": repeats, "batch_size": datamodule.batch_size,
-           "n_train": len(datamodule.y_train), "n_val": len(datamodule.y_val)}
-    for key, values in runs.items():
-        measured = [e for run in values for e in run[1:]]
-        out[key] = {"epoch_s": median(w for w, _ in measured), "epoch_cpu_s": median(c for _, c in measured),
-                    "epochs_s": [w for w, _ in measured]}
-    plain = out["plain"]
-    label = name if architecture == "mlp" else f"{name}-{architecture}"
-    ct_target = CT_TARGETS.get(label)
-    for key, target in (("vanilla", VANILLA_TARGET), ("full", ct_target), ("vanilla_lightning", None),
-                        ("full_eager", None), ("plain_ct", None)):
-        if key not in out:
-            continue
-        ratio = out[key]["epoch_s"] / plain["epoch_s"]
-        ratio_cpu = out[key]["epoch_cpu_s"] / plain["epoch_cpu_s"]
-        out[key].update({"ratio": ratio, "ratio_cpu": ratio_cpu, "target": target,
-                         "met": None if target is None else ratio_cpu <= target})
-    log(f"  plain {plain['epoch_s']:.3f} s  vanilla {out['vanilla']['epoch_s']:.3f} s "
+           "n_train": len(datamodule.y_train), "n_val": len(datamodule.y_val), "paired": True}
+    plain_all = [p for values in pairs.values() for _, p, _ in values]
+    out["plain"] = {"epoch_s": median(w for w, _ in plain_all), "epoch_cpu_s": median(c for _, c in plain_all),
+                    "epochs_s": [w for w, _ in plain_all]}
+    if with_plain_ct:
+        ct_pairs = [(c, p) for values in pairs.values() for _, p, c in values]
+        out["plain_ct"] = _summary([c for c, _ in ct_pairs], [p for _, p in ct_pairs], None)
+    ct_target = CT_TARGETS.get(name if architecture == "mlp" else f"{name}-{architecture}")
+    for key, values in pairs.items():
+        target = {"vanilla": VANILLA_TARGET, "full": ct_target}.get(key)
+        out[key] = _summary([o for o, _, _ in values], [p for _, p, _ in values], target)
+        if key == "full" and with_plain_ct:  # what train() adds to the CT work, each epoch against its own plain CT
+            out[key]["ratio_to_plain_ct_cpu"] = _paired_ratio([o for o, _, _ in values], [c for _, _, c in values], 1)
+    log(f"  plain {out['plain']['epoch_s']:.3f} s  vanilla {out['vanilla']['epoch_s']:.3f} s "
         f"(×{out['vanilla']['ratio']:.2f}, CPU ×{out['vanilla']['ratio_cpu']:.2f})  full {out['full']['epoch_s']:.3f} s "
         f"(×{out['full']['ratio']:.2f}, CPU ×{out['full']['ratio_cpu']:.2f})  vanilla with Lightning's "
         f"per-batch loop {out['vanilla_lightning']['epoch_s']:.3f} s (CPU ×{out['vanilla_lightning']['ratio_cpu']:.2f})"
         + (f"  full, eager search step {out['full_eager']['epoch_s']:.3f} s (CPU ×{out['full_eager']['ratio_cpu']:.2f})"
            if "full_eager" in out else "")
-        + (f"  plain CT loop {out['plain_ct']['epoch_s']:.3f} s (CPU ×{out['plain_ct']['ratio_cpu']:.2f})"
-           if "plain_ct" in out else ""))
+        + (f"  plain CT loop {out['plain_ct']['epoch_s']:.3f} s (CPU ×{out['plain_ct']['ratio_cpu']:.2f}); "
+           f"full / plain CT loop CPU ×{out['full']['ratio_to_plain_ct_cpu']:.2f}" if "plain_ct" in out else ""))
     return out
+
+
+def _summary(ours: list, plain: list, target: float | None) -> dict:
+    """Medians of ``ours`` and its paired ratios to ``plain`` (wall and CPU), against ``target``."""
+    ratio_cpu = _paired_ratio(ours, plain, 1)
+    return {"epoch_s": median(w for w, _ in ours), "epoch_cpu_s": median(c for _, c in ours),
+            "epochs_s": [w for w, _ in ours], "ratio": _paired_ratio(ours, plain, 0), "ratio_cpu": ratio_cpu,
+            "target": target, "met": None if target is None else ratio_cpu <= target}
 
 
 def protocol_time(name: str, datamodule, device: torch.device, log=print, n_runs: int | None = None) -> dict:

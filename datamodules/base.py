@@ -41,9 +41,13 @@ class EpochSeededSampler(RandomSampler):
         """Select the order of epoch ``epoch``."""
         self.epoch = int(epoch)
 
-    def __iter__(self):
+    def order(self) -> torch.Tensor:
+        """The current epoch's order of the row indices, as one tensor."""
         generator = torch.Generator().manual_seed(hash((self.seed, self.epoch)) % (2**63))
-        return iter(torch.randperm(len(self.data_source), generator=generator).tolist())
+        return torch.randperm(len(self.data_source), generator=generator)
+
+    def __iter__(self):
+        return iter(self.order().tolist())
 
 
 class TensorDataModule(L.LightningDataModule):

@@ -33,6 +33,25 @@ def test_block_holds_exactly_the_loaders_batches_of_each_epoch():
     assert not torch.equal(first, next(iter(blocks)).index)
 
 
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("batch_size", [7, 50, 200])
+def test_an_epoch_seeded_order_is_taken_as_one_tensor_with_the_loaders_batches(drop_last, batch_size):
+    from torch.utils.data import BatchSampler, SequentialSampler
+
+    from ct_lightning.training.epoch_block import _tensor_order
+    from datamodules.base import EpochSeededSampler
+
+    sampler = EpochSeededSampler(range(100), seed=3)
+    sampler.set_epoch(2)
+    batches = BatchSampler(sampler, batch_size, drop_last)
+    index, sizes = _tensor_order(batches)
+    expected = list(batches)
+    assert sizes == [len(batch) for batch in expected]
+    assert index.tolist() == [i for batch in expected for i in batch]
+    # A sampler without a tensor order takes the DataLoader's own path.
+    assert _tensor_order(BatchSampler(SequentialSampler(range(10)), 3, drop_last)) == (None, [])
+
+
 def test_only_tensor_loaders_can_be_fused():
     loader = torch.utils.data.DataLoader(list(range(10)), batch_size=3)
     assert not can_fuse(loader)

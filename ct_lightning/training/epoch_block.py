@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import torch
+from torch.utils.data import BatchSampler
 
 
 @dataclass
@@ -79,7 +80,24 @@ class EpochBlockLoader:
         return 1
 
     def __iter__(self) -> Iterator[EpochBlock]:
-        batches = [list(batch) for batch in self.batch_sampler]
-        index = torch.as_tensor([i for batch in batches for i in batch], dtype=torch.long)
-        yield EpochBlock(self.dataset.tensors[0], self.dataset.tensors[1], index, [len(batch) for batch in batches],
-                         self.copies)
+        index, batch_sizes = _tensor_order(self.batch_sampler)
+        if index is None:  # any other sampler: its batches, as the DataLoader would draw them
+            batches = [list(batch) for batch in self.batch_sampler]
+            index = torch.as_tensor([i for batch in batches for i in batch], dtype=torch.long)
+            batch_sizes = [len(batch) for batch in batches]
+        yield EpochBlock(self.dataset.tensors[0], self.dataset.tensors[1], index, batch_sizes, self.copies)
+
+
+def _tensor_order(batch_sampler) -> tuple[torch.Tensor | None, list[int]]:
+    """The epoch's row order and batch sizes without a Python list per row, where the batches come from a torch
+    ``BatchSampler`` over a sampler that hands its order over as a tensor (``order()``, as
+    ``datamodules.base.EpochSeededSampler`` does): 26 000 rows as Python ints cost ~5 ms per epoch, a third of
+    an Adult epoch of the paper's MLP. ``(None, [])`` otherwise."""
+    sampler, size = getattr(batch_sampler, "sampler", None), getattr(batch_sampler, "batch_size", None)
+    if type(batch_sampler) is not BatchSampler or not callable(getattr(sampler, "order", None)) or not size:
+        return None, []
+    index = sampler.order().long()
+    full, rest = divmod(len(index), size)
+    if batch_sampler.drop_last:
+        return index[:full * size], [size] * full
+    return index, [size] * full + ([rest] if rest else [])
