@@ -240,15 +240,21 @@ identical weights and metrics), so Lightning's ~40 hook dispatches and closure r
 once per batch. The *Lightning's per-batch loop* column is the same vanilla run with Lightning's per-batch loop
 (`--epoch-loop lightning`), which is what the fused loop saves on circles (120 steps of batch 30); with batch
 1 000 (Adult 27 steps, MNIST 11) there is little per-step cost to save. What remains above the plain loop is a
-fixed cost per epoch that the plain loop does not pay: Lightning's validation loop and epoch-end hooks, two
-`ModelCheckpoint` writes (last and best, each a file written and renamed, 3–7 ms per epoch; on MNIST ~2.5 ms of
-that is pickling the 784 `feature_names` of the hyperparameters, one `persistent_id` call per object) and
-Lightning's epoch-end logging: each `self.log` costs ~350 µs (`_ResultMetric.to` walks the metric's state with
-`apply_to_collection` at every call), and an epoch logs ~15 values (5–7 ms). MLflow's SQLite transaction (7–11 ms for one epoch's ~15 metrics) is now paid once every
-2 s for all the epochs since the last one (20 epochs in one batch: 28–34 ms, i.e. ~1.5 ms per epoch); the
-short runs timed here send theirs after the last epoch, so this table leaves that amortised ~1.5 ms out.
-These total roughly 15–25 ms here, against a whole plain epoch of 27–45 ms, which is why the vanilla target
-(≤ 1.2×) is not met: it would leave 5–9 ms per epoch for validation, checkpoints and tracking.
+fixed cost per epoch that the plain loop does not pay, measured per epoch by `bench/epoch_anatomy.py` (medians,
+circles and Adult, `bench/epoch_anatomy.json`): `last.ckpt` written, fsynced and renamed after every epoch (5–7 ms:
+Lightning's checkpoint dictionary, pickling its ~1 100 objects, one `persistent_id` call each, and the file), the
+best checkpoint's check and its write when `val/acc` improves (1–2.5 ms), Lightning's validation loop around the
+one forward pass the plain loop also runs (2–4 ms), MLflow (2–3 ms per epoch amortised: one SQLite transaction
+every 2 s for the epochs since the last one) and reseeding the random generators (`EpochSeed`, ~1 ms). Two costs
+went in this round (issue 25 §4): the epoch's values no longer go through one `self.log` each (0.5–0.8 ms per
+call whatever the value, as Lightning walks its result object's state; 9 calls per vanilla epoch, 16 per CT
+epoch): `train()` hands them, already reduced, straight to the trainer's metrics and the logger
+(`CTModule.log_epochs_directly`; the module's epoch-end hooks went from 10.8 to 1.7 ms per circles epoch, with the
+same values, checkpoints and progress bar: `tests/test_epoch_logging.py`); and the fused loop takes the epoch's
+row order from the sampler as one tensor instead of 26 000 Python ints (Adult: 7 ms → 0.8 ms at each epoch's
+start). A checkpoint after every epoch is kept on purpose: it is what lets a killed run resume at the next epoch,
+bit-identical. Writing `last.ckpt` at most every few seconds would save its 5–7 ms but let a kill lose that
+much training and break the one-epoch resume promise, so it is not done.
 The CT targets on Adult and MNIST are bound by the search: with the paper's nce = 5 000 and T = 30,
 a CT-trained model's counterfactuals mostly use all 30 steps, i.e. up to 150 000 row forward+backward passes
 per epoch against one pass per training row (*rows* column), so the *floor* column is at or above the target

@@ -112,18 +112,77 @@ class RecordingLogger(L.pytorch.loggers.logger.Logger):
         self.rows.append((step, {k: float(v) for k, v in metrics.items()}))
 
 
-def fit(module_class, datamodule, loader, objective, pool, epochs=3):
+def fit(module_class, datamodule, loader, objective, pool, epochs=3, logger=None, callbacks=(), direct=False):
     L.seed_everything(0, verbose=False)
     module = module_class(n_features=2, n_classes=2, objective=objective, pool=pool, nce=90, seed=0)
-    logger = RecordingLogger()
-    trainer = L.Trainer(max_epochs=epochs, logger=logger, enable_checkpointing=False, enable_progress_bar=False,
+    module.log_epochs_directly(direct)
+    logger = logger or RecordingLogger()
+    trainer = L.Trainer(max_epochs=epochs, logger=logger, enable_checkpointing=bool(callbacks),
+                        enable_progress_bar=False, callbacks=list(callbacks),
                         enable_model_summary=False, accelerator="cpu", limit_train_batches=8, limit_val_batches=2,
                         num_sanity_val_steps=2, log_every_n_steps=1)
     datamodule.setup()
     trainer.fit(module, train_dataloaders=loader(datamodule), val_dataloaders=datamodule.val_dataloader())
     metrics = dict(trainer.callback_metrics)
+    progress_bar = dict(trainer.progress_bar_metrics)
     trainer.test(module, dataloaders=datamodule.test_dataloader(), verbose=False)
+    if callbacks:
+        return logger.rows, {**metrics, **trainer.callback_metrics}, progress_bar
     return logger.rows, {**metrics, **trainer.callback_metrics}
+
+
+class EpochRecordingLogger(RecordingLogger):
+    """Files every metric under its ``epoch`` value, as EpochStepMLFlowLogger does (so direct logging applies)."""
+
+    steps_by_epoch = True
+
+    def log_metrics(self, metrics, step=None):
+        super().log_metrics(metrics, int(metrics["epoch"]))
+
+
+class DirectLoggingSeen(L.Callback):
+    """Records, at every epoch end and validation end, whether the module logs directly."""
+
+    def __init__(self):
+        self.seen = []
+
+    def on_train_epoch_end(self, trainer, pl_module):
+        self.seen.append(pl_module._logs_directly())
+
+    def on_validation_epoch_end(self, trainer, pl_module):
+        if not trainer.sanity_checking:
+            self.seen.append(pl_module._logs_directly())
+
+
+@pytest.mark.parametrize("objective,pool", [("full", "epoch"), ("vanilla", "epoch"), ("adversarial", "step")])
+def test_direct_epoch_logging_sends_what_self_log_sends(tmp_path, objective, pool):
+    from lightning.pytorch.callbacks import ModelCheckpoint
+
+    datamodule = get_datamodule("circles")
+    runs = {}
+    for direct in (False, True):
+        seen = DirectLoggingSeen()
+        best = ModelCheckpoint(dirpath=tmp_path / str(direct), filename="best", monitor="val/acc", mode="max")
+        rows, final, progress_bar = fit(CTModule, datamodule, lambda dm: dm.train_dataloader(), objective, pool,
+                                        logger=EpochRecordingLogger(), callbacks=[seen, best], direct=direct)
+        by_epoch = {}
+        for step, values in rows:
+            by_epoch.setdefault(step, {}).update(values)
+        runs[direct] = by_epoch, final, progress_bar, best, seen.seen
+    (old, old_final, old_bar, old_best, old_seen), (new, new_final, new_bar, new_best, new_seen) = runs[False], runs[True]
+    assert not any(old_seen) and new_seen and all(new_seen)  # the direct path really ran, and only there
+    assert new.keys() == old.keys() == {0, 1, 2, 3}  # 3: the test, after the last epoch
+    for epoch in old:
+        assert new[epoch].keys() == old[epoch].keys(), epoch
+        for key in set(old[epoch]) - CLOCK_READINGS:
+            assert new[epoch][key] == pytest.approx(old[epoch][key], rel=1e-6, abs=1e-7), (epoch, key)
+    assert set(new_final) == set(old_final)
+    for key in set(old_final) - CLOCK_READINGS:
+        assert float(new_final[key]) == pytest.approx(float(old_final[key]), rel=1e-6, abs=1e-7), key
+    assert new_bar.keys() == old_bar.keys() >= {"train/loss", "val/loss", "val/acc"}
+    assert float(new_best.best_model_score) == float(old_best.best_model_score)
+    assert torch.load(new_best.best_model_path, weights_only=False)["epoch"] == \
+        torch.load(old_best.best_model_path, weights_only=False)["epoch"]
 
 
 @pytest.mark.parametrize("objective,pool", [("full", "epoch"), ("vanilla", "epoch"), ("adversarial", "step")])

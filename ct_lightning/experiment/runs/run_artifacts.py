@@ -37,6 +37,8 @@ class EpochStepMLFlowLogger(MLFlowLogger):
     (:class:`EpochMetricsInCheckpoint`) and ``--resume`` logs them (:func:`log_missing_epoch_metrics`).
     """
 
+    steps_by_epoch = True  # files every metric under its ``epoch`` value (CTModule.log_epochs_directly relies on it)
+
     def __init__(self, *args, flush_seconds: float = 2.0, **kwargs):
         super().__init__(*args, **kwargs)
         self.flush_seconds = flush_seconds

@@ -307,6 +307,7 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
                         fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, plugins=[AtomicCheckpointIO()],
                         **trainer_kwargs)
     _choose_epoch_loop(config, trainer, module, datamodule)
+    module.log_epochs_directly(True)  # where it applies: one process, EpochStepMLFlowLogger (see its docstring)
     started = time.perf_counter()
     with warnings.catch_warnings():
         if resume_from is not None:  # the folder is the run's own, holding the checkpoint it resumes from
