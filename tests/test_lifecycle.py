@@ -270,6 +270,29 @@ def test_data_order_and_epoch_seeds_are_pure_functions_of_seed_and_epoch():
     assert outputs == {f"{epoch_seed(4, 3, 0)} {order}\n"}, "the same in every process, whatever PYTHONHASHSEED"
 
 
+def test_epoch_seed_seeds_python_numpy_and_torch_as_their_own_seed_calls_do():
+    import random
+
+    import numpy as np
+    import torch
+
+    from ct_lightning.callbacks import epoch_seed
+    from ct_lightning.callbacks.epoch_seed import EpochSeed
+
+    class AtEpoch:  # what EpochSeed reads of the trainer
+        current_epoch, global_rank = 5, 1
+
+    value = epoch_seed(7, 5, 1)
+    random.seed(value)
+    np.random.seed(value)
+    torch.manual_seed(value)
+    expected = (random.random(), np.random.rand(), torch.rand(3))
+    torch.manual_seed(0)  # something else in between
+    EpochSeed(7).on_train_epoch_start(AtEpoch(), None)
+    drawn = (random.random(), np.random.rand(), torch.rand(3))
+    assert drawn[:2] == expected[:2] and torch.equal(drawn[2], expected[2])
+
+
 def test_resume_skips_a_run_killed_before_its_first_checkpoint(store, tmp_path):
     exp = {**store, "experiment": "orphans"}
     kill_child({**KILL, **exp}, "train", 2, 1)       # resumable: checkpoints of epochs 0 and 1
