@@ -12,7 +12,6 @@ validation forward). Not a unit test: timings depend on the machine and its load
 from __future__ import annotations
 
 import argparse
-import functools
 import os
 import statistics
 import subprocess
@@ -26,23 +25,13 @@ EPOCH_HOOKS = ("on_train_epoch_start", "on_train_epoch_end", "on_validation_epoc
 LOGGER_CONNECTOR = ("update_train_epoch_metrics", "log_eval_end_metrics", "update_eval_epoch_metrics")
 
 
-def _timed(owner, name: str, label: str, store: dict) -> None:
-    """Replace ``owner.name`` by a version that appends the seconds of each call to ``store[label]``."""
-    original = getattr(owner, name)
-
-    @functools.wraps(original)
-    def wrapper(*args, **kwargs):
-        started = time.perf_counter()
-        try:
-            return original(*args, **kwargs)
-        finally:
-            store.setdefault(label, []).append(time.perf_counter() - started)
-
-    setattr(owner, name, wrapper)
-
-
 def _anatomy_callback(calls: dict, events: list):
     import lightning as L
+
+    from bench.epoch_bench import _wrap
+
+    def _timed(owner, name: str, label: str, store: dict) -> None:  # each call's (start, seconds) under label
+        _wrap(owner, name, store.setdefault(label, []))
 
     class Anatomy(L.Callback):
         """Wraps the epoch's costs once training starts and marks Lightning's epoch events."""
@@ -109,7 +98,8 @@ def anatomy(data: str, objective: str, epochs: int) -> dict:
     return {"data": data, "objective": objective, "epochs": epochs,
             "calls_ms": {label: {"calls": len(values), "median": round(statistics.median(values) * 1e3, 3),
                                  "per_epoch": round(sum(values) / epochs * 1e3, 3)}
-                         for label, values in sorted(calls.items(), key=lambda kv: -sum(kv[1]))},
+                         for label, values in sorted(((label, [seconds for _, seconds in timed])
+                                                      for label, timed in calls.items()), key=lambda kv: -sum(kv[1]))},
             "segments_ms": {name: round(statistics.median(values) * 1e3, 3) for name, values in segments.items()
                             if len(values) > 1}}
 
