@@ -6,9 +6,10 @@ same learning rate, the same data order (``torch.randperm`` from a generator see
 data module's, which is what ``DataLoader(shuffle=True, generator=...)`` draws), and a forward
 pass over the validation split each epoch. Our epochs are measured as users run them: a
 ``train()`` run of ``ct_lightning.experiment.runs.train`` with validation, both checkpoint callbacks
-and MLflow logging into a temporary SQLite store. The three are interleaved (plain, vanilla,
-full, plain, ...) so that a change in the machine's load hits all of them alike; an epoch is
-timed from one ``on_train_epoch_start`` to the next (the last one to ``on_train_end``), and the
+and MLflow logging into a temporary SQLite store. The comparison is paired (:class:`PairedEpochs`):
+before each of our epochs one epoch of the plain loop (and of :class:`PlainCTLoop`) runs in the same
+process, so that a change in the machine's load hits both sides of each ratio alike; an epoch of ours
+is timed from one ``on_train_epoch_start`` to the next (the last one to ``on_train_end``), and the
 first epoch of every run is a warm-up that is left out.
 """
 
@@ -154,18 +155,6 @@ class PlainCTLoop:
         return clock.read()
 
 
-def plain_epochs(datamodule, architecture: str, epochs: int, device: torch.device, seed: int = 0) -> list:
-    """Wall/CPU seconds of each epoch of the hand-written loop (train + validation forward)."""
-    loop = PlainLoop(datamodule, architecture, device, seed)
-    return [loop.epoch() for _ in range(epochs)]
-
-
-def plain_ct_epochs(datamodule, architecture: str, epochs: int, device: torch.device, seed: int = 0) -> list:
-    """Wall/CPU seconds of each epoch of :class:`PlainCTLoop`."""
-    loop = PlainCTLoop(datamodule, architecture, device, seed)
-    return [loop.epoch() for _ in range(epochs)]
-
-
 class PairedEpochs(L.Callback):
     """Times every epoch of the ``train()`` run it is attached to and, just before each one, runs one epoch of each
     hand-written loop in ``loops``: each of our epochs has its plain epochs measured next to it in time, so that
@@ -197,19 +186,16 @@ class PairedEpochs(L.Callback):
 
 
 def our_epochs(data: str, objective: str, architecture: str, epochs: int, accelerator: str, store: Path,
-               seed: int = 0, epoch_loop: str = "auto", search_compile: str = "auto",
-               paired: PairedEpochs | None = None) -> list:
-    """Wall/CPU seconds of each epoch of a ``train()`` run (validation, checkpoints, MLflow included); ``paired``
-    (a :class:`PairedEpochs`) times them instead, with its plain epochs beside them."""
-    from bench.epoch_bench import EpochTimer
+               paired: PairedEpochs, seed: int = 0, epoch_loop: str = "auto", search_compile: str = "auto") -> list:
+    """Wall/CPU seconds of each epoch of a ``train()`` run (validation, checkpoints, MLflow included), timed by
+    ``paired`` with its plain epochs beside them."""
     from ct_lightning.experiment.runs.train import train
 
-    timer = paired or EpochTimer()
     train({"data": data, "objective": objective, "model": architecture, "max_epochs": epochs, "seed": seed,
            "accelerator": accelerator, "progress": False, "epoch_loop": epoch_loop, "search_compile": search_compile,
            "tracking_uri": f"sqlite:///{store / 'mlflow.db'}",
-           "experiment": "bench-reference"}, callbacks=[timer])
-    return timer.ours if paired else timer.epochs
+           "experiment": "bench-reference"}, callbacks=[paired])
+    return paired.ours
 
 
 def _paired_ratio(ours: list, plain: list, column: int) -> float:
@@ -247,9 +233,9 @@ def run_reference_section(name: str, datamodule, epochs: int, repeats: int, acce
                 if with_plain_ct:
                     loops["plain_ct"] = PlainCTLoop(datamodule, architecture, device)
                 paired = PairedEpochs(loops, device)
-                our_epochs(name, variant["objective"], architecture, epochs, accelerator, store,
+                our_epochs(name, variant["objective"], architecture, epochs, accelerator, store, paired,
                            epoch_loop=variant.get("epoch_loop", "auto"),
-                           search_compile=variant.get("search_compile", "auto"), paired=paired)
+                           search_compile=variant.get("search_compile", "auto"))
                 ct = paired.plain.get("plain_ct", [None] * len(paired.ours))
                 pairs[key] += list(zip(paired.ours, paired.plain["plain"], ct))[1:]
     out = {"architecture": architecture, "epochs": epochs, "repeats": repeats, "batch_size": datamodule.batch_size,

@@ -117,7 +117,8 @@ def fit(module_class, datamodule, loader, objective, pool, epochs=3, logger=None
     module = module_class(n_features=2, n_classes=2, objective=objective, pool=pool, nce=90, seed=0)
     module.log_epochs_directly(direct)
     logger = logger or RecordingLogger()
-    trainer = L.Trainer(max_epochs=epochs, logger=logger, enable_checkpointing=bool(callbacks),
+    checkpoints = any(isinstance(callback, L.pytorch.callbacks.ModelCheckpoint) for callback in callbacks)
+    trainer = L.Trainer(max_epochs=epochs, logger=logger, enable_checkpointing=checkpoints,
                         enable_progress_bar=False, callbacks=list(callbacks),
                         enable_model_summary=False, accelerator="cpu", limit_train_batches=8, limit_val_batches=2,
                         num_sanity_val_steps=2, log_every_n_steps=1)
@@ -126,9 +127,7 @@ def fit(module_class, datamodule, loader, objective, pool, epochs=3, logger=None
     metrics = dict(trainer.callback_metrics)
     progress_bar = dict(trainer.progress_bar_metrics)
     trainer.test(module, dataloaders=datamodule.test_dataloader(), verbose=False)
-    if callbacks:
-        return logger.rows, {**metrics, **trainer.callback_metrics}, progress_bar
-    return logger.rows, {**metrics, **trainer.callback_metrics}
+    return logger.rows, {**metrics, **trainer.callback_metrics}, progress_bar
 
 
 class EpochRecordingLogger(RecordingLogger):
@@ -188,8 +187,8 @@ def test_direct_epoch_logging_sends_what_self_log_sends(tmp_path, objective, poo
 @pytest.mark.parametrize("objective,pool", [("full", "epoch"), ("vanilla", "epoch"), ("adversarial", "step")])
 def test_logged_epoch_metrics_match_the_previous_implementation(objective, pool):
     datamodule = get_datamodule("circles")
-    rows, final = fit(CTModule, datamodule, lambda dm: dm.train_dataloader(), objective, pool)
-    reference_rows, reference_final = fit(ReferenceCTModule, datamodule, reference_loader, objective, pool)
+    rows, final, _ = fit(CTModule, datamodule, lambda dm: dm.train_dataloader(), objective, pool)
+    reference_rows, reference_final, _ = fit(ReferenceCTModule, datamodule, reference_loader, objective, pool)
 
     def by_step(table):
         merged = {}
