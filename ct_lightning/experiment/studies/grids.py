@@ -440,10 +440,11 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
     outcomes: dict[str, dict] = {}
     failures: list[str] = []
 
-    last_write = [-math.inf]
+    last_write = -math.inf  # when write() last ran (time.monotonic)
 
     def write() -> dict:
-        last_write[0] = time.monotonic()
+        nonlocal last_write
+        last_write = time.monotonic()
         results = {"grid": grid.name, "title": grid.title, "data": datasets, "space": grid.space,
                    "n_points": len(points), "n_models": len(models), "parent_run_id": parent,
                    "points": points, "models": {k: {"data": models[k].data, "overrides": models[k].overrides,
@@ -475,7 +476,7 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
         # The results file holds every evaluation (tens of MB for a large grid): rewriting it after each of hundreds
         # of models would keep this process busy beside the workers. Every model is in the store the moment it is
         # recorded (a re-run reuses it), so the file is rewritten at most every RESULTS_EVERY_S seconds, and at the end.
-        due = time.monotonic() - last_write[0] >= RESULTS_EVERY_S
+        due = time.monotonic() - last_write >= RESULTS_EVERY_S
         if (result["trained"] or result["evaluated"]) and due or len(outcomes) == len(models):
             write()
 
