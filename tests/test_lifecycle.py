@@ -125,6 +125,30 @@ def assert_same_run(reference: dict, resumed: dict, client) -> None:
         histories = [{m.step: m.value for m in sorted(client.get_metric_history(s["run_id"], key),
                                                       key=lambda m: m.timestamp)} for s in (reference, resumed)]
         assert histories[0] == histories[1], key
+    best = [torch.load(s["checkpoints"]["best"], weights_only=True) for s in (reference, resumed)]
+    assert best[0]["epoch"] == best[1]["epoch"], "the best checkpoint is the same epoch's"
+    assert all(torch.equal(best[0]["state_dict"][k], best[1]["state_dict"][k]) for k in best[0]["state_dict"])
+
+
+def best_state_in(checkpoint: dict) -> dict:
+    """The state of the ``val/acc`` ModelCheckpoint that ``checkpoint`` holds."""
+    (state,) = [value for key, value in checkpoint["callbacks"].items() if "'monitor': 'val/acc'" in key]
+    return state
+
+
+@pytest.mark.parametrize("epochs", [1, 3])
+def test_last_checkpoint_holds_the_best_checkpoints_state_after_its_own_epoch(store, epochs):
+    """A resume restores the best checkpoint's score from last.ckpt: it must be the score after last.ckpt's
+    epoch (after one epoch: that epoch's), or the resumed run replaces best.ckpt by a worse epoch."""
+    summary = train({**TINY, **store, "experiment": f"best-state-{epochs}", "max_epochs": epochs, "seed": 1})
+    state = best_state_in(torch.load(summary["checkpoints"]["last"], weights_only=True))
+    history = sorted(client_of(store).get_metric_history(summary["run_id"], "val/acc"), key=lambda m: m.step)
+    assert [m.step for m in history] == list(range(epochs))
+    best_epoch = max(range(epochs), key=lambda e: (history[e].value, -e))  # the first of equal maxima
+    assert state["best_model_score"] is not None
+    assert float(state["best_model_score"]) == pytest.approx(history[best_epoch].value, abs=1e-6)
+    assert state["best_model_path"] == summary["checkpoints"]["best"]
+    assert torch.load(summary["checkpoints"]["best"], weights_only=True)["epoch"] == best_epoch
 
 
 @pytest.mark.parametrize("phase,epoch,batch", [("train", 2, 3), ("val", 1, 0), ("epoch_start", 3, 0),

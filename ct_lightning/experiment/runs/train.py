@@ -294,7 +294,9 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     if validates:
         best = ModelCheckpoint(dirpath=config["checkpoint_dir"], filename="best", monitor="val/acc", mode="max",
                                save_top_k=1, enable_version_counter=False)
-        checkpoints.append(best)
+        # Both save at the epoch's end in list order: best first, so that last.ckpt holds best's state after this
+        # epoch's comparison (a resume would otherwise compare against the previous epoch's best score).
+        checkpoints.insert(0, best)
     trainer_kwargs = {k: config[k] for k in ("limit_train_batches", "limit_val_batches") if config[k] is not None}
     extra_callbacks = list(callbacks or [])
     if config["eval_every"]:
