@@ -53,15 +53,25 @@ class ColumnSpec:
 
     def domain(self) -> tuple[float, float] | None:
         """A numeric column's domain in original units: the declared bounds where given, else the training range
-        widened to mean ± 3 sd (SPEC §2); unbounded where neither is known; ``None`` for categorical and binary."""
+        widened to mean ± 3 sd (SPEC §2), and no lower than 0 for a column without negative training values (see
+        :attr:`floored_at_zero`); unbounded where neither is known; ``None`` for categorical and binary."""
         if self.kind in ("categorical", "binary"):
             return None
         fitted = self.train_min is not None and self.train_max is not None
         low = self.lower if self.lower is not None else \
             min(self.mean - DOMAIN_STD * self.scale, self.train_min) if fitted else -np.inf
+        if self.floored_at_zero:
+            low = max(low, 0.0)
         high = self.upper if self.upper is not None else \
             max(self.mean + DOMAIN_STD * self.scale, self.train_max) if fitted else np.inf
         return float(low), float(high)
+
+    @property
+    def floored_at_zero(self) -> bool:
+        """Whether the inferred lower bound stops at 0: no lower bound is declared and no training value is negative.
+        Amounts, counts and durations (debt, children, years employed) then never become negative in a
+        counterfactual, where mean - 3 sd alone would allow a debt of -1 483 to an applicant."""
+        return self.lower is None and self.train_min is not None and self.train_min >= 0
 
 
 def infer_kind(values: pd.Series) -> str:
@@ -282,7 +292,8 @@ class TabularCodec:
 
     def encoded_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """Per model input, the domain: declared bounds (original units) where given, else the training range
-        widened to mean ± 3 sd (SPEC §2); one-hot and binary inputs lie in [0, 1]."""
+        widened to mean ± 3 sd (SPEC §2; not below 0 where no training value is negative); one-hot and binary
+        inputs lie in [0, 1]."""
         lower = np.zeros(len(self.feature_names), dtype=np.float32)
         upper = np.ones(len(self.feature_names), dtype=np.float32)
         for column in self.columns:
@@ -291,6 +302,11 @@ class TabularCodec:
             low, high = column.domain()
             index = self._slices[column.name].start
             lower[index], upper[index] = (low - column.mean) / column.scale, (high - column.mean) / column.scale
+            # float32 rounding must not move a bound outside the domain (a debt floored at 0 decoding to -0.002)
+            if float(lower[index]) * column.scale + column.mean < low:
+                lower[index] = np.nextafter(lower[index], np.float32(np.inf))
+            if float(upper[index]) * column.scale + column.mean > high:
+                upper[index] = np.nextafter(upper[index], np.float32(-np.inf))
         return lower, upper
 
     def describe(self) -> str:

@@ -158,3 +158,37 @@ def test_a_run_that_trained_no_step_is_explained_from_its_logged_models(tmp_path
     with torch.no_grad():
         expected = torch.softmax(loaded.module.model(torch.tensor(rows.to_numpy(), dtype=torch.float32)), 1)
     assert result["prediction_probability"].tolist() == pytest.approx(expected.max(1).values.tolist(), rel=1e-5)
+
+
+
+LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
+
+
+@pytest.mark.parametrize("source", ["checkpoint", "run", "logged-models"])
+def test_explanations_keep_the_constraints_the_model_was_trained_under(tmp_path, source):
+    """From the checkpoint alone (README: `--checkpoint-dir loans-ct`, then `--checkpoint loans-ct/last.ckpt`, no
+    config.json beside it), from the run, and from the logged models of a run that trained no step, a table's
+    model is explained under the mutability it was trained with: --immutable and --mutability alike."""
+    from ct_lightning.experiment.runs.explanations import explain_loaded, load_explainable, search_settings
+    from ct_lightning.experiment.runs.train import train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = train({"data": str(LOANS), "target": "approved", "immutable": ["age", "sex"], "mutability": "debt=decrease",
+                 "max_epochs": 2, "nce": 16, "tracking_uri": uri, "progress": False, "seed": 0,
+                 "checkpoint_dir": str(tmp_path / "ct"), **({"limit_train_batches": 0, "max_epochs": 1}
+                                                            if source == "logged-models" else {})})
+    assert not (tmp_path / "ct" / "config.json").exists()
+    assert (run["checkpoints"]["last"] is None) == (source == "logged-models")
+    loaded = load_explainable(None, str(tmp_path / "ct" / "last.ckpt")) if source == "checkpoint" else \
+        load_explainable(run["run_id"], None, uri)
+    rows = pd.read_csv(LOANS).drop(columns="approved").head(40)
+    settings = search_settings(loaded.module, {"max_steps": 60})
+    free = explain(loaded.module, rows, target="yes", codec=loaded.codec, **settings)
+    assert any(c["feature"] == "age" for changes in free["changes"] for c in changes), \
+        "unconstrained, the search moves age somewhere (else this test could not fail)"
+    result = explain_loaded(loaded, rows, "yes", settings)
+    for i, changes in enumerate(result["changes"]):
+        moved = {c["feature"]: c for c in changes}
+        assert not {"age", "sex"} & set(moved), f"row {i}: an immutable column moved: {changes}"
+        assert "debt" not in moved or moved["debt"]["to"] <= moved["debt"]["from"], f"row {i}: debt rose"
+    assert any(result["changes"]), "the search moved some column"

@@ -147,6 +147,22 @@ def test_the_domain_is_the_training_range_widened_or_the_declared_bounds(codec):
     assert lower[0] * age.scale + age.mean == pytest.approx(18) and upper[0] * age.scale + age.mean == pytest.approx(70)
 
 
+def test_a_column_without_negative_training_values_is_not_widened_below_zero(codec):
+    debt = next(c for c in codec.columns if c.name == "debt")
+    assert debt.train_min >= 0 and debt.mean - 3 * debt.scale < 0, "the fixture's debt is widened below 0 by 3 sd"
+    low, high = debt.domain()
+    assert low == 0 and high == pytest.approx(max(debt.mean + 3 * debt.scale, debt.train_max))
+    check_rows(codec, rows(debt=0), 1)
+    with pytest.raises(ValueError, match=r"'debt': -1 in row 0 is outside the model's domain; allowed: 0 to .*not "
+                                         r"below 0: no training value is negative\)$"):
+        check_rows(codec, rows(debt=-1), 1)
+    lower, _ = codec.encoded_bounds()  # the search keeps to the same domain
+    assert 0 <= float(lower[codec.feature_names.index("debt")]) * debt.scale + debt.mean < 1e-2  # one float32 step
+    frame = pd.read_csv(LOANS).assign(debt=lambda f: f["debt"] - f["debt"].min() - 1)  # one negative value
+    shifted = next(c for c in TabularCodec.fit(frame, "approved").columns if c.name == "debt")
+    assert not shifted.floored_at_zero and shifted.domain()[0] == pytest.approx(shifted.mean - 3 * shifted.scale)
+
+
 def test_params_target_and_max_steps(codec):
     check_params(codec, {"explain": True, "target": "yes", "max_steps": 50})
     check_params(codec, {"target": "", "max_steps": 0})

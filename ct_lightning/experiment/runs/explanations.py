@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import tempfile
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -63,12 +64,14 @@ def _from_logged_models(run_id: str, tracking_uri: str) -> Explainable:
         config = {**DEFAULTS, **json.loads(Path(client.download_artifacts(run_id, "config.json", folder)).read_text())}
         with _tracking_uri(tracking_uri):
             model = mlflow.pytorch.load_model(f"runs:/{run_id}/model", map_location="cpu")
-            codec = mlflow.pyfunc.load_model(f"runs:/{run_id}/predictor").unwrap_python_model().codec
+            predictor = mlflow.pyfunc.load_model(f"runs:/{run_id}/predictor").unwrap_python_model()
     except Exception as error:  # noqa: BLE001 - MLflow raises several types for missing artifacts
         raise FileNotFoundError(f"run {run_id}: no checkpoint and no logged model to explain "
                                 f"({str(error).splitlines()[0]})") from None
+    codec = predictor.codec
     names = list(codec.feature_names)
-    module = CTModule(model=model, **module_kwargs(config, len(names), len(codec.classes), names, None))
+    mutability = dict(predictor.search.get("mutability") or {}) or None  # the run's trained constraints
+    module = CTModule(model=model, **module_kwargs(config, len(names), len(codec.classes), names, mutability))
     return Explainable(module.eval(), codec, config, run_id, not isinstance(codec, FeatureCodec))
 
 
@@ -177,9 +180,27 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
 
         datamodule = build_datamodule(explainable.config)
         x_train, y_train = datamodule.x_train, datamodule.y_train
-    immutable = {name: "none" for name in explainable.config.get("immutable") or []}
-    return explain(explainable.module, rows, target=target, codec=explainable.codec, mutability=immutable,
+    mutability = {**trained_mutability(explainable.module),
+                  **{name: "none" for name in explainable.config.get("immutable") or []}}
+    return explain(explainable.module, rows, target=target, codec=explainable.codec, mutability=mutability,
                    x_train=x_train, y_train=y_train, seed=seed, **settings)
+
+
+def trained_mutability(module) -> dict[str, str]:
+    """``{feature: kind}`` of the mutability ``module`` was trained under (its ``mutability`` hyperparameter: what
+    ``train()`` merged from --mutability, --immutable, --protect and the data spec), by feature name."""
+    from ct_lightning.constraints import mutability_pairs
+
+    hp = getattr(module, "hparams", None)
+    spec = getattr(hp, "mutability", None) if hp is not None else None
+    if not spec:
+        return {}
+    if isinstance(spec, str):
+        return mutability_pairs(spec)
+    names = list(getattr(hp, "feature_names", None) or [])
+    items = spec.items() if isinstance(spec, Mapping) else enumerate(spec)  # a list: one kind per model input
+    return {names[key] if isinstance(key, int) and key < len(names) else key: kind for key, kind in items
+            if kind != "both"}
 
 
 def flat_table(explanations: pd.DataFrame) -> pd.DataFrame:

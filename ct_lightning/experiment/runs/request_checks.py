@@ -191,7 +191,8 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
     categories with their own type (a text ``"1"`` for the category ``1`` and ``1`` for ``True`` are refused,
     ``1.0`` is the category ``1``); in a numeric column, text (also ``"40"``), true/false, an infinite value, a
     fraction in an integer column, a number outside the column's domain (declared bounds, else the training range
-    widened to mean ± 3 sd: the domain the counterfactual search keeps to). Returned: numeric columns as
+    widened to mean ± 3 sd and not below 0 where no training value is negative: the domain the counterfactual
+    search keeps to). Returned: numeric columns as
     ``float64`` (integer columns ``int64``), category columns as the categories themselves."""
     names = [c.name for c in codec.columns]
     if len(frame) == 0:
@@ -217,6 +218,8 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
             declared = (getattr(column, "lower", None) is not None) + (getattr(column, "upper", None) is not None)
             source = ("the data spec's bounds", "the data spec's bound and the training rows' range widened to "
                       "mean +/- 3 sd", "the training rows' range widened to mean +/- 3 sd")[2 - declared]
+            if getattr(column, "floored_at_zero", False) and low == 0:
+                source += ", not below 0: no training value is negative"
             raise ValueError(f"rows: column {column.name!r}: {_number(numeric.iloc[row])} in row {row} is outside the "
                              f"model's domain; allowed: {_number(low)} to {_number(high)} ({source})")
         if column.kind == "integer" and (numeric.abs() < 2 ** 53).all():
