@@ -73,6 +73,26 @@ def test_finetune_from_plain_state_dict(store, tmp_path):
     assert summary["config"]["activation"] == "tanh" and summary["config"]["hidden_sizes"] == [8]
 
 
+def test_finetune_from_a_torchscript_file_and_a_pickled_module_is_refused_with_the_fix(store, tmp_path):
+    model = build_mlp(2, 2, [12, 6], "relu")
+    torch.jit.save(torch.jit.script(model), tmp_path / "scripted.pt")
+    first = FirstWeights()
+    summary = train({**TINY, **store, "from_checkpoint": str(tmp_path / "scripted.pt")}, callbacks=[first])
+    assert summary["config"]["hidden_sizes"] == [12, 6], "hidden sizes inferred from the scripted weights"
+    assert_started_from(first, model.state_dict())
+    torch.save(model, tmp_path / "whole.pt")  # the whole module, pickled: loading it runs code from the file
+    with pytest.raises(ValueError) as refused:
+        read_checkpoint(tmp_path / "whole.pt")
+    message = str(refused.value)
+    assert message.startswith(f"from_checkpoint: {tmp_path / 'whole.pt'} holds a pickled "
+                              "torch.nn.modules.container.Sequential (torch.save(model))")
+    assert "torch.save(model.state_dict(), 'weights.pt')" in message and "\n" not in message
+    recipe = load_recipe("train")
+    with pytest.raises(SystemExit, match="--from-checkpoint: .*holds a pickled"):
+        recipe.main(["--data", "moons", "--from-checkpoint", str(tmp_path / "whole.pt"), "--max-epochs", "1",
+                     "--tracking-uri", store["tracking_uri"], "--no-progress"])
+
+
 def test_finetune_own_model_from_factory(store, tmp_path, monkeypatch):
     (tmp_path / "my_models.py").write_text(
         "from torch import nn\n"

@@ -16,15 +16,30 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
 
     Accepted forms: a Lightning checkpoint of this project (``state_dict`` with ``model.``
     prefixed keys; metadata = its ``hyper_parameters``), a dict ``{"state_dict": ..., **metadata}``,
-    or a plain PyTorch ``state_dict``.
+    a plain PyTorch ``state_dict``, or a TorchScript file (``torch.jit.save``: its weights). A whole pickled
+    module (``torch.save(model)``) is refused, with the line that saves its weights instead: loading it would
+    run code from the file.
     """
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"from_checkpoint: no file at {path}")
+    if _is_torchscript(path):
+        try:
+            return dict(torch.jit.load(str(path), map_location="cpu").state_dict()), {}
+        except Exception as error:  # noqa: BLE001 - a damaged archive
+            raise ValueError(f"from_checkpoint: {path} is a TorchScript file that does not load "
+                             f"({_first_line(error)})") from None
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - any unpickling failure means: not a checkpoint we accept
-        raise ValueError(f"from_checkpoint: {path} is not a readable PyTorch checkpoint ({error})") from None
+        pickled = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(error))
+        if pickled:
+            raise ValueError(f"from_checkpoint: {path} holds a pickled {pickled.group(1)} (torch.save(model)), "
+                             "which only loads by running code from the file; save its weights with "
+                             "torch.save(model.state_dict(), 'weights.pt') and pass that file (allowed: a "
+                             "state_dict, a checkpoint of this project, a TorchScript file)") from None
+        raise ValueError(f"from_checkpoint: {path} is not a readable PyTorch checkpoint "
+                         f"({_first_line(error)})") from None
     if not isinstance(payload, dict):
         raise ValueError(f"from_checkpoint: {path} holds a {type(payload).__name__}, expected a state_dict")
     if "state_dict" in payload and isinstance(payload["state_dict"], dict):
@@ -39,6 +54,23 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     if not tensors:
         raise ValueError(f"from_checkpoint: {path} holds no weight tensors")
     return tensors, metadata
+
+
+def _is_torchscript(path: Path) -> bool:
+    """Whether ``path`` is a TorchScript archive (a zip holding ``constants.pkl`` and ``code/``)."""
+    import zipfile
+
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        names = archive.namelist()
+    return any(name.endswith("/constants.pkl") for name in names) and any("/code/" in name for name in names)
+
+
+def _first_line(error: Exception) -> str:
+    """The first line of ``error``'s message without terminal escapes (torch's load errors span paragraphs)."""
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip()
+    return (text.splitlines() or [type(error).__name__])[0][:300]
 
 
 def infer_mlp_hidden_sizes(state: dict[str, torch.Tensor]) -> list[int] | None:
