@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ct_lightning.constraints import FeatureTypes, parse_mutability
+from ct_lightning.constraints import FeatureTypes, mutability_pairs, parse_mutability
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, make_generator, prepare_standalone
 from ct_lightning.generators.base import generate_counterfactuals
@@ -154,6 +154,22 @@ def constraint_tensors(codec, n_features: int, mutability=None):
     return codes, lower, upper, spec
 
 
+def trained_mutability(model) -> dict[str, str]:
+    """``{feature: kind}`` of the mutability ``model`` was trained under: a ``CTModule``'s ``mutability``
+    hyperparameter (what ``train()`` merged from --mutability, --immutable, --protect and the data spec), by feature
+    name; ``{}`` for a plain ``nn.Module``."""
+    hp = getattr(model, "hparams", None)
+    spec = getattr(hp, "mutability", None) if hp is not None else None
+    if not spec:
+        return {}
+    if isinstance(spec, str):
+        return mutability_pairs(spec)
+    names = list(getattr(hp, "feature_names", None) or [])
+    items = spec.items() if isinstance(spec, Mapping) else enumerate(spec)  # a list: one kind per model input
+    return {names[key] if isinstance(key, int) and key < len(names) else key: kind for key, kind in items
+            if kind != "both"}
+
+
 def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "ecco", tau: float = 0.75,
             max_steps: int = 100, epsilon: float = 0.3, lambda_cost: float = 0.001, lambda_energy: float = 5.0,
             lr: float = 0.25, generator_options: dict | None = None, mutability: Mapping[str, str] | None = None,
@@ -164,7 +180,8 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     ``model`` returns logits (an ``nn.Module``, or a ``CTModule``: its codec-free defaults are its own
     settings); ``rows`` is a DataFrame (or a list of dicts) with the codec's columns in original units;
     ``target`` a class label (one for all rows, or one per row; default: the most likely other class).
-    Immutable columns (the codec's, plus ``mutability``) never change. Columns of the result:
+    Immutable columns (the codec's, those ``model`` was trained under: :func:`trained_mutability`, plus
+    ``mutability``) never change. Columns of the result:
     ``factual`` and ``counterfactual`` (column → value), ``prediction`` and its ``prediction_probability``,
     ``target`` and its ``factual_probability``, ``changes`` (a list of ``{feature, from, to}``), ``probability`` (of the target at the
     decoded counterfactual, re-encoded), ``valid`` (the decoded counterfactual is predicted as the
@@ -189,7 +206,8 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     x = torch.tensor(np.array(codec.encode(frame), dtype=np.float32))
     device = next(classifier.parameters()).device
     x = x.to(device)
-    codes, lower, upper, spec = constraint_tensors(codec, x.shape[1], mutability)
+    codes, lower, upper, spec = constraint_tensors(codec, x.shape[1], {**trained_mutability(model),
+                                                                       **dict(mutability or {})})
     with eval_mode(classifier), torch.no_grad():
         probabilities = torch.softmax(classifier(x), dim=1)
     predicted = probabilities.argmax(1)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import tempfile
 import time
-from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -180,27 +179,11 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
 
         datamodule = build_datamodule(explainable.config)
         x_train, y_train = datamodule.x_train, datamodule.y_train
-    mutability = {**trained_mutability(explainable.module),
-                  **{name: "none" for name in explainable.config.get("immutable") or []}}
+    # explain() adds the mutability the module was trained under (its hparams); config.json's --immutable is kept
+    # for modules without one (a run's logged nn.Module).
+    mutability = {name: "none" for name in explainable.config.get("immutable") or []}
     return explain(explainable.module, rows, target=target, codec=explainable.codec, mutability=mutability,
                    x_train=x_train, y_train=y_train, seed=seed, **settings)
-
-
-def trained_mutability(module) -> dict[str, str]:
-    """``{feature: kind}`` of the mutability ``module`` was trained under (its ``mutability`` hyperparameter: what
-    ``train()`` merged from --mutability, --immutable, --protect and the data spec), by feature name."""
-    from ct_lightning.constraints import mutability_pairs
-
-    hp = getattr(module, "hparams", None)
-    spec = getattr(hp, "mutability", None) if hp is not None else None
-    if not spec:
-        return {}
-    if isinstance(spec, str):
-        return mutability_pairs(spec)
-    names = list(getattr(hp, "feature_names", None) or [])
-    items = spec.items() if isinstance(spec, Mapping) else enumerate(spec)  # a list: one kind per model input
-    return {names[key] if isinstance(key, int) and key < len(names) else key: kind for key, kind in items
-            if kind != "both"}
 
 
 def flat_table(explanations: pd.DataFrame) -> pd.DataFrame:
