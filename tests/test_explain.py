@@ -80,6 +80,10 @@ def test_text_and_json_forms():
     records = json.loads(json.dumps(to_records(result)))
     assert {"factual", "counterfactual", "changes", "target", "probability", "valid"} <= set(records[0])
     assert all({"feature", "from", "to"} == set(c) for c in records[0]["changes"])
+    already = explain(model_of_income_and_home(), ROWS, target="no", codec=SmallCodec(), max_steps=200, tau=0.5)
+    assert list(already["prediction"]) == ["no", "no"] and not any(already["changes"])
+    assert describe(already).count("nothing needs to change: already no") == 2 and "no change found" not in \
+        describe(already)
 
 
 def test_ct_explain_on_a_logged_run_prints_writes_json_and_logs(tmp_path):

@@ -284,7 +284,8 @@ def describe(explanations: pd.DataFrame) -> str:
         status = "valid" if row["valid"] else "NOT valid: the decoded counterfactual is not predicted as the target"
         lines.append(f"  to get {row['target']} (probability {row['probability']:.2f}, {status}):")
         if not row["changes"]:
-            lines.append("    no change found")
+            already = row["valid"] and _same(row["prediction"], row["target"])
+            lines.append(f"    nothing needs to change: already {row['target']}" if already else "    no change found")
         for change in row["changes"]:
             lines.append(f"    {change['feature']}: {format_value(change['from'])} → {format_value(change['to'])}")
     return "\n".join(lines)
