@@ -72,6 +72,12 @@ def check_sweep(uri: str, summary: dict, n_trials: int) -> list:
         assert {"lambda_div", "nce"} <= set(child.data.params) and "val/acc" in child.data.metrics
     assert summary["best"] is not None and summary["best"]["objective"] == max(
         c.data.metrics["val/acc"] for c in children)
+    tied = [t["trial"] for t in summary["trials"] if t["objective"] == summary["best"]["objective"]]
+    assert summary["best"]["trial"] == min(tied), "ties go to the first trial, whatever order trials finished in"
+    # Trials are not registered; the sweep registers its best trial's predictor once (also when it is resumed).
+    versions = client.search_model_versions("name = 'ct-circles-ct'")
+    assert [v.run_id for v in versions] == [summary["best"]["run_id"]]
+    assert summary["registered"] == f"ct-circles-ct/{versions[0].version}"
     return children
 
 

@@ -157,6 +157,26 @@ def registered_name(data: str, objective: str, role: str | None = None) -> str:
     return f"ct-{clean}-{role.lower()}"
 
 
+def register_run_predictor(tracking_uri: str, run_id: str) -> tuple[str, str]:
+    """Register the ``predictor`` run ``run_id`` logged (a sweep's best trial) as ``ct-DATA-ROLE``, once: ``(name,
+    version)``, the existing version when this run is registered there already."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.runs.run_artifacts import _tracking_uri
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    tags = client.get_run(run_id).data.tags
+    name = registered_name(tags.get("data", "data"), tags.get("objective", "full"), tags.get("role"))
+    if client.search_registered_models(f"name = '{name}'"):
+        existing = client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
+        if existing:
+            return name, str(existing[0].version)
+    with _tracking_uri(tracking_uri):
+        version = mlflow.register_model(f"runs:/{run_id}/{PREDICTOR_NAME}", name)
+    return name, str(version.version)
+
+
 def log_predictor(model: torch.nn.Module, codec, x_encoded: torch.Tensor, search: dict,
                   registered_model_name: str | None = None, run_id: str | None = None, step: int = 0):
     """Log :class:`RawRowsClassifier` as the run's ``predictor`` (registered under ``registered_model_name``)."""
@@ -251,7 +271,10 @@ def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, modul
     if tags.get("ct.role") == "grid-model":
         _link_quietly(client, run_id, [logged.model_id], datasets, step)
         return {"model": logged.model_id, "predictor": None, "registered": None}
-    name = registered_name(data, config.get("objective", "full"), tags.get("role"))
+    # A sweep's trials are candidates: each logs its predictor, and the sweep registers only its best one at the end
+    # (register_run_predictor), so `models:/ct-DATA-ROLE/latest` never becomes whichever trial finished last.
+    name = None if tags.get("ct.role") == "sweep-trial" else \
+        registered_name(data, config.get("objective", "full"), tags.get("role"))
     with _tracking_uri(tracking_uri, experiment_id):
         try:
             predictor = log_predictor(module.model, codec, datamodule.x_train, search, name, run_id, step)

@@ -159,6 +159,20 @@ def find_or_create_sweep_parent(client, experiment_id: str, key: str, name: str)
     return run.info.run_id, False
 
 
+def _register_best(tracking_uri: str, run_id: str, echo) -> str | None:
+    """Register the best trial's predictor (``name/version``); a warning instead where the store refuses."""
+    from ct_lightning.experiment.runs.served_model import register_run_predictor
+
+    try:
+        name, version = register_run_predictor(tracking_uri, run_id)
+    except Exception as error:  # noqa: BLE001 - registering must not lose a finished sweep's summary
+        echo(f"warning: the best trial's predictor was not registered ({str(error).splitlines()[0][:200]})",
+             flush=True)
+        return None
+    echo(f"registered the best trial's predictor as {name} version {version} (models:/{name}/{version})", flush=True)
+    return f"{name}/{version}"
+
+
 def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "grid", num_samples: int = 10,
               seed: int = 0, metric: str = "val/acc", mode: str = "max", name: str | None = None,
               threads: int = 1, out_json: str | None = None, echo=print) -> dict:
@@ -240,7 +254,9 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         status = "FINISHED"
     finally:
         scored = [r for r in rows if r["objective"] is not None and math.isfinite(r["objective"])]
-        best = (max if mode == "max" else min)(scored, key=lambda r: r["objective"]) if scored else None
+        # Ties go to the lowest trial index: trials finish in any order, and a resumed sweep must name the same best.
+        sign = -1.0 if mode == "max" else 1.0
+        best = min(scored, key=lambda r: (sign * r["objective"], r["trial"])) if scored else None
         summary = {"parent_run_id": parent, "experiment": experiment, "tracking_uri": tracking_uri,
                    "search": search, "metric": metric, "mode": mode, "n_trials": len(trials),
                    "wall_seconds": time.perf_counter() - started,
@@ -248,6 +264,10 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         if best is not None:
             client.log_metric(parent, f"best/{metric}", best["objective"])
             client.set_tag(parent, "best_run_id", best["run_id"])
+            if status == "FINISHED":  # the best of every trial: the one model of the sweep to serve
+                summary["registered"] = _register_best(tracking_uri, best["run_id"], echo)
+                if summary["registered"]:
+                    client.set_tag(parent, "registered_model", summary["registered"])
         client.log_metric(parent, "failed_trials", len(failures))
         client.log_dict(parent, summary, "sweep.json")
         if out_json:
