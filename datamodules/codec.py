@@ -109,11 +109,13 @@ def read_spec(spec) -> dict:
 class TabularCodec:
     """Raw rows ↔ model inputs for one table (see the module docstring); fitted with :meth:`fit`."""
 
-    def __init__(self, target: str, classes: Sequence, columns: Sequence[ColumnSpec], positive=None):
+    def __init__(self, target: str, classes: Sequence, columns: Sequence[ColumnSpec], positive=None,
+                 dropped: Sequence[str] = ()):
         self.target = target
         self.classes = list(classes)
         self.positive = positive if positive is not None else self.classes[-1]
         self.columns = list(columns)
+        self.dropped = list(dropped)  # the table's columns that are no features (--drop-columns): rows may carry them
         self.feature_names = [name for column in self.columns for name in column.encoded_names]
         self._slices, start = {}, 0
         for column in self.columns:
@@ -123,13 +125,16 @@ class TabularCodec:
 
     # --- fitting -------------------------------------------------------------------------------------------
     @classmethod
-    def fit(cls, frame: pd.DataFrame, target: str, spec=None, train_rows=None) -> TabularCodec:
+    def fit(cls, frame: pd.DataFrame, target: str, spec=None, train_rows=None,
+            dropped: Sequence[str] = ()) -> TabularCodec:
         """Fit on ``frame``'s ``train_rows`` (positions; default all rows): kinds from ``spec`` or the dtypes,
-        categories, means and scales. Raises a one-line ``ValueError`` for data it cannot encode."""
+        categories, means and scales; the ``dropped`` columns are no features. Raises a one-line ``ValueError`` for
+        data it cannot encode."""
         spec = read_spec(spec)
         declared = dict(spec.get("columns") or {})
         if target not in frame.columns:
             raise ValueError(f"target: column {target!r} not found; columns: {', '.join(map(str, frame.columns))}")
+        frame = frame.drop(columns=[c for c in dropped if c in frame.columns])
         unknown = [name for name in declared if name not in frame.columns]
         if unknown:
             raise ValueError(f"data-spec: unknown column {unknown[0]!r}; columns: {', '.join(map(str, frame.columns))}")
@@ -158,7 +163,7 @@ class TabularCodec:
                 raise ValueError(f"data-spec: column {name!r}: mutability {mutability!r} has no meaning for a "
                                  "categorical column; allowed: both, none")
             columns.append(cls._fit_column(name, kind, mutability, options, frame[name], train[name]))
-        return cls(target, classes, columns, positive)
+        return cls(target, classes, columns, positive, dropped)
 
     @staticmethod
     def _fit_column(name, kind, mutability, options, values: pd.Series, train: pd.Series) -> ColumnSpec:
@@ -170,7 +175,8 @@ class TabularCodec:
                                  f"({', '.join(map(str, levels[:5]))}, ...); allowed: 2 values")
             if len(levels) > MAX_CATEGORIES:
                 raise ValueError(f"data: column {name!r} has {len(levels)} categories; allowed: at most "
-                                 f"{MAX_CATEGORIES} (drop identifier or free-text columns, or declare it continuous)")
+                                 f"{MAX_CATEGORIES} (an identifier or free text: leave it out with --drop-columns "
+                                 f"{name}; a number: declare it continuous in --data-spec)")
             if kind == "binary" and len(levels) == 1:
                 levels = levels + ([1] if levels[0] == 0 else [0] if levels[0] == 1 else [])
             column.categories = [_plain(v) for v in levels]
@@ -323,13 +329,19 @@ class TabularCodec:
     def to_dict(self) -> dict:
         """A JSON-able description; :meth:`from_dict` rebuilds the same codec."""
         return {"kind": "tabular", "target": self.target, "classes": [_plain(c) for c in self.classes],
-                "positive": _plain(self.positive), "columns": [asdict(c) for c in self.columns]}
+                "positive": _plain(self.positive), "columns": [asdict(c) for c in self.columns],
+                **({"dropped": list(self.dropped)} if self.dropped else {})}
 
     @classmethod
     def from_dict(cls, payload: Mapping) -> TabularCodec:
         """The codec :meth:`to_dict` described."""
         columns = [ColumnSpec(**column) for column in payload["columns"]]
-        return cls(payload["target"], payload["classes"], columns, payload.get("positive"))
+        return cls(payload["target"], payload["classes"], columns, payload.get("positive"), payload.get("dropped", ()))
+
+    def without_dropped(self, frame: pd.DataFrame) -> pd.DataFrame:
+        """``frame`` less the columns the model does not use (:attr:`dropped`), where it has them."""
+        present = [c for c in self.dropped if c in frame.columns]
+        return frame.drop(columns=present) if present else frame
 
     def __eq__(self, other) -> bool:
         return isinstance(other, TabularCodec) and self.to_dict() == other.to_dict()

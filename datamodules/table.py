@@ -9,6 +9,7 @@ chosen from the training split's size (:func:`table_defaults`) unless given.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -16,7 +17,6 @@ import pandas as pd
 
 from datamodules.base import TensorDataModule
 from datamodules.codec import TabularCodec, read_spec
-from datamodules.feature_types import FeatureTypes
 from datamodules.feature_types import FeatureTypes
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
@@ -55,6 +55,21 @@ def table_defaults(n_train: int) -> dict:
             "batch_size": 1000 if large else 32}
 
 
+def drop_table_columns(frame: pd.DataFrame, columns: Sequence[str], target: str | None, name: str,
+                       strict: bool = True) -> pd.DataFrame:
+    """``frame`` without ``columns`` (``--drop-columns``: identifiers, free text, leaked outcomes); ``strict``: a
+    column the table lacks, or the target, is a one-line ``ValueError`` (a trained model's list is not strict: a
+    file to evaluate may lack an identifier it was trained without)."""
+    if strict:
+        unknown = [c for c in columns if c not in frame.columns]
+        if unknown:
+            raise ValueError(f"drop_columns: got {unknown[0]!r}, not a column of {name}; allowed: "
+                             f"{', '.join(map(str, frame.columns))}")
+        if target is not None and target in columns:
+            raise ValueError(f"drop_columns: got {target!r}, the target; allowed: the other columns of {name}")
+    return frame.drop(columns=[c for c in columns if c in frame.columns])
+
+
 def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str) -> pd.DataFrame:
     """The table with missing values handled as ``impute`` says, or a one-line ``ValueError`` for a table that
     cannot be trained on: no target, a target with one class, missing values, constant columns."""
@@ -83,7 +98,8 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str)
                          f"label with at most {MAX_CLASSES} classes")
     constant = [c for c in frame.columns if c != target and frame[c].nunique(dropna=False) <= 1]
     if constant:
-        raise ValueError(f"data: column {constant[0]!r} is constant in {name} (it cannot explain anything); drop it")
+        raise ValueError(f"data: column {constant[0]!r} is constant in {name} (it cannot explain anything); leave it "
+                         f"out with --drop-columns {constant[0]}")
     return frame
 
 
@@ -122,24 +138,30 @@ class TableDataModule(TensorDataModule):
 
     def __init__(self, source, target: str | None = None, spec=None, impute: str = "none",
                  batch_size: int | None = None, seed: int = 0, num_workers: int = 0, data_seed: int = 0,
-                 codec: TabularCodec | dict | None = None):
+                 codec: TabularCodec | dict | None = None, drop_columns: Sequence[str] = ()):
         self.source = source
         self.frame = source.copy() if isinstance(source, pd.DataFrame) else read_table(source)
         self.label_of_source = "DataFrame" if isinstance(source, pd.DataFrame) else str(source)
         if not isinstance(source, pd.DataFrame):
             self.name = Path(source).stem  # loans.csv -> loans: table rows, plots and model names use it
+        if codec is not None and not isinstance(codec, TabularCodec):
+            codec = TabularCodec.from_dict(codec)
+        self.drop_columns = list(codec.dropped if codec is not None else drop_columns)
+        self.frame = drop_table_columns(self.frame, self.drop_columns, target, self.label_of_source,
+                                        strict=codec is None)
         self.frame = check_table(self.frame, target, impute, self.label_of_source)
         self.target, self.spec, self.impute, self.data_seed = target, read_spec(spec), impute, data_seed
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
         if impute == "median":
             self.frame = impute_from_train(self.frame, self.rows["train"], target)
         if codec is not None:  # a trained model's own preprocessing, so the columns match its inputs
-            self.codec = codec if isinstance(codec, TabularCodec) else TabularCodec.from_dict(codec)
+            self.codec = codec
             if self.codec.target != target:
                 raise ValueError(f"target: {target!r} is not the column the model was trained to predict "
                                  f"({self.codec.target!r}, from its ct_preprocessing)")
         else:
-            self.codec = TabularCodec.fit(self.frame, target, self.spec, train_rows=self.rows["train"])
+            self.codec = TabularCodec.fit(self.frame, target, self.spec, train_rows=self.rows["train"],
+                                          dropped=self.drop_columns)
         self.ct_defaults = table_defaults(len(self.rows["train"]))
         super().__init__(batch_size or self.ct_defaults["batch_size"], seed, num_workers)
         self.protected_features = tuple(c.name for c in self.codec.columns if c.mutability == "none")
@@ -168,4 +190,18 @@ class TableDataModule(TensorDataModule):
         classes = ", ".join(f"{c!r}" for c in self.codec.classes)
         return (f"data {self.label_of_source}: {len(self.frame)} rows ({sizes}), target {self.target!r} with classes "
                 f"{classes} (positive: {self.codec.positive!r})\ncolumns (kind from the data spec or inferred from "
-                f"the dtypes):\n{self.codec.describe()}")
+                f"the dtypes):\n{self.codec.describe()}"
+                + (f"\nleft out (--drop-columns): {', '.join(self.drop_columns)}" if self.drop_columns else "")
+                + "".join(f"\nnote: {name!r} holds a different whole number in every row, one after the other: an "
+                          f"identifier? it trains as a feature; leave it out with --drop-columns {name}"
+                          for name in self.identifier_like()))
+
+    def identifier_like(self) -> list[str]:
+        """Integer feature columns that look like row identifiers: every row a different value, consecutive."""
+        found = []
+        for column in self.codec.columns:
+            if column.kind == "integer" and column.name in self.frame.columns:
+                values = self.frame[column.name]
+                if len(values) > 2 and values.is_unique and values.max() - values.min() == len(values) - 1:
+                    found.append(column.name)
+        return found

@@ -158,3 +158,61 @@ def test_the_search_sees_the_tables_categories_binaries_and_integers():
     snapped = Constraints(torch.zeros(len(names), dtype=torch.long), lower, upper, types=types).snap(noisy, x)
     decoded = data.codec.decode(snapped)
     np.testing.assert_allclose(data.codec.encode(decoded), snapped.numpy(), atol=1e-4)
+
+
+def with_non_features(loans: pd.DataFrame) -> pd.DataFrame:
+    """The loans table with an identifier, a free-text column and a constant one, as real exports have."""
+    return loans.assign(applicant_id=np.arange(1000, 1000 + len(loans)), branch="main",
+                        notes=[f"called on day {i}" for i in range(len(loans))])
+
+
+def test_drop_columns_leaves_identifiers_free_text_and_constants_out(loans):
+    frame = with_non_features(loans)
+    with pytest.raises(ValueError, match=r"^data: column 'branch' is constant in DataFrame .*; leave it out with "
+                                         r"--drop-columns branch$"):
+        TableDataModule(frame, "approved")
+    with pytest.raises(ValueError, match=r"'notes' has 300 categories; .*leave it out with --drop-columns notes"):
+        TableDataModule(frame.drop(columns="branch"), "approved")
+    with pytest.raises(ValueError, match=r"^drop_columns: got 'nope', not a column of DataFrame; allowed: age, "):
+        TableDataModule(frame, "approved", drop_columns=["nope"])
+    with pytest.raises(ValueError, match=r"^drop_columns: got 'approved', the target"):
+        TableDataModule(frame, "approved", drop_columns=["approved"])
+    hinted = TableDataModule(frame.drop(columns=["branch", "notes"]), "approved")
+    assert hinted.identifier_like() == ["applicant_id"] and "leave it out with --drop-columns applicant_id" in \
+        hinted.describe()
+    assert TableDataModule(loans, "approved").identifier_like() == []
+    module = TableDataModule(frame, "approved", drop_columns=["applicant_id", "branch", "notes"])
+    plain = TableDataModule(loans, "approved")
+    assert module.codec.feature_names == plain.codec.feature_names
+    assert module.codec.dropped == ["applicant_id", "branch", "notes"]
+    assert TabularCodec.from_dict(json.loads(json.dumps(module.codec.to_dict()))) == module.codec
+    assert "left out (--drop-columns): applicant_id, branch, notes" in module.describe()
+    module.setup("fit")
+    plain.setup("fit")
+    assert torch.equal(module.x_train, plain.x_train) and torch.equal(module.y_train, plain.y_train)
+    # a trained model's codec drops them from a file to evaluate, which may also lack them
+    again = TableDataModule(frame, "approved", codec=module.codec.to_dict())
+    assert again.codec == module.codec
+    TableDataModule(loans, "approved", codec=module.codec)
+
+
+def test_a_model_trained_without_some_columns_explains_and_serves_rows_that_carry_them(tmp_path, loans):
+    from ct_lightning.experiment.runs.explanations import explain_loaded, load_explainable, search_settings
+    from ct_lightning.experiment.runs.request_checks import check_rows
+    from ct_lightning.experiment.runs.train import train
+
+    frame = with_non_features(loans)
+    frame.to_csv(tmp_path / "export.csv", index=False)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    summary = train({"data": str(tmp_path / "export.csv"), "target": "approved", "drop_columns": "applicant_id, notes,"
+                     "branch", "max_epochs": 1, "nce": 16, "tracking_uri": uri, "progress": False})
+    assert summary["config"]["drop_columns"] == ["applicant_id", "notes", "branch"]
+    loaded = load_explainable(summary["run_id"], None, uri)
+    assert loaded.codec.dropped == ["applicant_id", "notes", "branch"]
+    rows = frame.drop(columns="approved").head(3)
+    result = explain_loaded(loaded, rows, "yes", search_settings(loaded.module, {"max_steps": 10}))
+    assert len(result) == 3 and "applicant_id" not in result["factual"][0]
+    checked = check_rows(loaded.codec, rows, 10)
+    assert list(checked.columns) == [c.name for c in loaded.codec.columns]
+    with pytest.raises(ValueError, match="unknown column 'zip'"):
+        check_rows(loaded.codec, rows.assign(zip=1), 10)

@@ -201,6 +201,8 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     if frame.empty:
         raise ValueError("rows: got no rows; allowed: one or more rows with the model's columns")
     columns = _column_names(codec)
+    if hasattr(codec, "without_dropped"):  # columns the model was trained without (--drop-columns)
+        frame = codec.without_dropped(frame)
     check_columns(frame, columns)
     frame = frame[columns].reset_index(drop=True)
     x = torch.tensor(np.array(codec.encode(frame), dtype=np.float32))

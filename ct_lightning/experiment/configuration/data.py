@@ -19,7 +19,8 @@ def build_datamodule(config: dict, codec=None):
         config["batch_size"] = cls.default_batch_size
     if is_table_file(config["data"]):
         datamodule = cls(config["data"], config.get("target"), config.get("data_spec"), config.get("impute") or "none",
-                         batch_size=config["batch_size"], seed=config["seed"], codec=codec)
+                         batch_size=config["batch_size"], seed=config["seed"], codec=codec,
+                         drop_columns=config.get("drop_columns") or ())
         datamodule.setup("fit")
         return datamodule
     kwargs = {"batch_size": config["batch_size"], "seed": config["seed"]}

@@ -126,7 +126,7 @@ class Setting:
         kind = {int: "int", float: "float", csv_ints: "ints", csv_floats: "floats"}.get(self.type, "str")
         if self.action in ("store_true", "store_false"):
             kind = "bool"
-        elif self.name == "immutable":
+        elif self.name in ("immutable", "drop_columns"):
             kind = "names"
         return Rule(kind, self.low, self.high, self.low_open, self.high_open, self.choices,
                     nonempty=self.name in ("tracking_uri", "experiment", "data"))
@@ -227,6 +227,9 @@ TABLE: tuple[Setting, ...] = (
     Setting("impute", "none", "table files: missing values are an error (none), drop those rows (drop), or are "
             "filled from the training rows: median / most frequent value (median) (default {DFLT})", group=DATA,
             choices=("none", "drop", "median")),
+    Setting("drop_columns", [], "table files: comma-separated columns that are no features (identifiers, free "
+            "text, leaked outcomes), e.g. applicant_id,notes: left out of training; rows to explain or serve may "
+            "still carry them", group=DATA),
     Setting("data_dir", None, "folder with the raw data files (default: $CT_DATA_DIR, else the user cache)", group=DATA,
             defines=False, on_resume=True),
     Setting("batch_size", None, "training batch size [Table 2]", int, DATA, table2=True, low=1),
@@ -387,7 +390,10 @@ def table2(data: str, config: dict | None = None) -> dict[str, Any]:
         from datamodules.table import TableDataModule  # noqa: PLC0415
 
         config = config or {}
-        module = TableDataModule(data, config.get("target"), config.get("data_spec"), config.get("impute") or "none")
+        drop = config.get("drop_columns") or []
+        module = TableDataModule(data, config.get("target"), config.get("data_spec"), config.get("impute") or "none",
+                                 drop_columns=[c.strip() for c in drop.split(",") if c.strip()]
+                                 if isinstance(drop, str) else list(drop))
         chosen = module.ct_defaults
         return {**{k: v for k, v in chosen.items() if k in DATA_DEFAULT_KEYS}, "batch_size": chosen["batch_size"]}
     cls = data_class(data)
@@ -405,8 +411,9 @@ def resolve_config(overrides: dict) -> dict:
     if is_table_file(data):
         data = str(Path(data).resolve())  # the run's configuration names the file absolutely
     config = {**DEFAULTS, **table2(data, {**DEFAULTS, **given}), **given, "data": data}
-    if isinstance(config["immutable"], str):
-        config["immutable"] = [f.strip() for f in config["immutable"].split(",") if f.strip()]
+    for name in ("immutable", "drop_columns"):
+        if isinstance(config[name], str):
+            config[name] = [f.strip() for f in config[name].split(",") if f.strip()]
     config = validate_config(config)
     if config["center_distance"] is not None and not data_class(data).blob:
         from datamodules import available  # noqa: PLC0415

@@ -129,8 +129,9 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str) -> No
     """Refuse rows the model cannot read, before any search: missing or unknown columns, unseen categories,
     non-numbers in numeric columns, missing values."""
     columns = [c.name for c in explainable.codec.columns]
+    ignored = set(getattr(explainable.codec, "dropped", ()))  # trained without them (--drop-columns)
     missing = [c for c in columns if c not in frame.columns]
-    unknown = [c for c in frame.columns if c not in columns]
+    unknown = [c for c in frame.columns if c not in columns and c not in ignored]
     note = "" if explainable.has_preprocessing else " (the run has no preprocessing.json, so the columns are the " \
                                                     "model's own inputs)"
     if unknown:

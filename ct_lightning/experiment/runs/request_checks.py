@@ -187,7 +187,7 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
     can answer; else a one-line ``ValueError`` naming the column, the row (0-based), the value and what is allowed.
 
     Refused: no rows or more than ``max_rows``; a missing column, a column the model does not know (the target
-    too) or one given twice; a missing value; in a category column, a value that is none of the training
+    too; the columns it was trained without, ``--drop-columns``, are accepted and left out) or one given twice; a missing value; in a category column, a value that is none of the training
     categories with their own type (a text ``"1"`` for the category ``1`` and ``1`` for ``True`` are refused,
     ``1.0`` is the category ``1``); in a numeric column, text (also ``"40"``), true/false, an infinite value, a
     fraction in an integer column, a number outside the column's domain (declared bounds, else the training range
@@ -195,6 +195,8 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
     search keeps to). Returned: numeric columns as
     ``float64`` (integer columns ``int64``), category columns as the categories themselves."""
     names = [c.name for c in codec.columns]
+    if hasattr(codec, "without_dropped"):  # columns the model was trained without (--drop-columns) may come along
+        frame = codec.without_dropped(frame)
     if len(frame) == 0:
         raise ValueError(f"rows: the request holds no rows; send at least one row with the columns {', '.join(names)}")
     if len(frame) > max_rows:

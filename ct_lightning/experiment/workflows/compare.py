@@ -73,6 +73,13 @@ def resolve_names(text: str) -> list[str]:
     return names
 
 
+def _names(value) -> list[str]:
+    """A comma-separated option (or a list) as a list of names."""
+    if not value:
+        return []
+    return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else list(value)
+
+
 def check_table_options(args, names: list[str]) -> None:
     """A table needs ``--target``; its actionability pair needs protected features (``--immutable`` or a data
     spec's ``mutability: none``); ``--target``/``--immutable`` without a use are refused, not ignored."""
@@ -80,7 +87,7 @@ def check_table_options(args, names: list[str]) -> None:
 
     tables = [name for name in names if is_table_file(name)]
     if not tables:
-        for option in ("target", "data_spec", "immutable"):
+        for option in ("target", "data_spec", "drop_columns", "immutable"):
             if getattr(args, option):
                 raise InputError(f"--{option.replace('_', '-')}", str(getattr(args, option)),
                                  "only with a .csv/.parquet --data (the built-in sets define their own)")
@@ -91,7 +98,8 @@ def check_table_options(args, names: list[str]) -> None:
         raise InputError("--immutable", args.immutable, "nothing with --no-actionability (only the actionability "
                          "pair protects features; the plausibility pair keeps every feature mutable)")
     for table in tables:  # reading the table checks it (columns, classes, missing values, ...) before any work
-        module = data_class(table)(table, args.target, args.data_spec, args.impute or "none")
+        module = data_class(table)(table, args.target, args.data_spec, args.impute or "none",
+                                   drop_columns=_names(args.drop_columns))
         if args.actionability and not args.immutable and not module.protected_features:
             raise InputError("--immutable", "(none)", f"the protected columns of {Path(table).name} for the "
                              "actionability pair (e.g. --immutable age,sex), a data spec with mutability: none, "
@@ -106,7 +114,8 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
                 "data_dir": args.data_dir, "accelerator": args.accelerator,
                 "limit_train_batches": args.limit_train_batches, "cpu_math": args.cpu_math}
     if any(is_table_file(name) for name in names):
-        training.update({"target": args.target, "data_spec": args.data_spec, "impute": args.impute})
+        training.update({"target": args.target, "data_spec": args.data_spec, "impute": args.impute,
+                         "drop_columns": _names(args.drop_columns) or None})
     roles = ROLES if args.actionability else ROLES[:2]
     tasks = []
     for i, data in enumerate(names):
@@ -116,7 +125,8 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
             given = {k: v for k, v in training.items() if v is not None}  # explicit flags beat the preset
             role_training = {**role_training_overrides(args.protocol, data, role), **given}
             if not is_table_file(data):
-                role_training = {k: v for k, v in role_training.items() if k not in ("target", "data_spec", "impute")}
+                role_training = {k: v for k, v in role_training.items()
+                                 if k not in ("target", "data_spec", "impute", "drop_columns")}
             elif protected and args.immutable:
                 role_training["immutable"] = args.immutable
             tasks.append(Task(data, role, objective, protected, role_training, protocol, args.tracking_uri,
