@@ -198,3 +198,5 @@ def test_explanations_keep_the_constraints_the_model_was_trained_under(tmp_path,
             assert not {"age", "sex"} & set(moved), f"row {i}: an immutable column moved: {changes}"
             assert "debt" not in moved or moved["debt"]["to"] <= moved["debt"]["from"], f"row {i}: debt rose"
         assert any(result["changes"]), "the search moved some column"
+        assert all(fixed == ["age", "sex"] for fixed in result["immutable"])
+    assert "(not allowed to change: age, sex)" in describe(recipe)

@@ -25,7 +25,7 @@ from ct_lightning.generators.base import generate_counterfactuals
 from datamodules.codec import ColumnSpec  # one description of a column, also for the identity codec
 
 COLUMNS = ["factual", "prediction", "prediction_probability", "target", "factual_probability", "counterfactual",
-           "changes", "probability", "valid", "converged"]
+           "changes", "probability", "valid", "converged", "immutable"]
 
 
 class FeatureCodec:
@@ -185,7 +185,8 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     ``factual`` and ``counterfactual`` (column → value), ``prediction`` and its ``prediction_probability``,
     ``target`` and its ``factual_probability``, ``changes`` (a list of ``{feature, from, to}``), ``probability`` (of the target at the
     decoded counterfactual, re-encoded), ``valid`` (the decoded counterfactual is predicted as the
-    target) and ``converged`` (the search itself reached ``tau`` before decoding).
+    target), ``converged`` (the search itself reached ``tau`` before decoding) and ``immutable`` (the columns that were
+    not allowed to change).
     """
     classifier = getattr(model, "model", model)
     hp = getattr(model, "hparams", None)
@@ -258,7 +259,7 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
                         "target": _plain(target_labels[i]),
                         "factual_probability": float(probabilities[i, targets[i]]), "counterfactual": counterfactual, "changes": changes,
                         "probability": float(target_probability[i]), "valid": bool(valid[i]),
-                        "converged": bool(result.converged[i])})
+                        "converged": bool(result.converged[i]), "immutable": list(immutable)})
     return pd.DataFrame(records, columns=COLUMNS)
 
 
@@ -290,6 +291,8 @@ def describe(explanations: pd.DataFrame) -> str:
             lines.append(f"    nothing needs to change: already {row['target']}" if already else "    no change found")
         for change in row["changes"]:
             lines.append(f"    {change['feature']}: {format_value(change['from'])} → {format_value(change['to'])}")
+        if row["changes"] and row.get("immutable"):
+            lines.append(f"    (not allowed to change: {', '.join(row['immutable'])})")
     return "\n".join(lines)
 
 
