@@ -212,6 +212,15 @@ def test_a_model_trained_without_some_columns_explains_and_serves_rows_that_carr
     rows = frame.drop(columns="approved").head(3)
     result = explain_loaded(loaded, rows, "yes", search_settings(loaded.module, {"max_steps": 10}))
     assert len(result) == 3 and "applicant_id" not in result["factual"][0]
+    import mlflow
+
+    from ct_lightning.experiment.runs.run_artifacts import _tracking_uri
+
+    with _tracking_uri(uri):  # the served predictor: its metadata names them, and it answers rows that carry them
+        info = mlflow.models.get_model_info(f"models:/{summary['models']['predictor']}")
+        served = mlflow.pyfunc.load_model(f"models:/{summary['models']['predictor']}").predict(rows)
+    assert info.metadata["ignored_columns"] == ["applicant_id", "notes", "branch"]
+    assert list(served["prediction"]) == list(result["prediction"])
     checked = check_rows(loaded.codec, rows, 10)
     assert list(checked.columns) == [c.name for c in loaded.codec.columns]
     with pytest.raises(ValueError, match="unknown column 'zip'"):

@@ -185,6 +185,8 @@ def log_predictor(model: torch.nn.Module, codec, x_encoded: torch.Tensor, search
     signature = predictor_signature(codec)
     example = example_rows(codec, x_encoded)
     metadata = {"input_columns": input_columns(codec)}
+    if getattr(codec, "dropped", None):  # trained without them (--drop-columns): a request may carry them
+        metadata["ignored_columns"] = list(codec.dropped)
     python_model = RawRowsClassifier(model, codec, search)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)
