@@ -109,6 +109,8 @@ def read_spec(spec) -> dict:
 class TabularCodec:
     """Raw rows ↔ model inputs for one table (see the module docstring); fitted with :meth:`fit`."""
 
+    dropped: Sequence[str] = ()  # also what a codec pickled before --drop-columns existed reads (served predictors)
+
     def __init__(self, target: str, classes: Sequence, columns: Sequence[ColumnSpec], positive=None,
                  dropped: Sequence[str] = ()):
         self.target = target

@@ -190,6 +190,12 @@ def test_drop_columns_leaves_identifiers_free_text_and_constants_out(loans):
     module.setup("fit")
     plain.setup("fit")
     assert torch.equal(module.x_train, plain.x_train) and torch.equal(module.y_train, plain.y_train)
+    # a codec pickled before --drop-columns existed (a registered predictor) has no such attribute of its own
+    import pickle
+
+    old = pickle.loads(pickle.dumps(plain.codec))
+    del old.__dict__["dropped"]
+    assert old.without_dropped(frame) is frame and "dropped" not in old.to_dict()
     # a trained model's codec drops them from a file to evaluate, which may also lack them
     again = TableDataModule(frame, "approved", codec=module.codec.to_dict())
     assert again.codec == module.codec
