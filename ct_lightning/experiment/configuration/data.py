@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 from ct_lightning.constraints import mutability_pairs, parse_mutability
-from ct_lightning.experiment.configuration.settings import data_class, is_table_file
+from ct_lightning.experiment.configuration.settings import csv_names, data_class, is_table_file
 
 
 def build_datamodule(config: dict, codec=None):
@@ -20,7 +20,7 @@ def build_datamodule(config: dict, codec=None):
     if is_table_file(config["data"]):
         datamodule = cls(config["data"], config.get("target"), config.get("data_spec"), config.get("impute") or "none",
                          batch_size=config["batch_size"], seed=config["seed"], codec=codec,
-                         drop_columns=config.get("drop_columns") or ())
+                         drop_columns=csv_names(config.get("drop_columns")))
         datamodule.setup("fit")
         return datamodule
     kwargs = {"batch_size": config["batch_size"], "seed": config["seed"]}

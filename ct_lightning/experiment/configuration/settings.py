@@ -44,6 +44,13 @@ def csv_floats(text: str) -> list[float]:
     return [float(part) for part in text.split(",") if part.strip()]
 
 
+def csv_names(value) -> list[str]:
+    """``"age, sex"`` (or a list) → ``["age", "sex"]``; empty or ``None`` → ``[]``."""
+    if not value:
+        return []
+    return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else list(value)
+
+
 def datasets_and_aliases() -> list[str]:
     """Every accepted ``--data`` value: canonical names, then aliases."""
     names = catalogue.available_datasets()
@@ -390,10 +397,8 @@ def table2(data: str, config: dict | None = None) -> dict[str, Any]:
         from datamodules.table import TableDataModule  # noqa: PLC0415
 
         config = config or {}
-        drop = config.get("drop_columns") or []
         module = TableDataModule(data, config.get("target"), config.get("data_spec"), config.get("impute") or "none",
-                                 drop_columns=[c.strip() for c in drop.split(",") if c.strip()]
-                                 if isinstance(drop, str) else list(drop))
+                                 drop_columns=csv_names(config.get("drop_columns")))
         chosen = module.ct_defaults
         return {**{k: v for k, v in chosen.items() if k in DATA_DEFAULT_KEYS}, "batch_size": chosen["batch_size"]}
     cls = data_class(data)
@@ -413,7 +418,7 @@ def resolve_config(overrides: dict) -> dict:
     config = {**DEFAULTS, **table2(data, {**DEFAULTS, **given}), **given, "data": data}
     for name in ("immutable", "drop_columns"):
         if isinstance(config[name], str):
-            config[name] = [f.strip() for f in config[name].split(",") if f.strip()]
+            config[name] = csv_names(config[name])
     config = validate_config(config)
     if config["center_distance"] is not None and not data_class(data).blob:
         from datamodules import available  # noqa: PLC0415

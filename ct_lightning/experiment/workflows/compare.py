@@ -19,7 +19,7 @@ from ct_lightning.experiment.configuration.console import PROGRESS_ENV, VERBOSE_
 from ct_lightning.experiment.configuration.preflight import threads_for
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import batches, checking, open_store, start
-from ct_lightning.experiment.configuration.settings import is_factory, is_table_file
+from ct_lightning.experiment.configuration.settings import csv_names, is_factory, is_table_file
 from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
                                                 check_writable_folder)
@@ -73,13 +73,6 @@ def resolve_names(text: str) -> list[str]:
     return names
 
 
-def _names(value) -> list[str]:
-    """A comma-separated option (or a list) as a list of names."""
-    if not value:
-        return []
-    return [v.strip() for v in value.split(",") if v.strip()] if isinstance(value, str) else list(value)
-
-
 def check_table_options(args, names: list[str]) -> None:
     """A table needs ``--target``; its actionability pair needs protected features (``--immutable`` or a data
     spec's ``mutability: none``); ``--target``/``--immutable`` without a use are refused, not ignored."""
@@ -99,7 +92,7 @@ def check_table_options(args, names: list[str]) -> None:
                          "pair protects features; the plausibility pair keeps every feature mutable)")
     for table in tables:  # reading the table checks it (columns, classes, missing values, ...) before any work
         module = data_class(table)(table, args.target, args.data_spec, args.impute or "none",
-                                   drop_columns=_names(args.drop_columns))
+                                   drop_columns=csv_names(args.drop_columns))
         if args.actionability and not args.immutable and not module.protected_features:
             raise InputError("--immutable", "(none)", f"the protected columns of {Path(table).name} for the "
                              "actionability pair (e.g. --immutable age,sex), a data spec with mutability: none, "
@@ -115,7 +108,7 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
                 "limit_train_batches": args.limit_train_batches, "cpu_math": args.cpu_math}
     if any(is_table_file(name) for name in names):
         training.update({"target": args.target, "data_spec": args.data_spec, "impute": args.impute,
-                         "drop_columns": _names(args.drop_columns) or None})
+                         "drop_columns": csv_names(args.drop_columns) or None})
     roles = ROLES if args.actionability else ROLES[:2]
     tasks = []
     for i, data in enumerate(names):
