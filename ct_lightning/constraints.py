@@ -161,8 +161,8 @@ class Constraints:
         if types.integers and self.lower is not None and self.upper is not None:
             # Whole numbers inside the domain: rounding never leaves it.
             index = self.int_columns.to(self.lower.device)
-            low = (self.lower[index].float().cpu() * scale + offset).ceil()
-            high = (self.upper[index].float().cpu() * scale + offset).floor()
+            low = _whole_inside(self.lower[index].float().cpu() * scale + offset, offset, up=True)
+            high = _whole_inside(self.upper[index].float().cpu() * scale + offset, offset, up=False)
             self.int_low, self.int_high = low.to(device), torch.maximum(low, high).to(device)
 
     def mask_gradient(self, grad: torch.Tensor) -> torch.Tensor:
@@ -308,3 +308,16 @@ def resolve_domain(domain, x_train: torch.Tensor, n_std: float = 3.0,
     n_features = x_train.shape[1]
     lower, upper = (torch.as_tensor(b, dtype=torch.float32).expand(n_features) for b in domain)
     return lower, upper
+
+
+def _whole_inside(bound: torch.Tensor, offset: torch.Tensor, up: bool) -> torch.Tensor:
+    """The whole number nearest to a domain ``bound`` (original units) on its inner side. A bound that is a whole
+    number up to the rounding of its float32 encoding (a lower bound of 0 encoded, then decoded to 0.0004 for a
+    column with mean 5 000) is that number: ceil/floor alone would forbid 0 itself."""
+    bound = bound.double()
+    nearest = bound.round()
+    # decoding x·scale + mean from float32 is off by ~1e-7 of |bound − mean|; allow ten times that
+    slack = 1e-6 * ((bound - offset.double()).abs() + offset.double().abs() + 1.0)
+    inner = bound.ceil() if up else bound.floor()
+    return torch.where((bound - nearest).abs() <= slack, nearest, inner).float()
+

@@ -231,3 +231,29 @@ def test_a_model_trained_without_some_columns_explains_and_serves_rows_that_carr
     assert list(checked.columns) == [c.name for c in loaded.codec.columns]
     with pytest.raises(ValueError, match="unknown column 'zip'"):
         check_rows(loaded.codec, rows.assign(zip=1), 10)
+
+
+def test_snapping_keeps_whole_numbers_at_the_bounds_of_their_domain():
+    # Payments: mostly 0, some large. The encoded bounds are rounded inward in float32, so for some columns the lower
+    # bound decodes to +0.0004 and the declared upper bound to 49 999.996: whole numbers at either bound must stay
+    # allowed, so snapping a valid row changes nothing (a row at 0 used to come back as 1: "PAY_AMT4: 0 → 1" for an
+    # applicant who needed no change).
+    from ct_lightning.constraints import Constraints
+
+    rng = np.random.default_rng(0)
+    frame = pd.DataFrame({f"paid{i}": np.where(rng.random(400) < 0.4, 0, rng.integers(1, 50_001, 400))
+                          for i in range(12)})
+    frame.iloc[0], frame.iloc[1] = 0, 50_000
+    frame["y"] = rng.integers(0, 2, 400)
+    codec = TabularCodec.fit(frame, "y", spec={"columns": {f"paid{i}": {"upper": 50_000} for i in range(12)}})
+    lower, upper = (torch.from_numpy(b) for b in codec.encoded_bounds())
+    types = codec.feature_types()
+    decoded_low, decoded_high = (b * types.scale + types.offset for b in (lower, upper))
+    assert (decoded_low > 0).any() and (decoded_high < 50_000).any()  # the case this test is about occurs
+    limits = Constraints(None, lower, upper, types=types)
+    x = torch.from_numpy(codec.encode(frame.drop(columns="y")))
+    snapped = limits.snap(limits.project(x, x), x)
+    pd.testing.assert_frame_equal(codec.decode(snapped), frame.drop(columns="y"), check_dtype=False)
+    # and a point pushed past the bounds lands on them, not one inside
+    pushed = limits.snap(limits.project(x[:2] + torch.tensor([[-5.0], [5.0]]), x[:2]), x[:2])
+    assert (codec.decode(pushed).to_numpy() == np.array([[0], [50_000]])).all()
