@@ -45,6 +45,7 @@ class ColumnSpec:
     scale: float = 1.0
     train_min: float | None = None
     train_max: float | None = None
+    fill: object = None  # trained with --impute median: what a missing value of this column becomes
 
     @property
     def encoded_names(self) -> list[str]:
@@ -128,10 +129,11 @@ class TabularCodec:
     # --- fitting -------------------------------------------------------------------------------------------
     @classmethod
     def fit(cls, frame: pd.DataFrame, target: str, spec=None, train_rows=None,
-            dropped: Sequence[str] = ()) -> TabularCodec:
+            dropped: Sequence[str] = (), fills: Mapping | None = None) -> TabularCodec:
         """Fit on ``frame``'s ``train_rows`` (positions; default all rows): kinds from ``spec`` or the dtypes,
-        categories, means and scales; the ``dropped`` columns are no features. Raises a one-line ``ValueError`` for
-        data it cannot encode."""
+        categories, means and scales; the ``dropped`` columns are no features; ``fills`` (column: value) are what
+        missing values become (``--impute median``, see :meth:`fill_missing`). Raises a one-line ``ValueError``
+        for data it cannot encode."""
         spec = read_spec(spec)
         declared = dict(spec.get("columns") or {})
         if target not in frame.columns:
@@ -165,6 +167,7 @@ class TabularCodec:
                 raise ValueError(f"data-spec: column {name!r}: mutability {mutability!r} has no meaning for a "
                                  "categorical column; allowed: both, none")
             columns.append(cls._fit_column(name, kind, mutability, options, frame[name], train[name]))
+            columns[-1].fill = _plain((fills or {}).get(name))
         return cls(target, classes, columns, positive, dropped)
 
     @staticmethod
@@ -339,6 +342,24 @@ class TabularCodec:
         """The codec :meth:`to_dict` described."""
         columns = [ColumnSpec(**column) for column in payload["columns"]]
         return cls(payload["target"], payload["classes"], columns, payload.get("positive"), payload.get("dropped", ()))
+
+    def fill_missing(self, frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+        """``frame`` with the missing values of columns that have a :attr:`ColumnSpec.fill` filled in as in training
+        (``--impute median``), and one note per column filled (``"MonthlyIncome: missing in 2 row(s), filled with
+        5400, the training rows' median (--impute median)"``). Other missing values stay missing."""
+        notes = []
+        for column in self.columns:
+            if column.fill is None or column.name not in frame.columns or not frame[column.name].isna().any():
+                continue
+            count = int(frame[column.name].isna().sum())
+            frame = frame.copy() if not notes else frame
+            frame[column.name] = frame[column.name].astype(object).where(frame[column.name].notna(), column.fill)
+            if column.kind in ("continuous", "integer"):
+                frame[column.name] = pd.to_numeric(frame[column.name])
+            what = "median" if column.kind in ("continuous", "integer") else "most frequent value"
+            notes.append(f"{column.name}: missing in {count} row(s), filled with {column.fill}, the training rows' "
+                         f"{what} (the model was trained with --impute median)")
+        return frame, notes
 
     def without_dropped(self, frame: pd.DataFrame) -> pd.DataFrame:
         """``frame`` less the columns the model does not use (:attr:`dropped`), where it has them."""

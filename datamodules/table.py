@@ -116,13 +116,33 @@ def stratified_split(y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
     return {split: np.sort(np.concatenate(rows)) for split, rows in parts.items()}
 
 
+def training_fills(frame: pd.DataFrame, train: np.ndarray, target: str) -> dict:
+    """Per feature column, the value ``--impute median`` fills in: the training rows' median for numbers (rounded
+    where every value is a whole number, so an integer column stays one), the most frequent value for other columns
+    and for 0/1 columns. Every column gets one, also those with no gap in the file, so that a row to explain or
+    serve that lacks a value is completed as the training rows were."""
+    fills = {}
+    for column in frame.columns.drop(target):
+        fitted = frame[column].iloc[train].dropna()
+        if not len(fitted):
+            continue
+        numeric = pd.api.types.is_numeric_dtype(fitted) and not pd.api.types.is_bool_dtype(fitted)
+        if not numeric or set(pd.unique(fitted)) <= {0, 1}:
+            fill = fitted.mode().iloc[0]
+        else:
+            whole = bool((fitted == np.round(fitted)).all())
+            fill = float(np.round(fitted.median())) if whole else float(fitted.median())
+            fill = int(fill) if whole else fill
+        fills[column] = fill.item() if isinstance(fill, np.generic) else fill
+    return fills
+
+
 def impute_from_train(frame: pd.DataFrame, train: np.ndarray, target: str) -> pd.DataFrame:
     """Missing values filled with the training rows' median (numbers) or most frequent value (others)."""
     frame = frame.copy()
+    fills = training_fills(frame, train, target)
     for column in frame.columns[frame.isna().any()]:
-        fitted = frame[column].iloc[train].dropna()
-        fill = fitted.median() if pd.api.types.is_numeric_dtype(frame[column]) else fitted.mode().iloc[0]
-        frame[column] = frame[column].fillna(fill)
+        frame[column] = frame[column].fillna(fills[column])
     return frame
 
 
@@ -160,8 +180,9 @@ class TableDataModule(TensorDataModule):
                 raise ValueError(f"target: {target!r} is not the column the model was trained to predict "
                                  f"({self.codec.target!r}, from its ct_preprocessing)")
         else:
+            fills = training_fills(self.frame, self.rows["train"], target) if impute == "median" else None
             self.codec = TabularCodec.fit(self.frame, target, self.spec, train_rows=self.rows["train"],
-                                          dropped=self.drop_columns)
+                                          dropped=self.drop_columns, fills=fills)
         self.ct_defaults = table_defaults(len(self.rows["train"]))
         super().__init__(batch_size or self.ct_defaults["batch_size"], seed, num_workers)
         self.protected_features = tuple(c.name for c in self.codec.columns if c.mutability == "none")

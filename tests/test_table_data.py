@@ -257,3 +257,52 @@ def test_snapping_keeps_whole_numbers_at_the_bounds_of_their_domain():
     # and a point pushed past the bounds lands on them, not one inside
     pushed = limits.snap(limits.project(x[:2] + torch.tensor([[-5.0], [5.0]]), x[:2]), x[:2])
     assert (codec.decode(pushed).to_numpy() == np.array([[0], [50_000]])).all()
+
+
+def test_impute_median_fills_as_the_training_rows_say_and_the_codec_keeps_the_fills(loans):
+    frame = loans.copy()
+    frame["income"] = frame["income"].astype(float)
+    frame.loc[frame.index[:7], "income"] = np.nan  # float dtype now, whole numbers otherwise
+    frame.loc[frame.index[3:9], "home_ownership"] = None
+    data = TableDataModule(frame, target="approved", impute="median")
+    train = frame.iloc[data.rows["train"]]
+    fills = {c.name: c.fill for c in data.codec.columns}
+    # independent: the median of the training rows (rounded: income holds whole numbers), the most frequent category
+    assert fills["income"] == round(float(np.median(train["income"].dropna())))
+    assert fills["home_ownership"] == train["home_ownership"].value_counts().idxmax()
+    assert fills["sex"] == train["sex"].value_counts().idxmax() and fills["age"] == round(float(train["age"].median()))
+    assert {c.name: c.kind for c in data.codec.columns}["income"] == "integer"  # not turned continuous by a .5 median
+    assert TabularCodec.from_dict(json.loads(json.dumps(data.codec.to_dict()))) == data.codec
+    # the training rows were filled with the same values
+    assert (data.frame.loc[frame.index[:7], "income"] == fills["income"]).all()
+    # rows to explain or serve are completed the same way, with one note per column
+    rows = loans.drop(columns="approved").head(3).astype({"income": float})
+    rows.loc[rows.index[1], "income"] = np.nan
+    filled, notes = data.codec.fill_missing(rows)
+    assert filled["income"].tolist() == [rows["income"].iloc[0], fills["income"], rows["income"].iloc[2]]
+    assert rows["income"].isna().sum() == 1  # the caller's frame is left as it was
+    assert notes == [f"income: missing in 1 row(s), filled with {fills['income']}, the training rows' median "
+                     "(the model was trained with --impute median)"]
+    from ct_lightning.experiment.runs.request_checks import check_rows
+
+    assert check_rows(data.codec, rows, 10)["income"].tolist() == filled["income"].tolist()
+    strict = TableDataModule(loans, target="approved").codec  # trained without --impute median: still refused
+    with pytest.raises(ValueError, match="rows: column 'income': missing value in row 1"):
+        check_rows(strict, rows, 10)
+
+
+def test_rows_to_explain_may_carry_the_target_and_must_lie_in_the_domain(loans):
+    from ct_lightning.experiment.configuration.validation import InputError
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows
+
+    codec = TableDataModule(loans, target="approved").codec
+    loaded = Explainable(None, codec, {}, None, True)
+    rows, notes = check_rows(loans.head(2).copy(), loaded, "--rows")  # rows straight from the training file
+    assert list(rows.columns) == [c.name for c in codec.columns]
+    assert notes == ["--rows: the target column 'approved' is left out (the model predicts it)"]
+    low, high = next(c for c in codec.columns if c.name == "income").domain()
+    assert low == 0  # no negative income in the file: the domain stops at 0
+    for income in (high + 1_000, -5):
+        with pytest.raises(InputError, match=rf"^--row: got 'income={income:g}' \(row 0 is outside the model's "
+                                             rf"domain\); allowed: 0 to {high:.6g} \(the training rows' range"):
+            check_rows(loans.head(1).assign(income=income).drop(columns="approved"), loaded, "--row")

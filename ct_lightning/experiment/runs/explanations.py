@@ -125,11 +125,22 @@ def read_rows(rows_file: str | None = None, row: str | None = None) -> pd.DataFr
     return frame
 
 
-def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str) -> None:
-    """Refuse rows the model cannot read, before any search: missing or unknown columns, unseen categories,
-    non-numbers in numeric columns, missing values."""
-    columns = [c.name for c in explainable.codec.columns]
-    ignored = set(getattr(explainable.codec, "dropped", ()))  # trained without them (--drop-columns)
+def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str) -> tuple[pd.DataFrame, list[str]]:
+    """The rows ready to explain, and notes for the console; a one-line ``InputError`` for rows the model cannot read,
+    before any search: missing or unknown columns, unseen categories, non-numbers in numeric columns, missing values
+    (filled as in training where the model was trained with ``--impute median``), numbers outside the model's
+    domain (the one the search keeps to: what the served model refuses too). The target column and the columns the
+    model was trained without (``--drop-columns``) may come along, as in rows taken from the training file."""
+    from ct_lightning.experiment.runs.request_checks import outside_domain  # noqa: PLC0415
+
+    codec = explainable.codec
+    columns = [c.name for c in codec.columns]
+    notes = []
+    target = getattr(codec, "target", None)
+    if target is not None and target in frame.columns and target not in columns:
+        frame = frame.drop(columns=[target])
+        notes.append(f"{option}: the target column {target!r} is left out (the model predicts it)")
+    ignored = set(getattr(codec, "dropped", ()))  # trained without them (--drop-columns)
     missing = [c for c in columns if c not in frame.columns]
     unknown = [c for c in frame.columns if c not in columns and c not in ignored]
     note = "" if explainable.has_preprocessing else " (the run has no preprocessing.json, so the columns are the " \
@@ -138,21 +149,32 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str) -> No
         raise InputError(option, unknown[0], f"the model's columns {', '.join(columns)}{note}", "unknown column")
     if missing:
         raise InputError(option, missing[0], f"rows holding every column: {', '.join(columns)}", "missing column")
-    for column in explainable.codec.columns:
+    if hasattr(codec, "fill_missing"):
+        frame, filled = codec.fill_missing(frame)
+        notes += [f"{option}: {line}" for line in filled]
+    for column in codec.columns:
         values = frame[column.name]
         if values.isna().any():
-            raise InputError(option, f"{column.name}=<missing>", f"a value in every row for {column.name}")
+            raise InputError(option, f"{column.name}=<missing>", f"a value in every row for {column.name} (or a model "
+                             "trained with --impute median, which fills it in)")
         if column.kind in ("categorical", "binary") and column.categories:
             known = {str(c) for c in column.categories}
             unseen = [v for v in values if str(v) not in known]
             if unseen:
                 raise InputError(option, f"{column.name}={unseen[0]}", f"one of {', '.join(map(str, column.categories))}",
                                  "unseen category")
-        elif not pd.api.types.is_numeric_dtype(values):
+            continue
+        if not pd.api.types.is_numeric_dtype(values):
             bad = next((v for v in values if pd.to_numeric(pd.Series([v]), errors="coerce").isna().all()), None)
             if bad is not None:
                 raise InputError(option, f"{column.name}={bad}", f"a number for {column.name}")
-            frame[column.name] = pd.to_numeric(values)
+            frame[column.name] = values = pd.to_numeric(values)
+        outside = outside_domain(column, values.astype(float))
+        if outside is not None:
+            row, value, allowed = outside
+            raise InputError(option, f"{column.name}={value}", allowed,
+                             f"row {row} is outside the model's domain")
+    return frame, notes
 
 
 def search_settings(module, given: dict) -> dict:

@@ -187,7 +187,8 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
     can answer; else a one-line ``ValueError`` naming the column, the row (0-based), the value and what is allowed.
 
     Refused: no rows or more than ``max_rows``; a missing column, a column the model does not know (the target
-    too; the columns it was trained without, ``--drop-columns``, are accepted and left out) or one given twice; a missing value; in a category column, a value that is none of the training
+    too; the columns it was trained without, ``--drop-columns``, are accepted and left out) or one given twice; a missing value
+    (unless the model was trained with ``--impute median``: then it is filled as in training); in a category column, a value that is none of the training
     categories with their own type (a text ``"1"`` for the category ``1`` and ``1`` for ``True`` are refused,
     ``1.0`` is the category ``1``); in a numeric column, text (also ``"40"``), true/false, an infinite value, a
     fraction in an integer column, a number outside the column's domain (declared bounds, else the training range
@@ -203,6 +204,8 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
         raise ValueError(f"rows: {len(frame)} rows in one request; allowed: at most {max_rows} "
                          f"(split the request, or raise the limit where the server runs)")
     _check_columns(names, frame)
+    if hasattr(codec, "fill_missing"):  # trained with --impute median: missing values are filled as in training
+        frame, _ = codec.fill_missing(frame)
     checked = {}
     for column in codec.columns:
         values = frame[column.name]
@@ -212,22 +215,34 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
             checked[column.name] = _categories(column, values)
             continue
         numeric = _numbers(column, values)
-        domain = getattr(column, "domain", None)  # a hand-made codec's columns may know no domain
-        low, high = (domain() if domain else None) or (-math.inf, math.inf)
-        outside = (numeric < low) | (numeric > high)
-        if outside.any():
-            row = _first(outside)
-            declared = (getattr(column, "lower", None) is not None) + (getattr(column, "upper", None) is not None)
-            source = ("the data spec's bounds", "the data spec's bound and the training rows' range widened to "
-                      "mean +/- 3 sd", "the training rows' range widened to mean +/- 3 sd")[2 - declared]
-            if getattr(column, "floored_at_zero", False) and low == 0:
-                source += ", not below 0: no training value is negative"
-            raise ValueError(f"rows: column {column.name!r}: {_number(numeric.iloc[row])} in row {row} is outside the "
-                             f"model's domain; allowed: {_number(low)} to {_number(high)} ({source})")
+        outside = outside_domain(column, numeric)
+        if outside is not None:
+            row, value, allowed = outside
+            raise ValueError(f"rows: column {column.name!r}: {value} in row {row} is outside the "
+                             f"model's domain; allowed: {allowed}")
         if column.kind == "integer" and (numeric.abs() < 2 ** 53).all():
             numeric = numeric.astype("int64")
         checked[column.name] = numeric
     return pd.DataFrame(checked, index=frame.index)[names]
+
+
+def outside_domain(column, numeric: pd.Series) -> tuple[int, str, str] | None:
+    """The first row whose number lies outside ``column``'s domain, that number as text and what is allowed there
+    (``"0 to 50000 (the data spec's bounds)"``), or ``None`` when every number lies inside. The domain is the one the counterfactual
+    search keeps to: declared bounds, else the training range widened to mean ± 3 sd, not below 0 where no training
+    value is negative."""
+    domain = getattr(column, "domain", None)  # a hand-made codec's columns may know no domain
+    low, high = (domain() if domain else None) or (-math.inf, math.inf)
+    outside = (numeric < low) | (numeric > high)
+    if not outside.any():
+        return None
+    declared = (getattr(column, "lower", None) is not None) + (getattr(column, "upper", None) is not None)
+    source = ("the data spec's bounds", "the data spec's bound and the training rows' range widened to "
+              "mean +/- 3 sd", "the training rows' range widened to mean +/- 3 sd")[2 - declared]
+    if getattr(column, "floored_at_zero", False) and low == 0:
+        source += ", not below 0: no training value is negative"
+    row = _first(outside)
+    return row, _number(numeric.iloc[row]), f"{_number(low)} to {_number(high)} ({source})"
 
 
 def as_rows(model_input) -> pd.DataFrame:

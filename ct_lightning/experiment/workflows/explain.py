@@ -28,7 +28,9 @@ def run(args: argparse.Namespace) -> list[dict]:
 
         rows = read_rows(args.rows, args.row)
         loaded = load_explainable(args.run_id, args.checkpoint, args.tracking_uri, args.which)
-        check_rows(rows, loaded, "--rows" if args.rows else "--row")
+        rows, notes = check_rows(rows, loaded, "--rows" if args.rows else "--row")
+        for note in notes:
+            print(f"note: {note}")
         settings = search_settings(loaded.module, {k: getattr(args, k) for k in SEARCH})
         explanations = explain_loaded(loaded, rows, args.target, settings, args.seed)
     from ct_lightning.evaluation.explanation import describe, to_records  # noqa: PLC0415
