@@ -306,3 +306,18 @@ def test_rows_to_explain_may_carry_the_target_and_must_lie_in_the_domain(loans):
         with pytest.raises(InputError, match=rf"^--row: got 'income={income:g}' \(row 0 is outside the model's "
                                              rf"domain\); allowed: 0 to {high:.6g} \(the training rows' range"):
             check_rows(loans.head(1).assign(income=income).drop(columns="approved"), loaded, "--row")
+
+
+def test_decoded_continuous_values_drop_float32_noise_and_keep_the_inputs_digits():
+    rng = np.random.default_rng(1)
+    frame = pd.DataFrame({"ratio": np.round(rng.gamma(0.5, 800.0, 300), 3), "y": rng.integers(0, 2, 300)})
+    frame.loc[0, "ratio"], frame.loc[1, "ratio"] = 0.0, 0.803
+    codec = TabularCodec.fit(frame, "y", spec={"columns": {"ratio": {"lower": 0, "upper": 10}}})
+    lower, upper = codec.encoded_bounds()
+    # the bounds as the search reaches them: float32 values whose exact decoding is a hair inside 0 and 10
+    decoded = codec.decode(np.array([[lower[0]], [upper[0]]], dtype=np.float32))["ratio"].tolist()
+    exact = [float(b) * codec.columns[0].scale + codec.columns[0].mean for b in (lower[0], upper[0])]
+    assert exact[0] != 0 and exact[1] != 10 and decoded == [0.0, 10.0]
+    # every value of the file comes back with its three decimals
+    back = codec.decode(codec.encode(frame.drop(columns="y")))["ratio"]
+    np.testing.assert_allclose(back, frame["ratio"], rtol=0, atol=5e-4)
