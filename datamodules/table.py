@@ -18,9 +18,11 @@ import pandas as pd
 from datamodules.base import TensorDataModule
 from datamodules.codec import TabularCodec, read_spec
 from datamodules.feature_types import FeatureTypes
+from datamodules.preprocess import undersample
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
+BALANCE = ("none", "undersample")  # classes: as in the file, or each cut to the smallest's size
 SPLIT = (0.70, 0.15, 0.15)  # train, validation, test
 MAX_CLASSES = 20
 
@@ -158,7 +160,7 @@ class TableDataModule(TensorDataModule):
 
     def __init__(self, source, target: str | None = None, spec=None, impute: str = "none",
                  batch_size: int | None = None, seed: int = 0, num_workers: int = 0, data_seed: int = 0,
-                 codec: TabularCodec | dict | None = None, drop_columns: Sequence[str] = ()):
+                 codec: TabularCodec | dict | None = None, drop_columns: Sequence[str] = (), balance: str = "none"):
         self.source = source
         self.frame = source.copy() if isinstance(source, pd.DataFrame) else read_table(source)
         self.label_of_source = "DataFrame" if isinstance(source, pd.DataFrame) else str(source)
@@ -171,6 +173,12 @@ class TableDataModule(TensorDataModule):
                                         strict=codec is None)
         self.frame = check_table(self.frame, target, impute, self.label_of_source)
         self.target, self.spec, self.impute, self.data_seed = target, read_spec(spec), impute, data_seed
+        self.balance, self.rows_read = balance, len(self.frame)
+        if balance not in BALANCE:
+            raise ValueError(f"balance: got {balance!r}; allowed: {', '.join(BALANCE)}")
+        if balance == "undersample":  # as the paper's Credit and GMSC: every class cut to the smallest's size
+            kept = undersample(self.frame[target].astype(str).to_numpy(), np.random.default_rng(data_seed))
+            self.frame = self.frame.iloc[kept].reset_index(drop=True)
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
         if impute == "median":
             self.frame = impute_from_train(self.frame, self.rows["train"], target)

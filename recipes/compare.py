@@ -50,7 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
                                        "code ran; train.py's 0.25 with --protocol paper)")
     add_arguments(budget, ["max_epochs", "seed"], max_epochs=100, seed=0)
     add_arguments(budget, ["seeds", "n_seeds", "nce", "search_lr", "limit_train_batches", "data_dir", "target",
-                           "data_spec", "impute", "drop_columns", "immutable"], search_lr=None)  # a table's, as in train.py
+                           "data_spec", "impute", "balance", "drop_columns", "immutable"], search_lr=None)  # a table's, as in train.py
     reuse = parser.add_argument_group("reuse trained runs (comma-separated, aligned with --data; empty = train)")
     for key, _, _ in ROLES:
         reuse.add_argument(f"--{key.replace('_', '-')}-run-id", dest=f"{key}_run_id", help=f"run id(s) of {key}")

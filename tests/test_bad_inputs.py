@@ -56,6 +56,7 @@ TRAIN = [
     ("--data {bad_one_class} --target approved", "has only one class"),
     ("--data {bad_missing} --target approved", "column 'income' has 1 missing value(s)"),
     ("--data {bad_missing} --target approved --impute mean", "--impute"),
+    ("--data {loans} --target approved --balance smote", "--balance: got 'smote'; allowed: one of none, undersample"),
     ("--data {bad_constant} --target approved", "column 'bank' is constant"),
     ("--data {bad_levels} --target approved", "categories; allowed: at most 100"),
     ("--data {bad_text} --target approved --data-spec {bad_text_spec}", "column 'income' is continuous but holds "

@@ -189,14 +189,18 @@ def test_percent_change_from_the_matching_baseline():
 
 
 def test_training_key_unchanged_by_the_table_data_settings_at_their_defaults():
-    # Stores filled before --data-spec/--impute/--target existed are still found (grids resume across versions).
+    # Stores filled before --data-spec/--impute/--target/--drop-columns/--balance existed are still found (grids and
+    # reproductions resume across versions); every table setting is checked, so a new one cannot be forgotten here.
+    from ct_lightning.experiment.configuration.settings import SETTINGS_BY_NAME, resolve_config
     from ct_lightning.experiment.studies.reproduce import training_key
-    from ct_lightning.experiment.configuration.settings import resolve_config
 
     config = resolve_config({"data": "moons"})
-    older = {k: v for k, v in config.items() if k not in ("data_spec", "impute", "target")}
+    table_settings = [name for name, setting in SETTINGS_BY_NAME.items() if setting.help.startswith("table files:")]
+    assert {"data_spec", "impute", "target", "drop_columns", "balance"} <= set(table_settings)
+    older = {k: v for k, v in config.items() if k not in table_settings}
     assert training_key(config) == training_key(older)
-    assert training_key({**config, "impute": "median"}) != training_key(config)
+    for changed in ({"impute": "median"}, {"drop_columns": ["id"]}, {"balance": "undersample"}):
+        assert training_key({**config, **changed}) != training_key(config)
 
 
 def test_the_accuracy_finding_is_judged_on_the_synthetic_sets_only():

@@ -321,3 +321,26 @@ def test_decoded_continuous_values_drop_float32_noise_and_keep_the_inputs_digits
     # every value of the file comes back with its three decimals
     back = codec.decode(codec.encode(frame.drop(columns="y")))["ratio"]
     np.testing.assert_allclose(back, frame["ratio"], rtol=0, atol=5e-4)
+
+
+def test_balance_undersample_cuts_every_class_to_the_smallest_before_the_split(loans):
+    from ct_lightning.experiment.configuration.data import build_datamodule
+    from ct_lightning.experiment.configuration.settings import resolve_config
+
+    rare = pd.concat([loans[loans["approved"] == "no"], loans[loans["approved"] == "yes"].head(20)], ignore_index=True)
+    counts = rare["approved"].value_counts()
+    data = TableDataModule(rare, target="approved", balance="undersample")
+    assert data.frame["approved"].value_counts().to_dict() == {"no": 20, "yes": 20} and data.rows_read == len(rare)
+    # the kept rows are rows of the file, unchanged, and the same ones again for the same data seed
+    merged = data.frame.merge(rare.drop_duplicates(), how="left", indicator=True)
+    assert (merged["_merge"] == "both").all()
+    pd.testing.assert_frame_equal(TableDataModule(rare, target="approved", balance="undersample").frame, data.frame)
+    assert not TableDataModule(rare, target="approved", balance="undersample", data_seed=1).frame.equals(data.frame)
+    assert len(TableDataModule(rare, target="approved").frame) == counts.sum()
+    # through the settings (train, evaluate and explain rebuild the table from the run's configuration)
+    config = resolve_config({"data": str(LOANS), "target": "approved", "balance": "undersample"})
+    assert config["balance"] == "undersample"
+    built = build_datamodule(config)
+    assert built.frame["approved"].value_counts().nunique() == 1
+    with pytest.raises(ValueError, match="balance: got 'smote'; allowed: none, undersample"):
+        TableDataModule(rare, target="approved", balance="smote")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 
 from ct_lightning.constraints import mutability_pairs, parse_mutability
-from ct_lightning.experiment.configuration.settings import csv_names, data_class, is_table_file
+from ct_lightning.experiment.configuration.settings import data_class, is_table_file, table_options
 
 
 def build_datamodule(config: dict, codec=None):
@@ -18,9 +18,8 @@ def build_datamodule(config: dict, codec=None):
     if config.get("batch_size") is None:
         config["batch_size"] = cls.default_batch_size
     if is_table_file(config["data"]):
-        datamodule = cls(config["data"], config.get("target"), config.get("data_spec"), config.get("impute") or "none",
-                         batch_size=config["batch_size"], seed=config["seed"], codec=codec,
-                         drop_columns=csv_names(config.get("drop_columns")))
+        datamodule = cls(config["data"], **table_options(config), batch_size=config["batch_size"], seed=config["seed"],
+                         codec=codec)
         datamodule.setup("fit")
         return datamodule
     kwargs = {"batch_size": config["batch_size"], "seed": config["seed"]}

@@ -51,6 +51,14 @@ def csv_names(value) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else list(value)
 
 
+def table_options(settings) -> dict[str, Any]:
+    """The keyword arguments of :class:`datamodules.table.TableDataModule` that a run's settings give (a config
+    dict or a recipe's parsed arguments): the one place that maps the table settings onto the data module."""
+    get = settings.get if isinstance(settings, dict) else lambda name: getattr(settings, name, None)
+    return {"target": get("target"), "spec": get("data_spec"), "impute": get("impute") or "none",
+            "drop_columns": csv_names(get("drop_columns")), "balance": get("balance") or "none"}
+
+
 def datasets_and_aliases() -> list[str]:
     """Every accepted ``--data`` value: canonical names, then aliases."""
     names = catalogue.available_datasets()
@@ -234,6 +242,10 @@ TABLE: tuple[Setting, ...] = (
     Setting("impute", "none", "table files: missing values are an error (none), drop those rows (drop), or are "
             "filled from the training rows: median / most frequent value (median) (default {DFLT})", group=DATA,
             choices=("none", "drop", "median")),
+    Setting("balance", "none", "table files: keep every row (none), or cut every class to the size of the smallest "
+            "by random under-sampling before the split (undersample), as the paper does for Credit and GMSC; for a "
+            "rare class (defaults, fraud) that the model would otherwise never predict (default {DFLT})", group=DATA,
+            choices=("none", "undersample")),
     Setting("drop_columns", [], "table files: comma-separated columns that are no features (identifiers, free "
             "text, leaked outcomes), e.g. applicant_id,notes: left out of training; rows to explain or serve may "
             "still carry them", group=DATA),
@@ -397,8 +409,7 @@ def table2(data: str, config: dict | None = None) -> dict[str, Any]:
         from datamodules.table import TableDataModule  # noqa: PLC0415
 
         config = config or {}
-        module = TableDataModule(data, config.get("target"), config.get("data_spec"), config.get("impute") or "none",
-                                 drop_columns=csv_names(config.get("drop_columns")))
+        module = TableDataModule(data, **table_options(config))
         chosen = module.ct_defaults
         return {**{k: v for k, v in chosen.items() if k in DATA_DEFAULT_KEYS}, "batch_size": chosen["batch_size"]}
     cls = data_class(data)

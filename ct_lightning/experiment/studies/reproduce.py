@@ -66,7 +66,8 @@ def stable_key(payload: dict) -> str:
 # Settings added after stores were filled: left out of the key while they hold these values, so that a
 # newer version of the library still finds the trainings an older one made.
 OMITTED_AT_DEFAULT = {"devices": "auto", "num_nodes": 1, "strategy": "auto", "center_distance": None,
-                      "cpu_math": "native", "data_spec": None, "impute": "none", "target": None}
+                      "cpu_math": "native", "data_spec": None, "impute": "none", "target": None, "drop_columns": [],
+                      "balance": "none"}
 
 
 def training_key(config: dict) -> str:

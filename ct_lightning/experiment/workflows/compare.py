@@ -19,7 +19,7 @@ from ct_lightning.experiment.configuration.console import PROGRESS_ENV, VERBOSE_
 from ct_lightning.experiment.configuration.preflight import threads_for
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import batches, checking, open_store, start
-from ct_lightning.experiment.configuration.settings import csv_names, is_factory, is_table_file
+from ct_lightning.experiment.configuration.settings import csv_names, is_factory, is_table_file, table_options
 from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
                                                 check_writable_folder)
@@ -80,8 +80,8 @@ def check_table_options(args, names: list[str]) -> None:
 
     tables = [name for name in names if is_table_file(name)]
     if not tables:
-        for option in ("target", "data_spec", "drop_columns", "immutable"):
-            if getattr(args, option):
+        for option in ("target", "data_spec", "drop_columns", "balance", "immutable"):
+            if getattr(args, option) not in (None, "", [], "none"):
                 raise InputError(f"--{option.replace('_', '-')}", str(getattr(args, option)),
                                  "only with a .csv/.parquet --data (the built-in sets define their own)")
         return
@@ -91,8 +91,7 @@ def check_table_options(args, names: list[str]) -> None:
         raise InputError("--immutable", args.immutable, "nothing with --no-actionability (only the actionability "
                          "pair protects features; the plausibility pair keeps every feature mutable)")
     for table in tables:  # reading the table checks it (columns, classes, missing values, ...) before any work
-        module = data_class(table)(table, args.target, args.data_spec, args.impute or "none",
-                                   drop_columns=csv_names(args.drop_columns))
+        module = data_class(table)(table, **table_options(args))
         if args.actionability and not args.immutable and not module.protected_features:
             raise InputError("--immutable", "(none)", f"the protected columns of {Path(table).name} for the "
                              "actionability pair (e.g. --immutable age,sex), a data spec with mutability: none, "
@@ -108,7 +107,7 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
                 "limit_train_batches": args.limit_train_batches, "cpu_math": args.cpu_math}
     if any(is_table_file(name) for name in names):
         training.update({"target": args.target, "data_spec": args.data_spec, "impute": args.impute,
-                         "drop_columns": csv_names(args.drop_columns) or None})
+                         "drop_columns": csv_names(args.drop_columns) or None, "balance": args.balance})
     roles = ROLES if args.actionability else ROLES[:2]
     tasks = []
     for i, data in enumerate(names):
@@ -119,7 +118,7 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
             role_training = {**role_training_overrides(args.protocol, data, role), **given}
             if not is_table_file(data):
                 role_training = {k: v for k, v in role_training.items()
-                                 if k not in ("target", "data_spec", "impute", "drop_columns")}
+                                 if k not in ("target", "data_spec", "impute", "drop_columns", "balance")}
             elif protected and args.immutable:
                 role_training["immutable"] = args.immutable
             tasks.append(Task(data, role, objective, protected, role_training, protocol, args.tracking_uri,
