@@ -31,6 +31,16 @@ def _plain(value):
     return value
 
 
+def _bounds_text(lower, upper) -> str:
+    """Declared bounds in words for the start-up message: ``, at least 0``, ``, at most 5``, ``, from 0 to 5``."""
+    shown = [f"{_plain(v):g}" if isinstance(_plain(v), float) else str(_plain(v)) for v in (lower, upper)]
+    if lower is not None and upper is not None:
+        return f", from {shown[0]} to {shown[1]}"
+    if lower is not None:
+        return f", at least {shown[0]}"
+    return "" if upper is None else f", at most {shown[1]}"
+
+
 @dataclass
 class ColumnSpec:
     """One raw column: its kind, mutability, bounds in original units and, once fitted, its encoding."""
@@ -323,8 +333,7 @@ class TabularCodec:
         for c in self.columns:
             extra = f" {len(c.categories)} categories" if c.kind == "categorical" else \
                 f" {c.categories}" if c.kind == "binary" else ""
-            bounds = "" if c.lower is None and c.upper is None else f" bounds [{c.lower}, {c.upper}]"
-            lines.append(f"  {c.name}: {c.kind}{extra}{bounds}" + ("" if c.mutability == "both" else f", {c.mutability}"))
+            lines.append(f"  {c.name}: {c.kind}{extra}{_bounds_text(c.lower, c.upper)}" + ("" if c.mutability == "both" else f", {c.mutability}"))
         return "\n".join(lines)
 
     # --- persistence -----------------------------------------------------------------------------------------

@@ -16,7 +16,7 @@ import numpy as np
 import pandas as pd
 
 from datamodules.base import TensorDataModule
-from datamodules.codec import TabularCodec, read_spec
+from datamodules.codec import TabularCodec, _plain, read_spec
 from datamodules.feature_types import FeatureTypes
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
@@ -187,9 +187,9 @@ class TableDataModule(TensorDataModule):
     def describe(self) -> str:
         """What was read and inferred, for the start-up message."""
         sizes = " / ".join(f"{split} {len(rows)}" for split, rows in self.rows.items())
-        classes = ", ".join(f"{c!r}" for c in self.codec.classes)
+        classes = ", ".join(repr(_plain(c)) for c in self.codec.classes)  # 0, not np.int64(0)
         return (f"data {self.label_of_source}: {len(self.frame)} rows ({sizes}), target {self.target!r} with classes "
-                f"{classes} (positive: {self.codec.positive!r})\ncolumns (kind from the data spec or inferred from "
+                f"{classes} (positive: {_plain(self.codec.positive)!r})\ncolumns (kind from the data spec or inferred from "
                 f"the dtypes):\n{self.codec.describe()}"
                 + (f"\nleft out (--drop-columns): {', '.join(self.drop_columns)}" if self.drop_columns else "")
                 + "".join(f"\nnote: {name!r} holds a different whole number in every row, one after the other: an "

@@ -231,3 +231,16 @@ def test_a_model_trained_without_some_columns_explains_and_serves_rows_that_carr
     assert list(checked.columns) == [c.name for c in loaded.codec.columns]
     with pytest.raises(ValueError, match="unknown column 'zip'"):
         check_rows(loaded.codec, rows.assign(zip=1), 10)
+
+
+def test_the_start_up_lines_show_plain_classes_and_bounds_in_words(tmp_path, loans):
+    """An integer target's classes as 0, 1 (not np.int64(0)); a bound on one side as "at least" / "at most"."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("columns:\n  income: {kind: integer, lower: 0}\n  years_employed: {upper: 50}\n"
+                    "  debt: {lower: 0, upper: 100000}\n")
+    frame = loans.assign(approved=(loans["approved"] == "yes").astype("int64"))
+    lines = TableDataModule(frame, "approved", spec=spec).describe().splitlines()
+    assert lines[0].endswith("target 'approved' with classes 0, 1 (positive: 1)"), lines[0]
+    assert "  income: integer, at least 0" in lines and "  years_employed: integer, at most 50" in lines
+    assert "  debt: integer, from 0 to 100000" in lines
+    assert "with classes 'no', 'yes' (positive: 'yes')" in TableDataModule(loans, "approved").describe()
