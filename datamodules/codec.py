@@ -10,6 +10,7 @@ every run, so a model and its preprocessing travel together.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -188,7 +189,7 @@ class TabularCodec:
             if len(levels) > MAX_CATEGORIES:
                 raise ValueError(f"data: column {name!r} has {len(levels)} categories; allowed: at most "
                                  f"{MAX_CATEGORIES} (an identifier or free text: leave it out with --drop-columns "
-                                 f"{name}; a number: declare it continuous in --data-spec)")
+                                 f"{shlex.quote(name)}; a number: declare it continuous in --data-spec)")
             if kind == "binary" and len(levels) == 1:
                 levels = levels + ([1] if levels[0] == 0 else [0] if levels[0] == 1 else [])
             column.categories = [_plain(v) for v in levels]

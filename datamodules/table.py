@@ -9,6 +9,7 @@ chosen from the training split's size (:func:`table_defaults`) unless given.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -99,7 +100,7 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str)
     constant = [c for c in frame.columns if c != target and frame[c].nunique(dropna=False) <= 1]
     if constant:
         raise ValueError(f"data: column {constant[0]!r} is constant in {name} (it cannot explain anything); leave it "
-                         f"out with --drop-columns {constant[0]}")
+                         f"out with --drop-columns {shlex.quote(constant[0])}")
     return frame
 
 
@@ -193,7 +194,7 @@ class TableDataModule(TensorDataModule):
                 f"the dtypes):\n{self.codec.describe()}"
                 + (f"\nleft out (--drop-columns): {', '.join(self.drop_columns)}" if self.drop_columns else "")
                 + "".join(f"\nnote: {name!r} holds a different whole number in every row, one after the other: an "
-                          f"identifier? it trains as a feature; leave it out with --drop-columns {name}"
+                          f"identifier? it trains as a feature; leave it out with --drop-columns {shlex.quote(name)}"
                           for name in self.identifier_like()))
 
     def identifier_like(self) -> list[str]:

@@ -64,6 +64,7 @@ TRAIN = [
     ("--data {tmp}/missing.csv --target approved", "--data"), ("--data {loans} --target approved --immutable nope",
                                                                "--immutable"),
     ("--data {loans} --target approved --data-spec {tmp}/missing.yaml", "--data-spec"),
+    ("--data {loans} --target approved --drop-columns ''", "--drop-columns: got ''"),  # typed, yet names nothing
 ]
 if not HAS_GPU:
     TRAIN.append(("--accelerator gpu", "--accelerator"))
