@@ -128,6 +128,7 @@ EXPLAIN = [
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --target 7", "--target"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --generator nope", "--generator"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --tau 0", "--tau"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --json {text}", "--json: got"),  # exists: only with --overwrite
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --max-steps -1", "--max-steps"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --json {tmp}", "--json"),
 ]
