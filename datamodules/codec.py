@@ -10,6 +10,7 @@ every run, so a model and its preprocessing travel together.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 
@@ -29,6 +30,16 @@ def _plain(value):
     if isinstance(value, np.generic):
         return value.item()
     return value
+
+
+def _bounds_text(lower, upper) -> str:
+    """Declared bounds in words for the start-up message: ``, at least 0``, ``, at most 5``, ``, from 0 to 5``."""
+    shown = [f"{_plain(v):g}" if isinstance(_plain(v), float) else str(_plain(v)) for v in (lower, upper)]
+    if lower is not None and upper is not None:
+        return f", from {shown[0]} to {shown[1]}"
+    if lower is not None:
+        return f", at least {shown[0]}"
+    return "" if upper is None else f", at most {shown[1]}"
 
 
 @dataclass
@@ -188,7 +199,7 @@ class TabularCodec:
             if len(levels) > MAX_CATEGORIES:
                 raise ValueError(f"data: column {name!r} has {len(levels)} categories; allowed: at most "
                                  f"{MAX_CATEGORIES} (an identifier or free text: leave it out with --drop-columns "
-                                 f"{name}; a number: declare it continuous in --data-spec)")
+                                 f"{shlex.quote(name)}; a number: declare it continuous in --data-spec)")
             if kind == "binary" and len(levels) == 1:
                 levels = levels + ([1] if levels[0] == 0 else [0] if levels[0] == 1 else [])
             column.categories = [_plain(v) for v in levels]
@@ -335,8 +346,7 @@ class TabularCodec:
         for c in self.columns:
             extra = f" {len(c.categories)} categories" if c.kind == "categorical" else \
                 f" {c.categories}" if c.kind == "binary" else ""
-            bounds = "" if c.lower is None and c.upper is None else f" bounds [{c.lower}, {c.upper}]"
-            lines.append(f"  {c.name}: {c.kind}{extra}{bounds}" + ("" if c.mutability == "both" else f", {c.mutability}"))
+            lines.append(f"  {c.name}: {c.kind}{extra}{_bounds_text(c.lower, c.upper)}" + ("" if c.mutability == "both" else f", {c.mutability}"))
         return "\n".join(lines)
 
     # --- persistence -----------------------------------------------------------------------------------------

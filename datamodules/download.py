@@ -22,7 +22,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
-from datamodules.paths import DATA_DIR_ENV, OFFLINE_ENV, offline
+from datamodules.paths import DATA_DIR_ENV, OFFLINE_ENV, offline, progress_shown
 
 CHUNK = 1 << 20
 TIMEOUT_S = 60.0
@@ -85,7 +85,8 @@ def _stream(url: str, target: Path, description: str, timeout: float) -> tuple[i
     digest, size = hashlib.sha256(), 0
     with urllib.request.urlopen(url, timeout=timeout) as response, open(target, "wb") as out:
         total = int(response.headers.get("Content-Length") or 0) or None
-        with tqdm(total=total, unit="B", unit_scale=True, desc=description, leave=False) as bar:
+        with tqdm(total=total, unit="B", unit_scale=True, desc=description, leave=False,
+                  disable=not progress_shown()) as bar:
             while chunk := response.read(CHUNK):
                 out.write(chunk)
                 digest.update(chunk)

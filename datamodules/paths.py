@@ -14,6 +14,12 @@ from pathlib import Path
 DATA_DIR_ENV = "CT_DATA_DIR"
 CACHE_DIR_ENV = "CT_CACHE_DIR"
 OFFLINE_ENV = "CT_OFFLINE"
+PROGRESS_ENV = "CT_PROGRESS"  # "0": a recipe's --no-progress (download bars hidden), seen by worker processes too
+
+
+def progress_shown() -> bool:
+    """Whether progress displays are wanted (not under a recipe's ``--no-progress``)."""
+    return os.environ.get(PROGRESS_ENV) != "0"
 
 
 def user_cache_root() -> Path:

@@ -9,6 +9,7 @@ chosen from the training split's size (:func:`table_defaults`) unless given.
 
 from __future__ import annotations
 
+import shlex
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -16,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from datamodules.base import TensorDataModule
-from datamodules.codec import TabularCodec, read_spec
+from datamodules.codec import TabularCodec, _plain, read_spec
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
 
@@ -101,7 +102,7 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str)
     constant = [c for c in frame.columns if c != target and frame[c].nunique(dropna=False) <= 1]
     if constant:
         raise ValueError(f"data: column {constant[0]!r} is constant in {name} (it cannot explain anything); leave it "
-                         f"out with --drop-columns {constant[0]}")
+                         f"out with --drop-columns {shlex.quote(constant[0])}")
     return frame
 
 
@@ -216,13 +217,13 @@ class TableDataModule(TensorDataModule):
     def describe(self) -> str:
         """What was read and inferred, for the start-up message."""
         sizes = " / ".join(f"{split} {len(rows)}" for split, rows in self.rows.items())
-        classes = ", ".join(f"{c!r}" for c in self.codec.classes)
+        classes = ", ".join(repr(_plain(c)) for c in self.codec.classes)  # 0, not np.int64(0)
         return (f"data {self.label_of_source}: {len(self.frame)} rows ({sizes}), target {self.target!r} with classes "
-                f"{classes} (positive: {self.codec.positive!r})\ncolumns (kind from the data spec or inferred from "
+                f"{classes} (positive: {_plain(self.codec.positive)!r})\ncolumns (kind from the data spec or inferred from "
                 f"the dtypes):\n{self.codec.describe()}"
                 + (f"\nleft out (--drop-columns): {', '.join(self.drop_columns)}" if self.drop_columns else "")
                 + "".join(f"\nnote: {name!r} holds a different whole number in every row, one after the other: an "
-                          f"identifier? it trains as a feature; leave it out with --drop-columns {name}"
+                          f"identifier? it trains as a feature; leave it out with --drop-columns {shlex.quote(name)}"
                           for name in self.identifier_like()))
 
     def identifier_like(self) -> list[str]:

@@ -49,8 +49,8 @@ def build_parser() -> argparse.ArgumentParser:
     out = parser.add_argument_group("tracking and output")
     add_arguments(out, ["tracking_uri", "experiment", "run_name", "summary_json", "accelerator"],
                   accelerator=D["accelerator"])
-    out.add_argument("--quiet", action="store_true", help="no progress lines")
-    add_arguments(out, ["threads"])
+    add_arguments(out, ["progress", "threads"])
+    out.add_argument("--quiet", dest="progress", action="store_false", help="the same as --no-progress (older name)")
     return parser
 
 

@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(parser, ["seed", "summary_json", "out_dir", "log"], seed=None)
     parser.add_argument("--unsafe-load", action="store_true",
                         help="load checkpoints with weights_only=False (only for checkpoints you trust)")
-    add_arguments(parser, ["threads", "accelerator", "search_compile"])
+    add_arguments(parser, ["threads", "accelerator", "search_compile", "progress"])
     add_protocol_arguments(parser)
     return parser
 

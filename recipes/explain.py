@@ -24,8 +24,9 @@ def build_parser() -> argparse.ArgumentParser:
     rows.add_argument("--rows", help="a CSV file of rows in original units, with the model's columns")
     rows.add_argument("--row", help="one row as a JSON object of column: value, in original units")
     parser.add_argument("--target", help="the class to reach (default: the most likely other class)")
-    parser.add_argument("--json", help="write the explanations here, one object per row")
-    add_arguments(parser, ["tracking_uri", "which", "log"])
+    parser.add_argument("--json", help="write the explanations here, one object per row (an existing file is "
+                        "refused unless --overwrite)")
+    add_arguments(parser, ["tracking_uri", "which", "log", "overwrite"])
     add_arguments(parser, SEARCH + ["seed"], **{name: None for name in SEARCH}, seed=0)
     return parser
 

@@ -65,6 +65,7 @@ TRAIN = [
     ("--data {tmp}/missing.csv --target approved", "--data"), ("--data {loans} --target approved --immutable nope",
                                                                "--immutable"),
     ("--data {loans} --target approved --data-spec {tmp}/missing.yaml", "--data-spec"),
+    ("--data {loans} --target approved --drop-columns ''", "--drop-columns: got ''"),  # typed, yet names nothing
 ]
 if not HAS_GPU:
     TRAIN.append(("--accelerator gpu", "--accelerator"))
@@ -128,6 +129,7 @@ EXPLAIN = [
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --target 7", "--target"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --generator nope", "--generator"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --tau 0", "--tau"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --json {text}", "--json: got"),  # exists: only with --overwrite
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --max-steps -1", "--max-steps"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --json {tmp}", "--json"),
 ]

@@ -79,3 +79,30 @@ def test_hyperparameters_describe_a_given_network_not_the_defaults(tmp_path):
     odd = CTModule(model=torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.Dropout(), torch.nn.Linear(4, 2)),
                    n_classes=2)
     assert odd.hparams.architecture == "custom"
+
+
+def test_the_advice_names_only_options_of_train_py():
+    """Every --option the warning names is one recipes/train.py accepts (no --lambda-egy, no --nce as steps)."""
+    import re
+
+    from ct_lightning.callbacks.convergence import ADVICE
+    from recipe_loader import load_recipe
+
+    accepted = set(load_recipe("train").build_parser()._option_string_actions)
+    named = set(re.findall(r"--[a-z][a-z-]*", ADVICE))
+    assert named and named <= accepted, sorted(named - accepted)
+    assert "--max-steps" in named and "--nce" not in named
+
+
+@pytest.mark.slow  # a real training through MLflow (about 5 s)
+def test_a_training_prints_the_warning_once_as_a_plain_line(tmp_path, capfd):
+    from ct_lightning.experiment.runs.train import train
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        train({"data": "moons", "max_epochs": 4, "limit_train_batches": 2, "limit_val_batches": 1, "nce": 10,
+               "max_steps": 1, "tau": 0.999, "progress": False, "tracking_uri": f"sqlite:///{tmp_path / 'm.db'}"})
+    out, err = capfd.readouterr()
+    lines = [line for line in (out + err).splitlines() if "stopped converging" in line]
+    assert len(lines) == 1 and lines[0].startswith("warning: training's counterfactual search"), lines
+    assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]

@@ -86,3 +86,17 @@ def test_mismatches_are_one_line_errors(trained, tmp_path):
     assert line.startswith("error: --target")
     line = one_line_error(run_recipe("--checkpoint", str(trained["ckpt"]), "--data", str(LOANS), "--target", "sex"))
     assert "target" in line and "approved" in line
+
+
+def test_the_immutable_columns_are_printed_as_the_user_named_them(tmp_path, capsys):
+    """A categorical column trained immutable is printed once by its name, not as its one-hot inputs."""
+    from ct_lightning.experiment.runs.train import train
+
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    summary = train({"data": str(LOANS), "target": "approved", "immutable": ["age", "home_ownership"],
+                     "max_epochs": 1, "nce": 16, "tracking_uri": uri, "progress": False})
+    capsys.readouterr()
+    payload = evaluate("--run-id", summary["run_id"], "--tracking-uri", uri, tmp_path=tmp_path)
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("data loans"))
+    assert line == "data loans (test split), immutable: age, home_ownership"
+    assert "home_ownership=own" in payload["immutable"]  # the JSON summary keeps the model's inputs

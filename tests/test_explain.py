@@ -105,6 +105,17 @@ def test_ct_explain_on_a_logged_run_prints_writes_json_and_logs(tmp_path):
     folders = [a.path for a in MlflowClient(uri).list_artifacts(run["run_id"], "explanations")]
     files = {a.path.rsplit("/", 1)[1] for a in MlflowClient(uri).list_artifacts(run["run_id"], folders[0])}
     assert files == {"explanations.json", "explanations.csv", "explanations.png"}
+    again = ["--run-id", run["run_id"], "--tracking-uri", uri, "--row", '{"x1": 0.3, "x2": 0.4}', "--json", str(out),
+             "--no-log"]
+    env = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    before = out.read_text()
+    refused = run_script(ROOT / "recipes" / "explain.py", again, cwd=tmp_path, timeout=300, env=env)
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith(f"error: --json: got '{out}' (the file exists)")
+    assert "--overwrite" in refused.stderr and out.read_text() == before  # as train.py, unless told
+    replaced = run_script(ROOT / "recipes" / "explain.py", [*again, "--overwrite"], cwd=tmp_path, timeout=300, env=env)
+    assert replaced.returncode == 0, replaced.stderr[-3000:]
+    assert json.loads(out.read_text())[0]["factual"]["x1"] == pytest.approx(0.3)
 
 
 def test_rows_the_model_cannot_read_are_refused_before_the_search():

@@ -344,3 +344,33 @@ def test_balance_undersample_cuts_every_class_to_the_smallest_before_the_split(l
     assert built.frame["approved"].value_counts().nunique() == 1
     with pytest.raises(ValueError, match="balance: got 'smote'; allowed: none, undersample"):
         TableDataModule(rare, target="approved", balance="smote")
+
+
+def test_the_start_up_lines_show_plain_classes_and_bounds_in_words(tmp_path, loans):
+    """An integer target's classes as 0, 1 (not np.int64(0)); a bound on one side as "at least" / "at most"."""
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("columns:\n  income: {kind: integer, lower: 0}\n  years_employed: {upper: 50}\n"
+                    "  debt: {lower: 0, upper: 100000}\n")
+    frame = loans.assign(approved=(loans["approved"] == "yes").astype("int64"))
+    lines = TableDataModule(frame, "approved", spec=spec).describe().splitlines()
+    assert lines[0].endswith("target 'approved' with classes 0, 1 (positive: 1)"), lines[0]
+    assert "  income: integer, at least 0" in lines and "  years_employed: integer, at most 50" in lines
+    assert "  debt: integer, from 0 to 100000" in lines
+    assert "with classes 'no', 'yes' (positive: 'yes')" in TableDataModule(loans, "approved").describe()
+
+
+def test_a_suggested_drop_columns_value_can_be_pasted(loans):
+    """pandas' index column 'Unnamed: 0' is suggested quoted for the shell."""
+    hinted = TableDataModule(loans.assign(**{"Unnamed: 0": range(len(loans))}), "approved")
+    assert "leave it out with --drop-columns 'Unnamed: 0'" in hinted.describe()
+    with pytest.raises(ValueError, match="leave it out with --drop-columns 'bank id'$"):
+        TableDataModule(loans.assign(**{"bank id": "same"}), "approved")
+
+
+def test_drop_columns_left_unset_or_empty_in_a_config_file_still_works(tmp_path):
+    from ct_lightning.experiment.configuration.settings import load_config_file, resolve_config
+
+    config = tmp_path / "c.yaml"
+    config.write_text(f"data: {LOANS}\ntarget: approved\ndrop_columns: []\n")
+    assert resolve_config(load_config_file(config))["drop_columns"] == []
+    assert resolve_config({"data": str(LOANS), "target": "approved"})["drop_columns"] == []

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 
 import lightning as L
 
-ADVICE = ("try a lower --tau, more search steps (--nce / T), a smaller --lambda-reg or --lambda-egy, "
-          "a larger step size, or a longer --burnin")
+# Every --option named here is one of recipes/train.py's (tests/test_convergence_watch.py checks it).
+ADVICE = ("try a lower --tau, more search steps (--max-steps), a smaller --lambda-reg or --lambda-energy, "
+          "a larger search step size (--search-lr), or a longer --burnin")
 
 
 def convergence_message(key: str, share: float, threshold: float, low_epochs: int, epoch: int) -> str:
@@ -35,15 +37,19 @@ class ConvergenceWarning(UserWarning):
 class ConvergenceWatch(L.Callback):
     """Warn once when ``train/cf_converged`` stays below ``threshold`` for ``patience`` CT epochs in a row.
 
-    Reads the epoch's logged value at epoch end only (one host read per epoch, none per step).
+    The warning is a :class:`ConvergenceWarning`, or, with ``echo`` (a recipe's console), one ``warning: ...`` line
+    given to ``echo`` instead. Reads the epoch's logged value at epoch end only (one host read per epoch, none per
+    step).
     """
 
-    def __init__(self, threshold: float = 0.1, patience: int = 3, key: str = "train/cf_converged"):
+    def __init__(self, threshold: float = 0.1, patience: int = 3, key: str = "train/cf_converged",
+                 echo: Callable[[str], None] | None = None):
         if not 0.0 < threshold <= 1.0 or patience < 1:
             raise ValueError(f"ConvergenceWatch: threshold in (0, 1] and patience >= 1, got {threshold}, {patience}")
         self.threshold, self.patience, self.key = threshold, patience, key
         self.low_epochs = 0
         self.warned = False
+        self.echo = echo
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
         value = trainer.callback_metrics.get(self.key)
@@ -54,5 +60,7 @@ class ConvergenceWatch(L.Callback):
         if self.low_epochs >= self.patience and not self.warned:
             self.warned = True
             message = convergence_message(self.key, share, self.threshold, self.low_epochs, trainer.current_epoch)
-            warnings.warn(message, ConvergenceWarning, stacklevel=2)
-            print(f"WARNING: {message}", flush=True)
+            if self.echo is not None:
+                self.echo(f"warning: {message}")
+            else:
+                warnings.warn(message, ConvergenceWarning, stacklevel=2)

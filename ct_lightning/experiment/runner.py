@@ -16,6 +16,7 @@ import os
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+from ct_lightning.experiment.configuration.console import progress_hidden
 from ct_lightning.experiment.configuration.store import anchor_tracking_uri, store_location
 from ct_lightning.experiment.configuration.validation import KNOWN_ERRORS, Parser, exit_on_error
 from ct_lightning.experiment.runs.interrupt import TrainingInterrupted
@@ -55,7 +56,8 @@ def run_recipe(parser: argparse.ArgumentParser, argv: list[str] | None,
     if isinstance(getattr(args, "tracking_uri", None), str):
         args.tracking_uri = anchor_tracking_uri(args.tracking_uri)
     try:
-        return workflow(args)
+        with progress_hidden(getattr(args, "progress", True) is False):  # --no-progress, in every recipe that has it
+            return workflow(args)
     except Refused as refused:
         exit_on_error(refused.error, parser)
 

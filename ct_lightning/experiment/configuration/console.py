@@ -6,11 +6,14 @@ notes) and known library deprecation warnings that the user cannot act on.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
 import warnings
 
+from datamodules.paths import PROGRESS_ENV, progress_shown  # noqa: F401 - the one switch, read by the data downloads too
+
 VERBOSE_ENV = "CT_VERBOSE"  # "1": a recipe's --verbose, seen by its worker processes too
-PROGRESS_ENV = "CT_PROGRESS"  # "0": a recipe's --no-progress, seen by its worker processes too
 LIBRARY_LOGGERS = ("lightning.pytorch", "lightning.fabric", "lightning", "pytorch_lightning", "lightning_fabric",
                    "mlflow.store.db.utils", "alembic")
 # Warnings about how MLflow stores a model (pickle caution, input-example validation): nothing a user acts on.
@@ -20,11 +23,20 @@ QUIET_WARNINGS = (
 )
 
 
-def progress_shown() -> bool:
-    """Whether progress lines are wanted (not under a recipe's ``--no-progress``)."""
-    import os
-
-    return os.environ.get(PROGRESS_ENV) != "0"
+@contextlib.contextmanager
+def progress_hidden(hidden: bool):
+    """Inside the block, under a recipe's ``--no-progress`` (``hidden``), progress displays are off in this process
+    and its workers (:data:`PROGRESS_ENV`); restored after it (a recipe called in Python leaves no trace)."""
+    before = os.environ.get(PROGRESS_ENV)
+    if hidden:
+        os.environ[PROGRESS_ENV] = "0"
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop(PROGRESS_ENV, None)
+        else:
+            os.environ[PROGRESS_ENV] = before
 
 
 ONCE_PER_PROCESS = ("data ", "CT settings ")

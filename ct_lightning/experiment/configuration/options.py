@@ -15,7 +15,9 @@ import re
 from typing import Any
 
 from ct_lightning.experiment.configuration import catalogue
-from ct_lightning.experiment.configuration.settings import SETTINGS, SETTINGS_BY_NAME, Setting, csv_floats, csv_ints, is_table_file
+from ct_lightning.experiment.configuration.settings import (SETTINGS, SETTINGS_BY_NAME, Setting, csv_floats, csv_ints,
+                                                            csv_names, is_table_file)
+from ct_lightning.experiment.configuration.validation import InputError
 
 PROTOCOL = "ct_lightning.evaluation.protocol"  # read without importing torch (see catalogue)
 SOURCE, OUTPUT, EVAL = "model to load", "tracking and output", "evaluation protocol"
@@ -120,6 +122,9 @@ def argtype(setting: Setting):
 
     def convert(text: str) -> Any:
         try:
+            if setting.name == "drop_columns" and not csv_names(text):  # typed, yet names nothing: a slip
+                raise InputError("", text, "comma-separated columns of the table, e.g. id,notes (leave the option "
+                                 "out to drop none)", "no column named")
             if setting.name == "data_spec" or (setting.name == "data" and is_table_file(text)):
                 return setting.rule.check(text, "")  # a file's existence is checked before the work, not here
             return setting.checked(text, "")

@@ -315,7 +315,8 @@ TABLE: tuple[Setting, ...] = (
     Setting("summary_json", None, "write the summary here as JSON: run ids, settings and results (compare.py: default "
             "OUT_DIR/summary.json); train.py refuses an existing file unless --overwrite", run_only=True,
             on_resume=True),
-    Setting("overwrite", False, "allow --summary-json and --checkpoint-dir to replace existing files",
+    Setting("overwrite", False, "allow outputs to replace existing files: --summary-json and --checkpoint-dir "
+            "(train.py), --json (explain.py)",
             action="store_true", run_only=True, on_resume=True),
     Setting("progress", True, "hide the progress bar", flag="--no-progress", action="store_false", run_only=True,
             on_resume=True),

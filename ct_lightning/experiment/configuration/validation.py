@@ -248,13 +248,16 @@ def check_writable_folder(option: str, folder: str | os.PathLike) -> None:
         raise EnvironmentProblem(f"{option}: cannot write to {folder}: {base} is not writable")
 
 
-def check_output_file(option: str, path: str | os.PathLike | None) -> None:
-    """``path`` can be written as a file: not a folder, in a folder that exists or can be made and is writable."""
+def check_output_file(option: str, path: str | os.PathLike | None, overwrite: bool | None = None) -> None:
+    """``path`` can be written as a file: not a folder, in a folder that exists or can be made and is writable;
+    with ``overwrite`` given (a recipe that has ``--overwrite``), an existing file only when it is true."""
     if not path:
         return
     path = Path(path)
     if path.is_dir() or str(path).endswith(os.sep):
         raise InputError(option, str(path), "a file path (this is a folder)")
+    if overwrite is False and path.exists():
+        raise InputError(option, str(path), "a new file path, or --overwrite to replace this one", "the file exists")
     if path.exists() and not os.access(path, os.W_OK):
         raise EnvironmentProblem(f"{option}: {path} exists and is not writable")
     base = _nearest_existing(path.parent)

@@ -9,6 +9,7 @@ that already exists is refused unless ``overwrite`` is set (:func:`check_outputs
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -118,16 +119,43 @@ def mark_interrupted(client, run_id: str, interrupted: BaseException, command: s
         pass
 
 
-def resume_command(run_id: str, tracking_uri: str, experiment: str) -> str:
-    """The shell command that resumes run ``run_id`` (works as printed, from the repository root)."""
-    python = sys.executable
+TRAIN_ENTRY = "recipes.train:cli"  # the console script of recipes/train.py, as pyproject.toml's [project.scripts] names it
+TRAIN_SCRIPT = Path(__file__).resolve().parents[3] / "recipes" / "train.py"  # recipes/ is ct_lightning's sibling
+
+
+def project_scripts() -> dict[str, str]:
+    """This project's installed console scripts, name → entry (``{"ct-train": "recipes.train:cli", ...}``);
+    empty when the project is not installed."""
+    from importlib.metadata import PackageNotFoundError, distribution
+
     try:
-        relative = Path(python).relative_to(Path.cwd())
-        python = str(relative) if str(relative).startswith(".") else f"./{relative}"
-    except ValueError:
-        pass
-    args = ["recipes/train.py", "--resume", run_id, "--tracking-uri", tracking_uri, "--experiment", experiment]
-    return " ".join(shlex.quote(part) for part in [python, *args])
+        entries = distribution("ct-lightning").entry_points
+    except PackageNotFoundError:
+        return {}
+    return {entry.name: entry.value for entry in entries if entry.group == "console_scripts"}
+
+
+def train_launcher(argv0: str | None = None) -> list[str]:
+    """The words that start ``recipes/train.py`` from any folder: under one of the project's console scripts
+    (``argv0``, default ``sys.argv[0]``), the ``ct-train`` script (its bare name when it is the one on ``PATH``,
+    else its absolute path); otherwise this Python and the recipe's absolute path."""
+    import shutil
+
+    argv0 = sys.argv[0] if argv0 is None else argv0
+    scripts = project_scripts()
+    train_script = next((name for name, entry in scripts.items() if entry == TRAIN_ENTRY), None)
+    if train_script and Path(argv0).name in scripts:
+        beside = Path(argv0).absolute().with_name(train_script)
+        if beside.is_file():
+            on_path = shutil.which(train_script)
+            return [train_script if on_path and Path(on_path).resolve() == beside.resolve() else str(beside)]
+    return [os.path.abspath(sys.executable), str(TRAIN_SCRIPT)]
+
+
+def resume_command(run_id: str, tracking_uri: str, experiment: str) -> str:
+    """The shell command that resumes run ``run_id``, as it works from any folder (:func:`train_launcher`)."""
+    args = ["--resume", run_id, "--tracking-uri", tracking_uri, "--experiment", experiment]
+    return " ".join(shlex.quote(part) for part in [*train_launcher(), *args])
 
 
 def checkpoint_dir_of(run) -> Path | None:

@@ -298,13 +298,15 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         # epoch's comparison (a resume would otherwise compare against the previous epoch's best score).
         checkpoints.insert(0, best)
     trainer_kwargs = {k: config[k] for k in ("limit_train_batches", "limit_val_batches") if config[k] is not None}
+    warn = lambda text: echo(text, file=sys.stderr, flush=True)  # noqa: E731 - a recipe's warning line
     extra_callbacks = list(callbacks or [])
     if config["eval_every"]:
         extra_callbacks.append(CounterfactualEvaluation(int(config["eval_every"])))
     trainer = L.Trainer(max_epochs=config["max_epochs"], accelerator=config["accelerator"], devices=config["devices"],
                         num_nodes=config["num_nodes"], strategy=config["strategy"], logger=logger,
                         callbacks=[EpochSeed(config["seed"]), EpochMetricsInCheckpoint(), *checkpoints,
-                                   BurnIn(config["burnin"]), ConvergenceWatch(), *extra_callbacks], deterministic=False,
+                                   BurnIn(config["burnin"]), ConvergenceWatch(echo=warn),
+                                   *extra_callbacks], deterministic=False,
                         enable_progress_bar=config["progress"], enable_model_summary=config["progress"],
                         fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, plugins=[AtomicCheckpointIO()],
                         **trainer_kwargs)

@@ -26,6 +26,8 @@ from pathlib import Path
 
 import yaml
 
+from ct_lightning.experiment.configuration.console import progress_shown
+
 
 GRID_DIR = Path(__file__).resolve().parents[3] / "configs" / "grids"
 
@@ -471,8 +473,9 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
             return
         outcomes[result["key"]] = result
         what = "trained+evaluated" if result["trained"] else ("evaluated" if result["evaluated"] else "reused")
-        echo(f"[{len(outcomes)}/{len(models)}] {label} {what} in {result['seconds']:.1f}s; "
-             f"elapsed {time.perf_counter() - started:.0f}s", flush=True)
+        if progress_shown():  # not under --no-progress
+            echo(f"[{len(outcomes)}/{len(models)}] {label} {what} in {result['seconds']:.1f}s; "
+                 f"elapsed {time.perf_counter() - started:.0f}s", flush=True)
         # The results file holds every evaluation (tens of MB for a large grid): rewriting it after each of hundreds
         # of models would keep this process busy beside the workers. Every model is in the store the moment it is
         # recorded (a re-run reuses it), so the file is rewritten at most every RESULTS_EVERY_S seconds, and at the end.

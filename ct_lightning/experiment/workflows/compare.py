@@ -15,7 +15,7 @@ from pathlib import Path
 
 from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic, write_text_atomic
-from ct_lightning.experiment.configuration.console import PROGRESS_ENV, VERBOSE_ENV, quiet_console
+from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console
 from ct_lightning.experiment.configuration.preflight import threads_for
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import batches, checking, open_store, start
@@ -228,8 +228,6 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     quiet_console(args.verbose)
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"  # seen by --jobs workers too
-    if not args.progress:
-        os.environ[PROGRESS_ENV] = "0"
     start(args)  # the CPU arithmetic is set before torch is imported
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -41,7 +41,7 @@ def log_summary(summary: dict, args: argparse.Namespace) -> str:
     run = client.create_run(experiment_id, run_name=args.run_name or f"consistency-{summary['data']}-{summary['mode']}",
                             tags={"recipe": "consistency"})
     run_id = run.info.run_id
-    params = {k: v for k, v in vars(args).items() if k not in ("summary_json", "quiet")}
+    params = {k: v for k, v in vars(args).items() if k not in ("summary_json", "progress")}
     for key, value in params.items():
         client.log_param(run_id, key, str(value))
     for key, value in flat_metrics(summary).items():
@@ -66,7 +66,7 @@ def run(args: argparse.Namespace) -> dict:
     from ct_lightning.experiment.studies.consistency import run_consistency  # noqa: PLC0415 - heavy
 
     with checking():
-        summary = run_consistency(config_from_args(args), log=(lambda *a: None) if args.quiet else print)
+        summary = run_consistency(config_from_args(args), log=print if args.progress else (lambda *a: None))
     summary["run_id"] = log_summary(summary, args)
     summary["tracking_uri"] = args.tracking_uri
     if args.summary_json:

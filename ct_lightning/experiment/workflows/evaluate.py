@@ -62,6 +62,22 @@ def load(args: argparse.Namespace):
     return loaded, datamodule, config, constraints
 
 
+def column_names(datamodule, inputs: list[str]) -> list[str]:
+    """The columns, as the user named them, of these model inputs: a table's categorical column once (``SEX``, not
+    ``SEX=1, SEX=2``) where all of its one-hot inputs are among them; another data set's feature names as they are."""
+    codec = getattr(datamodule, "codec", None)
+    if codec is None:
+        return list(inputs)
+    given, names = set(inputs), []
+    for column in codec.columns:
+        encoded = column.encoded_names
+        if all(name in given for name in encoded):
+            names.append(column.name)
+        else:  # only some categories of the column (never from train.py's --immutable)
+            names.extend(name for name in encoded if name in given)
+    return names
+
+
 def run(args: argparse.Namespace) -> dict:
     """Load, evaluate, log to the run, plot, and write the JSON summary; returns it."""
     if args.seed is not None:
@@ -110,7 +126,8 @@ def run(args: argparse.Namespace) -> dict:
     if args.summary_json:
         write_json_atomic(args.summary_json, payload)
     shown = {k: v for k, v in summary.items() if k != "per_lambda"}
-    print(f"data {datamodule.name} ({args.split} split), immutable: {constraints.immutable or 'none'}")
+    immutable = column_names(datamodule, constraints.immutable)
+    print(f"data {datamodule.name} ({args.split} split), immutable: {', '.join(immutable) or 'none'}")
     for key, value in shown.items():
         print(f"  {key:>18}: {value:.4f}" if isinstance(value, float) else f"  {key:>18}: {value}")
     if logged:

@@ -17,7 +17,7 @@ SEARCH = ["generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_ene
 def run(args: argparse.Namespace) -> list[dict]:
     """Check the inputs, load the model, explain every row, print, write ``--json`` and log to the run."""
     with checking():
-        check_output_file("--json", args.json)
+        check_output_file("--json", args.json, args.overwrite)
         check_checkpoint_file("--checkpoint", args.checkpoint)
         if args.rows and not Path(args.rows).is_file():
             raise EnvironmentProblem(f"--rows: no file at {args.rows}")
