@@ -23,6 +23,7 @@ from datamodules.preprocess import undersample
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
+CODE_LEVELS = 10  # an inferred integer column with at most this many values may be category codes (SEX 1/2)
 BALANCE = ("none", "undersample")  # classes: as in the file, or each cut to the smallest's size
 SPLIT = (0.70, 0.15, 0.15)  # train, validation, test
 MAX_CLASSES = 20
@@ -222,9 +223,39 @@ class TableDataModule(TensorDataModule):
                 f"{classes} (positive: {_plain(self.codec.positive)!r})\ncolumns (kind from the data spec or inferred from "
                 f"the dtypes):\n{self.codec.describe()}"
                 + (f"\nleft out (--drop-columns): {', '.join(self.drop_columns)}" if self.drop_columns else "")
+                + (f"\nbalanced (--balance undersample): kept {len(self.frame)} of {self.rows_read} rows, "
+                   f"{len(self.frame) // len(self.codec.classes)} of each class" if self.balance == "undersample" else "")
                 + "".join(f"\nnote: {name!r} holds a different whole number in every row, one after the other: an "
                           f"identifier? it trains as a feature; leave it out with --drop-columns {shlex.quote(name)}"
-                          for name in self.identifier_like()))
+                          for name in self.identifier_like())
+                + "".join(f"\nnote: {line}" for line in self.outside_declared_bounds())
+                + (f"\nnote: {', '.join(self.code_like())} hold at most {CODE_LEVELS} different whole numbers each: if "
+                   "they are codes of categories rather than amounts or counts, declare them categorical in --data-spec "
+                   "(docs/guide.md, 'Your own table')" if self.code_like() else ""))
+
+    def code_like(self) -> list[str]:
+        """Integer columns inferred from the dtypes (not declared) with few levels: perhaps category codes."""
+        declared = {name for name, options in (self.spec.get("columns") or {}).items() if (options or {}).get("kind")}
+        return [c.name for c in self.codec.columns if c.kind == "integer" and c.name not in declared
+                and self.frame[c.name].nunique() <= CODE_LEVELS]
+
+    def outside_declared_bounds(self) -> list[str]:
+        """One line per column whose rows fall outside its declared ``lower``/``upper``: they train as they are,
+        but a counterfactual keeps to the bounds and such a row is refused when explained or served."""
+        lines = []
+        for c in self.codec.columns:
+            if c.kind not in ("continuous", "integer") or (c.lower is None and c.upper is None):
+                continue
+            values = pd.to_numeric(self.frame[c.name], errors="coerce")
+            below = int((values < c.lower).sum()) if c.lower is not None else 0
+            above = int((values > c.upper).sum()) if c.upper is not None else 0
+            if below or above:
+                parts = ([f"{below} below the declared lower bound {c.lower:g}"] if below else []) + \
+                        ([f"{above} above the declared upper bound {c.upper:g}"] if above else [])
+                lines.append(f"{c.name}: rows of the file lie outside the data spec's bounds ({', '.join(parts)}); they "
+                             "train as they are, but counterfactuals keep to the bounds and such rows are refused when "
+                             "explained or served")
+        return lines
 
     def identifier_like(self) -> list[str]:
         """Integer feature columns that look like row identifiers: every row a different value, consecutive."""

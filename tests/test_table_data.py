@@ -374,3 +374,26 @@ def test_drop_columns_left_unset_or_empty_in_a_config_file_still_works(tmp_path)
     config.write_text(f"data: {LOANS}\ntarget: approved\ndrop_columns: []\n")
     assert resolve_config(load_config_file(config))["drop_columns"] == []
     assert resolve_config({"data": str(LOANS), "target": "approved"})["drop_columns"] == []
+
+
+def test_the_start_up_message_names_balancing_rows_outside_declared_bounds_and_code_like_integers(loans):
+    rng = np.random.default_rng(2)
+    frame = loans.assign(grade=rng.integers(1, 7, len(loans)))  # number-coded categories, 6 levels
+    spec = {"columns": {"income": {"upper": 100_000}, "debt": {"lower": 5_000}}}
+    data = TableDataModule(frame, target="approved", spec=spec, balance="undersample")
+    text = data.describe()
+    smallest = int(loans["approved"].value_counts().min())
+    assert f"balanced (--balance undersample): kept {2 * smallest} of {len(loans)} rows, {smallest} of each class" in text
+    above = int((data.frame["income"] > 100_000).sum())
+    below = int((data.frame["debt"] < 5_000).sum())
+    assert above and below  # the fixture has such rows: the notes below are not vacuous
+    assert (f"note: income: rows of the file lie outside the data spec's bounds ({above} above the declared upper "
+            f"bound 100000)") in text
+    assert f"note: debt: rows of the file lie outside the data spec's bounds ({below} below the declared lower bound 5000)" in text
+    levels = {c: data.frame[c].nunique() for c in ("age", "income", "debt", "years_employed", "grade")}
+    expected = [c for c, n in levels.items() if n <= 10]
+    assert "grade" in expected and data.code_like() == expected
+    assert f"note: {', '.join(expected)} hold at most 10 different whole numbers each" in text
+    declared = TableDataModule(frame, target="approved", spec={"columns": {"grade": {"kind": "categorical"}}})
+    assert "grade" not in declared.code_like()
+    assert "balanced" not in declared.describe() and "outside the data spec's bounds" not in declared.describe()
