@@ -211,3 +211,30 @@ def test_explanations_keep_the_constraints_the_model_was_trained_under(tmp_path,
         assert any(result["changes"]), "the search moved some column"
         assert all(fixed == ["age", "sex"] for fixed in result["immutable"])
     assert "(not allowed to change: age, sex)" in describe(recipe)
+
+
+def test_explanations_take_finer_steps_than_training_so_they_stop_near_the_boundary():
+    from types import SimpleNamespace
+
+    from ct_lightning.evaluation.explanation import EXPLAIN_STEP, explanation_search
+
+    paper = SimpleNamespace(generator="ecco", tau=0.5, max_steps=30, epsilon=0.3, lambda_cost=0.001,
+                            lambda_energy=5.0, search_lr=0.25, generator_options=None)
+    search = explanation_search(paper)
+    assert search["lr"] == EXPLAIN_STEP == 0.05 and search["max_steps"] == 500  # 0.25 · 100 steps of travel
+    fine = explanation_search(SimpleNamespace(**{**vars(paper), "search_lr": 0.01, "max_steps": 3000}))
+    assert fine["lr"] == 0.01 and fine["max_steps"] == 3000  # a finer training step is kept, with its own travel
+    # A confident model: logit of "yes" = 20·x1. One step of the training's η = 0.25 jumps far past the boundary
+    # x1 = 0; the explanation's finer steps stop nearer to it, and both counterfactuals are valid.
+    model = torch.nn.Linear(2, 2)
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[0.0, 0.0], [20.0, 0.0]]))
+        model.bias.zero_()
+    codec = FeatureCodec(["x1", "x2"], n_features=2, n_classes=2)
+    rows = pd.DataFrame({"x1": [-1.0, -0.5], "x2": [0.0, 0.0]})
+    settings = {k: v for k, v in search.items() if k != "generator_options"}
+    near = explain(model, rows, target=1, codec=codec, **settings)
+    far = explain(model, rows, target=1, codec=codec, **{**settings, "lr": 0.25, "max_steps": 100})
+    reached = [[cf["x1"] for cf in result["counterfactual"]] for result in (near, far)]
+    assert near["valid"].all() and far["valid"].all()
+    assert all(0 <= n < f / 4 for n, f in zip(*reached)), reached  # seen: 0.67 and 1.16 against 6.4 and 6.9

@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from ct_lightning.evaluation.explanation import FeatureCodec, codec_from_dict, explain, to_records
+from ct_lightning.evaluation.explanation import (FeatureCodec, codec_from_dict, explain, explanation_search,
+                                                 to_records)
 from ct_lightning.experiment.configuration.validation import InputError
 
 PREPROCESSING = "preprocessing.json"
@@ -178,11 +179,9 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str) -> tu
 
 
 def search_settings(module, given: dict) -> dict:
-    """The search settings: those given, else the model's own (``generator``, ``tau``, ``max_steps`` ...)."""
-    hp = module.hparams
-    own = {"generator": hp.generator, "tau": hp.tau, "max_steps": max(int(hp.max_steps), 100), "epsilon": hp.epsilon,
-           "lambda_cost": hp.lambda_cost, "lambda_energy": hp.lambda_energy, "lr": hp.search_lr,
-           "generator_options": hp.generator_options or None}
+    """The search settings: those given, else the model's own for explanations (``generator``, ``tau``, λs ...,
+    with finer steps than in training: :func:`~ct_lightning.evaluation.explanation.explanation_search`)."""
+    own = explanation_search(module.hparams)
     renamed = {"search_lr": "lr"}
     for key, value in given.items():
         if value is not None:

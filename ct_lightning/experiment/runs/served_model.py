@@ -26,7 +26,7 @@ import pandas as pd
 import torch
 from mlflow.exceptions import MlflowException
 
-from ct_lightning.evaluation.explanation import explain
+from ct_lightning.evaluation.explanation import explain, explanation_search
 from ct_lightning.experiment.runs.request_checks import (PredictorFailed, RequestRefused, as_rows, check_params, check_rows,
                                                           row_limit)
 
@@ -261,10 +261,8 @@ def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, modul
     logged = log_classifier(tracking_uri, experiment_id, run_id, module.model, datamodule.x_train, step)
     codec = run_codec(datamodule, mutability)
     hp = module.hparams
-    search = {"generator": hp.generator if hp.generator in ("generic", "ecco") else "ecco", "tau": hp.tau,
-              "max_steps": max(int(hp.max_steps), 100), "epsilon": hp.epsilon, "lambda_cost": hp.lambda_cost,
-              "lambda_energy": hp.lambda_energy, "lr": hp.search_lr,
-              "mutability": dict(mutability or {})}  # the run's constraints (--immutable ...) hold when serving too
+    search = {**explanation_search(hp), "mutability": dict(mutability or {})}  # the run's constraints hold too
+    search["generator"] = search["generator"] if search["generator"] in ("generic", "ecco") else "ecco"
     tags = client.get_run(run_id).data.tags
     data = str(config.get("data") or datamodule.name)
     if data.lower().endswith((".csv", ".parquet")):  # a user's table is named by its file: loans.csv -> loans
