@@ -255,3 +255,53 @@ def test_every_option_allowed_with_resume_applies_to_the_resumed_training(tmp_pa
         assert str(summary["config"][key]) == str(value), key
     assert resumed.seen["strategy"] == "SingleDeviceStrategy" and resumed.seen["devices"] == 1
     assert first.seen["fused"] and not resumed.seen["fused"]
+
+
+def test_a_torchscript_mlp_keeps_its_activation_and_a_state_dict_says_which_it_assumes(store, tmp_path):
+    class Functional(nn.Module):  # the activation as a function call in forward, not a module
+        def __init__(self):
+            super().__init__()
+            self.hidden, self.out = nn.Linear(2, 8), nn.Linear(8, 2)
+
+        def forward(self, x):
+            return self.out(torch.tanh(self.hidden(x)))
+
+    tanh = build_mlp(2, 2, [8, 8], "tanh")
+    torch.jit.save(torch.jit.script(tanh), tmp_path / "tanh.pt")
+    assert read_checkpoint(tmp_path / "tanh.pt")[1] == {"activation": "tanh"}
+    torch.jit.save(torch.jit.script(Functional()), tmp_path / "functional.pt")
+    assert read_checkpoint(tmp_path / "functional.pt")[1] == {"activation": "tanh"}
+    torch.jit.save(torch.jit.script(nn.Sequential(nn.Linear(2, 8), nn.SiLU(), nn.Linear(8, 2))), tmp_path / "silu.pt")
+    with pytest.raises(ValueError, match=r"uses the activation SiLU; allowed: relu, tanh, sigmoid, gelu"):
+        read_checkpoint(tmp_path / "silu.pt")
+    lines = []
+    first = FirstWeights()
+    summary = train({**TINY, **store, "from_checkpoint": str(tmp_path / "tanh.pt")}, callbacks=[first],
+                    echo=lambda *a, **k: lines.append(" ".join(map(str, a))))
+    assert summary["config"]["activation"] == "tanh" and summary["config"]["hidden_sizes"] == [8, 8]
+    assert_started_from(first, tanh.state_dict())
+    assert not [line for line in lines if "is assumed" in line]
+    # a state_dict (here in the {"model_state_dict": ...} form training scripts save) holds no activation: said
+    torch.save({"model_state_dict": tanh.state_dict(), "epoch": 3}, tmp_path / "weights.pt")
+    lines.clear()
+    summary = train({**TINY, **store, "from_checkpoint": str(tmp_path / "weights.pt")},
+                    echo=lambda *a, **k: lines.append(" ".join(map(str, a))))
+    assert summary["config"]["activation"] == "relu" and summary["config"]["hidden_sizes"] == [8, 8]
+    assert [line for line in lines if line.startswith(f"note: {tmp_path / 'weights.pt'} does not say which activation")
+            and "relu is assumed; pass --activation" in line]
+    lines.clear()
+    train({**TINY, **store, "from_checkpoint": str(tmp_path / "weights.pt"), "activation": "tanh"},
+          echo=lambda *a, **k: lines.append(" ".join(map(str, a))))
+    assert not [line for line in lines if "is assumed" in line]
+
+
+def test_weights_of_a_model_class_of_ones_own_point_to_model_factory(store, tmp_path):
+    class Net(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.out = nn.Linear(2, 8), nn.Linear(8, 2)
+
+    torch.save(Net().state_dict(), tmp_path / "net.pt")
+    with pytest.raises(ValueError, match=r"missing in checkpoint: 0\.weight.*not in model: fc1\.weight.* the layers "
+                                         r"have other names.*pass --model package\.module:factory"):
+        train({**TINY, **store, "from_checkpoint": str(tmp_path / "net.pt")})

@@ -11,12 +11,16 @@ from torch import nn
 MODEL_PREFIX = "model."
 
 
+WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")  # where training scripts commonly put the weights
+
+
 def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     """Return ``(state_dict, metadata)`` of a checkpoint file.
 
     Accepted forms: a Lightning checkpoint of this project (``state_dict`` with ``model.``
-    prefixed keys; metadata = its ``hyper_parameters``), a dict ``{"state_dict": ..., **metadata}``,
-    a plain PyTorch ``state_dict``, or a TorchScript file (``torch.jit.save``: its weights). A whole pickled
+    prefixed keys; metadata = its ``hyper_parameters``), a dict ``{"state_dict": ..., **metadata}`` (or
+    ``model_state_dict``/``model`` in place of ``state_dict``, as training scripts save them), a plain PyTorch
+    ``state_dict``, or a TorchScript file (``torch.jit.save``: its weights and, where it shows, its activation). A whole pickled
     module (``torch.save(model)``) is refused, with the line that saves its weights instead: loading it would
     run code from the file.
     """
@@ -25,10 +29,12 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
         raise FileNotFoundError(f"from_checkpoint: no file at {path}")
     if _is_torchscript(path):
         try:
-            return dict(torch.jit.load(str(path), map_location="cpu").state_dict()), {}
+            scripted = torch.jit.load(str(path), map_location="cpu")
         except Exception as error:  # noqa: BLE001 - a damaged archive
             raise ValueError(f"from_checkpoint: {path} is a TorchScript file that does not load "
                              f"({_first_line(error)})") from None
+        activation = scripted_activation(scripted, path)
+        return dict(scripted.state_dict()), ({"activation": activation} if activation else {})
     try:
         payload = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as error:  # noqa: BLE001 - any unpickling failure means: not a checkpoint we accept
@@ -42,6 +48,9 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
                          f"({_first_line(error)})") from None
     if not isinstance(payload, dict):
         raise ValueError(f"from_checkpoint: {path} holds a {type(payload).__name__}, expected a state_dict")
+    wrapped = next((key for key in WRAPPER_KEYS if isinstance(payload.get(key), dict)), None)
+    if wrapped is not None and wrapped != "state_dict":  # torch.save({"model_state_dict": ..., "epoch": 3})
+        payload = {**{k: v for k, v in payload.items() if k != wrapped}, "state_dict": payload[wrapped]}
     if "state_dict" in payload and isinstance(payload["state_dict"], dict):
         state, metadata = payload["state_dict"], dict(payload.get("hyper_parameters") or {})
         metadata.update({k: v for k, v in payload.items() if k not in ("state_dict", "hyper_parameters")
@@ -54,6 +63,27 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     if not tensors:
         raise ValueError(f"from_checkpoint: {path} holds no weight tensors")
     return tensors, metadata
+
+
+def scripted_activation(scripted, path) -> str | None:
+    """The activation of a TorchScript MLP, by our name (``tanh``): from its activation modules (``nn.Tanh()``) or,
+    where there are none, from the functions its code calls (``torch.tanh(x)``); ``None`` where it uses none or
+    several. An activation this project does not build is a one-line ``ValueError``: its weights would be run
+    through another function."""
+    from ct_lightning.models import ACTIVATIONS  # noqa: PLC0415
+
+    ours = {cls.__name__: name for name, cls in ACTIVATIONS.items()}
+    known = set(torch.nn.modules.activation.__all__) - {"MultiheadAttention"}
+    classes = {getattr(module, "original_name", "") for _, module in scripted.named_modules()}
+    foreign = sorted(c for c in classes if c in known and c not in ours)
+    if foreign:
+        raise ValueError(f"from_checkpoint: {path} uses the activation {foreign[0]}; allowed: "
+                         f"{', '.join(ACTIVATIONS)} (for another architecture, pass --model package.module:Class)")
+    found = {ours[c] for c in classes if c in ours}
+    if not found:
+        code = "\n".join(getattr(module, "code", "") or "" for _, module in scripted.named_modules())
+        found = {name for name in ACTIVATIONS if re.search(rf"\b(torch|F|functional)\.{name}\(", code)}
+    return found.pop() if len(found) == 1 else None
 
 
 def _is_torchscript(path: Path) -> bool:
@@ -97,5 +127,9 @@ def load_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str =
             parts.append("missing in checkpoint: " + ", ".join(missing))
         if unexpected:
             parts.append("not in model: " + ", ".join(unexpected))
+        if missing and unexpected and not set(expected) & set(state):  # no layer name in common: another class
+            parts.append("the layers have other names, so the weights come from a model class of your own: pass "
+                         "--model package.module:factory (a function or class that returns it, given n_features "
+                         "and n_classes if it takes them)")
         raise ValueError(f"{source} does not fit the model: " + " | ".join(parts))
     model.load_state_dict(state)

@@ -21,6 +21,7 @@ from ct_lightning.callbacks import BurnIn, ConvergenceWatch, CounterfactualEvalu
 from ct_lightning.experiment.configuration.allocator import keep_freed_memory
 from ct_lightning.experiment.runs.checkpoint_io import AtomicCheckpointIO
 from ct_lightning.experiment.runs.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
+from ct_lightning.models import ACTIVATIONS
 from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console
 from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
 from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG, TrainingInterrupted
@@ -129,6 +130,10 @@ def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None
     if given.get("from_checkpoint"):
         weights, implied = _architecture_from_source(given["from_checkpoint"], given)
         given.update(implied)
+        if given.get("activation") is None and given.get("model", "mlp") == "mlp":
+            echo(f"note: {given['from_checkpoint']} does not say which activation its MLP uses (a state_dict holds "
+                 f"weights only): {DEFAULTS['activation']} is assumed; pass --activation if it was trained with another "
+                 f"(allowed: {', '.join(ACTIVATIONS)})", flush=True)
     config = resolve_config(given)
     check_outputs(config)
     return config, None, None, weights
