@@ -287,6 +287,7 @@ def test_a_torchscript_mlp_keeps_its_activation_and_a_state_dict_says_which_it_a
     summary = train({**TINY, **store, "from_checkpoint": str(tmp_path / "weights.pt")},
                     echo=lambda *a, **k: lines.append(" ".join(map(str, a))))
     assert summary["config"]["activation"] == "relu" and summary["config"]["hidden_sizes"] == [8, 8]
+    assert f"fine-tuning {tmp_path / 'weights.pt'}: an MLP with hidden sizes [8, 8] and relu, 114 weights" in lines
     assert [line for line in lines if line.startswith(f"note: {tmp_path / 'weights.pt'} does not say which activation")
             and "relu is assumed; pass --activation" in line]
     lines.clear()

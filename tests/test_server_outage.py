@@ -191,6 +191,12 @@ def test_the_end_of_a_run_on_a_server_names_the_servers_own_page():
     assert "mlflow ui" not in text
     local = announce({"run_id": "abc123", "tracking_uri": "sqlite:////tmp/s/mlflow.db", "experiment_id": "7"})
     assert "ui --backend-store-uri sqlite:////tmp/s/mlflow.db" in local
+    # what the run reached and where its checkpoints are, first
+    done = announce({"run_id": "abc123", "tracking_uri": "sqlite:////tmp/s/mlflow.db", "experiment_id": "7",
+                     "metrics": {"test/acc": 0.90651, "val/acc": 0.8916, "epochs": 100},
+                     "checkpoints": {"last": "/c/last.ckpt", "best": "/c/best.ckpt"}}).splitlines()
+    assert done[:3] == ["result after 100 epoch(s): test accuracy 0.907, validation accuracy 0.892",
+                        "checkpoints: last /c/last.ckpt, best /c/best.ckpt", "MLflow run id: abc123"]
 
 
 def test_replaying_an_outbox_twice_or_after_a_cut_short_replay_sends_each_point_once(tmp_path):

@@ -136,6 +136,11 @@ def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None
                  f"(allowed: {', '.join(ACTIVATIONS)})", flush=True)
     config = resolve_config(given)
     check_outputs(config)
+    if weights is not None:
+        shape = f"an MLP with hidden sizes {config['hidden_sizes']} and {config['activation']}" \
+            if config["model"] == "mlp" else f"the model {config['model']}"
+        echo(f"fine-tuning {config['from_checkpoint']}: {shape}, {sum(v.numel() for v in weights.values())} weights",
+             flush=True)
     return config, None, None, weights
 
 
@@ -390,10 +395,26 @@ def _unwritable(error: OSError, config: dict, last: ModelCheckpoint, run_id: str
     return unwritable
 
 
+def result_lines(summary: dict) -> list[str]:
+    """What the training reached (test and validation accuracy after its epochs) and where its checkpoints are."""
+    metrics = summary.get("metrics") or {}
+    scores = [f"{label} {metrics[key]:.3f}" for key, label in (("test/acc", "test accuracy"),
+                                                                 ("val/acc", "validation accuracy"))
+              if isinstance(metrics.get(key), (int, float))]
+    lines = []
+    if scores:
+        epochs = metrics.get("epochs")
+        lines.append("result" + (f" after {int(epochs)} epoch(s)" if epochs else "") + ": " + ", ".join(scores))
+    saved = {k: v for k, v in (summary.get("checkpoints") or {}).items() if v}
+    if saved:
+        lines.append("checkpoints: " + ", ".join(f"{k} {v}" for k, v in saved.items()))
+    return lines
+
+
 def announce(summary: dict) -> str:
     """Human-readable lines naming the run and how to look at it (a server's own UI, or the command that opens
     the UI on a local store), and the upload command when the run's end waits for its server."""
-    lines = [f"MLflow run id: {summary['run_id']}",
+    lines = [*result_lines(summary), f"MLflow run id: {summary['run_id']}",
              *run_links(summary["tracking_uri"], summary["experiment_id"], summary["run_id"])]
     pending = summary.get("tracking")
     if pending:
