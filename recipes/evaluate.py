@@ -27,7 +27,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = recipe_parser(__doc__)
     add_arguments(parser.add_mutually_exclusive_group(required=True), ["run_id", "checkpoint"])
     add_arguments(parser, ["tracking_uri", "which", "data", *GIVEN, "protect", "all_mutable"],
-                  data=None, impute=None, model=None, hidden_sizes=None, activation=None)
+                  data=None, impute=None, drop_columns=None, balance=None, model=None, hidden_sizes=None, activation=None)
     parser.add_argument("--split", choices=("test", "val"), default="test", help="split of the factuals (default %(default)s)")
     add_arguments(parser, ["seed", "summary_json", "out_dir", "log"], seed=None)
     parser.add_argument("--unsafe-load", action="store_true",

@@ -100,3 +100,19 @@ def test_the_immutable_columns_are_printed_as_the_user_named_them(tmp_path, caps
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("data loans"))
     assert line == "data loans (test split), immutable: age, home_ownership"
     assert "home_ownership=own" in payload["immutable"]  # the JSON summary keeps the model's inputs
+
+
+def test_a_plain_state_dict_of_a_table_read_with_dropped_columns_and_balance_is_evaluated(tmp_path):
+    import pandas as pd
+
+    from ct_lightning.models import build_mlp
+
+    table = tmp_path / "applicants.csv"
+    pd.read_csv(LOANS).assign(applicant_id=lambda f: range(len(f))).to_csv(table, index=False)
+    torch.save(build_mlp(13, 2, [8]).state_dict(), tmp_path / "own.pt")  # trained without applicant_id: 13 inputs
+    payload = evaluate("--checkpoint", str(tmp_path / "own.pt"), "--data", str(table), "--target", "approved",
+                       "--drop-columns", "applicant_id", "--balance", "undersample", tmp_path=tmp_path)
+    assert 0.0 <= payload["summary"]["validity"] <= 1.0
+    with pytest.raises(SystemExit, match="weights of a model of 14 features"):  # without: one input too many
+        evaluate("--checkpoint", str(tmp_path / "own.pt"), "--data", str(table), "--target", "approved",
+                 tmp_path=tmp_path)

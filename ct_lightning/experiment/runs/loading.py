@@ -78,7 +78,7 @@ def load_checkpoint_with_config(path: str | Path, data: str | None = None, weigh
     return LoadedModel(load_checkpoint(path, weights_only), config, str(path))
 
 
-TABLE_KEYS = ("target", "data_spec", "impute")
+TABLE_KEYS = ("target", "data_spec", "impute", "drop_columns", "balance")  # how a table is read, where given
 
 
 def is_lightning_checkpoint(path: str | Path, weights_only: bool = True) -> bool:

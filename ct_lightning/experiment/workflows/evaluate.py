@@ -15,7 +15,8 @@ from ct_lightning.experiment.configuration.settings import DEFAULTS, SETTINGS_BY
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_checkpoint_file, check_model_fits,
                                                 check_output_file, check_run_ids, check_writable_folder)
 
-GIVEN = ("target", "data_spec", "impute", "model", "hidden_sizes", "activation")  # how to read a model or a table
+GIVEN = ("target", "data_spec", "impute", "drop_columns", "balance", "model", "hidden_sizes",
+         "activation")  # how to read a model or a table
 
 
 def check_inputs(args: argparse.Namespace) -> None:
@@ -36,14 +37,14 @@ def load(args: argparse.Namespace):
     """The model (``LoadedModel``), its data module, protocol and constraints; a refused input raises."""
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
     from ct_lightning.experiment.configuration.data import build_datamodule  # noqa: PLC0415
-    from ct_lightning.experiment.runs.loading import load_any_checkpoint, load_run  # noqa: PLC0415
+    from ct_lightning.experiment.runs.loading import TABLE_KEYS, load_any_checkpoint, load_run  # noqa: PLC0415
 
     given = {key: getattr(args, key) for key in GIVEN}
     if args.run_id:
         loaded = load_run(args.run_id, args.tracking_uri, args.which, weights_only=not args.unsafe_load)
         if args.data:
             loaded.config["data"] = args.data
-        loaded.config.update({k: given[k] for k in ("target", "data_spec", "impute") if given[k] is not None})
+        loaded.config.update({k: given[k] for k in TABLE_KEYS if given[k] is not None})
     else:
         loaded = load_any_checkpoint(args.checkpoint, args.data, given, args.tracking_uri,
                                      weights_only=not args.unsafe_load)
