@@ -4,9 +4,13 @@ Per data set four models are trained with identical seeds and data (or reused by
   plausibility pair   BL, CT with all features mutable, evaluated all mutable      → IP, IP*
   actionability pair  BL, CT trained with the protected features immutable
                       (train(protect=True)) and evaluated with them immutable      → cost
+A table's data spec (mutability: none) holds in the training of both pairs, as in train.py; --immutable is
+added for the actionability pair only; the plausibility pair is evaluated with every feature mutable.
 Each is evaluated with the paper's protocol (recipes/evaluate.py); CT's effect is the percentage
 reduction 100·(BL − CT)/BL with bootstrap standard errors (100 rounds) and an asterisk when the
-99% bootstrap interval of the difference in means excludes zero.
+99% bootstrap interval of the difference in means excludes zero (never with one evaluation run or a
+zero-width interval: no interval, no star). Only built-in data sets are put beside the paper's rows
+(paper_comparison.md); a table file is not, whatever its name.
 
 Outputs in --out-dir (default outputs/compare/): table.md, table.csv, summary.json (or
 --summary-json) and plots/; all are also logged to an MLflow parent run whose children are the

@@ -44,7 +44,9 @@ def bootstrap_comparison(bl, ct, n_boot: int = 100, confidence: float = 0.99, se
     ``se`` (standard deviation of the bootstrapped reductions), ``diff`` (``CT − BL``),
     ``ci_low``/``ci_high`` (percentile interval of the bootstrapped ``CT − BL`` at ``confidence``),
     ``significant`` (the interval excludes zero), and the sample sizes. Non-finite values are
-    dropped; with an empty side every statistic is NaN and ``significant`` is ``False``.
+    dropped; with an empty side every statistic is NaN and ``significant`` is ``False``; when every bootstrap
+    round gives the same difference (one value a side, or constant samples) there is no interval to judge by and
+    ``significant`` is ``False``.
     """
     bl, ct = _finite(bl), _finite(ct)
     out = {"bl_mean": math.nan, "ct_mean": math.nan, "reduction_pct": math.nan, "se": math.nan,
@@ -66,9 +68,17 @@ def bootstrap_comparison(bl, ct, n_boot: int = 100, confidence: float = 0.99, se
         "reduction_pct": reduction_pct(float(bl.mean()), float(ct.mean())),
         "se": float(finite.std(ddof=1)) if finite.size > 1 else math.nan,
         "diff": float(ct.mean() - bl.mean()), "ci_low": float(ci_low), "ci_high": float(ci_high),
-        "significant": bool(ci_low > 0 or ci_high < 0),
+        "significant": excludes_zero(ci_low, ci_high),
     })
     return out
+
+
+def excludes_zero(ci_low: float, ci_high: float) -> bool:
+    """Whether the interval ``[ci_low, ci_high]`` excludes zero; ``False`` when it has no width (one run, or every
+    bootstrap round alike): a point says nothing about the spread, so nothing can be marked significant."""
+    if not ci_high > ci_low:
+        return False
+    return bool(ci_low > 0 or ci_high < 0)
 
 
 def per_run_means(result, name: str) -> np.ndarray:
@@ -98,7 +108,8 @@ def run_comparison(bl_runs, ct_runs, confidence: float = 0.99) -> dict:
     Per run ``r``: ``ratio_r = CT_r / BL_r`` and ``delta_r = CT_r − BL_r``. The reduction is
     ``−100·(mean ratio − 1)``, ``se`` is ``100·sd(ratio)`` (the spread over runs, as the paper's
     "±"), ``se_mean`` divides it by ``√runs``; ``significant`` when the central ``confidence``
-    quantile interval of the per-run deltas excludes zero. Runs with a missing side are dropped.
+    quantile interval of the per-run deltas excludes zero (``False`` with one run or equal deltas: no interval).
+    Runs with a missing side are dropped.
     """
     bl_runs, ct_runs = np.asarray(bl_runs, dtype=float), np.asarray(ct_runs, dtype=float)
     keep = np.isfinite(bl_runs) & np.isfinite(ct_runs) & (bl_runs != 0)
@@ -110,17 +121,30 @@ def run_comparison(bl_runs, ct_runs, confidence: float = 0.99) -> dict:
         return out
     ratios, deltas = ct_runs / bl_runs, ct_runs - bl_runs
     tail = (1.0 - confidence) / 2.0
-    ci_low, ci_high = np.quantile(deltas, [tail, 1.0 - tail])
+    ci_low, ci_high = np.quantile(deltas, [tail, 1.0 - tail]) if deltas.size > 1 else (math.nan, math.nan)
     sd = float(ratios.std(ddof=1)) if ratios.size > 1 else math.nan
     out.update({"bl_mean": float(bl_runs.mean()), "ct_mean": float(ct_runs.mean()),
                 "reduction_pct": float(-100.0 * (ratios.mean() - 1.0)), "se": 100.0 * sd,
                 "se_mean": 100.0 * sd / math.sqrt(ratios.size), "diff": float(deltas.mean()),
                 "ci_low": float(ci_low), "ci_high": float(ci_high),
-                "significant": bool(ci_low > 0 or ci_high < 0)})
+                "significant": excludes_zero(ci_low, ci_high)})
     return out
 
 
 STATISTICS = ("runs", "bootstrap")
+
+
+def valid_behind(result, name: str) -> int:
+    """How many valid counterfactuals the values of metric ``name`` rest on: those with a value (a
+    per-counterfactual metric), or all of the (run, λ_egy) groups with a value (a per-group metric such as IP*,
+    whose one value per group is computed from that group's valid counterfactuals)."""
+    values = result.metric_values(name)
+    if values is None:
+        return 0
+    finite = np.isfinite(values)
+    if METRICS[name].scope == "group":
+        return int(np.asarray(result.groups["n_valid"])[finite].sum()) if "n_valid" in result.groups else 0
+    return int(finite.sum())
 
 
 def compare_evaluations(bl, ct, metrics=None, n_boot: int = 100, confidence: float = 0.99,
@@ -129,7 +153,8 @@ def compare_evaluations(bl, ct, metrics=None, n_boot: int = 100, confidence: flo
 
     ``statistic="bootstrap"``: :func:`bootstrap_comparison` of the pooled per-sample values (the
     paper's text); ``"runs"``: :func:`run_comparison` of per-run means (the authors' code). Each
-    entry also carries the other statistic under ``"alternative"``.
+    entry also carries the other statistic under ``"alternative"``, and ``valid_bl``/``valid_ct``: the valid
+    counterfactuals behind each side's values (:func:`valid_behind`).
     """
     if statistic not in STATISTICS:
         raise ValueError(f"statistic: unknown {statistic!r}; allowed: {', '.join(STATISTICS)}")
@@ -138,7 +163,8 @@ def compare_evaluations(bl, ct, metrics=None, n_boot: int = 100, confidence: flo
         boot = bootstrap_comparison(bl.metric_samples(name), ct.metric_samples(name), n_boot, confidence, seed + i)
         runs = run_comparison(per_run_means(bl, name), per_run_means(ct, name), confidence)
         main, other = (runs, boot) if statistic == "runs" else (boot, runs)
-        out[name] = {**main, "n_bl": boot["n_bl"], "n_ct": boot["n_ct"], "alternative": other}
+        out[name] = {**main, "n_bl": boot["n_bl"], "n_ct": boot["n_ct"], "valid_bl": valid_behind(bl, name),
+                     "valid_ct": valid_behind(ct, name), "alternative": other}
     return out
 
 
@@ -167,6 +193,7 @@ def table_row(data: str, plausibility: dict[str, dict], actionability: dict[str,
         row[f"{name}_ci_low"] = stats.get("ci_low", math.nan)
         row[f"{name}_ci_high"] = stats.get("ci_high", math.nan)
         row[f"{name}_n_bl"], row[f"{name}_n_ct"] = stats.get("n_bl", 0), stats.get("n_ct", 0)
+        row[f"{name}_valid_bl"], row[f"{name}_valid_ct"] = stats.get("valid_bl"), stats.get("valid_ct")
     row["significant"] = {name: bool((source or {}).get(name, {}).get("significant", False))
                           for name, source in sources.items()}
     for label, summary, protected in (("bl", bl_summary, bl_protected), ("ct", ct_summary, ct_protected)):
@@ -190,14 +217,16 @@ MIN_SAMPLES = 30
 def format_cell(row: dict, metric: str) -> str:
     """``reduction ± se`` with an asterisk when significant, e.g. ``29.05 ± 0.67*``.
 
-    A dagger and the sample sizes are added when either side has fewer than ``MIN_SAMPLES``
-    per-sample values (valid counterfactuals; a per-group metric such as IP* has one value per run and
-    λ_egy, so it is exempt).
+    A dagger and the counts are added when either side rests on fewer than ``MIN_SAMPLES`` valid
+    counterfactuals (``valid_bl``/``valid_ct``: for IP*, the valid counterfactuals of the groups it was computed
+    from). A row written before those counts has them only for a per-counterfactual metric (``n_bl``/``n_ct``).
     """
     text = f"{_fmt(row[f'{metric}_reduction_pct'])} ± {_fmt(row[f'{metric}_se'])}"
     text += "*" if row["significant"].get(metric) else ""
-    n_bl, n_ct = row.get(f"{metric}_n_bl"), row.get(f"{metric}_n_ct")
-    if METRICS[metric].scope != "group" and n_bl is not None and n_ct is not None and min(n_bl, n_ct) < MIN_SAMPLES:
+    n_bl, n_ct = row.get(f"{metric}_valid_bl"), row.get(f"{metric}_valid_ct")
+    if (n_bl is None or n_ct is None) and METRICS[metric].scope != "group":
+        n_bl, n_ct = row.get(f"{metric}_n_bl"), row.get(f"{metric}_n_ct")
+    if n_bl is not None and n_ct is not None and min(n_bl, n_ct) < MIN_SAMPLES:
         text += f" † (n {n_bl}/{n_ct})"
     return text
 

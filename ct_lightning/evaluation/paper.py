@@ -32,6 +32,18 @@ def paper_label(data: str) -> str:
         return Path(data).stem if Path(data).suffix.lower() in (".csv", ".parquet") else data
 
 
+def published_label(row: dict) -> str | None:
+    """The paper's row label of a Table 1 row of a built-in data set, ``None`` for any other (a user's table
+    named like a built-in set, ``credit.csv``, is not the paper's data). Rows written before ``built_in`` was
+    recorded count as built-in."""
+    return paper_label(row["data"]) if row.get("built_in", True) else None
+
+
+def row_label(row: dict) -> str:
+    """The label a table shows for ``row``: the paper's for a built-in set, else the row's own name."""
+    return published_label(row) or row["data"]
+
+
 # Table 1: (reduction %, ± , significant) for IP, IP*, cost
 PAPER_TABLE1 = {
     "LS": {"ip": (29.05, 0.67, True), "ip_star": (55.33, 2.03, True), "cost": (14.07, 0.60, True)},
@@ -111,7 +123,7 @@ def verdict(ours: float, ours_significant: bool, paper: float, paper_significant
 def _cell(value, se, significant) -> str:
     if not _finite(value):
         return "n/a"
-    return f"{value:.2f} ± {se:.2f}{'*' if significant else ''}"
+    return f"{value:.2f} ± {f'{se:.2f}' if _finite(se) else 'n/a'}{'*' if significant else ''}"
 
 
 def beside_paper_table(rows: list[dict], published: str = "arxiv") -> str:
@@ -122,9 +134,8 @@ def beside_paper_table(rows: list[dict], published: str = "arxiv") -> str:
         header += [f"{table_label(metric)} ours", "paper", "verdict"]
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for row in rows:
-        label = paper_label(row["data"])
-        paper = table.get(label)
-        cells = [label]
+        paper = table.get(published_label(row))
+        cells = [row_label(row)]
         for metric in METRICS:
             ours = row.get(f"{metric}_reduction_pct")
             sig = bool(row.get("significant", {}).get(metric))
@@ -150,10 +161,10 @@ def table3_beside_paper(rows: list[dict]) -> str:
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     for metric in METRICS:
         for row in rows:
-            label = paper_label(row["data"])
+            label = row_label(row)
             ct, bl = _mean(row, "ct", metric), _mean(row, "bl", metric)
             low, high = row.get(f"{metric}_ci_low"), row.get(f"{metric}_ci_high")
-            paper = PAPER_TABLE3[metric].get(label)
+            paper = PAPER_TABLE3[metric].get(published_label(row))
             fmt = (lambda v: f"{v:.3g}" if _finite(v) else "n/a")  # noqa: E731
             cells = [METRIC_TABLE[metric].label, label, fmt(ct), fmt(bl), f"[{fmt(low)}, {fmt(high)}]"]
             cells += [fmt(paper[0]), fmt(paper[1]), f"[{fmt(paper[2])}, {fmt(paper[3])}]"] if paper else ["—"] * 3
@@ -165,7 +176,7 @@ def agreement_counts(rows: list[dict], published: str = "arxiv") -> dict[str, in
     """How many cells of :func:`beside_paper_table` got each verdict."""
     counts: dict[str, int] = {}
     for row in rows:
-        paper = PUBLISHED[published][1].get(paper_label(row["data"]))
+        paper = PUBLISHED[published][1].get(published_label(row))
         if not paper:
             continue
         for metric in METRICS:

@@ -24,7 +24,7 @@ import math
 
 import numpy as np
 
-from ct_lightning.evaluation.paper import METRICS, PUBLISHED, paper_label, verdict
+from ct_lightning.evaluation.paper import METRICS, PUBLISHED, published_label, row_label, verdict
 from ct_lightning.metrics.names import table_label
 
 ROBUST_SHARE = 0.8
@@ -102,12 +102,12 @@ def aggregate_rows(rows_by_seed: dict[int, list[dict]], confidence: float = 0.99
     out = []
     for name in names:
         rows = [next((r for r in rows_by_seed[s] if r["data"] == name), None) for s in seeds]
-        label = paper_label(name)
-        aggregate = {"data": name, "label": label, "seeds": seeds}
+        first = next(r for r in rows if r)
+        aggregate = {"data": name, "label": row_label(first), "seeds": seeds}
         for metric in METRICS:
             values = [r.get(f"{metric}_reduction_pct", math.nan) if r else math.nan for r in rows]
             sigs = [bool(r.get("significant", {}).get(metric)) if r else False for r in rows]
-            aggregate[metric] = aggregate_cell(values, sigs, confidence, share, label, metric)
+            aggregate[metric] = aggregate_cell(values, sigs, confidence, share, published_label(first), metric)
         out.append(aggregate)
     return out
 
@@ -196,7 +196,7 @@ def per_seed_table(rows_by_seed: dict[int, list[dict]]) -> str:
     for row in rows_by_seed[seeds[0]]:
         name = row["data"]
         for metric in METRICS:
-            cells = [paper_label(name), table_label(metric)]
+            cells = [row_label(row), table_label(metric)]
             for seed in seeds:
                 other = next((r for r in rows_by_seed[seed] if r["data"] == name), None)
                 value = other.get(f"{metric}_reduction_pct") if other else None

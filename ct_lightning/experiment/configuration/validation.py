@@ -298,8 +298,9 @@ def check_accelerator(option: str, accelerator: str | None) -> None:
         raise EnvironmentProblem(f"{option}: got 'mps', but MPS is not available here; use --accelerator cpu or auto")
 
 
-def check_run_ids(option: str, run_ids: Sequence[str], tracking_uri: str) -> None:
-    """Every run id exists in the store (imports MLflow)."""
+def check_run_ids(option: str, run_ids: Sequence[str], tracking_uri: str, checkpoint: str | None = None) -> None:
+    """Every run id exists in the store (imports MLflow); with ``checkpoint`` (``last``, ``best``) each run also
+    holds that checkpoint (``checkpoints/last.ckpt``), which an evaluation of the run loads."""
     ids = [run_id for run_id in run_ids if run_id]
     if not ids:
         return
@@ -315,6 +316,13 @@ def check_run_ids(option: str, run_ids: Sequence[str], tracking_uri: str) -> Non
             client.get_run(run_id)
         except Exception:  # noqa: BLE001 - MLflow raises several types for an unknown or malformed id
             raise InputError(option, run_id, f"the id of a run in {tracking_uri}", "no such run") from None
+        if checkpoint is not None:
+            names = [a.path for a in client.list_artifacts(run_id, "checkpoints")]
+            if f"checkpoints/{checkpoint}.ckpt" not in names:
+                found = ", ".join(Path(n).name for n in names) or "none"
+                raise InputError(option, run_id, f"the id of a run with a saved model (checkpoints/{checkpoint}.ckpt; "
+                                 "a run trained with --limit-train-batches 0 or whose checkpoints were deleted has "
+                                 "none), or an empty entry to train", f"its checkpoints: {found}")
 
 
 def check_model_fits(option: str, value: str, module, datamodule) -> None:

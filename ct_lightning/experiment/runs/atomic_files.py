@@ -4,15 +4,31 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 
-def write_json_atomic(path: str | os.PathLike, payload) -> None:
-    """Write ``payload`` as JSON to ``path`` via a temporary file and an atomic rename."""
-    write_text_atomic(path, json.dumps(payload, indent=2, default=str))
+def write_json_atomic(path: str | os.PathLike, payload, strict: bool = False) -> None:
+    """Write ``payload`` as JSON to ``path`` via a temporary file and an atomic rename. ``strict``: NaN and
+    infinities as ``null``, so that any JSON parser reads the file (Python's own ``NaN`` is not JSON); off for
+    files this project reads back itself, where a missing value must stay a float."""
+    if strict:
+        payload = finite_or_null(payload)
+    write_text_atomic(path, json.dumps(payload, indent=2, default=str, allow_nan=not strict))
+
+
+def finite_or_null(value):
+    """``value`` with every non-finite float, at any depth of dicts, lists and tuples, replaced by ``None``."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {key: finite_or_null(inner) for key, inner in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(inner) for inner in value]
+    return value
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:

@@ -119,8 +119,9 @@ def mark_interrupted(client, run_id: str, interrupted: BaseException, command: s
         pass
 
 
+RECIPES_DIR = Path(__file__).resolve().parents[3] / "recipes"  # recipes/ is ct_lightning's sibling
 TRAIN_ENTRY = "recipes.train:cli"  # the console script of recipes/train.py, as pyproject.toml's [project.scripts] names it
-TRAIN_SCRIPT = Path(__file__).resolve().parents[3] / "recipes" / "train.py"  # recipes/ is ct_lightning's sibling
+TRAIN_SCRIPT = RECIPES_DIR / "train.py"
 
 
 def project_scripts() -> dict[str, str]:
@@ -135,27 +136,36 @@ def project_scripts() -> dict[str, str]:
     return {entry.name: entry.value for entry in entries if entry.group == "console_scripts"}
 
 
-def train_launcher(argv0: str | None = None) -> list[str]:
-    """The words that start ``recipes/train.py`` from any folder: under one of the project's console scripts
-    (``argv0``, default ``sys.argv[0]``), the ``ct-train`` script (its bare name when it is the one on ``PATH``,
-    else its absolute path); otherwise this Python and the recipe's absolute path."""
+def recipe_launcher(recipe: str, argv0: str | None = None) -> list[str]:
+    """The words that start ``recipes/RECIPE.py`` from any folder: under one of the project's console scripts
+    (``argv0``, default ``sys.argv[0]``), the recipe's script (``ct-compare``; its bare name when it is the one on
+    ``PATH``, else its absolute path); otherwise this Python and the recipe's absolute path."""
     import shutil
 
     argv0 = sys.argv[0] if argv0 is None else argv0
     scripts = project_scripts()
-    train_script = next((name for name, entry in scripts.items() if entry == TRAIN_ENTRY), None)
-    if train_script and Path(argv0).name in scripts:
-        beside = Path(argv0).absolute().with_name(train_script)
+    script = next((name for name, entry in scripts.items() if entry == f"recipes.{recipe}:cli"), None)
+    if script and Path(argv0).name in scripts:
+        beside = Path(argv0).absolute().with_name(script)
         if beside.is_file():
-            on_path = shutil.which(train_script)
-            return [train_script if on_path and Path(on_path).resolve() == beside.resolve() else str(beside)]
-    return [os.path.abspath(sys.executable), str(TRAIN_SCRIPT)]
+            on_path = shutil.which(script)
+            return [script if on_path and Path(on_path).resolve() == beside.resolve() else str(beside)]
+    return [os.path.abspath(sys.executable), str(RECIPES_DIR / f"{recipe}.py")]
+
+
+def train_launcher(argv0: str | None = None) -> list[str]:
+    """The words that start ``recipes/train.py`` from any folder (:func:`recipe_launcher`)."""
+    return recipe_launcher("train", argv0)
+
+
+def recipe_command(recipe: str, argv: list[str]) -> str:
+    """The shell command that runs ``recipes/RECIPE.py`` with ``argv`` again, from any folder."""
+    return " ".join(shlex.quote(part) for part in [*recipe_launcher(recipe), *argv])
 
 
 def resume_command(run_id: str, tracking_uri: str, experiment: str) -> str:
     """The shell command that resumes run ``run_id``, as it works from any folder (:func:`train_launcher`)."""
-    args = ["--resume", run_id, "--tracking-uri", tracking_uri, "--experiment", experiment]
-    return " ".join(shlex.quote(part) for part in [*train_launcher(), *args])
+    return recipe_command("train", ["--resume", run_id, "--tracking-uri", tracking_uri, "--experiment", experiment])
 
 
 def checkpoint_dir_of(run) -> Path | None:

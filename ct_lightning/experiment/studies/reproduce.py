@@ -23,7 +23,7 @@ import torch
 
 from ct_lightning.experiment.configuration.console import child_training_echo, progress_shown
 from ct_lightning.experiment.runs.atomic_files import atomic_file
-from ct_lightning.experiment.configuration.settings import NON_DEFINING_KEYS, data_class
+from ct_lightning.experiment.configuration.settings import NON_DEFINING_KEYS, data_class, is_table_file
 
 CONFIG_KEY_TAG = "ct.config_key"
 ROLES = (  # (role, objective, protected)
@@ -180,6 +180,20 @@ class Task:
         return evaluation_key(self.protocol, self.protected, not self.protected)
 
 
+def constraints_in_words(task: Task) -> str:
+    """Which features a task's model may change, in training and in evaluation. A table's data spec
+    (``mutability: none``) holds in the training of both pairs (as in train.py); ``--immutable`` is added for the
+    actionability pair only; the plausibility pair is evaluated with every feature mutable."""
+    if task.protected:
+        protected = ("--immutable and data spec mutability: none columns" if is_table_file(task.data)
+                     else "protected features")
+        return f"{protected} immutable in training and evaluation: the actionability pair for the cost column"
+    if is_table_file(task.data):
+        return ("trained with the data spec's own mutability (mutability: none columns fixed, no --immutable), "
+                "evaluated with every feature mutable")
+    return "all features mutable"
+
+
 def task_state(task: Task, client) -> tuple[str | None, bool]:
     """``(run id of a finished training or None, whether its evaluation is stored)``."""
     run_id = task.reuse_run_id or find_finished_training(client, task.experiment, training_key(task.resolved_config()))
@@ -213,7 +227,7 @@ def run_task(task: Task) -> dict:
     if evaluated and progress_shown():
         # Printed by the process doing the work, so that with --jobs it shows what really runs.
         print(f"started {task.label} ({'training and ' if trained else ''}evaluation; "
-              f"{'protected features immutable' if task.protected else 'all features mutable'}, "
+              f"{constraints_in_words(task)}, "
               f"objective {task.objective})", flush=True)
     if trained:
         tags = {CONFIG_KEY_TAG: key, "ct.compare.role": task.role, "role": ROLE_LABELS[task.role]}
@@ -245,8 +259,7 @@ def describe_plan(tasks: list[Task], client, actionability: bool) -> list[str]:
     lines, protected_to_train = [], []
     for task in tasks:
         run_id, evaluated = task_state(task, client)
-        what = ("all features mutable" if not task.protected else
-                "protected features immutable: the actionability pair for the cost column")
+        what = constraints_in_words(task)
         if task.reuse_run_id:
             action = f"reuse run {run_id} (given), {'evaluation stored' if evaluated else 'evaluate it'}"
         elif run_id:

@@ -8,7 +8,6 @@ from __future__ import annotations
 import argparse
 import math
 import os
-import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -89,13 +88,27 @@ def check_table_options(args, names: list[str]) -> None:
         raise InputError("--target", "(none)", f"the target column of {Path(tables[0]).name}")
     if args.immutable and not args.actionability:
         raise InputError("--immutable", args.immutable, "nothing with --no-actionability (only the actionability "
-                         "pair protects features; the plausibility pair keeps every feature mutable)")
+                         "pair gets --immutable columns; the plausibility pair is evaluated with every feature "
+                         "mutable)")
     for table in tables:  # reading the table checks it (columns, classes, missing values, ...) before any work
         module = data_class(table)(table, **table_options(args))
+        check_immutable_columns(args.immutable, module)
         if args.actionability and not args.immutable and not module.protected_features:
             raise InputError("--immutable", "(none)", f"the protected columns of {Path(table).name} for the "
                              "actionability pair (e.g. --immutable age,sex), a data spec with mutability: none, "
                              "or --no-actionability")
+
+
+def check_immutable_columns(immutable, module) -> None:
+    """``--immutable`` names columns of the table (the data spec's mutability checked with it), by the check a
+    training makes (``mutability_spec``), before the first pair trains."""
+    from ct_lightning.experiment.configuration.data import mutability_spec  # noqa: PLC0415 - imports torch
+
+    module.setup("fit")
+    try:
+        mutability_spec({"mutability": None, "immutable": csv_names(immutable), "protect": False}, module)
+    except ValueError as error:  # compare has no --mutability: name the option the user gave
+        raise ValueError(str(error).replace("mutability/immutable:", "--immutable:", 1)) from None
 
 
 def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, parent: str | None) -> list[Task]:
@@ -159,6 +172,8 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
     row = table_row(datamodule.name, plausibility, actionability, summaries["bl"], summaries["ct"],
                     summaries.get("bl_protected"), summaries.get("ct_protected"))
     row["synthetic"] = datamodule.synthetic
+    # only a built-in set is the paper's data: a user's credit.csv is not the paper's Credit row
+    row["built_in"] = not is_table_file(data) and catalogue.canonical_dataset(data) is not None
     row["runs"] = {role: entry["run_id"] for role, entry in entries.items()}
     row["protocol"] = {task.role: task.protocol for task in tasks if task.data == data}
     row["robust_curves"] = {role: entry["result"].robust_curve for role, entry in entries.items()}
@@ -198,7 +213,7 @@ def write_outputs(rows: list[dict], plots: list, args, client, parent: str, comm
     write_text_atomic(out_dir / "paper_comparison.md", paper_comparison(rows))
     write_csv(rows, out_dir / "table.csv")
     summary_path = Path(args.summary_json or out_dir / "summary.json")
-    write_json_atomic(summary_path, summary)
+    write_json_atomic(summary_path, summary, strict=True)  # NaN as null: any JSON reader opens it
     for path in (out_dir / "table.md", out_dir / "paper_comparison.md", out_dir / "table.csv", summary_path):
         client.log_artifact(parent, str(path))
     return summary
@@ -223,8 +238,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
         check_tracking_reachable(args.tracking_uri)
         check_writable_folder("--out-dir", args.out_dir)
         check_output_file("--summary-json", args.summary_json)
-        for key, ids in reuse_lists.items():
-            check_run_ids(f"--{key.replace('_', '-')}-run-id", ids, args.tracking_uri)
+        for key, ids in reuse_lists.items():  # a given run is evaluated from its last checkpoint
+            check_run_ids(f"--{key.replace('_', '-')}-run-id", ids, args.tracking_uri, checkpoint="last")
     quiet_console(args.verbose)
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"  # seen by --jobs workers too
@@ -232,8 +247,9 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     out_dir = Path(args.out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     client, _, artifact_location = open_store(args.tracking_uri, args.experiment)  # created once, under a file lock
-    command = f"{sys.executable} recipes/compare.py " + " ".join(
-        shlex.quote(a) for a in (argv if argv is not None else sys.argv[1:]))
+    from ct_lightning.experiment.runs.lifecycle import recipe_command  # noqa: PLC0415
+
+    command = recipe_command("compare", list(argv if argv is not None else sys.argv[1:]))
     if seeds is None:
         return run_seed(args, names, reuse_lists, client, artifact_location, command, out_dir)
     summaries = {}
@@ -348,10 +364,16 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
         print(f"seed {args.seed}: table in {out_dir / 'table.md'} (MLflow parent run {parent})", flush=True)
         return summary
     print(summary["table_markdown"])
-    print("IP/IP*: all features mutable; Cost: protected features immutable in training and evaluation.")
+    if any(is_table_file(name) for name in names):
+        print("IP/IP*: every feature mutable in evaluation (a table's models trained with its data spec's "
+              "mutability); Cost: --immutable and data spec mutability: none columns immutable in training and "
+              "evaluation.")
+    else:
+        print("IP/IP*: all features mutable; Cost: protected features immutable in training and evaluation.")
     if summary["statistic"] == "runs":
         print("± 100·sd of the per-run CT/BL ratios over the evaluation runs; * the central 99% quantile interval "
-              "of the per-run differences excludes zero (the authors' Table 1 arithmetic);")
+              "of the per-run differences excludes zero (no * with one run: no interval; the authors' Table 1 "
+              "arithmetic);")
     else:
         print("± bootstrap standard error; * 99% bootstrap interval of the difference in means excludes zero;")
     print("† fewer than 30 valid counterfactuals on one side (n BL/CT): not a reliable comparison.")

@@ -85,7 +85,7 @@ def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], clien
         writer.writeheader()
         writer.writerows(flat)
     summary_path = Path(args.summary_json or out_dir / "summary.json")
-    write_json_atomic(summary_path, summary)
+    write_json_atomic(summary_path, summary, strict=True)
     for path in (out_dir / "table.md", out_dir / "paper_comparison.md", out_dir / "table.csv", summary_path):
         client.log_artifact(parent, str(path))
     client.set_terminated(parent, "FINISHED")  # kept in the outbox if the server went away

@@ -62,7 +62,7 @@ def end_pending(client, summary: dict, args, out_dir: Path) -> None:
     pending = pending_upload(client)
     if pending:
         summary["tracking"] = pending
-        write_json_atomic(Path(args.summary_json or out_dir / "summary.json"), summary)
+        write_json_atomic(Path(args.summary_json or out_dir / "summary.json"), summary, strict=True)
         print(f"warning: tracking server {args.tracking_uri} unreachable at the end of the compare: parent run "
               f"{summary['parent_run_id']} is not complete on the server (the table and plots are in {out_dir}); "
               f"{pending['records']} record(s) wait in {pending['outbox']}; send them and end the run with:\n  "
