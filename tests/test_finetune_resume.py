@@ -255,3 +255,14 @@ def test_every_option_allowed_with_resume_applies_to_the_resumed_training(tmp_pa
         assert str(summary["config"][key]) == str(value), key
     assert resumed.seen["strategy"] == "SingleDeviceStrategy" and resumed.seen["devices"] == 1
     assert first.seen["fused"] and not resumed.seen["fused"]
+
+
+def test_a_resumed_run_writes_its_summary_where_the_run_was_asked_to(tmp_path, store):
+    """--summary-json is a run-only setting (not in the logged configuration): the run keeps it as a tag, so a
+    resumed or extended run writes its summary there (replacing its own earlier one) without being told again."""
+    path = tmp_path / "summary.json"
+    first = train({**TINY, **store, "summary_json": str(path)})
+    assert json.loads(path.read_text())["metrics"]["epochs"] == 1
+    train({**store, "resume": first["run_id"], "max_epochs": 2, "progress": False})
+    written = json.loads(path.read_text())
+    assert written["run_id"] == first["run_id"] and written["metrics"]["epochs"] == 2
