@@ -138,7 +138,13 @@ APPENDIX = [
     ("--grid nope", "--grid"), ("--grid note9 --data nope", "--data"), ("--grid note5 --stack 0", "--stack"),
     ("--grid all --data nope", "--data"),  # the whole study: the error lists the nine sets of its grids
 ]
-CASES = [("train", *c) for c in TRAIN] + [("evaluate", *c) for c in EVALUATE] + [("compare", *c) for c in COMPARE] \
+SWEEP = [  # refused before the first trial, not by every trial (recipes/sweep.py adds --executor local --param nce=16,32)
+    ("--summary-json {tmp}/s.json", "--sweep-json"), ("--resume", "re-run the same sweep command"),
+    ("--metric val/accuracy", "--metric: got 'val/accuracy'"), ("--metric val/ip", "only with --eval-every"),
+    ("--data {loans} --target approved --immutable AGE", "unknown feature 'AGE'"),
+    ("--data {loans} --target nope", "--target"),
+]
+CASES = [("sweep", *c) for c in SWEEP] + [("train", *c) for c in TRAIN] + [("evaluate", *c) for c in EVALUATE] + [("compare", *c) for c in COMPARE] \
     + [("consistency", *c) for c in CONSISTENCY] + [("train_generator", *c) for c in TRAIN_GENERATOR] \
     + [("explain", *c) for c in EXPLAIN] + [("appendix", *c) for c in APPENDIX]
 
@@ -234,6 +240,8 @@ def test_bad_input_is_refused_in_one_line_before_any_work(recipe, arguments, nam
     summary = tmp_path / "out" / "summary.json"
     if recipe in ("train", "consistency", "train_generator") and "--summary-json" not in argv:
         argv += ["--summary-json", str(summary)]
+    if recipe == "sweep":
+        argv += ["--executor", "local", "--param", "nce=16,32", "--max-epochs", "1"]
     if recipe in ("compare", "appendix") and "--out-dir" not in argv:
         argv += ["--out-dir", str(tmp_path / "out")]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "CT_CACHE_DIR": str(tmp_path / "cache"),

@@ -306,3 +306,14 @@ def test_weights_of_a_model_class_of_ones_own_point_to_model_factory(store, tmp_
     with pytest.raises(ValueError, match=r"missing in checkpoint: 0\.weight.*not in model: fc1\.weight.* the layers "
                                          r"have other names.*pass --model package\.module:factory"):
         train({**TINY, **store, "from_checkpoint": str(tmp_path / "net.pt")})
+
+
+def test_a_resumed_run_writes_its_summary_where_the_run_was_asked_to(tmp_path, store):
+    """--summary-json is a run-only setting (not in the logged configuration): the run keeps it as a tag, so a
+    resumed or extended run writes its summary there (replacing its own earlier one) without being told again."""
+    path = tmp_path / "summary.json"
+    first = train({**TINY, **store, "summary_json": str(path)})
+    assert json.loads(path.read_text())["metrics"]["epochs"] == 1
+    train({**store, "resume": first["run_id"], "max_epochs": 2, "progress": False})
+    written = json.loads(path.read_text())
+    assert written["run_id"] == first["run_id"] and written["metrics"]["epochs"] == 2

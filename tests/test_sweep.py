@@ -148,3 +148,74 @@ def test_sweep_recipe_on_a_table_file_with_a_relative_path(tmp_path):
     assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
     for run in runs:
         assert run.data.params["data"] == str(tmp_path / "loans.csv") and run.data.params["target"] == "approved"
+
+
+def test_run_only_options_are_shared_made_per_trial_or_refused_before_any_work(tmp_path):
+    """A run-only setting names one run's outputs or the run to continue: ``--summary-json`` and ``--resume`` are
+    refused up front (each trial after the first used to fail on them), ``--checkpoint-dir`` gives every trial
+    its own folder in it; a new run-only setting is refused until the sweep decides how it applies."""
+    from ct_lightning.experiment.configuration.settings import RUN_ONLY_KEYS
+    from ct_lightning.experiment.studies.sweep import PER_TRIAL_RUN_ONLY, SHARED_RUN_ONLY
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    for name in sorted(RUN_ONLY_KEYS - SHARED_RUN_ONLY - PER_TRIAL_RUN_ONLY):
+        with pytest.raises(ValueError, match=f"^{name}: got .*; allowed: "):
+            run_sweep({**TINY, "tracking_uri": uri, name: "x"}, {"nce": [16, 32]}, LocalExecutor(1),
+                      echo=lambda *a, **k: None)
+    assert not (tmp_path / "store").exists(), "refused before any work"
+    lines = []
+    summary = run_sweep({**TINY, "tracking_uri": uri, "checkpoint_dir": str(tmp_path / "ck")}, {"nce": [16, 32]},
+                        LocalExecutor(1), echo=lambda line, **k: lines.append(line))
+    assert summary["failures"] == [] and len(summary["trials"]) == 2
+    client = MlflowClient(tracking_uri=uri)
+    folders = {client.get_run(t["run_id"]).data.tags["ct.checkpoint_dir"] for t in summary["trials"]}
+    parent = summary["parent_run_id"]
+    assert folders == {str(tmp_path / "ck" / f"sweep-{parent[:8]}" / f"trial-{i}") for i in (0, 1)}
+    # The same sweep under another --sweep-name: the existing parent is resumed, renamed, and the line says so.
+    again = run_sweep({**TINY, "tracking_uri": uri, "checkpoint_dir": str(tmp_path / "ck")}, {"nce": [16, 32]},
+                      LocalExecutor(1), name="renamed", echo=lambda line, **k: lines.append(line))
+    assert again["parent_run_id"] == parent and client.get_run(parent).info.run_name == "renamed"
+    assert any(line.startswith("sweep: resuming sweep 'sweep nce' ") and "renamed 'renamed'" in line for line in lines)
+
+
+@pytest.mark.slow
+def test_ctrl_c_stops_a_local_sweep_cleanly_and_the_same_command_resumes_its_trials(tmp_path):
+    """Ctrl-C (SIGINT to the process group) on ``--executor local --jobs 2``: each trial ends its epoch, keeps its
+    checkpoint and ends KILLED, the parent too, one last line says to re-run the command, exit code 130. The same
+    command then resumes both trials in their own runs from their checkpoints: no second run per trial."""
+    import signal
+    import subprocess
+    import sys
+    import time
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    command = [sys.executable, str(root / "recipes" / "sweep.py"), "--data", "circles", "--executor", "local",
+               "--jobs", "2", "--param", "lambda_div=0.1,0.3", "--max-epochs", "60", "--limit-train-batches", "2",
+               "--limit-val-batches", "1", "--nce", "16", "--accelerator", "cpu", "--experiment", "sweep-test",
+               "--tracking-uri", uri, "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    deadline = time.time() + 240
+    while len(list((tmp_path / "store" / "checkpoints").glob("*/last.ckpt"))) < 2 and time.time() < deadline \
+            and process.poll() is None:
+        time.sleep(0.1)
+    os.killpg(process.pid, signal.SIGINT)  # what Ctrl-C in a terminal does: the sweep and its workers
+    out, err = process.communicate(timeout=240)
+    assert process.returncode == 130, out[-2000:] + err[-3000:]
+    assert "Traceback" not in err, err[-3000:]
+    assert "re-run the same command" in err.strip().splitlines()[-1]
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.get_experiment_by_name("sweep-test").experiment_id
+    (parent,) = client.search_runs([experiment_id], f"tags.`{SWEEP_KEY_TAG}` != ''")
+    killed = client.search_runs([experiment_id], "tags.`mlflow.parentRunId` != ''")
+    assert parent.info.status == "KILLED" and [r.info.status for r in killed] == ["KILLED", "KILLED"]
+
+    done = subprocess.run(command, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=400)
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    children = client.search_runs([experiment_id], "tags.`mlflow.parentRunId` != ''")
+    assert {r.info.run_id for r in children} == {r.info.run_id for r in killed}, "resumed, not trained again"
+    assert all(r.info.status == "FINISHED" for r in children)
+    assert client.get_run(parent.info.run_id).info.status == "FINISHED"

@@ -31,6 +31,9 @@ from torch import nn
 from ct_lightning.constraints import Constraints, FeatureTypes
 
 
+SEARCH_STATS = ("converged", "steps", "nascent")  # the keys of SearchResult.stats(), logged as train/cf_<key>
+
+
 @dataclass
 class SearchResult:
     """Outcome of a batched search; one row per factual."""
@@ -43,11 +46,12 @@ class SearchResult:
 
     def stats(self) -> dict[str, float]:
         """Share converged, mean steps and share of rows with a nascent counterfactual past t = 0."""
-        return {
+        stats = {
             "converged": self.converged.float().mean().item(),
             "steps": self.steps.float().mean().item(),
             "nascent": (self.nascent_steps > 0).float().mean().item(),
         }
+        return stats
 
 
 @dataclass

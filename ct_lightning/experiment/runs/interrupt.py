@@ -36,6 +36,9 @@ class TrainingInterrupted(BaseException):
         done = "" if epochs is None else f" after {epochs} complete epoch(s)"
         super().__init__(f"{signal_name(signum)}{done}")
 
+    def __reduce__(self):  # raised in a worker process and read back in the parent: keep the signal number
+        return type(self), (self.signum, self.epochs, self.checkpoint)
+
     @property
     def exit_code(self) -> int:
         """The shell's status for a process ended by this signal: 128 + its number."""

@@ -17,6 +17,7 @@ from pathlib import Path
 from ct_lightning.experiment.configuration.settings import RESUME_OPTIONS, RUN_ONLY_KEYS  # noqa: F401 - the roles live in the rows
 
 CHECKPOINT_DIR_TAG = "ct.checkpoint_dir"
+SUMMARY_JSON_TAG = "ct.summary_json"  # where the run writes its summary (--summary-json): a resumed run too
 STACK_TAG = "ct.stack"  # "k/K": member k of a stack of K trainings (experiment/runs/stacked_train.py)
 ERROR_TAG = "error"
 

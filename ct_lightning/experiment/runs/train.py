@@ -26,7 +26,7 @@ from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_con
 from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
 from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG, TrainingInterrupted
 from ct_lightning.experiment.configuration.preflight import preflight_training
-from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, check_outputs,
+from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, SUMMARY_JSON_TAG, check_outputs,
                                               completed_epochs, create_run, defining_config,
                                               find_resumable_run, mark_failed, mark_interrupted,
                                               resume_command)
@@ -102,6 +102,8 @@ def _resume_config(overrides: dict, echo=print) -> tuple[dict, str, Path]:
     for key in RESUME_OPTIONS - {"max_epochs", "resume"}:  # every option allowed with --resume applies
         if overrides.get(key) is not None:
             config[key] = overrides[key]
+    if config.get("summary_json") is None and run.data.tags.get(SUMMARY_JSON_TAG):
+        config["summary_json"] = run.data.tags[SUMMARY_JSON_TAG]  # where the interrupted run was to write it
     config["resume"] = run_id
     config["checkpoint_dir"] = str(last.parent)
     echo(f"resume: run {run_id} ({run.info.run_name}, {run.info.status}) from {last} after {done} epoch(s), "
@@ -122,7 +124,8 @@ def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None
     given = {k: v for k, v in overrides.items() if v is not None}
     if given.get("resume"):
         config, run_id, resume_from = _resume_config(given, echo)
-        check_outputs(config, resuming=True)
+        # the run's own summary path (not given again) may hold its summary already: an extended finished run
+        check_outputs(config if given.get("summary_json") else {**config, "summary_json": None}, resuming=True)
         return config, run_id, resume_from, None
     if given.get("config"):
         given = {**load_config_file(given["config"]), **given}
@@ -286,9 +289,13 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         client.attach(Path(config["checkpoint_dir"]) / OUTBOX_DIR, run_id, experiment_id)
     if client is not None and resume_from is None:
         client.set_tag(run_id, CHECKPOINT_DIR_TAG, config["checkpoint_dir"])
+        if config["summary_json"]:
+            client.set_tag(run_id, SUMMARY_JSON_TAG, str(Path(config["summary_json"]).resolve()))
         # Lightning logs the module's hyperparameters itself; add the run-level settings it lacks.
         log_training_inputs(client, logger, run_id, config, module, datamodule)
     elif client is not None:
+        if config["summary_json"]:  # given with --resume: the run's summary goes there from now on
+            client.set_tag(run_id, SUMMARY_JSON_TAG, str(Path(config["summary_json"]).resolve()))
         client.log_dict(run_id, defining_config(config), "config.json")  # records an extended max_epochs
         client.log_dict(run_id, defining_config(config), "config.yaml")
         log_missing_epoch_metrics(client, run_id, resume_from)

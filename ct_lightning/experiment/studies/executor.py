@@ -29,6 +29,7 @@ from typing import Any
 
 import torch
 
+DONE_KEY = "ct_item_done"  # in a Ray trial's report: the item ran to its end (a trial Tune stopped has none)
 EXTRA_HINT = 'Ray is not installed; install the sweep extra: pip install -e ".[sweep]"'
 
 
@@ -67,10 +68,33 @@ def _die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # 1 = PR_SET_PDEATHSIG
 
 
+_SIGNALLED: list[int] = []  # in a worker process: the SIGINT/SIGTERM it received outside a training
+
+
+def _remember_signal(signum, frame) -> None:
+    _SIGNALLED.append(signum)
+
+
 def _set_threads(threads: int) -> None:
     _die_with_parent()
     if threads > 0:  # 0: torch's default
         torch.set_num_threads(threads)
+    # Ctrl-C reaches every worker: an idle one must not die with a KeyboardInterrupt traceback (and break the pool);
+    # the signal is kept, and the worker takes no new item (a training takes the signals itself while it runs).
+    try:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(signum, _remember_signal)
+    except ValueError:  # not the main thread (a Ray trial): the defaults stay
+        pass
+
+
+def _run_in_worker(fn: Callable, item) -> Any:
+    """``fn(item)`` in a worker, unless a signal came: then :class:`TrainingInterrupted` instead of a new item."""
+    if _SIGNALLED:
+        from ct_lightning.experiment.runs.interrupt import TrainingInterrupted
+
+        raise TrainingInterrupted(_SIGNALLED[0])
+    return fn(item)
 
 
 class LocalExecutor(Executor):
@@ -106,15 +130,20 @@ class LocalExecutor(Executor):
             return outcomes
         with ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("spawn"), initializer=_set_threads,
                                  initargs=(self.threads,)) as pool:
-            pending = {pool.submit(fn, item): index for index, item in enumerate(items)}
-            while pending:
-                completed, _ = wait(pending, return_when=FIRST_COMPLETED)
-                for future in completed:
-                    index = pending.pop(future)
-                    try:
-                        finished(Outcome(index, labels[index], future.result()))
-                    except Exception as error:  # noqa: BLE001 - report, let the other items finish
-                        finished(Outcome(index, labels[index], error=f"{type(error).__name__}: {error}"))
+            pending = {pool.submit(_run_in_worker, fn, item): index for index, item in enumerate(items)}
+            try:
+                while pending:
+                    completed, _ = wait(pending, return_when=FIRST_COMPLETED)
+                    for future in completed:
+                        index = pending.pop(future)
+                        try:
+                            finished(Outcome(index, labels[index], future.result()))
+                        except Exception as error:  # noqa: BLE001 - report, let the other items finish
+                            finished(Outcome(index, labels[index], error=f"{type(error).__name__}: {error}"))
+            except BaseException:  # an interruption (a worker's, or on_outcome's): start nothing new
+                for future in pending:
+                    future.cancel()
+                raise
         return outcomes
 
 
@@ -134,7 +163,13 @@ def _tune_trial(config: dict, fn=None, items=None) -> None:
 
     _set_threads(config["threads"])
     result = fn(items[config["index"]]) or {}
-    tune.report({k: v for k, v in result.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)})
+    tune.report({**{k: v for k, v in result.items() if isinstance(v, (int, float, str)) and not isinstance(v, bool)},
+                 DONE_KEY: 1})
+
+
+def _item_result(reported: dict) -> dict:
+    """What an item's ``fn`` returned, from a Tune report (without the done marker)."""
+    return {k: v for k, v in reported.items() if k != DONE_KEY}
 
 
 class RayTuneExecutor(Executor):
@@ -178,7 +213,8 @@ class RayTuneExecutor(Executor):
 
             def on_trial_complete(self, iteration, trials, trial, **info):
                 index = trial.config["index"]
-                finished(Outcome(index, labels[index], dict(trial.last_result or {})))
+                if DONE_KEY in (trial.last_result or {}):  # else stopped by Tune (Ctrl-C): see after fit
+                    finished(Outcome(index, labels[index], _item_result(trial.last_result)))
 
             def on_trial_error(self, iteration, trials, trial, **info):
                 index = trial.config["index"]
@@ -194,6 +230,7 @@ class RayTuneExecutor(Executor):
                                                      failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
                                                      callbacks=[Report()]))
         grid = tuner.fit()
+        stopped = False
         for result in grid:  # anything the callbacks did not see (e.g. a trial that never started)
             index = (result.config or {}).get("index")
             if index is None:
@@ -201,6 +238,14 @@ class RayTuneExecutor(Executor):
             if result.error is not None:
                 finished(Outcome(index, labels[index], error="".join(traceback.format_exception_only(result.error))
                                  .strip().splitlines()[-1]))
+            elif DONE_KEY in (result.metrics or {}):
+                finished(Outcome(index, labels[index], _item_result(result.metrics)))
             else:
-                finished(Outcome(index, labels[index], dict(result.metrics or {})))
+                stopped = True
+        if stopped:
+            # Tune ends fit() early, without an error, only when it was stopped (its handler takes Ctrl-C while fit
+            # runs): trials that never reported their end must not read as results.
+            from ct_lightning.experiment.runs.interrupt import TrainingInterrupted
+
+            raise TrainingInterrupted(signal.SIGINT)
         return outcomes

@@ -14,18 +14,76 @@ from __future__ import annotations
 import itertools
 import math
 import random
+import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG, NON_DEFINING_KEYS, stable_key, training_key
-from ct_lightning.experiment.configuration.settings import SETTINGS_BY_NAME, resolve_config
+from ct_lightning.experiment.configuration.settings import RUN_ONLY_KEYS, SETTINGS_BY_NAME, resolve_config
+from ct_lightning.experiment.configuration.validation import InputError
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
 
 SWEEP_KEY_TAG = "ct.sweep_key"
 SEARCHES = ("grid", "random")
 MODES = ("max", "min")
+
+# The run-only settings (settings.RUN_ONLY_KEYS) name one run's own outputs, how it shows itself, or the run to
+# continue. A sweep shares these with every trial, gives each trial its own folder under this one, and refuses
+# every other run-only setting before any work: a new one is refused until it is decided here.
+SHARED_RUN_ONLY = frozenset({"config", "run_name", "overwrite", "progress", "verbose"})
+PER_TRIAL_RUN_ONLY = frozenset({"checkpoint_dir"})  # trial N: CHECKPOINT_DIR/sweep-PARENT/trial-N
+INSTEAD = {"summary_json": "--sweep-json FILE (the sweep's summary; each trial's summary is in its MLflow run)",
+           "resume": "re-run the same sweep command without --resume (finished trials are reused, interrupted "
+                     "ones resume from their checkpoints)"}
+
+
+def refuse_one_run_options(base: dict) -> None:
+    """A one-line :class:`InputError` for a run-only setting in ``base`` that names one run (see ``INSTEAD``)."""
+    for name in sorted(RUN_ONLY_KEYS - SHARED_RUN_ONLY - PER_TRIAL_RUN_ONLY):
+        if base.get(name) is not None:
+            raise InputError(name, base[name], INSTEAD.get(name, "leave it out: a sweep trains many runs"),
+                             "it applies to one run, a sweep trains many")
+
+
+def objective_metrics(evaluates: bool) -> tuple[str, ...]:
+    """The metrics a trial's run logs, any of which a sweep may optimise (``evaluates``: with ``eval_every``)."""
+    from ct_lightning.generators.base import SEARCH_STATS
+    from ct_lightning.metrics.names import METRICS, validation_metrics
+    from ct_lightning.module import TERMS
+
+    names = ["val/acc", "val/loss", "test/acc", "test/loss", "train/acc", "train/loss", "train/ct_active",
+             *(f"train/{term}" for term in TERMS),
+             *(f"train/cf_{stat}" for stat in (*SEARCH_STATS, "search_seconds", "count")), "fit_seconds", "epoch"]
+    return tuple(names + ([f"val/{METRICS[key].logged}" for key in validation_metrics()] if evaluates else []))
+
+
+def check_metric(metric: str, evaluates: bool) -> None:
+    """A one-line :class:`InputError` unless the trials log ``metric``."""
+    allowed = objective_metrics(evaluates)
+    if metric in allowed:
+        return
+    detail = "not logged by the trials"
+    if not evaluates and metric in objective_metrics(True):
+        detail = "logged only with --eval-every N"
+    raise InputError("metric", metric, ", ".join(allowed), detail)
+
+
+def check_data_options(configs: list[dict]) -> None:
+    """The data checks of a training (target, data spec, immutable and mutable columns: the data module and
+    mutability of ``train``), once per distinct data configuration of the trials, before any trial runs."""
+    from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
+
+    keys = ("data", "target", "data_spec", "impute", "balance", "drop_columns", "data_dir", "center_distance",
+            "immutable", "mutability", "protect")
+    seen = set()
+    for config in configs:
+        key = repr([config.get(k) for k in keys])
+        if key not in seen:
+            seen.add(key)
+            mutability_spec(config, build_datamodule(config))
 
 
 def parse_value(name: str, text: str):
@@ -97,9 +155,15 @@ class Trial:
         return ", ".join(f"{k}={v}" for k, v in self.params.items())
 
     def overrides(self) -> dict:
-        """Training overrides of this trial (the trial's settings win over the base)."""
+        """Training overrides of this trial (the trial's settings win over the base); with ``checkpoint_dir``, the
+        trial's own folder in it (an earlier attempt of the same trial of this sweep may be replaced)."""
         run_name = self.base.get("run_name") or "trial"
-        return {**self.base, **self.params, "run_name": f"{run_name}-{self.index}", "progress": False}
+        overrides = {**self.base, **self.params, "run_name": f"{run_name}-{self.index}", "progress": False}
+        if self.base.get("checkpoint_dir"):
+            overrides["checkpoint_dir"] = str(Path(self.base["checkpoint_dir"]) / f"sweep-{self.parent_run_id[:8]}"
+                                              / f"trial-{self.index}")
+            overrides["overwrite"] = True
+        return overrides
 
     def key(self) -> str:
         return training_key(resolve_config(self.overrides()))
@@ -113,8 +177,28 @@ def find_finished_trial(client, experiment_id: str, parent_run_id: str, key: str
     return runs[0].info.run_id if runs else None
 
 
+def find_interrupted_trial(client, experiment_id: str, parent_run_id: str, key: str):
+    """``(run, last checkpoint)`` of the newest KILLED child of ``parent_run_id`` with training key ``key`` that can be
+    resumed, else ``(None, None)``; KILLED children without a checkpoint are tagged as replaced."""
+    from ct_lightning.experiment.runs.lifecycle import last_checkpoint_of
+
+    runs = client.search_runs([experiment_id], f"tags.`{CONFIG_KEY_TAG}` = '{key}' and "
+                              f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status = 'KILLED'",
+                              order_by=["attributes.start_time DESC"])
+    for run in runs:
+        if REPLACED_TAG not in run.data.tags:
+            last = last_checkpoint_of(run)
+            if last is not None:
+                return run, last
+    return None, None
+
+
+REPLACED_TAG = "ct.sweep_replaced"  # on a trial run that a later attempt of the same trial replaced
+
+
 def run_trial(trial: Trial) -> dict:
-    """Train one trial unless its parent already has a finished child with the same configuration; its metrics."""
+    """Train one trial unless its parent already has a finished child with the same configuration (then reused) or
+    an interrupted one with a checkpoint (then resumed in the same run); its metrics."""
     import torch
     from mlflow.tracking import MlflowClient
 
@@ -129,12 +213,42 @@ def run_trial(trial: Trial) -> dict:
     run_id = find_finished_trial(client, experiment_id, trial.parent_run_id, key)
     reused = run_id is not None
     if not reused:
-        tags = {CONFIG_KEY_TAG: key, "mlflow.parentRunId": trial.parent_run_id, "ct.role": "sweep-trial",
-                **{f"sweep.{k}": str(v) for k, v in trial.params.items()}}
-        run_id = train(overrides, tags=tags)["run_id"]
+        killed, _ = find_interrupted_trial(client, experiment_id, trial.parent_run_id, key)
+        if killed is not None:  # keeps its epochs: only the options --resume allows are passed
+            run_id = train({"resume": killed.info.run_id, "tracking_uri": overrides["tracking_uri"],
+                            "experiment": overrides["experiment"], "progress": False,
+                            **{k: overrides[k] for k in ("threads", "verbose") if overrides.get(k) is not None}}
+                           )["run_id"]
+        else:
+            tags = {CONFIG_KEY_TAG: key, "mlflow.parentRunId": trial.parent_run_id, "ct.role": "sweep-trial",
+                    **{f"sweep.{k}": str(v) for k, v in trial.params.items()}}
+            run_id = train(overrides, tags=tags)["run_id"]
+            mark_replaced(client, experiment_id, trial.parent_run_id, key, run_id)
     metrics = client.get_run(run_id).data.metrics  # the latest value of every metric logged on the run
     return {"run_id": run_id, "reused": int(reused), "trial_seconds": time.perf_counter() - started,
             **{f"metric:{k}": float(v) for k, v in metrics.items()}}
+
+
+def mark_replaced(client, experiment_id: str, parent_run_id: str, key: str, run_id: str) -> None:
+    """Tag the earlier unfinished attempts (KILLED, FAILED) of a trial as replaced by run ``run_id``."""
+    runs = client.search_runs([experiment_id], f"tags.`{CONFIG_KEY_TAG}` = '{key}' and "
+                              f"tags.`mlflow.parentRunId` = '{parent_run_id}' and attributes.status != 'FINISHED'")
+    for run in runs:
+        if run.info.run_id != run_id and run.info.status in ("KILLED", "FAILED"):
+            client.set_tag(run.info.run_id, REPLACED_TAG, f"by run {run_id}")
+
+
+def kill_running_trials(client, experiment_id: str, parent_run_id: str, interrupted) -> list[str]:
+    """End KILLED the children of ``parent_run_id`` still RUNNING once the sweep stopped (trials that could not end
+    their own runs, e.g. Ray Tune's, stopped by Tune); their ids."""
+    from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG
+
+    runs = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{parent_run_id}' and "
+                              "attributes.status = 'RUNNING'")
+    for run in runs:
+        client.set_tag(run.info.run_id, INTERRUPTED_TAG, f"{interrupted}; re-run the same sweep command to resume")
+        client.set_terminated(run.info.run_id, "KILLED")
+    return [run.info.run_id for run in runs]
 
 
 def trial_metrics(result: dict) -> dict[str, float]:
@@ -148,13 +262,21 @@ def sweep_key(base: dict, trials: list[dict], metric: str, mode: str) -> str:
     return stable_key({"base": resolved, "trials": trials, "metric": metric, "mode": mode})
 
 
-def find_or_create_sweep_parent(client, experiment_id: str, key: str, name: str) -> tuple[str, bool]:
-    """``(run id, reopened)``: the parent run of the sweep with ``key`` (set running again), or a new one."""
+def find_or_create_sweep_parent(client, experiment_id: str, key: str, name: str, echo=print,
+                                given_name: bool = False) -> tuple[str, bool]:
+    """``(run id, reopened)``: the parent run of the sweep with ``key`` (set running again), or a new one.
+
+    A reopened parent takes ``name`` when it was given (``given_name``) and differs, saying so in one line."""
     runs = client.search_runs([experiment_id], f"tags.`{SWEEP_KEY_TAG}` = '{key}'",
                               order_by=["attributes.start_time DESC"], max_results=1)
     if runs:
-        client.update_run(runs[0].info.run_id, status="RUNNING")
-        return runs[0].info.run_id, True
+        run = runs[0]
+        client.update_run(run.info.run_id, status="RUNNING")
+        if given_name and run.info.run_name != name:
+            client.update_run(run.info.run_id, name=name)
+            echo(f"sweep: resuming sweep {run.info.run_name!r} (parent run {run.info.run_id}: the same base options, "
+                 f"trials and objective), renamed {name!r} as --sweep-name asks", flush=True)
+        return run.info.run_id, True
     run = client.create_run(experiment_id, run_name=name, tags={SWEEP_KEY_TAG: key, "ct.role": "sweep"})
     return run.info.run_id, False
 
@@ -186,22 +308,27 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
     if mode not in MODES:
         raise ValueError(f"mode: {mode!r} is not allowed; allowed: {', '.join(MODES)}")
     base = {k: v for k, v in base.items() if v is not None}
+    refuse_one_run_options(base)
     settings = combinations(space, search, num_samples, seed)
-    for params in settings:  # every trial's configuration is valid before anything runs
-        resolve_config({**base, **params})
+    # every trial's configuration is valid before anything runs: values, objective, the table's columns
+    configs = [resolve_config({**base, **params}) for params in settings]
+    check_metric(metric, any(config["eval_every"] for config in configs))
+    check_data_options(configs)
     resolved = resolve_config(base)
     tracking_uri, experiment = resolved["tracking_uri"], resolved["experiment"]
     if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).is_absolute():
         # Trials may run in other working directories (Ray workers): make the store path absolute.
         tracking_uri = "sqlite:///" + str(Path(tracking_uri[len("sqlite:///"):]).resolve())
     base = {**base, "tracking_uri": tracking_uri, "experiment": experiment, "data": resolved["data"]}  # a table: absolute
-    if isinstance(base.get("data_spec"), str):
-        base["data_spec"] = str(Path(base["data_spec"]).resolve())
+    for path_key in ("data_spec", "checkpoint_dir"):
+        if isinstance(base.get(path_key), str):
+            base[path_key] = str(Path(base[path_key]).resolve())
     artifact_location = prepare_store(tracking_uri)  # the store, created once under a file lock
     client = MlflowClient(tracking_uri=tracking_uri)
     experiment_id = ensure_experiment(client, experiment, artifact_location)
     key = sweep_key(base, settings, metric, mode)
-    parent, reopened = find_or_create_sweep_parent(client, experiment_id, key, name or f"sweep {','.join(space)}")
+    parent, reopened = find_or_create_sweep_parent(client, experiment_id, key, name or f"sweep {','.join(space)}",
+                                                   echo, given_name=name is not None)
     if not reopened:
         client.log_param(parent, "search", search)
         client.log_param(parent, "objective", f"{mode} {metric}")
@@ -230,6 +357,11 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         shown = "missing" if value is None else f"{value:.4g}"
         echo(f"[{len(rows) + len(failures)}/{len(trials)}] trial {outcome.index} ({trial.label}) {what}; "
              f"{metric} = {shown}", flush=True)
+        if stopping is not None and len(rows) + len(failures) < len(trials):
+            stopping.check()  # a safe point: the outcome is kept, no write is under way
+
+    from ct_lightning.experiment.runs.interrupt import TrainingInterrupted, stop_between_trainings
+    stopping = None
 
     from ct_lightning.experiment.studies.executor import Outcome
 
@@ -245,13 +377,21 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
     if len(todo) < len(trials):
         echo(f"{len(trials) - len(todo)} trials already finished; {len(todo)} to run", flush=True)
     status = "FAILED"
+    interrupted = None
     try:
         if todo:
             def dispatched(outcome) -> None:  # positions in ``todo`` → trial indices
                 finished(Outcome(todo[outcome.index].index, outcome.label, outcome.result, outcome.error))
 
-            executor.run(run_trial, todo, [t.label for t in todo], dispatched)
+            # SIGINT/SIGTERM: a training stops after its epoch (its run KILLED, resumable); between trainings the
+            # sweep stops once the finished trial is kept
+            with stop_between_trainings(defer=True) as stopping:
+                executor.run(run_trial, todo, [t.label for t in todo], dispatched)
         status = "FINISHED"
+    except (TrainingInterrupted, KeyboardInterrupt) as error:
+        interrupted = error if isinstance(error, TrainingInterrupted) else TrainingInterrupted(signal.SIGINT)
+        status = "KILLED"
+        kill_running_trials(client, experiment_id, parent, interrupted)
     finally:
         scored = [r for r in rows if r["objective"] is not None and math.isfinite(r["objective"])]
         # Ties go to the lowest trial index: trials finish in any order, and a resumed sweep must name the same best.
@@ -272,7 +412,15 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         client.log_dict(parent, summary, "sweep.json")
         if out_json:
             write_json_atomic(out_json, summary)
-        client.set_terminated(parent, status if not failures else "FAILED")
+        client.set_terminated(parent, "FAILED" if failures and status != "KILLED" else status)
+    if interrupted is not None:
+        from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG
+
+        client.set_tag(parent, INTERRUPTED_TAG, f"{interrupted}; re-run the same sweep command to resume")
+        echo(f"interrupted ({interrupted}): sweep parent run {parent} is KILLED with {len(rows)} of {len(trials)} "
+             f"trials finished; re-run the same command to resume it (interrupted trials continue from their last "
+             f"checkpoint)", file=sys.stderr, flush=True)
+        raise interrupted
     if best is not None:
         echo(f"best trial {best['trial']} ({', '.join(f'{k}={v}' for k, v in best['params'].items())}): "
              f"{metric} = {best['objective']:.4g} (run {best['run_id']})", flush=True)
