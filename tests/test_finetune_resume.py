@@ -59,13 +59,17 @@ def test_finetune_from_lightning_checkpoint(store):
     assert tuned["metrics"]["train/ridge"] > 0
 
 
-def test_finetune_from_plain_state_dict(store, tmp_path):
+def test_finetune_from_plain_state_dict(store, tmp_path, monkeypatch):
     model = build_mlp(2, 2, [12, 6], "relu")
     torch.save(model.state_dict(), tmp_path / "plain.pt")
     first = FirstWeights()
     summary = train({**TINY, **store, "from_checkpoint": str(tmp_path / "plain.pt")}, callbacks=[first])
     assert summary["config"]["hidden_sizes"] == [12, 6], "hidden sizes inferred from the weight shapes"
     assert_started_from(first, model.state_dict())
+    # the run names the file absolutely, also when given relative to the folder it was started in
+    monkeypatch.chdir(tmp_path)
+    relative = train({**TINY, **store, "from_checkpoint": "plain.pt"})
+    assert relative["config"]["from_checkpoint"] == str((tmp_path / "plain.pt").resolve())
     # metadata form: {"state_dict": ..., "activation": ...}
     tanh = build_mlp(2, 2, [8], "tanh")
     torch.save({"state_dict": tanh.state_dict(), "activation": "tanh", "hidden_sizes": [8]}, tmp_path / "meta.pt")

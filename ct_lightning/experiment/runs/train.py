@@ -131,6 +131,8 @@ def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None
         given = {**load_config_file(given["config"]), **given}
     weights = None
     if given.get("from_checkpoint"):
+        if ":/" not in given["from_checkpoint"]:  # the run's configuration names the file absolutely, as --data
+            given["from_checkpoint"] = str(Path(given["from_checkpoint"]).resolve())
         weights, implied = _architecture_from_source(given["from_checkpoint"], given)
         given.update(implied)
         if given.get("activation") is None and given.get("model", "mlp") == "mlp":

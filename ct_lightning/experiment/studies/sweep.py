@@ -158,7 +158,9 @@ class Trial:
         """Training overrides of this trial (the trial's settings win over the base); with ``checkpoint_dir``, the
         trial's own folder in it (an earlier attempt of the same trial of this sweep may be replaced)."""
         run_name = self.base.get("run_name") or "trial"
-        overrides = {**self.base, **self.params, "run_name": f"{run_name}-{self.index}", "progress": False}
+        # the trial's settings in its name, so that runs tell apart in the MLflow UI's list ("trial-0 lambda_div=0.1")
+        name = f"{run_name}-{self.index} {self.label}" if self.params else f"{run_name}-{self.index}"
+        overrides = {**self.base, **self.params, "run_name": name, "progress": False}
         if self.base.get("checkpoint_dir"):
             overrides["checkpoint_dir"] = str(Path(self.base["checkpoint_dir"]) / f"sweep-{self.parent_run_id[:8]}"
                                               / f"trial-{self.index}")
