@@ -65,6 +65,8 @@ def check_sweep(uri: str, summary: dict, n_trials: int) -> list:
     experiment = client.get_experiment_by_name("sweep-test")
     parents = client.search_runs([experiment.experiment_id], f"tags.`{SWEEP_KEY_TAG}` != ''")
     assert [p.info.run_id for p in parents] == [summary["parent_run_id"]]
+    # the parent's own settings do not share a column with the trials' training settings (objective: full/vanilla)
+    assert parents[0].data.params["sweep.goal"] == "max val/acc" and "objective" not in parents[0].data.params
     children = client.search_runs([experiment.experiment_id],
                                   f"tags.`mlflow.parentRunId` = '{summary['parent_run_id']}'")
     assert len(children) == n_trials and all(c.info.status == "FINISHED" for c in children)

@@ -332,9 +332,10 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
     parent, reopened = find_or_create_sweep_parent(client, experiment_id, key, name or f"sweep {','.join(space)}",
                                                    echo, given_name=name is not None)
     if not reopened:
-        client.log_param(parent, "search", search)
-        client.log_param(parent, "objective", f"{mode} {metric}")
-        client.log_param(parent, "trials", len(settings))
+        # sweep.* names: the parent shares the UI's columns with its trials, whose "objective" is full/vanilla
+        client.log_param(parent, "sweep.search", search)
+        client.log_param(parent, "sweep.goal", f"{mode} {metric}")
+        client.log_param(parent, "sweep.trials", len(settings))
         for param, values in space.items():
             client.log_param(parent, f"space.{param}", ",".join(map(str, values))[:500])
     trials = [Trial(i, params, base, parent, metric, threads) for i, params in enumerate(settings)]
