@@ -38,6 +38,11 @@ def test_compare_on_a_table_trains_evaluates_and_resumes(tmp_path):
     assert row["data"] == "loans" and set(row["runs"]) == {"bl", "ct", "bl_protected", "ct_protected"}
     assert "| loans |" in (out / "table.md").read_text()
     client = MlflowClient(tracking_uri=store)
+    names = {role: client.get_run(run_id).info.run_name for role, run_id in row["runs"].items()}
+    assert len({name.rsplit("-", 1)[0] for name in names.values()}) == 4, names  # four roles, four names
+    assert "-BL-protected-" in names["bl_protected"] and "-CT-protected-" in names["ct_protected"], names
+    registered = {m.name for m in client.search_registered_models()}
+    assert {"ct-loans-bl", "ct-loans-ct", "ct-loans-bl-protected", "ct-loans-ct-protected"} <= registered, registered
     for role, run_id in row["runs"].items():
         params = client.get_run(run_id).data.params
         assert params["target"] == "approved" and params["data"].endswith("loans.csv"), params

@@ -28,7 +28,9 @@ from ct_lightning.experiment.configuration.settings import NON_DEFINING_KEYS, da
 CONFIG_KEY_TAG = "ct.config_key"
 ROLES = (  # (role, objective, protected)
     ("bl", "vanilla", False), ("ct", "full", False), ("bl_protected", "vanilla", True), ("ct_protected", "full", True))
-ROLE_LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
+# The run's role tag: its name's last part and its registered model (ct-adult-bl, ct-adult-bl-protected), so that the
+# actionability pair neither looks like the plausibility pair in the MLflow UI nor replaces its registered versions.
+ROLE_LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL-protected", "ct_protected": "CT-protected"}
 
 
 # What the authors' code trained with for Table 1 where it differs from the stated defaults:
