@@ -38,8 +38,12 @@ def _resolve_feature(key, feature_names: Sequence[str] | None, n_features: int, 
     group = [i for i, name in enumerate(names) if name.startswith(f"{key}=")]
     if group:
         return group
-    shown = ", ".join(names[:30]) + (" ..." if len(names) > 30 else "")
-    raise ValueError(f"{argument}: unknown feature {key!r}; known features: {shown or '(none named)'}")
+    # the features by the names a user gives: a one-hot group once, by its column ("purpose", not "purpose=car")
+    features = list(dict.fromkeys(name.split("=", 1)[0] if "=" in name else name for name in names))
+    shown = ", ".join(features[:30]) + (" ..." if len(features) > 30 else "")
+    same = [name for name in features if isinstance(key, str) and name.lower() == key.lower()]
+    hint = f" (did you mean {same[0]!r}? names are case-sensitive)" if same else ""
+    raise ValueError(f"{argument}: unknown feature {key!r}{hint}; known features: {shown or '(none named)'}")
 
 
 def mutability_pairs(text: str, argument: str = "mutability") -> dict[str, str]:
