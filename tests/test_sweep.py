@@ -211,6 +211,7 @@ def test_ctrl_c_stops_a_local_sweep_cleanly_and_the_same_command_resumes_its_tri
     assert process.returncode == 130, out[-2000:] + err[-3000:]
     assert "Traceback" not in err, err[-3000:]
     assert "re-run the same command" in err.strip().splitlines()[-1]
+    assert "--resume" not in out + err, "a trial names the sweep's command, not its own train.py --resume"
     client = MlflowClient(tracking_uri=uri)
     experiment_id = client.get_experiment_by_name("sweep-test").experiment_id
     (parent,) = client.search_runs([experiment_id], f"tags.`{SWEEP_KEY_TAG}` != ''")

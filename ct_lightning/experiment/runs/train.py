@@ -159,7 +159,8 @@ def _architecture_from_source(source: str, given: dict) -> tuple[dict, dict]:
     return _architecture_from_file(source, given)
 
 
-def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None = None, echo=print) -> dict:
+def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None = None, echo=print,
+          resume_hint: str | None = None) -> dict:
     """Train one model as configured, track it in MLflow and return the run summary.
 
     ``overrides`` may hold ``config`` (a YAML file, below the other overrides), ``from_checkpoint``
@@ -167,7 +168,8 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     and ``resume`` (a run id or ``"latest"``: continue an interrupted run from its last checkpoint
     in the same MLflow run). ``callbacks`` are added to the Trainer's; ``tags`` are set on the
     MLflow run (e.g. ``{"mlflow.parentRunId": ID, "role": "CT"}``). A run that fails after it
-    started ends FAILED with the error message as its ``error`` tag. ``echo`` prints progress lines.
+    started ends FAILED with the error message as its ``error`` tag. ``echo`` prints progress lines;
+    ``resume_hint`` replaces the resume command they name (a sweep's trial: re-run the sweep).
     """
     overrides = preflight_training(overrides).overrides  # every check before anything is created
     quiet_console(bool(overrides.get("verbose")) or os.environ.get(VERBOSE_ENV) == "1")
@@ -175,14 +177,14 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     stopper = StopOnSignal(echo)  # SIGTERM/SIGINT: stop at the end of the epoch, after its checkpoint
     stopper.install()
     try:
-        result = _train(overrides, callbacks, tags, echo, stopper)
+        result = _train(overrides, callbacks, tags, echo, stopper, resume_hint)
     finally:
         stopper.restore()
     stopper.pass_on()  # a signal in the last epoch still stops the study that called this
     return result
 
 
-def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal) -> dict:
+def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume_hint: str | None = None) -> dict:
     config, run_id, resume_from, weights = _prepare(overrides, echo)
     check_cpu_math(config.get("cpu_math", "native"))  # portable must have been chosen before torch started
     set_search_compile(config["search_compile"])
@@ -223,13 +225,13 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal) -> dic
             client.set_tag(run_id, "ct.max_epochs_extended_to", str(config["max_epochs"]))
     try:
         return _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, module, resume_from,
-                             [*(callbacks or []), stopper], echo)
+                             [*(callbacks or []), stopper], echo, resume_hint)
     except TrainingInterrupted as interrupted:
         command = resume_command(run_id, config["tracking_uri"], config["experiment"])
         mark_interrupted(client, run_id, interrupted, command)
         requeued = stopper.requeue_job()
         echo(f"interrupted ({interrupted}): run {run_id} is KILLED; "
-             + (f"{requeued}; it resumes with --resume" if requeued else f"resume it with:\n  {command}"),
+             + (f"{requeued}; it resumes with --resume" if requeued else resume_hint or f"resume it with:\n  {command}"),
              file=sys.stderr, flush=True)
         raise
     except BaseException as error:
@@ -274,7 +276,7 @@ def _is_rank_zero() -> bool:
 
 
 def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, module, resume_from, callbacks,
-                  echo) -> dict:
+                  echo, resume_hint: str | None = None) -> dict:
     """Fit, test and log one run; ``client`` is ``None`` on DDP ranks other than 0 (they only train)."""
     logger = EpochStepMLFlowLogger(experiment_name=config["experiment"], tracking_uri=config["tracking_uri"],
                                    run_id=run_id)
@@ -301,8 +303,8 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         client.log_dict(run_id, defining_config(config), "config.json")  # records an extended max_epochs
         client.log_dict(run_id, defining_config(config), "config.yaml")
         log_missing_epoch_metrics(client, run_id, resume_from)
-    echo(f"MLflow run {run_id} ({run_name}); if it is interrupted, resume it with:\n  "
-         f"{resume_command(run_id, config['tracking_uri'], config['experiment'])}", flush=True)
+    echo(f"MLflow run {run_id} ({run_name}); if it is interrupted, " + (resume_hint or "resume it with:\n  "
+         f"{resume_command(run_id, config['tracking_uri'], config['experiment'])}"), flush=True)
     validates = config["limit_val_batches"] != 0
     # Lightning writes checkpoints through an fsspec transaction: a temporary file renamed into place.
     # last.ckpt is written at each epoch's very end (after validation and logging), so that a resumed

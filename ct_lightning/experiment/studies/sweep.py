@@ -195,6 +195,7 @@ def find_interrupted_trial(client, experiment_id: str, parent_run_id: str, key: 
     return None, None
 
 
+TRIAL_RESUME_HINT = "re-run the same sweep command: it resumes this trial"  # not the trial's own train.py --resume
 REPLACED_TAG = "ct.sweep_replaced"  # on a trial run that a later attempt of the same trial replaced
 
 
@@ -219,12 +220,12 @@ def run_trial(trial: Trial) -> dict:
         if killed is not None:  # keeps its epochs: only the options --resume allows are passed
             run_id = train({"resume": killed.info.run_id, "tracking_uri": overrides["tracking_uri"],
                             "experiment": overrides["experiment"], "progress": False,
-                            **{k: overrides[k] for k in ("threads", "verbose") if overrides.get(k) is not None}}
-                           )["run_id"]
+                            **{k: overrides[k] for k in ("threads", "verbose") if overrides.get(k) is not None}},
+                           resume_hint=TRIAL_RESUME_HINT)["run_id"]
         else:
             tags = {CONFIG_KEY_TAG: key, "mlflow.parentRunId": trial.parent_run_id, "ct.role": "sweep-trial",
                     **{f"sweep.{k}": str(v) for k, v in trial.params.items()}}
-            run_id = train(overrides, tags=tags)["run_id"]
+            run_id = train(overrides, tags=tags, resume_hint=TRIAL_RESUME_HINT)["run_id"]
             mark_replaced(client, experiment_id, trial.parent_run_id, key, run_id)
     metrics = client.get_run(run_id).data.metrics  # the latest value of every metric logged on the run
     return {"run_id": run_id, "reused": int(reused), "trial_seconds": time.perf_counter() - started,
