@@ -73,7 +73,8 @@ def check_sweep(uri: str, summary: dict, n_trials: int) -> list:
     for child in children:  # parameters and metrics per trial: what the MLflow UI's parallel coordinates show
         assert {"lambda_div", "nce"} <= set(child.data.params) and "val/acc" in child.data.metrics
         # and the trial's settings in its name, to tell the runs apart in the list
-        assert child.info.run_name.endswith(f" lambda_div={child.data.params['lambda_div']}, nce=16"), child.info.run_name
+        params = child.data.params
+        assert child.info.run_name.endswith(f" lambda_div={params['lambda_div']}, nce={params['nce']}"), child.info.run_name
     assert summary["best"] is not None and summary["best"]["objective"] == max(
         c.data.metrics["val/acc"] for c in children)
     tied = [t["trial"] for t in summary["trials"] if t["objective"] == summary["best"]["objective"]]
