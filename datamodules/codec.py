@@ -366,12 +366,12 @@ class TabularCodec:
         """``frame`` with the missing values of columns that have a :attr:`ColumnSpec.fill` filled in as in training
         (``--impute median``), and one note per column filled (``"MonthlyIncome: missing in 2 row(s), filled with
         5400, the training rows' median (--impute median)"``). Other missing values stay missing."""
-        notes = []
-        for column in self.columns:
-            if column.fill is None or column.name not in frame.columns or not frame[column.name].isna().any():
-                continue
+        gaps = [c for c in self.columns if c.fill is not None and c.name in frame.columns and frame[c.name].isna().any()]
+        if not gaps:
+            return frame, []
+        frame, notes = frame.copy(), []
+        for column in gaps:
             count = int(frame[column.name].isna().sum())
-            frame = frame.copy() if not notes else frame
             frame[column.name] = frame[column.name].astype(object).where(frame[column.name].notna(), column.fill)
             if column.kind in ("continuous", "integer"):
                 frame[column.name] = pd.to_numeric(frame[column.name])

@@ -141,15 +141,6 @@ def training_fills(frame: pd.DataFrame, train: np.ndarray, target: str) -> dict:
     return fills
 
 
-def impute_from_train(frame: pd.DataFrame, train: np.ndarray, target: str) -> pd.DataFrame:
-    """Missing values filled with the training rows' median (numbers) or most frequent value (others)."""
-    frame = frame.copy()
-    fills = training_fills(frame, train, target)
-    for column in frame.columns[frame.isna().any()]:
-        frame[column] = frame[column].fillna(fills[column])
-    return frame
-
-
 class TableDataModule(TensorDataModule):
     """A user's table (file path or DataFrame) with a target column; see the module docstring.
 
@@ -182,15 +173,15 @@ class TableDataModule(TensorDataModule):
             kept = undersample(self.frame[target].astype(str).to_numpy(), np.random.default_rng(data_seed))
             self.frame = self.frame.iloc[kept].reset_index(drop=True)
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
-        if impute == "median":
-            self.frame = impute_from_train(self.frame, self.rows["train"], target)
+        fills = training_fills(self.frame, self.rows["train"], target) if impute == "median" else None
+        if fills:
+            self.frame = self.frame.fillna(fills)
         if codec is not None:  # a trained model's own preprocessing, so the columns match its inputs
             self.codec = codec
             if self.codec.target != target:
                 raise ValueError(f"target: {target!r} is not the column the model was trained to predict "
                                  f"({self.codec.target!r}, from its ct_preprocessing)")
         else:
-            fills = training_fills(self.frame, self.rows["train"], target) if impute == "median" else None
             self.codec = TabularCodec.fit(self.frame, target, self.spec, train_rows=self.rows["train"],
                                           dropped=self.drop_columns, fills=fills)
         self.ct_defaults = table_defaults(len(self.rows["train"]))

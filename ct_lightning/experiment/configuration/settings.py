@@ -51,6 +51,9 @@ def csv_names(value) -> list[str]:
     return [part.strip() for part in value.split(",") if part.strip()] if isinstance(value, str) else list(value)
 
 
+TABLE_KEYS = ("target", "data_spec", "impute", "drop_columns", "balance")  # the settings that read a table file
+
+
 def table_options(settings) -> dict[str, Any]:
     """The keyword arguments of :class:`datamodules.table.TableDataModule` that a run's settings give (a config
     dict or a recipe's parsed arguments): the one place that maps the table settings onto the data module."""

@@ -121,8 +121,6 @@ def mark_interrupted(client, run_id: str, interrupted: BaseException, command: s
 
 
 RECIPES_DIR = Path(__file__).resolve().parents[3] / "recipes"  # recipes/ is ct_lightning's sibling
-TRAIN_ENTRY = "recipes.train:cli"  # the console script of recipes/train.py, as pyproject.toml's [project.scripts] names it
-TRAIN_SCRIPT = RECIPES_DIR / "train.py"
 
 
 def project_scripts() -> dict[str, str]:
@@ -154,18 +152,13 @@ def recipe_launcher(recipe: str, argv0: str | None = None) -> list[str]:
     return [os.path.abspath(sys.executable), str(RECIPES_DIR / f"{recipe}.py")]
 
 
-def train_launcher(argv0: str | None = None) -> list[str]:
-    """The words that start ``recipes/train.py`` from any folder (:func:`recipe_launcher`)."""
-    return recipe_launcher("train", argv0)
-
-
 def recipe_command(recipe: str, argv: list[str]) -> str:
     """The shell command that runs ``recipes/RECIPE.py`` with ``argv`` again, from any folder."""
     return " ".join(shlex.quote(part) for part in [*recipe_launcher(recipe), *argv])
 
 
 def resume_command(run_id: str, tracking_uri: str, experiment: str) -> str:
-    """The shell command that resumes run ``run_id``, as it works from any folder (:func:`train_launcher`)."""
+    """The shell command that resumes run ``run_id``, as it works from any folder (:func:`recipe_launcher`)."""
     return recipe_command("train", ["--resume", run_id, "--tracking-uri", tracking_uri, "--experiment", experiment])
 
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from mlflow.tracking import MlflowClient
 
 from ct_lightning.metrics.names import logged_values
-from ct_lightning.experiment.configuration.settings import data_class, resolve_config
+from ct_lightning.experiment.configuration.settings import TABLE_KEYS, data_class, resolve_config
 from ct_lightning.experiment.configuration.data import build_datamodule
 from ct_lightning.module import CTModule
 from datamodules import get_datamodule_class
@@ -76,9 +76,6 @@ def load_checkpoint_with_config(path: str | Path, data: str | None = None, weigh
     else:
         raise ValueError(f"data: cannot infer the data set of {path} (no config.json beside it); pass --data")
     return LoadedModel(load_checkpoint(path, weights_only), config, str(path))
-
-
-TABLE_KEYS = ("target", "data_spec", "impute", "drop_columns", "balance")  # how a table is read, where given
 
 
 def is_lightning_checkpoint(path: str | Path, weights_only: bool = True) -> bool:

@@ -291,15 +291,13 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
                                             local_store_dir(config["tracking_uri"]) / "checkpoints" / run_id).resolve())
     if isinstance(client, OutboxClient):
         client.attach(Path(config["checkpoint_dir"]) / OUTBOX_DIR, run_id, experiment_id)
+    if client is not None and config["summary_json"]:  # also given with --resume: the summary goes there from now on
+        client.set_tag(run_id, SUMMARY_JSON_TAG, str(Path(config["summary_json"]).resolve()))
     if client is not None and resume_from is None:
         client.set_tag(run_id, CHECKPOINT_DIR_TAG, config["checkpoint_dir"])
-        if config["summary_json"]:
-            client.set_tag(run_id, SUMMARY_JSON_TAG, str(Path(config["summary_json"]).resolve()))
         # Lightning logs the module's hyperparameters itself; add the run-level settings it lacks.
         log_training_inputs(client, logger, run_id, config, module, datamodule)
     elif client is not None:
-        if config["summary_json"]:  # given with --resume: the run's summary goes there from now on
-            client.set_tag(run_id, SUMMARY_JSON_TAG, str(Path(config["summary_json"]).resolve()))
         client.log_dict(run_id, defining_config(config), "config.json")  # records an extended max_epochs
         client.log_dict(run_id, defining_config(config), "config.yaml")
         log_missing_epoch_metrics(client, run_id, resume_from)

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG, NON_DEFINING_KEYS, stable_key, training_key
-from ct_lightning.experiment.configuration.settings import RUN_ONLY_KEYS, SETTINGS_BY_NAME, resolve_config
+from ct_lightning.experiment.configuration.settings import RUN_ONLY_KEYS, SETTINGS_BY_NAME, TABLE_KEYS, resolve_config
 from ct_lightning.experiment.configuration.validation import InputError
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
@@ -76,8 +76,7 @@ def check_data_options(configs: list[dict]) -> None:
     mutability of ``train``), once per distinct data configuration of the trials, before any trial runs."""
     from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
 
-    keys = ("data", "target", "data_spec", "impute", "balance", "drop_columns", "data_dir", "center_distance",
-            "immutable", "mutability", "protect")
+    keys = ("data", *TABLE_KEYS, "data_dir", "center_distance", "immutable", "mutability", "protect")
     seen = set()
     for config in configs:
         key = repr([config.get(k) for k in keys])

@@ -18,7 +18,8 @@ from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_con
 from ct_lightning.experiment.configuration.preflight import threads_for
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import batches, checking, open_store, start
-from ct_lightning.experiment.configuration.settings import csv_names, is_factory, is_table_file, table_options
+from ct_lightning.experiment.configuration.settings import (TABLE_KEYS, csv_names, is_factory, is_table_file,
+                                                            table_options)
 from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
                                                 check_writable_folder)
@@ -131,7 +132,7 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
             role_training = {**role_training_overrides(args.protocol, data, role), **given}
             if not is_table_file(data):
                 role_training = {k: v for k, v in role_training.items()
-                                 if k not in ("target", "data_spec", "impute", "drop_columns", "balance")}
+                                 if k not in TABLE_KEYS}
             elif protected and args.immutable:
                 role_training["immutable"] = args.immutable
             tasks.append(Task(data, role, objective, protected, role_training, protocol, args.tracking_uri,

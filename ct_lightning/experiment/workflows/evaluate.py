@@ -11,12 +11,11 @@ from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import checking, start
-from ct_lightning.experiment.configuration.settings import DEFAULTS, SETTINGS_BY_NAME, is_table_file
+from ct_lightning.experiment.configuration.settings import DEFAULTS, SETTINGS_BY_NAME, TABLE_KEYS, is_table_file
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_checkpoint_file, check_model_fits,
                                                 check_output_file, check_run_ids, check_writable_folder)
 
-GIVEN = ("target", "data_spec", "impute", "drop_columns", "balance", "model", "hidden_sizes",
-         "activation")  # how to read a model or a table
+GIVEN = (*TABLE_KEYS, "model", "hidden_sizes", "activation")  # how to read a table or a model
 
 
 def check_inputs(args: argparse.Namespace) -> None:
@@ -37,7 +36,7 @@ def load(args: argparse.Namespace):
     """The model (``LoadedModel``), its data module, protocol and constraints; a refused input raises."""
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
     from ct_lightning.experiment.configuration.data import build_datamodule  # noqa: PLC0415
-    from ct_lightning.experiment.runs.loading import TABLE_KEYS, load_any_checkpoint, load_run  # noqa: PLC0415
+    from ct_lightning.experiment.runs.loading import load_any_checkpoint, load_run  # noqa: PLC0415
 
     given = {key: getattr(args, key) for key in GIVEN}
     if args.run_id:
