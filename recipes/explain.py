@@ -3,6 +3,7 @@
 Examples:
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --row '{"age": 53, "income": 54600, "sex": "female", ...}'
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --target approved --json out.json
+  .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --skip-bad-rows   # list rows it cannot read
   .venv/bin/python recipes/explain.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --row '{"x1": 0.3, "x2": -1}'
 """
 
@@ -24,6 +25,10 @@ def build_parser() -> argparse.ArgumentParser:
     rows.add_argument("--rows", help="a CSV file of rows in original units, with the model's columns")
     rows.add_argument("--row", help="one row as a JSON object of column: value, in original units")
     parser.add_argument("--target", help="the class to reach (default: the most likely other class)")
+    parser.add_argument("--skip-bad-rows", action="store_true",
+                        help="--rows: leave out rows the model cannot read (a missing value, an unseen category, a "
+                        "non-number, a number outside the model's domain), list them with their problem and explain "
+                        "the others (default: such a row stops the run before any search)")
     parser.add_argument("--json", help="write the explanations here, one object per row (an existing file is "
                         "refused unless --overwrite)")
     add_arguments(parser, ["tracking_uri", "which", "log", "overwrite"])

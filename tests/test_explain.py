@@ -123,10 +123,10 @@ def test_rows_the_model_cannot_read_are_refused_before_the_search():
     from ct_lightning.experiment.configuration.validation import InputError
 
     loaded = Explainable(model_of_income_and_home(), SmallCodec(), {}, None, True)
-    for rows, message in ((ROWS.assign(home=["rent", "castle"]), "--rows: got 'home=castle' (unseen category); "
-                                                                  "allowed: one of rent, own, mortgage"),
-                          (ROWS.assign(income=["a lot", 1]), "--rows: got 'income=a lot'"),
-                          (ROWS.assign(income=[None, 1.0]), "--rows: got 'income=<missing>'"),
+    for rows, message in ((ROWS.assign(home=["rent", "castle"]), "--rows: got 'home=castle' (unseen category in "
+                                                                  "row 1); allowed: one of rent, own, mortgage"),
+                          (ROWS.assign(income=["a lot", 1]), "--rows: got 'income=a lot' (not a number in row 0)"),
+                          (ROWS.assign(income=[None, 1.0]), "--rows: got 'income=<missing>' (missing value in row 0)"),
                           (ROWS.assign(age=3), "--rows: got 'age' (unknown column)"),
                           (ROWS[["home"]], "--rows: got 'income' (missing column)")):
         with pytest.raises(InputError) as caught:

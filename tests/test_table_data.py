@@ -297,15 +297,52 @@ def test_rows_to_explain_may_carry_the_target_and_must_lie_in_the_domain(loans):
 
     codec = TableDataModule(loans, target="approved").codec
     loaded = Explainable(None, codec, {}, None, True)
-    rows, notes = check_rows(loans.head(2).copy(), loaded, "--rows")  # rows straight from the training file
+    rows, notes, skipped = check_rows(loans.head(2).copy(), loaded, "--rows")  # rows straight from the training file
+    assert skipped == []
     assert list(rows.columns) == [c.name for c in codec.columns]
     assert notes == ["--rows: the target column 'approved' is left out (the model predicts it)"]
     low, high = next(c for c in codec.columns if c.name == "income").domain()
     assert low == 0  # no negative income in the file: the domain stops at 0
     for income in (high + 1_000, -5):
-        with pytest.raises(InputError, match=rf"^--row: got 'income={income:g}' \(row 0 is outside the model's "
-                                             rf"domain\); allowed: 0 to {high:.6g} \(the training rows' range"):
+        with pytest.raises(InputError, match=rf"^--row: got 'income={income:g}' \(outside the model's domain in "
+                                             rf"row 0\); allowed: 0 to {high:.6g} \(the training rows' range"):
             check_rows(loans.head(1).assign(income=income).drop(columns="approved"), loaded, "--row")
+
+
+def test_skip_bad_rows_explains_the_rows_it_can_read_and_lists_the_others_with_their_problem(loans):
+    from ct_lightning.experiment.configuration.validation import InputError
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows, explain_loaded
+    from ct_lightning.experiment.workflows.explain import numbered_records
+
+    codec = TableDataModule(loans, target="approved").codec
+    high = next(c for c in codec.columns if c.name == "income").domain()[1]
+    rows = loans.head(6).astype({"debt": object})
+    rows.loc[1, "income"] = high * 2  # outside the domain
+    rows.loc[3, "purpose"] = "wedding"  # an unseen category
+    rows.loc[4, "debt"] = "lots"  # not a number
+    loaded = Explainable(None, codec, {}, None, True)
+    with pytest.raises(InputError, match=r"^--rows: got 'income=.*' \(outside the model's domain in row 1\); "
+                                         r"allowed: .*; --skip-bad-rows explains the other rows and lists this one$"):
+        check_rows(rows.copy(), loaded, "--rows")
+    kept, _, skipped = check_rows(rows.copy(), loaded, "--rows", skip_bad_rows=True)
+    assert kept.index.tolist() == [0, 2, 5] and [row for row, _ in skipped] == [1, 3, 4]
+    assert "outside the model's domain" in skipped[0][1] and "'purpose=wedding': unseen category; allowed: one of" \
+        in skipped[1][1] and skipped[2][1] == "'debt=lots': not a number; allowed: a number for debt"
+    assert kept["debt"].dtype.kind in "if"  # the column is numbers again once its text row is out
+    with pytest.raises(InputError, match=r"every row has a problem, e.g. row 3: 'purpose=wedding'"):
+        check_rows(rows.loc[[3, 4]].copy(), loaded, "--rows", skip_bad_rows=True)
+    from ct_lightning.module import CTModule
+    from ct_lightning.experiment.configuration.settings import DEFAULTS, module_kwargs
+
+    names = list(codec.feature_names)
+    torch.manual_seed(0)
+    loaded.module = CTModule(**module_kwargs(DEFAULTS, len(names), len(codec.classes), names, None)).eval()  # untrained
+    explained = explain_loaded(loaded, kept, "yes", {"max_steps": 5})
+    assert explained.index.tolist() == [0, 2, 5]  # the rows keep their numbers in the input
+    records = numbered_records(explained, skipped)
+    assert [(r["row"], r["explained"]) for r in records] == [(0, True), (1, False), (2, True), (3, False),
+                                                              (4, False), (5, True)]
+    assert records[1]["problem"] == skipped[0][1] and records[2]["factual"]["age"] == loans["age"].iloc[2]
 
 
 def test_decoded_continuous_values_drop_float32_noise_and_keep_the_inputs_digits():

@@ -9,12 +9,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import torch
 
 from ct_lightning.evaluation.explanation import (FeatureCodec, codec_from_dict, explain, explanation_search,
                                                  to_records)
-from ct_lightning.experiment.configuration.validation import InputError
+from ct_lightning.experiment.configuration.validation import InputError, show
 
 PREPROCESSING = "preprocessing.json"
 CHECKPOINT_KEYS = ("ct_preprocessing", "preprocessing")
@@ -126,14 +127,15 @@ def read_rows(rows_file: str | None = None, row: str | None = None) -> pd.DataFr
     return frame
 
 
-def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str) -> tuple[pd.DataFrame, list[str]]:
-    """The rows ready to explain, and notes for the console; a one-line ``InputError`` for rows the model cannot read,
-    before any search: missing or unknown columns, unseen categories, non-numbers in numeric columns, missing values
-    (filled as in training where the model was trained with ``--impute median``), numbers outside the model's
-    domain (the one the search keeps to: what the served model refuses too). The target column and the columns the
-    model was trained without (``--drop-columns``) may come along, as in rows taken from the training file."""
-    from ct_lightning.experiment.runs.request_checks import outside_domain  # noqa: PLC0415
-
+def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_bad_rows: bool = False
+               ) -> tuple[pd.DataFrame, list[str], list[tuple[int, str]]]:
+    """The rows ready to explain, notes for the console and the rows left out; a one-line ``InputError`` for rows the
+    model cannot read, before any search: missing or unknown columns, unseen categories, non-numbers in numeric
+    columns, missing values (filled as in training where the model was trained with ``--impute median``), numbers
+    outside the model's domain (the one the search keeps to: what the served model refuses too). The target column
+    and the columns the model was trained without (``--drop-columns``) may come along, as in rows taken from the
+    training file. With ``skip_bad_rows`` a row with a problem of its own (a value, not a column) is left out and
+    listed as ``(row, problem)`` instead; the error then comes only when no row is left."""
     codec = explainable.codec
     columns = [c.name for c in codec.columns]
     notes = []
@@ -153,29 +155,54 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str) -> tu
     if hasattr(codec, "fill_missing"):
         frame, filled = codec.fill_missing(frame)
         notes += [f"{option}: {line}" for line in filled]
+    frame = frame.copy()
+    problems: dict[int, str] = {}  # position of a row left out: its first problem
     for column in codec.columns:
-        values = frame[column.name]
-        if values.isna().any():
-            raise InputError(option, f"{column.name}=<missing>", f"a value in every row for {column.name} (or a model "
-                             "trained with --impute median, which fills it in)")
-        if column.kind in ("categorical", "binary") and column.categories:
-            known = {str(c) for c in column.categories}
-            unseen = [v for v in values if str(v) not in known]
-            if unseen:
-                raise InputError(option, f"{column.name}={unseen[0]}", f"one of {', '.join(map(str, column.categories))}",
+        for bad, describe in _value_problems(column, frame[column.name]):
+            positions = [int(p) for p in np.flatnonzero(bad) if int(p) not in problems]
+            for p in positions:
+                value, allowed, what = describe(p)
+                if not skip_bad_rows:
+                    hint = "; --skip-bad-rows explains the other rows and lists this one" if len(frame) > 1 else ""
+                    raise InputError(option, value, allowed + hint, f"{what} in row {frame.index[p]}")
+                problems[p] = f"{show(value)}: {what}; allowed: {allowed}"
+    kept = [p for p in range(len(frame)) if p not in problems]
+    if problems and not kept:
+        first = min(problems)
+        raise InputError(option, f"{len(frame)} row(s)", "at least one row the model can read",
+                         f"every row has a problem, e.g. row {frame.index[first]}: {problems[first]}")
+    skipped = [(frame.index[p], problems[p]) for p in sorted(problems)]
+    frame = frame.iloc[kept]
+    for column in codec.columns:
+        if not _is_category(column):
+            frame[column.name] = pd.to_numeric(frame[column.name])
+    return frame, notes, skipped
+
+
+def _is_category(column) -> bool:
+    return column.kind in ("categorical", "binary") and bool(column.categories)
+
+
+def _value_problems(column, values: pd.Series):
+    """The checks of one column's values, in order: ``(rows failing it, (value, allowed, problem) at a position)``
+    for a missing value, then an unseen category, or a non-number and a number outside the model's domain."""
+    from ct_lightning.experiment.runs.request_checks import domain_mask, number_text  # noqa: PLC0415
+
+    name = column.name
+    missing = values.isna().to_numpy()
+    yield missing, lambda p: (f"{name}=<missing>", f"a value in every row for {name} (or a model trained with "
+                              "--impute median, which fills it in)", "missing value")
+    if _is_category(column):
+        known = {str(c) for c in column.categories}
+        unseen = ~missing & ~values.astype(str).isin(known).to_numpy()
+        yield unseen, lambda p: (f"{name}={values.iloc[p]}", f"one of {', '.join(map(str, column.categories))}",
                                  "unseen category")
-            continue
-        if not pd.api.types.is_numeric_dtype(values):
-            bad = next((v for v in values if pd.to_numeric(pd.Series([v]), errors="coerce").isna().all()), None)
-            if bad is not None:
-                raise InputError(option, f"{column.name}={bad}", f"a number for {column.name}")
-            frame[column.name] = values = pd.to_numeric(values)
-        outside = outside_domain(column, values.astype(float))
-        if outside is not None:
-            row, value, allowed = outside
-            raise InputError(option, f"{column.name}={value}", allowed,
-                             f"row {row} is outside the model's domain")
-    return frame, notes
+        return
+    numbers = pd.to_numeric(values, errors="coerce")
+    yield ~missing & numbers.isna().to_numpy(), lambda p: (f"{name}={values.iloc[p]}", f"a number for {name}",
+                                                           "not a number")
+    outside, allowed = domain_mask(column, numbers.astype(float))
+    yield outside, lambda p: (f"{name}={number_text(numbers.iloc[p])}", allowed, "outside the model's domain")
 
 
 def search_settings(module, given: dict) -> dict:
@@ -191,7 +218,8 @@ def search_settings(module, given: dict) -> dict:
 
 def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, settings: dict | None = None,
                    seed: int = 0) -> pd.DataFrame:
-    """:func:`explain` on a loaded model, with its training data for generators that learn from it."""
+    """:func:`explain` on a loaded model, with its training data for generators that learn from it; the
+    explanations carry the rows' index (their numbers in the input, where :func:`check_rows` left some out)."""
     settings = dict(settings or {})
     x_train = y_train = None
     from ct_lightning.generators import generator_class
@@ -204,8 +232,9 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
     # explain() adds the mutability the module was trained under (its hparams); config.json's --immutable is kept
     # for modules without one (a run's logged nn.Module).
     mutability = {name: "none" for name in explainable.config.get("immutable") or []}
-    return explain(explainable.module, rows, target=target, codec=explainable.codec, mutability=mutability,
-                   x_train=x_train, y_train=y_train, seed=seed, **settings)
+    explained = explain(explainable.module, rows, target=target, codec=explainable.codec, mutability=mutability,
+                        x_train=x_train, y_train=y_train, seed=seed, **settings)
+    return explained.set_axis(rows.index) if isinstance(rows, pd.DataFrame) else explained  # rows keep their numbers
 
 
 def flat_table(explanations: pd.DataFrame) -> pd.DataFrame:

@@ -86,7 +86,8 @@ def row_limit(explain: bool = False) -> float:
     return value
 
 
-def _number(value) -> str:
+def number_text(value) -> str:
+    """A number as messages show it: whole numbers without a decimal point, others with 6 significant digits."""
     value = float(value)
     return str(int(value)) if value.is_integer() else f"{value:.6g}"
 
@@ -163,7 +164,7 @@ def _numbers(column, values: pd.Series) -> pd.Series:
         fraction = numeric != np.round(numeric)
         if fraction.any():
             row = _first(fraction)
-            raise ValueError(f"rows: column {column.name!r}: {_number(numeric.iloc[row])} in row {row} is not a whole "
+            raise ValueError(f"rows: column {column.name!r}: {number_text(numeric.iloc[row])} in row {row} is not a whole "
                              f"number; allowed: whole numbers (the column holds integers)")
     return numeric
 
@@ -228,21 +229,27 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
 
 def outside_domain(column, numeric: pd.Series) -> tuple[int, str, str] | None:
     """The first row whose number lies outside ``column``'s domain, that number as text and what is allowed there
-    (``"0 to 50000 (the data spec's bounds)"``), or ``None`` when every number lies inside. The domain is the one the counterfactual
-    search keeps to: declared bounds, else the training range widened to mean ± 3 sd, not below 0 where no training
-    value is negative."""
-    domain = getattr(column, "domain", None)  # a hand-made codec's columns may know no domain
-    low, high = (domain() if domain else None) or (-math.inf, math.inf)
-    outside = (numeric < low) | (numeric > high)
+    (``"0 to 50000 (the data spec's bounds)"``), or ``None`` when every number lies inside (see :func:`domain_mask`)."""
+    outside, allowed = domain_mask(column, numeric)
     if not outside.any():
         return None
+    row = _first(outside)
+    return row, number_text(numeric.iloc[row]), allowed
+
+
+def domain_mask(column, numeric: pd.Series) -> tuple[np.ndarray, str]:
+    """Per row, whether its number lies outside ``column``'s domain, and that domain in words. The domain is the one
+    the counterfactual search keeps to: declared bounds, else the training range widened to mean ± 3 sd, not below 0
+    where no training value is negative."""
+    domain = getattr(column, "domain", None)  # a hand-made codec's columns may know no domain
+    low, high = (domain() if domain else None) or (-math.inf, math.inf)
+    outside = ((numeric < low) | (numeric > high)).to_numpy()
     declared = (getattr(column, "lower", None) is not None) + (getattr(column, "upper", None) is not None)
     source = ("the data spec's bounds", "the data spec's bound and the training rows' range widened to "
               "mean +/- 3 sd", "the training rows' range widened to mean +/- 3 sd")[2 - declared]
     if getattr(column, "floored_at_zero", False) and low == 0:
         source += ", not below 0: no training value is negative"
-    row = _first(outside)
-    return row, _number(numeric.iloc[row]), f"{_number(low)} to {_number(high)} ({source})"
+    return outside, f"{number_text(low)} to {number_text(high)} ({source})"
 
 
 def as_rows(model_input) -> pd.DataFrame:

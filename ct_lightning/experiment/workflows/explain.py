@@ -28,17 +28,33 @@ def run(args: argparse.Namespace) -> list[dict]:
 
         rows = read_rows(args.rows, args.row)
         loaded = load_explainable(args.run_id, args.checkpoint, args.tracking_uri, args.which)
-        rows, notes = check_rows(rows, loaded, "--rows" if args.rows else "--row")
+        rows, notes, skipped = check_rows(rows, loaded, "--rows" if args.rows else "--row",
+                                          skip_bad_rows=args.skip_bad_rows)
         for note in notes:
             print(f"note: {note}")
+        for row, problem in skipped:
+            print(f"row {row}: not explained: {problem}")
         settings = search_settings(loaded.module, {k: getattr(args, k) for k in SEARCH})
         explanations = explain_loaded(loaded, rows, args.target, settings, args.seed)
-    from ct_lightning.evaluation.explanation import describe, to_records  # noqa: PLC0415
+    from ct_lightning.evaluation.explanation import describe  # noqa: PLC0415
 
     print(describe(explanations))
-    records = to_records(explanations)
+    if skipped:
+        print(f"{len(skipped)} of {len(skipped) + len(explanations)} rows not explained (listed above: --skip-bad-rows)")
+    records = numbered_records(explanations, skipped)
     if args.json:
         write_json_atomic(args.json, records)
     if args.run_id and args.log:
         print(f"logged {log_explanations(args.tracking_uri, args.run_id, explanations)}/ to run {args.run_id}")
     return records
+
+
+def numbered_records(explanations, skipped: list[tuple[int, str]]) -> list[dict]:
+    """One JSON object per input row, in the input's order: ``row`` (its number in the input, from 0) and
+    ``explained``; an explained row's explanation, a row left out (``--skip-bad-rows``) its ``problem``."""
+    from ct_lightning.evaluation.explanation import to_records  # noqa: PLC0415
+
+    records = [(int(row), {"row": int(row), "explained": True, **record})
+               for row, record in zip(explanations.index, to_records(explanations))]
+    records += [(int(row), {"row": int(row), "explained": False, "problem": problem}) for row, problem in skipped]
+    return [record for _, record in sorted(records, key=lambda pair: pair[0])]
