@@ -4,7 +4,7 @@ Spreadsheets and databases export CSVs in local conventions, and pandas' default
 word: a ``;``-separated file becomes one column, ``127.600`` (127 600 with a thousands point) becomes 127.6,
 ``" Male"`` and ``"Male"`` become two categories. :func:`read_csv` reads every cell as text first and then decides:
 
-- the delimiter from the header line: ``,``, ``;``, tab or ``|``;
+- the delimiter from the header line: ``,``, ``;``, tab or ``|`` (or from Excel's first line ``sep=;``);
 - the encoding: UTF-8 (a byte-order mark is dropped), else Windows-1252 (with a note);
 - spaces around cells and column names are dropped, ``?`` and empty cells are missing values, rows and unnamed
   columns with no value at all (trailing ``;;;`` lines, a trailing delimiter) are left out;
@@ -32,6 +32,7 @@ MISSING_MARKS = ("?",)  # as in the UCI files (Adult): a cell that is only '?' i
 DECIMAL_COMMA = re.compile(r"[+-]?(?:[1-9]\d{0,2}(?:\.\d{3})+|\d+)(?:,\d+)?")  # 0,18  12.000  1.234,5
 THOUSANDS_POINT = re.compile(r"[+-]?[1-9]\d{0,2}(?:\.\d{3})+")  # 127.600: thousands, or three decimals?
 NUMBER_DRESS = re.compile(r"[$€£¥%\s\u00a0',]")  # what turns a number into text: currency, percent, separators
+SEP_LINE = re.compile(r'"?sep=(.)"?')
 DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}"
                   r"|\d{4}/\d{1,2}/\d{1,2}")
 
@@ -134,16 +135,18 @@ def read_csv(path) -> pd.DataFrame:
         encoding = "cp1252"
         header = _header_line(path, encoding)
         notes.append(f"{path.name} is not UTF-8: read as Windows-1252")
-    sep = sniff_delimiter(header)
+    hint = SEP_LINE.fullmatch(header.strip())  # Excel's first line 'sep=;' names the delimiter
+    sep = hint.group(1) if hint else sniff_delimiter(header)
     if sep != ",":
         notes.append(f"{path.name}: columns separated by {sep!r}")
     as_text = sep != ","  # every cell as written: decimal commas and thousands points are decided below
+    options = {"sep": sep, "skiprows": 1 if hint else None, **({"dtype": str} if as_text else {})}
     try:
-        cells = pd.read_csv(path, sep=sep, encoding=encoding, **({"dtype": str} if as_text else {}))
+        cells = pd.read_csv(path, encoding=encoding, **options)
     except UnicodeDecodeError:  # a non-UTF-8 byte past the header line
         encoding = "cp1252"
         notes.append(f"{path.name} is not UTF-8: read as Windows-1252")
-        cells = pd.read_csv(path, sep=sep, encoding=encoding, **({"dtype": str} if as_text else {}))
+        cells = pd.read_csv(path, encoding=encoding, **options)
     cells.columns = [str(c).strip() for c in cells.columns]
     cells = cells.apply(_tidy_text).dropna(how="all").reset_index(drop=True)
     cells = cells.drop(columns=[c for c in cells.columns if c.startswith("Unnamed: ") and cells[c].isna().all()])

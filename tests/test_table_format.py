@@ -38,6 +38,19 @@ def test_semicolons_decimal_commas_thousands_points_a_bom_and_windows_line_ends(
     assert data.codec.decimal_comma and "note: export.csv: decimal commas (0,5)" in data.describe()
 
 
+def test_excels_sep_line_tabs_and_windows_1252(tmp_path, loans):
+    path = tmp_path / "excel.csv"
+    frame = loans.assign(purpose=loans.purpose.replace({"car": "Überweisung"}))
+    path.write_bytes(b"sep=;\r\n" + european(frame).to_csv(sep=";", index=False).encode("cp1252"))
+    data = TableDataModule(path, target="approved")
+    assert list(data.frame.columns) == list(loans.columns) and data.frame.income.tolist() == loans.income.tolist()
+    assert "Überweisung" in next(c for c in data.codec.columns if c.name == "purpose").categories
+    assert "note: excel.csv is not UTF-8: read as Windows-1252" in data.describe()
+    european(loans).to_csv(tmp_path / "tabs.csv", sep="\t", index=False)
+    assert TableDataModule(tmp_path / "tabs.csv", target="approved").frame.debt_ratio.tolist() == \
+        loans.debt_ratio.tolist()
+
+
 def test_a_thousands_point_without_decimal_commas_is_refused_not_guessed(tmp_path, loans):
     path = tmp_path / "export.csv"
     loans.assign(income=european(loans).income).drop(columns="debt_ratio").to_csv(path, sep=";", index=False)
