@@ -129,6 +129,7 @@ class TabularCodec:
     """Raw rows ↔ model inputs for one table (see the module docstring); fitted with :meth:`fit`."""
 
     dropped: Sequence[str] = ()  # also what a codec pickled before --drop-columns existed reads (served predictors)
+    decimal_comma: bool = False  # the training file wrote 0,18 and 12.000: rows to explain may be written so too
 
     def __init__(self, target: str, classes: Sequence, columns: Sequence[ColumnSpec], positive=None,
                  dropped: Sequence[str] = ()):
@@ -354,13 +355,16 @@ class TabularCodec:
         """A JSON-able description; :meth:`from_dict` rebuilds the same codec."""
         return {"kind": "tabular", "target": self.target, "classes": [_plain(c) for c in self.classes],
                 "positive": _plain(self.positive), "columns": [asdict(c) for c in self.columns],
-                **({"dropped": list(self.dropped)} if self.dropped else {})}
+                **({"dropped": list(self.dropped)} if self.dropped else {}),
+                **({"decimal_comma": True} if self.decimal_comma else {})}
 
     @classmethod
     def from_dict(cls, payload: Mapping) -> TabularCodec:
         """The codec :meth:`to_dict` described."""
         columns = [ColumnSpec(**column) for column in payload["columns"]]
-        return cls(payload["target"], payload["classes"], columns, payload.get("positive"), payload.get("dropped", ()))
+        codec = cls(payload["target"], payload["classes"], columns, payload.get("positive"), payload.get("dropped", ()))
+        codec.decimal_comma = bool(payload.get("decimal_comma", False))
+        return codec
 
     def fill_missing(self, frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
         """``frame`` with the missing values of columns that have a :attr:`ColumnSpec.fill` filled in as in training

@@ -20,6 +20,7 @@ from datamodules.base import TensorDataModule
 from datamodules.codec import TabularCodec, _plain, read_spec
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
+from datamodules.table_format import check_text_columns, read_csv, tidy_frame
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
@@ -35,15 +36,19 @@ def is_table_path(data) -> bool:
 
 
 def read_table(path) -> pd.DataFrame:
-    """The file as a DataFrame, or a one-line ``ValueError`` (missing, unreadable or empty file)."""
+    """The file as a DataFrame (a CSV read by :func:`datamodules.table_format.read_csv`: its delimiter, decimal
+    commas, spaces around cells; ``attrs["notes"]`` says what was decided), or a one-line ``ValueError`` (missing,
+    unreadable, empty or ambiguous file)."""
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"data: file {str(path)!r} not found")
     try:
-        frame = pd.read_parquet(path) if path.suffix.lower() in (".parquet", ".pq") else pd.read_csv(path)
+        frame = tidy_frame(pd.read_parquet(path)) if path.suffix.lower() in (".parquet", ".pq") else read_csv(path)
     except pd.errors.EmptyDataError:
         raise ValueError(f"data: {path} is empty; allowed: a table with a header row and data rows") from None
     except Exception as error:  # noqa: BLE001 - pandas and pyarrow raise many types for a malformed file
+        if isinstance(error, ValueError) and str(error).startswith("data: "):  # read_csv's own one-line errors
+            raise
         raise ValueError(f"data: cannot read {path} ({type(error).__name__}: {str(error).splitlines()[0]})") from None
     if frame.empty or frame.shape[1] == 0:
         raise ValueError(f"data: {path} has no data rows; allowed: a table with a header row and data rows")
@@ -89,7 +94,7 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str)
     missing = frame.columns[frame.isna().any()].tolist()
     if missing and impute == "none":
         count = int(frame[missing[0]].isna().sum())
-        raise ValueError(f"data: column {missing[0]!r} has {count} missing value(s) in {name}; pass --impute drop "
+        raise ValueError(f"data: column {missing[0]!r} has {count} missing value(s) (empty or '?') in {name}; pass --impute drop "
                          "(drop those rows) or --impute median (fill from the training rows)")
     if missing and impute == "drop":
         frame = frame.dropna().reset_index(drop=True)
@@ -155,7 +160,9 @@ class TableDataModule(TensorDataModule):
                  batch_size: int | None = None, seed: int = 0, num_workers: int = 0, data_seed: int = 0,
                  codec: TabularCodec | dict | None = None, drop_columns: Sequence[str] = (), balance: str = "none"):
         self.source = source
-        self.frame = source.copy() if isinstance(source, pd.DataFrame) else read_table(source)
+        self.frame = tidy_frame(source.copy()) if isinstance(source, pd.DataFrame) else read_table(source)
+        self.read_notes = list(self.frame.attrs.get("notes", ()))  # how the file was read: delimiter, decimal commas
+        self.decimal_comma = bool(self.frame.attrs.get("decimal_comma", False))
         self.label_of_source = "DataFrame" if isinstance(source, pd.DataFrame) else str(source)
         if not isinstance(source, pd.DataFrame):
             self.name = Path(source).stem  # loans.csv -> loans: table rows, plots and model names use it
@@ -166,6 +173,8 @@ class TableDataModule(TensorDataModule):
                                         strict=codec is None)
         self.frame = check_table(self.frame, target, impute, self.label_of_source)
         self.target, self.spec, self.impute, self.data_seed = target, read_spec(spec), impute, data_seed
+        if codec is None:
+            check_text_columns(self.frame, target, dict(self.spec.get("columns") or {}), self.label_of_source)
         self.balance, self.rows_read = balance, len(self.frame)
         if balance not in BALANCE:
             raise ValueError(f"balance: got {balance!r}; allowed: {', '.join(BALANCE)}")
@@ -184,6 +193,7 @@ class TableDataModule(TensorDataModule):
         else:
             self.codec = TabularCodec.fit(self.frame, target, self.spec, train_rows=self.rows["train"],
                                           dropped=self.drop_columns, fills=fills)
+            self.codec.decimal_comma = self.decimal_comma
         self.ct_defaults = table_defaults(len(self.rows["train"]))
         super().__init__(batch_size or self.ct_defaults["batch_size"], seed, num_workers)
         self.protected_features = tuple(c.name for c in self.codec.columns if c.mutability == "none")
@@ -210,8 +220,10 @@ class TableDataModule(TensorDataModule):
         """What was read and inferred, for the start-up message."""
         sizes = " / ".join(f"{split} {len(rows)}" for split, rows in self.rows.items())
         classes = ", ".join(repr(_plain(c)) for c in self.codec.classes)  # 0, not np.int64(0)
+        # label 1 of a yes/no target; of three or more classes none is "the positive" one
+        positive = f" (positive: {_plain(self.codec.positive)!r})" if len(self.codec.classes) == 2 else ""
         return (f"data {self.label_of_source}: {len(self.frame)} rows ({sizes}), target {self.target!r} with classes "
-                f"{classes} (positive: {_plain(self.codec.positive)!r})\ncolumns (kind from the data spec or inferred from "
+                f"{classes}{positive}\ncolumns (kind from the data spec or inferred from "
                 f"the dtypes):\n{self.codec.describe()}"
                 + (f"\nleft out (--drop-columns): {', '.join(self.drop_columns)}" if self.drop_columns else "")
                 + (f"\nbalanced (--balance undersample): kept {len(self.frame)} of {self.rows_read} rows, "
@@ -219,10 +231,28 @@ class TableDataModule(TensorDataModule):
                 + "".join(f"\nnote: {name!r} holds a different whole number in every row, one after the other: an "
                           f"identifier? it trains as a feature; leave it out with --drop-columns {shlex.quote(name)}"
                           for name in self.identifier_like())
+                + "".join(f"\nnote: {line}" for line in self.read_notes + self.case_variants())
                 + "".join(f"\nnote: {line}" for line in self.outside_declared_bounds())
                 + (f"\nnote: {', '.join(self.code_like())} hold at most {CODE_LEVELS} different whole numbers each: if "
                    "they are codes of categories rather than amounts or counts, declare them categorical in --data-spec "
                    "(docs/guide.md, 'Your own table')" if self.code_like() else ""))
+
+    def case_variants(self) -> list[str]:
+        """One line per text column (and the target) with values that differ only in upper and lower case ('male',
+        'Male'): they stay different categories, which is seldom what the file meant."""
+        lines = []
+        named = [(c.name, c.categories) for c in self.codec.columns if c.kind in ("categorical", "binary")]
+        for name, values in named + [(f"target {self.target}", self.codec.classes)]:
+            groups = {}
+            for value in values:
+                if isinstance(value, str):
+                    groups.setdefault(value.casefold(), []).append(value)
+            clashes = [group for group in groups.values() if len(group) > 1]
+            if clashes:
+                shown = "; ".join(", ".join(map(repr, group)) for group in clashes[:3])
+                lines.append(f"{name}: {shown} differ only in case: they are different categories; write each the "
+                             "same way in the file if they are one")
+        return lines
 
     def code_like(self) -> list[str]:
         """Integer columns inferred from the dtypes (not declared) with few levels: perhaps category codes."""

@@ -40,6 +40,7 @@ TRAIN = [
     ("--data moons --immutable nofeature", "--immutable"),
     ("--summary-json {text}/summary.json", "--summary-json"), ("--summary-json {tmp}", "--summary-json"),
     ("--checkpoint-dir {text}", "--checkpoint-dir"), ("--tracking-uri http://127.0.0.1:5999", "--tracking-uri"),
+    ("--tracking-uri {tmp}/mlruns", "--tracking-uri: got"), ("--tracking-uri file:{tmp}/mlruns", "a folder store"),
     ("--from-checkpoint {text}", "--from-checkpoint"), ("--from-checkpoint {tmp}/missing.ckpt", "--from-checkpoint"),
     ("--data moons --from-checkpoint {other_sd}", "--from-checkpoint"),
     ("--hidden-sizes 0", "--hidden-sizes"), ("--hidden-sizes a,b", "--hidden-sizes"), ("--seed -1", "--seed"),

@@ -6,6 +6,7 @@ settings and the start-up checks need nothing from the run layer.
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from ct_lightning.experiment.configuration.validation import EnvironmentProblem, check_writable_folder
@@ -63,6 +64,19 @@ def check_tracking_reachable(tracking_uri: str, option: str = "--tracking-uri", 
     elif tracking_uri.startswith("sqlite:") or not tracking_uri.strip():
         raise EnvironmentProblem(f"{option}: {tracking_uri!r} is not a usable store; a local store is "
                                  f"sqlite:///PATH/mlflow.db")
+    elif is_folder_store(tracking_uri) and os.environ.get("MLFLOW_ALLOW_FILE_STORE", "").lower() not in ("1", "true"):
+        folder = tracking_uri.removeprefix("file://").removeprefix("file:")
+        raise EnvironmentProblem(f"{option}: got {tracking_uri!r}, a folder store, which MLflow 3 refuses; allowed: "
+                                 f"sqlite:///{folder.rstrip('/')}/mlflow.db (a local store), http(s)://HOST, or that "
+                                 "folder with MLFLOW_ALLOW_FILE_STORE=true")
+
+
+def is_folder_store(tracking_uri: str) -> bool:
+    """Whether a tracking URI names MLflow's old folder store: a path, or a ``file:`` URI."""
+    if tracking_uri.startswith("file:"):
+        return True
+    return bool(tracking_uri.strip()) and "://" not in tracking_uri and not tracking_uri.startswith(("sqlite:",
+                                                                                                    "databricks"))
 
 
 def check_store_exists(option: str, tracking_uri: str, wanted: str) -> None:

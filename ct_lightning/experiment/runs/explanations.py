@@ -118,10 +118,17 @@ def read_rows(rows_file: str | None = None, row: str | None = None) -> pd.DataFr
         if not values or not all(isinstance(v, dict) and v for v in values):
             raise InputError("--row", row, "a JSON object (or a list of them) of column: value")
         return pd.DataFrame(values)
+    from datamodules.table import read_table  # noqa: PLC0415 - the training file's reader: delimiter, decimal commas
+
     try:
-        frame = pd.read_csv(rows_file)
-    except pd.errors.EmptyDataError:
-        raise InputError("--rows", rows_file, "a CSV file with a header and at least one row", "empty file") from None
+        frame = read_table(rows_file)
+    except FileNotFoundError:
+        raise InputError("--rows", rows_file, "an existing CSV file", "not found") from None
+    except ValueError as error:
+        if "is empty" in str(error):
+            raise InputError("--rows", rows_file, "a CSV file with a header and at least one row", "empty file") from None
+        raise InputError("--rows", rows_file, str(error).split("; allowed: ")[-1],
+                         str(error).split("; allowed: ")[0].removeprefix("data: ")) from None
     if frame.empty:
         raise InputError("--rows", rows_file, "a CSV file with a header and at least one row", "no rows")
     return frame
@@ -152,6 +159,10 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
         raise InputError(option, unknown[0], f"the model's columns {', '.join(columns)}{note}", "unknown column")
     if missing:
         raise InputError(option, missing[0], f"rows holding every column: {', '.join(columns)}", "missing column")
+    from datamodules.table_format import rows_as_written  # noqa: PLC0415
+
+    numeric = [c.name for c in codec.columns if c.kind in ("continuous", "integer")]
+    frame = rows_as_written(frame, numeric, getattr(codec, "decimal_comma", False))
     if hasattr(codec, "fill_missing"):
         frame, filled = codec.fill_missing(frame)
         notes += [f"{option}: {line}" for line in filled]

@@ -1,0 +1,229 @@
+"""How a user's CSV is written, read so that every value keeps its meaning.
+
+Spreadsheets and databases export CSVs in local conventions, and pandas' defaults misread some of them without a
+word: a ``;``-separated file becomes one column, ``127.600`` (127 600 with a thousands point) becomes 127.6,
+``" Male"`` and ``"Male"`` become two categories. :func:`read_csv` reads every cell as text first and then decides:
+
+- the delimiter from the header line: ``,``, ``;``, tab or ``|`` (or from Excel's first line ``sep=;``);
+- the encoding: UTF-8 (a byte-order mark is dropped), else Windows-1252 (with a note);
+- spaces around cells and column names are dropped, ``?`` and empty cells are missing values, rows and unnamed
+  columns with no value at all (trailing ``;;;`` lines, a trailing delimiter) are left out;
+- numbers: a file that is not comma-separated and holds decimal commas (``0,18``) reads ``.`` as the thousands
+  separator (``12.000`` → 12000); a ``;``-separated file whose only dotted numbers look like thousands
+  (``127.600``) is a one-line error, as the two readings differ a thousandfold;
+- a first row that looks like data (Adult's ``adult.data``: its names recur as values below) is a one-line error.
+
+:func:`check_text_columns` then refuses, unless the data spec declares the column's kind, text that holds numbers
+(``$12,000``, ``35%``, ``1,234``) or dates: read as categories they would silently train as hundreds of unrelated
+levels. Such a column must be cleaned, or left out with ``--drop-columns``.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+import shlex
+from pathlib import Path
+
+import pandas as pd
+
+DELIMITERS = (",", ";", "\t", "|")
+MISSING_MARKS = ("?",)  # as in the UCI files (Adult): a cell that is only '?' is a missing value
+DECIMAL_COMMA = re.compile(r"[+-]?(?:[1-9]\d{0,2}(?:\.\d{3})+|\d+)(?:,\d+)?")  # 0,18  12.000  1.234,5
+THOUSANDS_POINT = re.compile(r"[+-]?[1-9]\d{0,2}(?:\.\d{3})+")  # 127.600: thousands, or three decimals?
+NUMBER_DRESS = re.compile(r"[$€£¥%\s\u00a0',]")  # what turns a number into text: currency, percent, separators
+SEP_LINE = re.compile(r'"?sep=(.)"?')
+DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}"
+                  r"|\d{4}/\d{1,2}/\d{1,2}")
+
+
+def sniff_delimiter(header: str) -> str:
+    """The delimiter of a CSV from its header line: the candidate (``,``, ``;``, tab, ``|``) it holds most often,
+    outside quotes; ``,`` for a one-column file."""
+    fields = {sep: len(next(csv.reader([header], delimiter=sep))) for sep in DELIMITERS}
+    best = max(DELIMITERS, key=lambda sep: fields[sep])  # ties keep the earlier candidate: ',' first
+    return best if fields[best] > 1 else ","
+
+
+def _header_line(path: Path, encoding: str) -> str:
+    with open(path, encoding=encoding, newline="") as handle:
+        for line in handle:
+            if line.strip():
+                return line.rstrip("\r\n")
+    return ""
+
+
+def _is_text(values: pd.Series) -> bool:
+    """Whether a column holds text (object dtype, or pandas' ``str``/``string`` dtypes)."""
+    return pd.api.types.is_object_dtype(values) or pd.api.types.is_string_dtype(values)
+
+
+def _tidy_text(column: pd.Series) -> pd.Series:
+    """Text cells without surrounding spaces; empty cells and ``?`` as missing values. Other values stay."""
+    if isinstance(column.dtype, pd.CategoricalDtype):
+        column = column.astype(object)
+    if not _is_text(column):
+        return column
+    if pd.api.types.infer_dtype(column, skipna=True) == "string":  # text only: pandas strips it at C speed
+        text = column.str.strip()
+    else:
+        text = column.astype(object).map(lambda v: v.strip() if isinstance(v, str) else v)
+    return text.where(~text.isin(("",) + MISSING_MARKS), None)
+
+
+def _as_numbers(text: pd.Series, decimal_comma: bool) -> pd.Series | None:
+    """The column as numbers when every value is one (in the file's convention), else ``None``."""
+    present = text.dropna()
+    if not len(present):
+        return None
+    if decimal_comma and present.str.fullmatch(DECIMAL_COMMA.pattern).all():
+        return pd.to_numeric(text.str.replace(".", "", regex=False).str.replace(",", ".", regex=False))
+    numbers = pd.to_numeric(text, errors="coerce")
+    return numbers if numbers[text.notna()].notna().all() else None
+
+
+def _uses_decimal_comma(frame: pd.DataFrame) -> bool:
+    """Whether a column holds numbers with a decimal comma (``0,18``) in every row."""
+    for column in frame.columns:
+        present = frame[column].dropna()
+        if len(present) and present.str.fullmatch(DECIMAL_COMMA.pattern).all() \
+                and present.str.contains(",", regex=False).any():
+            return True
+    return False
+
+
+def _echoes(values: pd.Series, name: str) -> bool:
+    """Whether a column holds its own name as a value (as text, or as the number the name reads as)."""
+    if not name:
+        return False
+    if _is_text(values):
+        return bool((values == name).any())
+    number = pd.to_numeric(pd.Series([name]), errors="coerce").iloc[0]
+    return not pd.isna(number) and bool((values == number).any())
+
+
+def _check_header(frame: pd.DataFrame, path: Path) -> None:
+    """A one-line error for a file without a header row: most column names recur as values of their column."""
+    echoed = [name for name in frame.columns if _echoes(frame[name], str(name).strip())]
+    if len(frame.columns) > 1 and len(echoed) >= max(2, len(frame.columns) // 2):
+        shown = ", ".join(repr(str(n)) for n in echoed[:3])
+        raise ValueError(f"data: the first row of {path} looks like data, not column names ({shown}, ... recur as "
+                         "values in their own columns); allowed: a file whose first row names the columns: add one")
+
+
+def _check_thousands(text: pd.Series, name: str, path: Path, sep: str) -> None:
+    """A one-line error for a column of a ``;``-separated file whose dotted numbers all look like thousands."""
+    present = text.dropna()
+    if not _is_text(present):
+        return
+    dotted = present[present.str.contains(".", regex=False)]
+    if len(dotted) and dotted.str.fullmatch(THOUSANDS_POINT.pattern).all():
+        raise ValueError(f"data: column {name!r} of {path} holds numbers such as {dotted.iloc[0]!r} in a {sep!r}-"
+                         f"separated file: is '.' a thousands separator or a decimal point? allowed: numbers without "
+                         "thousands separators (127600), or with a decimal comma (127,6)")
+
+
+def read_csv(path) -> pd.DataFrame:
+    """A CSV file as a DataFrame read as the module docstring says; ``attrs["notes"]``: what was decided (encoding,
+    delimiter, number format) for the start-up message, ``attrs["decimal_comma"]``: whether numbers were read with
+    decimal commas. A one-line ``ValueError`` for a file read wrongly otherwise."""
+    path, notes = Path(path), []
+    encoding = "utf-8-sig"
+    try:
+        header = _header_line(path, encoding)
+    except UnicodeDecodeError:
+        encoding = "cp1252"
+        header = _header_line(path, encoding)
+        notes.append(f"{path.name} is not UTF-8: read as Windows-1252")
+    hint = SEP_LINE.fullmatch(header.strip())  # Excel's first line 'sep=;' names the delimiter
+    sep = hint.group(1) if hint else sniff_delimiter(header)
+    if sep != ",":
+        notes.append(f"{path.name}: columns separated by {sep!r}")
+    as_text = sep != ","  # every cell as written: decimal commas and thousands points are decided below
+    options = {"sep": sep, "skiprows": 1 if hint else None, **({"dtype": str} if as_text else {})}
+    try:
+        cells = pd.read_csv(path, encoding=encoding, **options)
+    except UnicodeDecodeError:  # a non-UTF-8 byte past the header line
+        encoding = "cp1252"
+        notes.append(f"{path.name} is not UTF-8: read as Windows-1252")
+        cells = pd.read_csv(path, encoding=encoding, **options)
+    cells.columns = [str(c).strip() for c in cells.columns]
+    cells = cells.apply(_tidy_text).dropna(how="all").reset_index(drop=True)
+    cells = cells.drop(columns=[c for c in cells.columns if c.startswith("Unnamed: ") and cells[c].isna().all()])
+    _check_header(cells, path)
+    decimal_comma = as_text and _uses_decimal_comma(cells)
+    if decimal_comma:
+        notes.append(f"{path.name}: decimal commas (0,5) and '.' as the thousands separator (12.000 = 12000)")
+    frame = pd.DataFrame(index=cells.index)
+    for name in cells.columns:
+        numbers = _as_numbers(cells[name], decimal_comma) if _is_text(cells[name]) else cells[name]
+        if numbers is not None and sep == ";" and not decimal_comma:
+            _check_thousands(cells[name], name, path, sep)
+        frame[name] = cells[name] if numbers is None else numbers
+    frame.attrs.update(decimal_comma=decimal_comma, notes=notes)
+    return frame
+
+
+def tidy_frame(frame: pd.DataFrame) -> pd.DataFrame:
+    """A Parquet file's or DataFrame's text columns as :func:`read_csv` leaves a CSV's: cells without surrounding
+    spaces, empty cells and ``?`` missing."""
+    return frame.apply(_tidy_text)
+
+
+def _number_text(values: pd.Series) -> str | None:
+    """A value of a text column in which every value is a number dressed as text (``$12,000``, ``35%``), else
+    ``None``."""
+    present = values.dropna()
+    if not _is_text(values) or not len(present) or not all(isinstance(v, str) for v in present):
+        return None
+    bare = present.map(lambda v: NUMBER_DRESS.sub("", v))
+    if (bare == "").any() or pd.to_numeric(bare, errors="coerce").isna().any():
+        return None
+    return present.iloc[0]
+
+
+def _date_text(values: pd.Series):
+    """A value of a column of dates (a datetime dtype, or text that is a date in every row), else ``None``."""
+    present = values.dropna()
+    if not len(present):
+        return None
+    if pd.api.types.is_datetime64_any_dtype(values):
+        return str(present.iloc[0])
+    if _is_text(values) and all(isinstance(v, str) and DATE.fullmatch(v) for v in present):
+        return present.iloc[0]
+    return None
+
+
+def check_text_columns(frame: pd.DataFrame, target: str, declared: dict, name: str) -> None:
+    """A one-line ``ValueError`` for a feature column without a declared kind that holds numbers written as text
+    (``$12,000``, ``35%``) or dates: read as categories they would train as unrelated levels."""
+    for column in frame.columns:
+        if column == target or (declared.get(column) or {}).get("kind"):
+            continue
+        quoted = shlex.quote(str(column))
+        number = _number_text(frame[column])
+        if number is not None:
+            raise ValueError(f"data: column {column!r} of {name} holds numbers written as text ({number!r}); allowed: "
+                             "plain numbers (12000, 0.35): remove currency signs, '%' and thousands separators in the "
+                             f"file, or leave it out with --drop-columns {quoted}")
+        date = _date_text(frame[column])
+        if date is not None:
+            raise ValueError(f"data: column {column!r} of {name} holds dates ({date!r}); allowed: numbers or "
+                             f"categories: leave it out with --drop-columns {quoted}, or turn it into a number (days "
+                             "since, age in months) in the file")
+
+
+def rows_as_written(frame: pd.DataFrame, numeric: list[str], decimal_comma: bool) -> pd.DataFrame:
+    """Rows to explain (``--row``, ``--rows``) read as the training file was: text without surrounding spaces, empty
+    and ``?`` cells missing, and, for a model trained on a file with decimal commas, the ``numeric`` columns' text
+    in that convention (``"0,18"`` → 0.18, ``"31.000"`` → 31000)."""
+    frame = frame.copy()
+    for name in frame.columns:
+        if not _is_text(frame[name]):
+            continue
+        values = _tidy_text(frame[name])
+        if decimal_comma and name in numeric:
+            values = values.map(lambda v: v.replace(".", "").replace(",", ".")
+                                if isinstance(v, str) and DECIMAL_COMMA.fullmatch(v) else v)
+        frame[name] = values
+    return frame
