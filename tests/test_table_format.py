@@ -118,10 +118,10 @@ def test_rows_to_explain_are_read_as_the_training_file_was(tmp_path, loans):
     loaded = Explainable(None, TableDataModule(path, target="approved").codec, {}, None, True)
     row = ('{"age": 29, "income": "31.000", "debt": 21000, "years_employed": 2, "home_ownership": " rent",'
            ' "purpose": "car", "sex": "female ", "debt_ratio": "0,68"}')
-    rows, _ = check_rows(read_rows(row=row), loaded, "--row")
+    rows, _, _ = check_rows(read_rows(row=row), loaded, "--row")
     assert rows.iloc[0][["income", "debt_ratio", "home_ownership"]].tolist() == [31000, 0.68, "rent"]
     european(loans).head(2).to_csv(tmp_path / "rows.csv", sep=";", index=False)
-    rows, _ = check_rows(read_rows(str(tmp_path / "rows.csv")), loaded, "--rows")
+    rows, _, _ = check_rows(read_rows(str(tmp_path / "rows.csv")), loaded, "--rows")
     assert rows.income.tolist() == loans.income.head(2).tolist()
     (tmp_path / "headless.csv").write_text("29,31000\n30,32000\n29,31000\n")
     with pytest.raises(InputError, match=r"^--rows: got '.*' \(the first row of .* looks like data"):
