@@ -84,6 +84,13 @@ def test_text_and_json_forms():
     assert list(already["prediction"]) == ["no", "no"] and not any(already["changes"])
     assert describe(already).count("nothing needs to change: already no") == 2 and "no change found" not in \
         describe(already)
+    # Already the target but below τ (three or more classes: predicted at 0.39 with τ 0.5): the search still moves
+    # the row, and the text must not read as if the target were not reached yet.
+    unsure = explain(model_of_income_and_home(), ROWS, target="no", codec=SmallCodec(), max_steps=200, tau=0.999)
+    assert list(unsure["prediction"]) == ["no", "no"] and all(unsure["changes"])
+    lines = describe(unsure).splitlines()
+    assert lines[1].startswith("  already no: nothing needs to change; to make it more certain (probability ")
+    assert not any(line.startswith("  to get no") for line in lines)
 
 
 def test_ct_explain_on_a_logged_run_prints_writes_json_and_logs(tmp_path):

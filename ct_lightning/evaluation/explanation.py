@@ -306,7 +306,12 @@ def describe(explanations: pd.DataFrame) -> str:
     for i, row in explanations.iterrows():
         lines.append(f"row {i}: predicted {row['prediction']} (probability {row['prediction_probability']:.2f})")
         status = "valid" if row["valid"] else "NOT valid: the decoded counterfactual is not predicted as the target"
-        lines.append(f"  to get {row['target']} (probability {row['probability']:.2f}, {status}):")
+        if _same(row["prediction"], row["target"]) and row["changes"]:
+            # Already the target, below τ (three or more classes): the changes only make the model more certain.
+            lines.append(f"  already {row['target']}: nothing needs to change; to make it more certain (probability "
+                         f"{row['factual_probability']:.2f} → {row['probability']:.2f}, {status}):")
+        else:
+            lines.append(f"  to get {row['target']} (probability {row['probability']:.2f}, {status}):")
         if not row["changes"]:
             already = row["valid"] and _same(row["prediction"], row["target"])
             lines.append(f"    nothing needs to change: already {row['target']}" if already else "    no change found")
