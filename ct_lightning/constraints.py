@@ -92,6 +92,13 @@ def parse_mutability(spec, n_features: int, feature_names: Sequence[str] | None 
     return codes
 
 
+def data_mutability(datamodule) -> dict[str, str]:
+    """The data's own ``{feature: kind}``: facts about the data (a table's data spec: an applicant cannot get
+    younger) that hold in training and in every evaluation, whatever a recipe protects on top; ``{}`` for data
+    without any (the built-in sets, whose protected features are a choice of the experiment)."""
+    return dict(getattr(getattr(datamodule, "codec", None), "mutability", dict)())
+
+
 def invalid_rows(types: FeatureTypes, x: torch.Tensor, atol: float = 1e-4) -> torch.Tensor:
     """Per row of ``x``: some one-hot group is not exactly one category, or an integer feature is off its grid."""
     limits = Constraints(None, types=types, device=x.device)

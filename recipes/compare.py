@@ -4,8 +4,9 @@ Per data set four models are trained with identical seeds and data (or reused by
   plausibility pair   BL, CT with all features mutable, evaluated all mutable      → IP, IP*
   actionability pair  BL, CT trained with the protected features immutable
                       (train(protect=True)) and evaluated with them immutable      → cost
-A table's data spec (mutability: none) holds in the training of both pairs, as in train.py; --immutable is
-added for the actionability pair only; the plausibility pair is evaluated with every feature mutable.
+A table's data spec (its mutability and domain: facts about the data) holds in the training and evaluation of
+both pairs, as in train.py; --immutable is added for the actionability pair only. Under the table, table.md lists
+the constraints each pair was evaluated under (summary.json: evaluated_under, per model).
 Each is evaluated with the paper's protocol (recipes/evaluate.py); CT's effect is the percentage
 reduction 100·(BL − CT)/BL with bootstrap standard errors (100 rounds) and an asterisk when the
 99% bootstrap interval of the difference in means excludes zero (never with one evaluation run or a

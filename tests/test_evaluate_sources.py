@@ -88,18 +88,27 @@ def test_mismatches_are_one_line_errors(trained, tmp_path):
     assert "target" in line and "approved" in line
 
 
-def test_the_immutable_columns_are_printed_as_the_user_named_them(tmp_path, capsys):
-    """A categorical column trained immutable is printed once by its name, not as its one-hot inputs."""
+def test_the_constraints_are_printed_as_the_user_named_them_and_the_data_spec_always_holds(tmp_path, capsys):
+    """A categorical column trained immutable is printed once by its name, not as its one-hot inputs; the data
+    spec's mutability (age immutable, income increase only) is a fact of the data: --all-mutable drops only what
+    the training added (--immutable home_ownership)."""
     from ct_lightning.experiment.runs.train import train
 
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("columns:\n  age: {mutability: none}\n  income: {mutability: increase}\n")
     uri = f"sqlite:///{tmp_path}/mlflow.db"
-    summary = train({"data": str(LOANS), "target": "approved", "immutable": ["age", "home_ownership"],
+    summary = train({"data": str(LOANS), "target": "approved", "data_spec": str(spec), "immutable": ["home_ownership"],
                      "max_epochs": 1, "nce": 16, "tracking_uri": uri, "progress": False})
     capsys.readouterr()
     payload = evaluate("--run-id", summary["run_id"], "--tracking-uri", uri, tmp_path=tmp_path)
     line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("data loans"))
-    assert line == "data loans (test split), immutable: age, home_ownership"
+    assert line == ("data loans (test split), immutable: age, home_ownership; increase only: income; "
+                    "within the data domain")
     assert "home_ownership=own" in payload["immutable"]  # the JSON summary keeps the model's inputs
+    payload = evaluate("--run-id", summary["run_id"], "--tracking-uri", uri, "--all-mutable", tmp_path=tmp_path)
+    line = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("data loans"))
+    assert line == "data loans (test split), immutable: age; increase only: income; within the data domain"
+    assert payload["immutable"] == ["age"] and payload["evaluated_under"] == line.split("split), ")[1]
 
 
 def test_a_plain_state_dict_of_a_table_read_with_dropped_columns_and_balance_is_evaluated(tmp_path):

@@ -95,6 +95,9 @@ def test_seeds_reuse_a_single_seed_reproduction(tmp_path):
     assert outcomes == {"reused": 4, "trained+evaluated": 4}
     for name in ("table.md", "table.csv", "summary.json", "paper_comparison.md", "s0/table.md", "s1/table.md"):
         assert (tmp_path / "many" / name).is_file(), name
+    table = (tmp_path / "many" / "table.md").read_text()  # the constraints each pair was evaluated under
+    assert "- circles, IP/IP*: every feature mutable; within the data domain" in table, table
+    assert "- circles, Cost: immutable: x1; within the data domain" in table, table
     import json
 
     summary = json.loads((tmp_path / "many" / "summary.json").read_text())

@@ -245,6 +245,27 @@ def markdown_table(rows: list[dict]) -> str:
     return "\n".join(lines) + "\n"
 
 
+PAIRS = (("all_mutable", ("bl", "ct")), ("protected", ("bl_protected", "ct_protected")))  # Table 1's two pairs
+
+
+def constraint_notes(rows: list[dict]) -> str:
+    """Under the table: per row and pair, the constraints its BL and CT counterfactuals were searched under
+    (``row["evaluated_under"]``, by role), e.g. ``- loans, IP/IP*: immutable: age; within the data domain``."""
+    lines = []
+    for row in rows:
+        under = row.get("evaluated_under") or {}
+        for place, roles in PAIRS:
+            said = {role: under[role] for role in roles if role in under}
+            if not said:
+                continue
+            columns = "/".join(METRICS[m].label for m in table_metrics(place))
+            texts = list(dict.fromkeys(said.values()))
+            text = texts[0] if len(texts) == 1 else \
+                " | ".join(f"{'CT' if role.startswith('ct') else 'BL'}: {words}" for role, words in said.items())
+            lines.append(f"- {row['data']}, {columns}: {text}")
+    return "Evaluated under (BL and CT of each pair):\n" + "\n".join(lines) + "\n" if lines else ""
+
+
 def flat_row(row: dict) -> dict:
     """A row with nested blocks flattened to ``bl_ip``, ``significant_cost``, ... (for CSV)."""
     out = {}

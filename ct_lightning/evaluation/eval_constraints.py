@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 
-from ct_lightning.constraints import NONE, FeatureTypes, parse_mutability, resolve_domain, resolve_feature_types
+from ct_lightning.constraints import (DECREASE, INCREASE, NONE, FeatureTypes, data_mutability, one_hot_prefix,
+                                      parse_mutability, resolve_domain, resolve_feature_types)
+
+KIND_WORDS = ((NONE, "immutable"), (INCREASE, "increase only"), (DECREASE, "decrease only"))
+NAMES_SHOWN = 8  # an image's protected rows are 140 pixels: name a few, count the rest
 
 
 @dataclass
@@ -18,28 +22,60 @@ class EvaluationConstraints:
     upper: torch.Tensor | None
     immutable: list[str]
     feature_types: FeatureTypes | None = None  # one-hot groups and integers: counterfactuals stay valid
+    feature_names: list[str] = field(default_factory=list)
 
     @property
     def protected_mask(self) -> torch.Tensor:
         """Boolean mask of features that may not move at all."""
         return self.mutability == NONE
 
+    def in_words(self) -> str:
+        """The constraints in one line, by the names a user gives (a one-hot group once, by its column):
+        ``immutable: age; increase only: income; within the data domain``."""
+        codes = self.mutability.tolist()
+        names = self.feature_names or [str(i) for i in range(len(codes))]
+        parts = [f"{word}: {_listed(_columns(names, codes, code))}" for code, word in KIND_WORDS if code in codes]
+        parts = parts or ["every feature mutable"]
+        return "; ".join([*parts, "within the data domain" if self.lower is not None else "no domain bounds"])
+
+
+def _columns(names: list[str], codes: list[int], code: int) -> list[str]:
+    """The features of kind ``code``; a one-hot group by its column where all of its columns have that kind."""
+    shown = []
+    for name, kind in zip(names, codes):
+        group = one_hot_prefix(name)
+        whole = group is not None and all(k == code for n, k in zip(names, codes) if one_hot_prefix(n) == group)
+        label = group if whole else name
+        if kind == code and label not in shown:
+            shown.append(label)
+    return shown
+
+
+def _listed(names: list[str]) -> str:
+    if len(names) <= NAMES_SHOWN:
+        return ", ".join(names)
+    return f"{', '.join(names[:NAMES_SHOWN])}, ... ({len(names)} features)"
+
 
 def evaluation_constraints(module, datamodule, protect: bool = False,
                            all_mutable: bool = False) -> EvaluationConstraints:
     """Constraints for evaluating ``module`` on ``datamodule``.
 
-    By default the model's own training constraints (``hparams.mutability``) hold at test time;
-    ``protect`` makes the data set's protected features immutable in addition; ``all_mutable``
-    drops the training constraints. The domain follows ``hparams.domain``.
+    The data's own mutability (a table's data spec, :func:`~ct_lightning.constraints.data_mutability`) always
+    holds, as it does in training. By default the model's own training constraints (``hparams.mutability``:
+    ``--immutable``, ``--mutability``, ``--protect``) hold at test time too; ``protect`` makes the data set's
+    protected features immutable in addition; ``all_mutable`` drops the training constraints beyond the data's
+    own. The domain follows ``hparams.domain``.
     """
     hp = module.hparams
     names = list(datamodule.feature_names)
-    spec = {} if all_mutable or not hp.get("mutability") else dict(hp.mutability)
+    spec = data_mutability(datamodule)
+    if not all_mutable and hp.get("mutability"):
+        spec.update(dict(hp.mutability))  # as trained: a --mutability given in training may widen the spec's
     if protect:
         spec.update({feature: "none" for feature in datamodule.protected})
     codes = parse_mutability(spec or None, datamodule.n_features, names)
     lower, upper = resolve_domain(hp.get("domain", "infer"), datamodule.x_train, hp.get("domain_std", 3.0), datamodule)
     immutable = [names[i] if i < len(names) else str(i) for i in torch.nonzero(codes == NONE).flatten().tolist()]
     types = resolve_feature_types(datamodule, names, datamodule.n_features)
-    return EvaluationConstraints(codes, lower, upper, immutable, types)
+    return EvaluationConstraints(codes, lower, upper, immutable, types, names)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import inspect
 
-from ct_lightning.constraints import mutability_pairs, parse_mutability
+from ct_lightning.constraints import data_mutability, mutability_pairs, parse_mutability
 from ct_lightning.experiment.configuration.settings import data_class, is_table_file, table_options
 
 
@@ -35,8 +35,7 @@ def build_datamodule(config: dict, codec=None):
 def mutability_spec(config: dict, datamodule) -> dict[str, str]:
     """Merge ``mutability``, ``immutable`` and ``protect`` into one ``{feature: kind}`` mapping, validated."""
     spec = mutability_pairs(str(config["mutability"] or ""))
-    own = getattr(getattr(datamodule, "codec", None), "mutability", dict)()  # a table's data spec, by column
-    spec = {**own, **spec}
+    spec = {**data_mutability(datamodule), **spec}
     features = list(config["immutable"]) + (list(datamodule.protected) if config["protect"] else [])
     spec.update({feature: "none" for feature in features})
     parse_mutability(spec, datamodule.n_features, datamodule.feature_names, argument="mutability/immutable")

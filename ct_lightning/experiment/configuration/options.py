@@ -32,8 +32,9 @@ RECIPE_OPTIONS: tuple[Setting, ...] = (
             "models:/NAME/VERSION", group=SOURCE),
     Setting("which", "last", "checkpoint of the run: last (end of training) or best val/acc (default {DFLT})",
             group=SOURCE, choices=("last", "best")),
-    Setting("all_mutable", False, "ignore the mutability constraints the model was trained with", group=SOURCE,
-            action="store_true"),
+    Setting("all_mutable", False, "ignore the mutability constraints the model was trained with (--immutable, "
+            "--mutability, --protect); a table's data spec still holds: its mutability is a fact of the data",
+            group=SOURCE, action="store_true"),
     # how a recipe runs and where its outputs go
     Setting("data_sets", None, "data sets, comma-separated: {AVAILABLE}; compare.py also takes all, .csv/.parquet "
             "files (with --target) and package.module:Class; appendix.py: some of the grid's (default: all of them)",

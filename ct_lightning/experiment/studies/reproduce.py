@@ -78,9 +78,13 @@ def training_key(config: dict) -> str:
                        and not (k in OMITTED_AT_DEFAULT and v == OMITTED_AT_DEFAULT[k])})
 
 
-def evaluation_key(protocol: dict, protect: bool, all_mutable: bool, split: str = "test") -> str:
-    """Key of one evaluation of a trained model."""
-    return stable_key({"protocol": protocol, "protect": protect, "all_mutable": all_mutable, "split": split})
+def evaluation_key(protocol: dict, protect: bool, all_mutable: bool, split: str = "test",
+                   data_spec_holds: bool = False) -> str:
+    """Key of one evaluation of a trained model. ``data_spec_holds``: a table's evaluation, under its data spec's
+    mutability (in the key only then, so that the built-in sets' stored evaluations keep their keys, and a table's
+    plausibility evaluation stored before the spec held in it, with every feature mutable, is made again)."""
+    payload = {"protocol": protocol, "protect": protect, "all_mutable": all_mutable, "split": split}
+    return stable_key({**payload, "data_spec_holds": True} if data_spec_holds else payload)
 
 
 def find_finished_training(client, experiment: str, key: str) -> str | None:
@@ -179,20 +183,28 @@ class Task:
         return dict(self._config)
 
     def eval_key(self) -> str:
-        return evaluation_key(self.protocol, self.protected, not self.protected)
+        """Key of this task's evaluation (its protocol and constraints)."""
+        return evaluation_key(self.protocol, self.protected, not self.protected,
+                              data_spec_holds=is_table_file(self.data))
+
+    def constraints(self, module, datamodule):
+        """The constraints this task's model is evaluated under: the data's own mutability (a table's data spec)
+        always; the actionability pair also its training constraints and protected features."""
+        from ct_lightning.evaluation import evaluation_constraints
+
+        return evaluation_constraints(module, datamodule, protect=self.protected, all_mutable=not self.protected)
 
 
 def constraints_in_words(task: Task) -> str:
-    """Which features a task's model may change, in training and in evaluation. A table's data spec
-    (``mutability: none``) holds in the training of both pairs (as in train.py); ``--immutable`` is added for the
-    actionability pair only; the plausibility pair is evaluated with every feature mutable."""
+    """Which features a task's model may change, in training and in evaluation. A table's data spec (its
+    mutability, increase/decrease included, and its domain) holds in the training and evaluation of both pairs;
+    ``--immutable`` is added for the actionability pair only."""
     if task.protected:
-        protected = ("--immutable and data spec mutability: none columns" if is_table_file(task.data)
-                     else "protected features")
-        return f"{protected} immutable in training and evaluation: the actionability pair for the cost column"
+        protected = ("--immutable columns and the data spec's mutability" if is_table_file(task.data)
+                     else "protected features immutable")
+        return f"{protected} in training and evaluation: the actionability pair for the cost column"
     if is_table_file(task.data):
-        return ("trained with the data spec's own mutability (mutability: none columns fixed, no --immutable), "
-                "evaluated with every feature mutable")
+        return "the data spec's own mutability in training and evaluation (no --immutable)"
     return "all features mutable"
 
 
@@ -209,7 +221,7 @@ def run_task(task: Task) -> dict:
     """Train (unless a finished run with the same key exists) and evaluate one model; safe to repeat."""
     from mlflow.tracking import MlflowClient
 
-    from ct_lightning.evaluation import EvaluationConfig, evaluate_model, evaluation_constraints
+    from ct_lightning.evaluation import EvaluationConfig, evaluate_model
     from ct_lightning.experiment.configuration.preflight import evaluation_device
     from ct_lightning.experiment.runs.loading import load_run, log_evaluation
     from ct_lightning.experiment.configuration.data import build_datamodule
@@ -241,8 +253,7 @@ def run_task(task: Task) -> dict:
         loaded = load_run(run_id, task.tracking_uri)
         loaded.module.to(evaluation_device(task.training.get("accelerator")))  # the data follow the model
         datamodule = build_datamodule(loaded.config)
-        constraints = evaluation_constraints(loaded.module, datamodule, protect=task.protected,
-                                             all_mutable=not task.protected)
+        constraints = task.constraints(loaded.module, datamodule)
         result = evaluate_model(loaded.module, datamodule.x_test, datamodule.y_test, datamodule.n_classes,
                                 EvaluationConfig(**task.protocol), constraints.mutability, constraints.lower,
                                 constraints.upper, x_train=datamodule.x_train,

@@ -89,8 +89,8 @@ def check_table_options(args, names: list[str]) -> None:
         raise InputError("--target", "(none)", f"the target column of {Path(tables[0]).name}")
     if args.immutable and not args.actionability:
         raise InputError("--immutable", args.immutable, "nothing with --no-actionability (only the actionability "
-                         "pair gets --immutable columns; the plausibility pair is evaluated with every feature "
-                         "mutable)")
+                         "pair gets --immutable columns; the plausibility pair keeps only the data spec's own "
+                         "mutability)")
     for table in tables:  # reading the table checks it (columns, classes, missing values, ...) before any work
         module = data_class(table)(table, **table_options(args))
         check_immutable_columns(args.immutable, module)
@@ -144,8 +144,7 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
 def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, client, parent: str,
                  out_dir: Path) -> tuple[dict, list]:
     """Compare the evaluated models of one data set; returns the Table 1 row and plot paths."""
-    from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
-    from ct_lightning.evaluation.compare import compare_evaluations, table_row  # noqa: PLC0415
+    from ct_lightning.evaluation.compare import compare_evaluations, table_row  # noqa: PLC0415 - heavy
     from ct_lightning.metrics.names import table_metrics  # noqa: PLC0415
     from ct_lightning.evaluation.plots import (evaluation_figures, figure2_panels, is_image_data,  # noqa: PLC0415
                                                metric_history, plot_figure2)
@@ -159,8 +158,7 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
         run_id = outcomes[task.label]["run_id"]
         loaded = load_run(run_id, args.tracking_uri)
         datamodule = datamodule or build_datamodule(loaded.config)
-        constraints = evaluation_constraints(loaded.module, datamodule, protect=task.protected,
-                                             all_mutable=not task.protected)
+        constraints = task.constraints(loaded.module, datamodule)
         result = find_evaluation(client, run_id, task.eval_key())
         results[task.role], summaries[task.role] = result, result.summary()
         entries[task.role] = {"module": loaded.module, "result": result, "constraints": constraints, "run_id": run_id}
@@ -177,6 +175,7 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
     row["built_in"] = not is_table_file(data) and catalogue.canonical_dataset(data) is not None
     row["runs"] = {role: entry["run_id"] for role, entry in entries.items()}
     row["protocol"] = {task.role: task.protocol for task in tasks if task.data == data}
+    row["evaluated_under"] = {role: entry["constraints"].in_words() for role, entry in entries.items()}
     row["robust_curves"] = {role: entry["result"].robust_curve for role, entry in entries.items()}
     row["details"] = {"plausibility": plausibility, "actionability": actionability,
                       "per_lambda": {role: s["per_lambda"] for role, s in summaries.items()},
@@ -200,9 +199,10 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
 
 def write_outputs(rows: list[dict], plots: list, args, client, parent: str, command: str, out_dir: Path,
                    final: bool) -> dict:
-    from ct_lightning.evaluation.compare import markdown_table, write_csv  # noqa: PLC0415 - heavy
+    from ct_lightning.evaluation.compare import constraint_notes, markdown_table, write_csv  # noqa: PLC0415 - heavy
     from ct_lightning.evaluation.paper import paper_comparison  # noqa: PLC0415
-    table = markdown_table(rows)
+    notes = constraint_notes(rows)
+    table = markdown_table(rows) + (f"\n{notes}" if notes else "")
     summary = {"parent_run_id": parent, "tracking_uri": args.tracking_uri, "command": command, "complete": final,
                "protocol": args.protocol, "statistic": args.statistic or ("runs" if args.protocol == "reference"
                                                                          else "bootstrap"),
@@ -366,9 +366,8 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
         return summary
     print(summary["table_markdown"])
     if any(is_table_file(name) for name in names):
-        print("IP/IP*: every feature mutable in evaluation (a table's models trained with its data spec's "
-              "mutability); Cost: --immutable and data spec mutability: none columns immutable in training and "
-              "evaluation.")
+        print("IP/IP*: a table's data spec (mutability and domain) holds in the training and evaluation of both "
+              "pairs; Cost: --immutable columns immutable in addition, in training and evaluation.")
     else:
         print("IP/IP*: all features mutable; Cost: protected features immutable in training and evaluation.")
     if summary["statistic"] == "runs":

@@ -17,6 +17,7 @@ def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], clien
     ``out_dir/mlflow-outbox``, as the per-seed parents' do (:mod:`.parent_outbox`)."""
     import csv  # noqa: PLC0415
 
+    from ct_lightning.evaluation.compare import constraint_notes  # noqa: PLC0415
     from ct_lightning.evaluation.paper import PUBLISHED  # noqa: PLC0415
     from ct_lightning.evaluation.seeds import (ROBUST_SHARE, aggregate_rows, aggregate_table,  # noqa: PLC0415
                                                beside_published_table, flat_aggregates, per_seed_table,
@@ -42,6 +43,8 @@ def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], clien
              + f"\nmean ± SD over seeds of the per-seed reductions [min, max], k*/n: seeds with a star (the "
                f"per-seed 99% interval of per-run differences excludes 0); p: two-sided one-sample t-test of "
                f"the per-seed reductions against 0.\n\n## Every seed\n\n" + per_seed_table(rows_by_seed))
+    notes = constraint_notes(rows_by_seed[seeds[0]])  # every seed evaluates each pair under the same constraints
+    table += f"\n{notes}" if notes else ""
     comparison = []
     for published, (title, _, source) in PUBLISHED.items():
         listed = {kind: ", ".join(f"{v} {k}" for k, v in sorted(robust_counts(aggregates, published, kind).items(),

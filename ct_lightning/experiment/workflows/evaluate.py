@@ -62,22 +62,6 @@ def load(args: argparse.Namespace):
     return loaded, datamodule, config, constraints
 
 
-def column_names(datamodule, inputs: list[str]) -> list[str]:
-    """The columns, as the user named them, of these model inputs: a table's categorical column once (``SEX``, not
-    ``SEX=1, SEX=2``) where all of its one-hot inputs are among them; another data set's feature names as they are."""
-    codec = getattr(datamodule, "codec", None)
-    if codec is None:
-        return list(inputs)
-    given, names = set(inputs), []
-    for column in codec.columns:
-        encoded = column.encoded_names
-        if all(name in given for name in encoded):
-            names.append(column.name)
-        else:  # only some categories of the column (never from train.py's --immutable)
-            names.extend(name for name in encoded if name in given)
-    return names
-
-
 def run(args: argparse.Namespace) -> dict:
     """Load, evaluate, log to the run, plot, and write the JSON summary; returns it."""
     if args.seed is not None:
@@ -121,13 +105,13 @@ def run(args: argparse.Namespace) -> dict:
             client.log_artifact(loaded.run_id, str(path), artifact_path="plots")
 
     payload = {"run_id": loaded.run_id, "checkpoint": loaded.checkpoint, "data": datamodule.name,
-               "split": args.split, "immutable": constraints.immutable, "logged": logged,
+               "split": args.split, "immutable": constraints.immutable, "evaluated_under": constraints.in_words(),
+               "logged": logged,
                "plots": [str(p) for p in plots], **result.to_dict(include_samples=True)}
     if args.summary_json:
         write_json_atomic(args.summary_json, payload)
     shown = {k: v for k, v in summary.items() if k != "per_lambda"}
-    immutable = column_names(datamodule, constraints.immutable)
-    print(f"data {datamodule.name} ({args.split} split), immutable: {', '.join(immutable) or 'none'}")
+    print(f"data {datamodule.name} ({args.split} split), {constraints.in_words()}")
     for key, value in shown.items():
         print(f"  {key:>18}: {value:.4f}" if isinstance(value, float) else f"  {key:>18}: {value}")
     if logged:
