@@ -26,7 +26,8 @@ HAS_GPU = shutil.which("nvidia-smi") is not None
 
 # (recipe, arguments, text the error line must hold, allowed exit codes). Placeholders: {tmp} (the case's
 # folder), {store} (its tracking URI), {text} (a text file), {bad_yaml}, {yaml_ten}, {yaml_high}, {yaml_key},
-# {other_sd} (weights of a 12-feature MLP), {other_ckpt} (a CTModule checkpoint of 5 features), {nan_dir}.
+# {yaml_no_val}, {other_sd} (weights of a 12-feature MLP), {other_ckpt} (a CTModule checkpoint of 5 features),
+# {nan_dir}.
 TRAIN = [
     ("--max-epochs -5", "--max-epochs"), ("--max-epochs 0", "--max-epochs"), ("--max-epochs -1", "--max-epochs"),
     ("--max-epochs ten", "--max-epochs"), ("--max-epochs 1.5", "--max-epochs"),
@@ -47,6 +48,15 @@ TRAIN = [
     ("--model foo", "--model"), ("--activation nope", "--activation"), ("--generator-options {{bad", "--generator-options"),
     ("--generator ecco --generator-options nope=1", "--generator-options"),
     ("--limit-train-batches -1", "--limit-train-batches"), ("--eval-every -1", "--eval-every"),
+    # a run that trains or validates nothing would log no val/acc (issue: a silently incomplete run)
+    ("--limit-train-batches 0", "--limit-train-batches: got 0 (no --from-checkpoint: the run would log the untrained"),
+    ("--limit-val-batches 0", "--limit-val-batches: got 0; allowed: a whole number of batches ≥ 1 or a share"),
+    ("--limit-val-batches 0.0", "--limit-val-batches: got 0.0"),
+    ("--limit-train-batches 1.5", "--limit-train-batches: got 1.5"),
+    ("--config {yaml_no_val}", "limit_val_batches: got 0"),
+    ("--data moons --limit-train-batches 0.001", "--limit-train-batches: got 0.001 (0.001 of 120 batches is none); "
+                                                 "allowed: a share ≥ 1/120"),
+    ("--data moons --limit-val-batches 0.5", "--limit-val-batches: got 0.5 (0.5 of 1 batch is none)"),
     ("--data-dir {text}", "--data-dir"), ("--data ch --data-dir {nan_dir}", "cal_housing.data"),
     ("--resume 0123456789abcdef --tracking-uri {empty_store}", "--resume"), ("--no-such-flag", "--no-such-flag"),
     ("--threads -1", "--threads"), ("--accelerator tpu9", "--accelerator"), ("--experiment ''", "--experiment"),
@@ -101,6 +111,7 @@ COMPARE = [
     ("--data {loans} --target approved --immutable age --no-actionability", "--immutable"),
     ("--data circles --target approved", "--target"), ("--data {tmp}/missing.csv --target approved", "--data"),
     ("--data {bad_missing} --target approved --no-actionability", "column 'income' has 1 missing value(s)"),
+    ("--data circles --limit-train-batches 0", "--limit-train-batches: got 0 (this recipe trains its models from"),
 ]
 if not HAS_GPU:
     EVALUATE.append(("--checkpoint {other_ckpt} --accelerator gpu", "--accelerator"))
@@ -108,6 +119,7 @@ if not HAS_GPU:
 CONSISTENCY = [
     ("--n-models 0", "--n-models"), ("--mode nope", "--mode"), ("--kinds XX", "--kinds"), ("--tau 1.5", "--tau"),
     ("--data nope", "--data"), ("--max-epochs 0", "--max-epochs"), ("--summary-json {tmp}", "--summary-json"),
+    ("--limit-train-batches 0", "--limit-train-batches: got 0 (this recipe trains its models from scratch"),
 ]
 TRAIN_GENERATOR = [
     ("--max-epochs 3", "--run-id"), ("--checkpoint {text}", "--checkpoint"), ("--checkpoint {text} --max-epochs 0",
@@ -144,6 +156,8 @@ SWEEP = [  # refused before the first trial, not by every trial (recipes/sweep.p
     ("--metric val/accuracy", "--metric: got 'val/accuracy'"), ("--metric val/ip", "only with --eval-every"),
     ("--data {loans} --target approved --immutable AGE", "unknown feature 'AGE'"),
     ("--data {loans} --target nope", "--target"),
+    ("--limit-val-batches 0", "--limit-val-batches: got 0"),
+    ("--param limit_train_batches=2,0", "limit-train-batches: got 0 (no --from-checkpoint"),
 ]
 CASES = [("sweep", *c) for c in SWEEP] + [("train", *c) for c in TRAIN] + [("evaluate", *c) for c in EVALUATE] + [("compare", *c) for c in COMPARE] \
     + [("consistency", *c) for c in CONSISTENCY] + [("train_generator", *c) for c in TRAIN_GENERATOR] \
@@ -171,6 +185,7 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     (base / "ten.yaml").write_text('max_epochs: "ten"\n')
     (base / "high.yaml").write_text('tau: "high"\n')
     (base / "key.yaml").write_text("learning_rate: 0.1\n")
+    (base / "no_val.yaml").write_text("limit_val_batches: 0\n")
     torch.save({"state_dict": build_mlp(12, 2, [32]).state_dict()}, base / "adult_mlp.pt")
     module = CTModule(n_features=5, n_classes=2)
     torch.save({"state_dict": module.state_dict(), "hyper_parameters": dict(module.hparams),
@@ -187,6 +202,7 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     tables = bad_tables(base)
     return {**tables, "text": str(base / "notes.txt"), "bad_yaml": str(base / "bad.yaml"), "yaml_ten": str(base / "ten.yaml"),
             "yaml_high": str(base / "high.yaml"), "yaml_key": str(base / "key.yaml"),
+            "yaml_no_val": str(base / "no_val.yaml"),
             "other_sd": str(base / "adult_mlp.pt"), "other_ckpt": str(base / "other.ckpt"),
             "nan_dir": str(base / "raw"), "loans": str(ROOT / "tests" / "fixtures" / "loans.csv"),
             "empty_db": str(base / "store" / "mlflow.db")}

@@ -165,14 +165,22 @@ def test_predictor_of_a_tabular_codec_has_typed_named_columns_and_string_classes
     assert out["target_probability"].tolist() == pytest.approx(direct["probability"].tolist())
 
 
-def test_a_run_that_trained_no_step_is_explained_from_its_logged_models(tmp_path):
+def test_a_run_that_trained_no_step_is_validated_and_explained_from_its_logged_models(tmp_path):
+    """--limit-train-batches 0 --from-checkpoint logs a model as it is (the worked example's "before" run): no
+    checkpoint, yet validated (val/acc in the summary and the run, as in every other run) and explainable."""
+    from mlflow.tracking import MlflowClient
+
     from ct_lightning.experiment.runs.explanations import explain_loaded, load_explainable, search_settings
     from ct_lightning.experiment.runs.train import train
+    from ct_lightning.module import CTModule
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    torch.save(CTModule(n_features=2, n_classes=2).model.state_dict(), tmp_path / "model.pt")
     run = train({"data": "moons", "objective": "vanilla", "limit_train_batches": 0, "max_epochs": 1,
-                 "progress": False, "tracking_uri": uri})
+                 "from_checkpoint": str(tmp_path / "model.pt"), "progress": False, "tracking_uri": uri})
     assert run["checkpoints"]["last"] is None
+    logged = MlflowClient(tracking_uri=uri).get_run(run["run_id"]).data.metrics
+    assert 0 <= run["metrics"]["val/acc"] <= 1 and logged["val/acc"] == pytest.approx(run["metrics"]["val/acc"])
     loaded = load_explainable(run["run_id"], None, uri)
     assert loaded.codec.feature_names == ["x1", "x2"]
     rows = pd.DataFrame({"x1": [0.2, 1.5], "x2": [0.4, -0.3]})
@@ -195,10 +203,12 @@ def test_explanations_keep_the_constraints_the_model_was_trained_under(tmp_path,
     from ct_lightning.experiment.runs.train import train
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    run = train({"data": str(LOANS), "target": "approved", "immutable": ["age", "sex"], "mutability": "debt=decrease",
-                 "max_epochs": 2, "nce": 16, "tracking_uri": uri, "progress": False, "seed": 0,
-                 "checkpoint_dir": str(tmp_path / "ct"), **({"limit_train_batches": 0, "max_epochs": 1}
-                                                            if source == "logged-models" else {})})
+    settings = {"data": str(LOANS), "target": "approved", "immutable": ["age", "sex"], "mutability": "debt=decrease",
+                "max_epochs": 2, "nce": 16, "tracking_uri": uri, "progress": False, "seed": 0}
+    if source == "logged-models":  # a model logged as it is (no training: --limit-train-batches 0) has no checkpoint
+        first = train({**settings, "max_epochs": 1, "limit_train_batches": 1, "checkpoint_dir": str(tmp_path / "pre")})
+        settings.update(max_epochs=1, limit_train_batches=0, from_checkpoint=first["checkpoints"]["last"])
+    run = train({**settings, "checkpoint_dir": str(tmp_path / "ct")})
     assert not (tmp_path / "ct" / "config.json").exists()
     assert (run["checkpoints"]["last"] is None) == (source == "logged-models")
     loaded = load_explainable(None, str(tmp_path / "ct" / "last.ckpt")) if source == "checkpoint" else \

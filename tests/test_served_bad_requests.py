@@ -16,11 +16,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
+from preloaded import run_script
 from test_served_model import serve
 
 from ct_lightning.experiment.runs.request_checks import (
-    MAX_STEPS, PredictorFailed, RequestRefused, check_params, check_rows, row_limit)
-from ct_lightning.experiment.runs.served_model import RawRowsClassifier, input_columns
+    MAX_STEPS, PredictorFailed, RequestRefused, check_params, check_rows, requested_target, row_limit, target_default)
+from ct_lightning.experiment.runs.served_model import RawRowsClassifier, input_columns, predictor_signature
 from datamodules.codec import TabularCodec
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -172,6 +173,19 @@ def test_params_target_and_max_steps(codec):
         check_params(codec, {"max_steps": MAX_STEPS + 1})
 
 
+def test_the_target_params_default_names_the_classes_and_means_none(codec):
+    """MLflow refuses a target of another type (a JSON number) before the predictor runs, showing the param's
+    default: that default names the classes, and the predictor reads it as no target (the most likely other)."""
+    spec = next(p for p in predictor_signature(codec).params.params if p.name == "target")
+    assert spec.dtype.name == "string" and spec.default == target_default(codec)
+    assert "allowed: no, yes" in repr(spec)
+    check_params(codec, {"explain": True, "target": spec.default})
+    assert requested_target(codec, {"target": spec.default}) is None and requested_target(codec, {"target": ""}) is None
+    assert requested_target(codec, {"target": "yes"}) == "yes"
+    with pytest.raises(ValueError, match="params: target '0'; allowed: no, yes"):  # the label, not the class's index
+        check_params(codec, {"explain": True, "target": "0"})
+
+
 def test_row_limits_come_from_the_servers_environment(monkeypatch, codec):
     monkeypatch.delenv("CT_SERVE_MAX_ROWS", raising=False)
     monkeypatch.delenv("CT_SERVE_MAX_EXPLAIN_ROWS", raising=False)
@@ -215,15 +229,22 @@ def test_the_predictor_refuses_with_400_and_fails_with_500_in_one_line(codec):
 # --- the same requests to a real served model ---------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
-    """A tiny training on the loans table, its predictor served by ``mlflow models serve``: ``(port, log)``."""
+def trained(tmp_path_factory):
+    """A tiny training on the loans table: ``(run id, tracking URI, folder)``."""
     from ct_lightning.experiment.runs.train import train
 
     folder = tmp_path_factory.mktemp("served")
     uri = f"sqlite:///{folder / 'mlflow.db'}"
     summary = train({"data": str(LOANS), "target": "approved", "max_epochs": 1, "nce": 16, "tracking_uri": uri,
                      "progress": False, "seed": 3, "checkpoint_dir": str(folder / "ckpt")})
-    process, port = serve(f"runs:/{summary['run_id']}/predictor", uri, folder)
+    return summary["run_id"], uri, folder
+
+
+@pytest.fixture(scope="module")
+def served(trained):
+    """The predictor of ``trained``, served by ``mlflow models serve``: ``(port, log)``."""
+    run_id, uri, folder = trained
+    process, port = serve(f"runs:/{run_id}/predictor", uri, folder)
     yield port, folder / "serve.log"
     process.terminate()
     try:
@@ -269,6 +290,10 @@ BAD_REQUESTS = {
     "oversized body": (records(*[APPLICANT] * 10_001), ["10001 rows", "at most 10000"], True),
     "oversized explain": (records(*[APPLICANT] * 101, explain=True), ["101 rows", "at most 100"], True),
     "unknown target class": (records(APPLICANT, explain=True, target="maybe"), ["target 'maybe'", "no, yes"], True),
+    # the class's index is not the class (as with explain.py --target 0); as a JSON number MLflow refuses it first
+    "target class as its index": (records(APPLICANT, explain=True, target="0"), ["target '0'; allowed: no, yes"], True),
+    "target as a JSON number": (records(APPLICANT, explain=True, target=0), ["target", "Can not safely convert",
+                                                                              "allowed: no, yes, as text"], False),
 }
 
 
@@ -285,6 +310,25 @@ def test_bad_request_gets_a_4xx_naming_the_column(served, case):
         assert word in message, (word, message[:2000])
     if ours:
         assert "\n" not in message and not message.startswith("Failed to predict"), message[:2000]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("target", ["0", "1"])
+def test_explain_cli_and_server_agree_on_a_class_given_by_its_index(trained, served, target, tmp_path):
+    """explain.py --target 0 and a served request's target 0 (text or number) are refused alike, naming the
+    classes; the class's label is answered by both."""
+    run_id, uri, _ = trained
+    port, _ = served
+    argv = ["--run-id", run_id, "--tracking-uri", uri, "--row", json.dumps(APPLICANT), "--max-steps", "5", "--no-log"]
+    done = run_script(ROOT / "recipes" / "explain.py", [*argv, "--target", target], cwd=tmp_path)
+    assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert done.stderr.strip().splitlines()[-1] == f"error: --target: got '{target}'; allowed: no, yes"
+    for sent in (target, int(target)):
+        status, text = send(port, records(APPLICANT, explain=True, target=sent))
+        assert status == 400 and "allowed: no, yes" in json.loads(text)["message"], text[:2000]
+    assert run_script(ROOT / "recipes" / "explain.py", [*argv, "--target", "yes"], cwd=tmp_path).returncode == 0
+    status, text = send(port, records(APPLICANT, explain=True, target="yes", max_steps=5))
+    assert status == 200 and json.loads(text)["predictions"][0]["target"] == "yes"
 
 
 @pytest.mark.slow

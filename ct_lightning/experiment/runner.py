@@ -63,10 +63,21 @@ def run_recipe(parser: argparse.ArgumentParser, argv: list[str] | None,
 
 
 def batches(value: Any) -> Any:
-    """``--limit-*-batches``: a whole number ≥ 1 (or 0) counts batches (Lightning's int), else a share (float)."""
-    if value is not None and float(value).is_integer() and (value >= 1 or value == 0):
+    """``--limit-*-batches``: a whole number ≥ 1 counts batches (Lightning's int), else a share (float)."""
+    if value is not None and float(value).is_integer() and value >= 1:
         return int(value)
     return value
+
+
+def trained_batches(value: Any) -> Any:
+    """``--limit-train-batches`` of a recipe that trains its models from scratch (compare, consistency): as
+    :func:`batches`, and 0 (no training, for a ``--from-checkpoint`` model in train.py) is refused."""
+    from ct_lightning.experiment.configuration.validation import BATCHES_ALLOWED, InputError  # noqa: PLC0415
+
+    if value is not None and value == 0:
+        raise InputError("--limit-train-batches", value, BATCHES_ALLOWED,
+                         "this recipe trains its models from scratch: 0 would leave them untrained")
+    return batches(value)
 
 
 def start(args: argparse.Namespace, store: bool = True, model: str | None = None) -> None:

@@ -27,7 +27,8 @@ import yaml
 
 from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.configuration.store import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
-from ct_lightning.experiment.configuration.validation import InputError, Rule, one_line
+from ct_lightning.experiment.configuration.validation import (BATCHES_ALLOWED, NO_TRAINING, InputError, Rule,
+                                                             one_line)
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")  # --data values that are table files
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
@@ -37,6 +38,12 @@ EPOCH_LOOPS = ("auto", "fused", "lightning")
 def csv_ints(text: str) -> list[int]:
     """``"64,64"`` → ``[64, 64]``."""
     return [int(part) for part in text.split(",") if part.strip()]
+
+
+def batch_limit(text: str) -> int | float:
+    """``--limit-*-batches`` text: ``"5"`` → 5 batches, ``"0.25"`` → a share (checked by the ``batches`` rule)."""
+    value = float(text)
+    return int(value) if value.is_integer() else value
 
 
 def csv_floats(text: str) -> list[float]:
@@ -141,7 +148,8 @@ class Setting:
     @property
     def rule(self) -> Rule:
         """The :class:`Rule` of allowed values (kind from ``type``/``action``, bounds, choices)."""
-        kind = {int: "int", float: "float", csv_ints: "ints", csv_floats: "floats"}.get(self.type, "str")
+        kind = {int: "int", float: "float", csv_ints: "ints", csv_floats: "floats",
+                batch_limit: "batches"}.get(self.type, "str")
         if self.action in ("store_true", "store_false"):
             kind = "bool"
         elif self.name in ("immutable", "drop_columns"):
@@ -325,8 +333,11 @@ TABLE: tuple[Setting, ...] = (
             on_resume=True),
     Setting("verbose", False, "also show Lightning's INFO lines and library warnings (hidden by default)",
             action="store_true", run_only=True, on_resume=True),
-    Setting("limit_train_batches", None, "Lightning limit_train_batches (for quick runs)", float, low=0.0),
-    Setting("limit_val_batches", None, "Lightning limit_val_batches (for quick runs)", float, low=0.0),
+    Setting("limit_train_batches", None, "Lightning limit_train_batches, for quick runs: a whole number of training "
+            "batches per epoch (≥ 1) or a share of them (0 < share ≤ 1); 0 with --from-checkpoint: no training, "
+            "that model is validated and tested as it is", batch_limit, low=0.0),
+    Setting("limit_val_batches", None, "Lightning limit_val_batches, for quick runs: a whole number of validation "
+            "batches (≥ 1) or a share of them (0 < share ≤ 1)", batch_limit),
     Setting("fast_dev_run", False, "one batch of each loop, for smoke tests", action="store_true"),
     # > 0: CounterfactualEvaluation on the validation split every N epochs (val/ip, ...)
     Setting("eval_every", 0, "every N epochs, evaluate counterfactuals on the validation split and log val/ip, "
@@ -441,6 +452,9 @@ def resolve_config(overrides: dict) -> dict:
         blobs = ", ".join(name for name in available() if data_class(name).blob)
         raise ValueError(f"center_distance: {config['center_distance']!r} is not allowed for data {data!r}; "
                          f"allowed only for the blob data sets {blobs} (or unset)")
+    if config["limit_train_batches"] == 0 and not config.get("from_checkpoint"):
+        raise InputError("limit_train_batches", 0, f"{BATCHES_ALLOWED}, {NO_TRAINING}",
+                         "no --from-checkpoint: the run would log the untrained initial weights")
     blocker = fused_blocker(config)
     if config["epoch_loop"] == "fused" and blocker:
         raise ValueError(f"epoch_loop: 'fused' is not allowed with {blocker}; allowed: auto or lightning")

@@ -66,9 +66,28 @@ def one_line(text: str) -> str:
     return " ".join(str(text).split())
 
 
+BATCHES_ALLOWED = "a whole number of batches ≥ 1 or a share of them in (0, 1]"
+NO_TRAINING = "or 0 with --from-checkpoint (no training: that model validated and tested as it is)"
+
+
+def _batch_limit(value: Any) -> int | float:
+    """A ``limit_*_batches`` value as Lightning reads it: whole-number text counts batches (an int), other text is
+    a share (a float); a number keeps its type. ``ValueError`` for a negative number or a share above 1 that is not
+    whole (Lightning would fail on it once the run exists)."""
+    if isinstance(value, bool):
+        raise ValueError
+    if not isinstance(value, (int, float)):
+        value = float(str(value).strip())
+        value = int(value) if value.is_integer() else value
+    if not math.isfinite(value) or value < 0 or (value > 1 and not float(value).is_integer()):
+        raise ValueError
+    return value
+
+
 @dataclass(frozen=True)
 class Rule:
-    """The values one option allows: ``kind`` (int, float, str, bool, ints, floats), bounds and choices.
+    """The values one option allows: ``kind`` (int, float, str, bool, ints, floats, batches:
+    Lightning's ``limit_*_batches``), bounds and choices.
 
     ``low``/``high`` bound numbers (open at that end with ``low_open``/``high_open``; floats must be
     finite). ``choices`` is a sequence or a callable returning one (evaluated when needed); ``lower``
@@ -94,6 +113,9 @@ class Rule:
         """The allowed values in words: ``an integer ≥ 1``, ``a number in [0, 1)``, ``one of a, b``."""
         if self.options() is not None:
             return "one of " + ", ".join(map(str, self.options()))
+        if self.kind == "batches":  # low 0 (closed): 0 batches allowed (limit_train_batches, see NO_TRAINING)
+            return f"{BATCHES_ALLOWED}, {NO_TRAINING}" if self.low == 0 and not self.low_open else \
+                f"{BATCHES_ALLOWED} (0 would validate nothing: no val/acc)"
         noun = {"int": "an integer", "float": "a finite number", "ints": "comma-separated integers",
                 "floats": "comma-separated finite numbers", "bool": "true or false",
                 "names": "comma-separated names"}.get(self.kind, "a text")
@@ -127,6 +149,11 @@ class Rule:
                 raise ValueError
             # an int stays an int (Lightning reads limit_train_batches=5 as 5 batches, 5.0 as an error)
             value = value if isinstance(value, (int, float)) else float(str(value).strip())
+        elif kind == "batches":
+            value = _batch_limit(value)
+            if value == 0 and not (self.low == 0 and not self.low_open):
+                raise ValueError
+            return value
         elif kind == "bool":
             if not isinstance(value, bool):
                 raise ValueError
@@ -321,8 +348,8 @@ def check_run_ids(option: str, run_ids: Sequence[str], tracking_uri: str, checkp
             if f"checkpoints/{checkpoint}.ckpt" not in names:
                 found = ", ".join(Path(n).name for n in names) or "none"
                 raise InputError(option, run_id, f"the id of a run with a saved model (checkpoints/{checkpoint}.ckpt; "
-                                 "a run trained with --limit-train-batches 0 or whose checkpoints were deleted has "
-                                 "none), or an empty entry to train", f"its checkpoints: {found}")
+                                 "a run that logged a model as it is (--limit-train-batches 0) or whose checkpoints "
+                                 "were deleted has none), or an empty entry to train", f"its checkpoints: {found}")
 
 
 def check_model_fits(option: str, value: str, module, datamodule) -> None:

@@ -86,7 +86,7 @@ def load_explainable(run_id: str | None = None, checkpoint: str | None = None, t
     if run_id:
         try:
             loaded = load_run(run_id, tracking_uri, which)
-        except FileNotFoundError:  # a run that trained no step (--limit-train-batches 0) has no checkpoint
+        except FileNotFoundError:  # a model logged as it is (--limit-train-batches 0) has no checkpoint
             return _from_logged_models(run_id, tracking_uri)
         payload = _codec_in_checkpoint(loaded.checkpoint)
         if payload is None:

@@ -264,11 +264,25 @@ def as_rows(model_input) -> pd.DataFrame:
                          f"{(str(error).splitlines() or [''])[0]}); send dataframe_records or dataframe_split") from None
 
 
-def check_params(codec, params: dict) -> None:
-    """Refuse a ``target`` that is not one of the model's classes and a ``max_steps`` outside 0 … 10000
-    (one-line ``ValueError``)."""
+def target_default(codec) -> str:
+    """The ``target`` param's default in the predictor's signature: no class (the most likely other one), in words
+    that name the classes, since MLflow refuses a ``target`` of another type than text (a JSON number) before the
+    predictor runs, in a message that shows only the param's type and this default."""
+    return f"the most likely other class; allowed: {', '.join(map(str, codec.classes))}, as text"
+
+
+def requested_target(codec, params: dict):
+    """The class a request asks for (``None``: the default, the most likely other class)."""
     target = params.get("target")
-    if target not in (None, "") and str(target) not in {str(c) for c in codec.classes}:
+    return None if target in (None, "", target_default(codec)) else target
+
+
+def check_params(codec, params: dict) -> None:
+    """Refuse a ``target`` that is not one of the model's classes (the label, compared as text as
+    ``explain.py --target`` compares it: not a class's index) and a ``max_steps`` outside 0 … 10000
+    (one-line ``ValueError``)."""
+    target = requested_target(codec, params)
+    if target is not None and str(target) not in {str(c) for c in codec.classes}:
         raise ValueError(f"params: target {target!r}; allowed: {', '.join(map(str, codec.classes))}")
     steps = params.get("max_steps")
     if steps not in (None, "") and not 0 <= int(steps) <= MAX_STEPS:

@@ -28,7 +28,7 @@ from mlflow.exceptions import MlflowException
 
 from ct_lightning.evaluation.explanation import explain, explanation_search
 from ct_lightning.experiment.runs.request_checks import (PredictorFailed, RequestRefused, as_rows, check_params, check_rows,
-                                                          row_limit)
+                                                          requested_target, row_limit, target_default)
 
 PREDICTOR_NAME = "predictor"
 _logger = logging.getLogger(__name__)
@@ -40,7 +40,8 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
 
     ``params``: ``explain`` (bool) adds ``target``, ``target_probability`` (at the decoded counterfactual),
     ``valid``, ``counterfactual`` (column → value) and ``changes`` (``[{feature, from, to}]``);
-    ``target`` (a class label, default: the most likely other class) and ``max_steps`` steer the search.
+    ``target`` (a class label as text, as ``explain.py --target``; default: the most likely other class) and
+    ``max_steps`` steer the search.
     A bad request (see :mod:`ct_lightning.experiment.runs.request_checks`) raises :class:`RequestRefused`: HTTP 400
     with one line naming the column, the value and what is allowed; any other failure :class:`PredictorFailed`:
     HTTP 500 with one line, the traceback only in the server's log.
@@ -77,7 +78,7 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
             out[f"probability_{label}"] = probabilities[:, index].astype(float)
         if params.get("explain"):
             search = {**self.search, **({"max_steps": int(params["max_steps"])} if params.get("max_steps") else {})}
-            explained = explain(self.model, frame, target=params.get("target") or None, codec=codec, **search)
+            explained = explain(self.model, frame, target=requested_target(codec, params), codec=codec, **search)
             out["target"] = explained["target"].to_list()
             out["target_probability"] = explained["probability"].to_list()
             out["valid"] = explained["valid"].to_list()
@@ -114,7 +115,7 @@ def predictor_signature(codec):
     label_type = "string" if any(isinstance(c, str) for c in codec.classes) else "long"
     outputs = Schema([ColSpec(label_type, "prediction"), ColSpec("double", "probability"),
                       *[ColSpec("double", f"probability_{c}") for c in codec.classes]])
-    params = ParamSchema([ParamSpec("explain", "boolean", False), ParamSpec("target", "string", ""),
+    params = ParamSchema([ParamSpec("explain", "boolean", False), ParamSpec("target", "string", target_default(codec)),
                           ParamSpec("max_steps", "long", 0)])
     return ModelSignature(inputs=None, outputs=outputs, params=params)
 

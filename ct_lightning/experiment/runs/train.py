@@ -41,6 +41,7 @@ from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.outbox import OUTBOX_DIR, OutboxClient, pending_upload, server_writable
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
 from ct_lightning.experiment.configuration.store import local_store_dir
+from ct_lightning.experiment.configuration.validation import InputError
 from ct_lightning.experiment.runs.tracking_server import is_outage, is_server_uri, run_links
 from ct_lightning.training.epoch_block import EpochBlockLoader, can_fuse
 from ct_lightning.experiment.configuration.cpu_math import check_cpu_math, cpu_math_state
@@ -144,7 +145,8 @@ def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None
     if weights is not None:
         shape = f"an MLP with hidden sizes {config['hidden_sizes']} and {config['activation']}" \
             if config["model"] == "mlp" else f"the model {config['model']}"
-        echo(f"fine-tuning {config['from_checkpoint']}: {shape}, {sum(v.numel() for v in weights.values())} weights",
+        verb = "the model as it is:" if config["limit_train_batches"] == 0 else "fine-tuning"
+        echo(f"{verb} {config['from_checkpoint']}: {shape}, {sum(v.numel() for v in weights.values())} weights",
              flush=True)
     return config, None, None, weights
 
@@ -190,6 +192,7 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
     set_search_compile(config["search_compile"])
     L.seed_everything(config["seed"], workers=True, verbose=False)
     datamodule = build_datamodule(config)
+    check_batch_shares(config, datamodule)
     set_expected_searches(expected_searches(config, datamodule))
     module = build_module(config, datamodule)
     codec = getattr(datamodule, "codec", None)
@@ -254,6 +257,24 @@ def expected_searches(config: dict, datamodule) -> int:
     return int(config["max_epochs"]) * per_epoch
 
 
+def check_batch_shares(config: dict, datamodule) -> None:
+    """A ``limit_*_batches`` share that leaves no batch of the data set's loader is refused (:class:`InputError`)
+    before the run exists: Lightning would fail on it only once the run had started."""
+    loaders = {"limit_train_batches": datamodule.train_dataloader, "limit_val_batches": datamodule.val_dataloader}
+    for name, make_loader in loaders.items():
+        share = config.get(name)
+        if not isinstance(share, float) or share >= 1:
+            continue
+        try:
+            length = len(make_loader())
+        except TypeError:  # a loader of unknown length: Lightning allows no share there and says so itself
+            continue
+        if length and int(length * share) == 0:
+            least = "1 (the split is one batch)" if length == 1 else f"≥ 1/{length} (one of the {length} batches)"
+            raise InputError(name, share, f"a share {least} or a whole number of batches ≥ 1",
+                             f"{share} of {length} batch{'es' if length > 1 else ''} is none")
+
+
 def _choose_epoch_loop(config: dict, trainer: L.Trainer, module: CTModule, datamodule) -> None:
     """Fuse each epoch into one Lightning step (``epoch_loop`` fused, or auto where it applies)."""
     blocker = fused_blocker(config) or (f"{trainer.world_size} processes" if trainer.world_size > 1 else None)
@@ -303,19 +324,19 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         log_missing_epoch_metrics(client, run_id, resume_from)
     echo(f"MLflow run {run_id} ({run_name}); if it is interrupted, " + (resume_hint or "resume it with:\n  "
          f"{resume_command(run_id, config['tracking_uri'], config['experiment'])}"), flush=True)
-    validates = config["limit_val_batches"] != 0
+    if config["limit_train_batches"] == 0:
+        echo(f"no training (--limit-train-batches 0): the model of {config['from_checkpoint']} is validated and "
+             "tested as it is", flush=True)
     # Lightning writes checkpoints through an fsspec transaction: a temporary file renamed into place.
     # last.ckpt is written at each epoch's very end (after validation and logging), so that a resumed
     # run starts the next epoch from exactly the state an uninterrupted run has there.
     last = ModelCheckpoint(dirpath=config["checkpoint_dir"], filename="last", monitor=None, save_top_k=1,
                            enable_version_counter=False, save_on_train_epoch_end=True)
-    checkpoints = [last]
-    if validates:
-        best = ModelCheckpoint(dirpath=config["checkpoint_dir"], filename="best", monitor="val/acc", mode="max",
-                               save_top_k=1, enable_version_counter=False)
-        # Both save at the epoch's end in list order: best first, so that last.ckpt holds best's state after this
-        # epoch's comparison (a resume would otherwise compare against the previous epoch's best score).
-        checkpoints.insert(0, best)
+    best = ModelCheckpoint(dirpath=config["checkpoint_dir"], filename="best", monitor="val/acc", mode="max",
+                           save_top_k=1, enable_version_counter=False)
+    # Both save at the epoch's end in list order: best first, so that last.ckpt holds best's state after this
+    # epoch's comparison (a resume would otherwise compare against the previous epoch's best score).
+    checkpoints = [best, last]
     trainer_kwargs = {k: config[k] for k in ("limit_train_batches", "limit_val_batches") if config[k] is not None}
     warn = lambda text: echo(text, file=sys.stderr, flush=True)  # noqa: E731 - a recipe's warning line
     extra_callbacks = list(callbacks or [])
@@ -347,6 +368,8 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         raise interrupted
     if trainer.interrupted:
         raise KeyboardInterrupt("training interrupted")
+    if config["limit_train_batches"] == 0:  # Lightning's fit skips validation too when it trains no batch
+        trainer.validate(module, datamodule=datamodule, verbose=False)
     metrics = _scalar_metrics(trainer.callback_metrics)
     trainer.test(module, datamodule=datamodule, verbose=False)
     metrics.update(_scalar_metrics(trainer.callback_metrics))
@@ -358,7 +381,7 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     summary = {
         "run_id": run_id, "run_name": run_name, "experiment_id": experiment_id,
         "tracking_uri": config["tracking_uri"], "config": config, "data": datamodule.summary(), "metrics": metrics,
-        "checkpoints": {"last": last.best_model_path or None, "best": best.best_model_path if validates else None},
+        "checkpoints": {"last": last.best_model_path or None, "best": best.best_model_path or None},
     }
     client.log_metric(run_id, "fit_seconds", fit_seconds)
     for path in set(summary["checkpoints"].values()) - {None, ""}:

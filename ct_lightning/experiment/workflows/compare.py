@@ -17,7 +17,7 @@ from ct_lightning.experiment.runs.atomic_files import write_json_atomic, write_t
 from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console
 from ct_lightning.experiment.configuration.preflight import threads_for
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
-from ct_lightning.experiment.runner import batches, checking, open_store, start
+from ct_lightning.experiment.runner import checking, open_store, start, trained_batches
 from ct_lightning.experiment.configuration.settings import (TABLE_KEYS, csv_names, is_factory, is_table_file,
                                                             table_options)
 from ct_lightning.experiment.configuration.store import check_tracking_reachable
@@ -223,8 +223,8 @@ def write_outputs(rows: list[dict], plots: list, args, client, parent: str, comm
 def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     """Train or reuse, evaluate, compare; print and save the table; log everything to a parent run. ``argv``: the
     command line, printed as the command that resumes the reproduction."""
-    args.limit_train_batches = batches(args.limit_train_batches)
     with checking():
+        args.limit_train_batches = trained_batches(args.limit_train_batches)
         names = resolve_names(args.data_sets)
         if not names:
             raise InputError("--data", args.data_sets, "comma-separated data set names, or all")

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
-from ct_lightning.experiment.runner import batches, checking, open_store, start
+from ct_lightning.experiment.runner import batches, checking, open_store, start, trained_batches
 from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import InputError, check_accelerator, check_output_file
 
@@ -56,6 +56,7 @@ def log_summary(summary: dict, args: argparse.Namespace) -> str:
 def run(args: argparse.Namespace) -> dict:
     """Check the inputs, run the experiment, log it and print the invalidation rates; returns the summary."""
     with checking():
+        args.limit_train_batches = trained_batches(args.limit_train_batches)
         kinds = [k.strip().upper() for k in args.kinds.split(",") if k.strip()]
         if not kinds or any(k not in KINDS for k in kinds):
             raise InputError("--kinds", args.kinds, "comma-separated kinds from " + ", ".join(KINDS))
