@@ -114,13 +114,24 @@ def test_sweep_recipe_names_the_extra_when_ray_is_missing(tmp_path):
 
 @pytest.mark.skipif(not HAS_RAY, reason='Ray is not installed (pip install -e ".[sweep]"); the Ray Tune sweep '
                     'is tested where the extra is installed, as in CI')
-def test_tiny_sweep_on_ray_tune_end_to_end_then_resumed(tmp_path):
+def test_tiny_sweep_on_ray_tune_end_to_end_then_resumed(tmp_path, capfd, monkeypatch):
+    from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console
+
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     space = {"lambda_div": [0.1, 0.5], "nce": [16, 32]}  # 2 x 2 grid
     executor = RayTuneExecutor(cpus=1, max_concurrent=2, storage_path=str(tmp_path / "ray"))
     os.environ.setdefault("OMP_NUM_THREADS", "1")
-    summary = run_sweep({**TINY, "tracking_uri": uri}, space, executor, echo=lambda *a, **k: None)
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    quiet_console(False)  # as recipes/sweep.py without --verbose
+    capfd.readouterr()
+    summary = run_sweep({**TINY, "tracking_uri": uri}, space, executor)
     assert summary["failures"] == [] and not any(t["reused"] for t in summary["trials"])
+    # the console holds our lines only: no Ray start-up notes, Tune tables or MLflow registry lines
+    console = capfd.readouterr()
+    ours = ("sweep: ", "[", "registered the best trial's predictor", "best trial ")
+    assert [line for line in (console.out + console.err).splitlines() if line.strip()
+            and not line.startswith(ours)] == [], console.out + console.err
+    assert sum(line.startswith("[") for line in console.out.splitlines()) == 4
     children = check_sweep(uri, summary, 4)
     resumed = run_sweep({**TINY, "tracking_uri": uri}, space, RayTuneExecutor(storage_path=str(tmp_path / "ray")),
                         echo=lambda *a, **k: None)

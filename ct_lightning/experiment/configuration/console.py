@@ -7,8 +7,10 @@ notes) and known library deprecation warnings that the user cannot act on.
 from __future__ import annotations
 
 import contextlib
+import io
 import logging
 import os
+import sys
 import warnings
 
 from datamodules.paths import PROGRESS_ENV, progress_shown  # noqa: F401 - the one switch, read by the data downloads too
@@ -67,3 +69,56 @@ def quiet_console(verbose: bool = False) -> None:
     if not verbose:
         for message in QUIET_WARNINGS:
             warnings.filterwarnings("ignore", message=message)
+
+
+def verbose_console(verbose: bool | None = None) -> bool:
+    """Whether the console shows everything: ``verbose`` (a recipe's ``--verbose``), else :data:`VERBOSE_ENV`."""
+    return bool(verbose) or os.environ.get(VERBOSE_ENV) == "1"
+
+
+# Ray's driver-side chatter: the token-authentication note and "Started a local Ray instance" (logger ray), Tune's
+# state-file INFO lines (ray.tune), and with its new output engine a configuration table, the results folder and a
+# TensorBoard hint on stdout, which RunConfig(verbose=0) leaves on: the legacy engine (RAY_AIR_NEW_OUTPUT=0) is silent.
+RAY_LOGGERS = ("ray", "ray.tune", "ray.train", "ray.air")
+
+
+@contextlib.contextmanager
+def quiet_ray(verbose: bool):
+    """Inside the block, unless ``verbose``, Ray and Tune print nothing on the driver's console but errors."""
+    if verbose:
+        yield
+        return
+    levels = {name: logging.getLogger(name).level for name in RAY_LOGGERS}
+    before = os.environ.get("RAY_AIR_NEW_OUTPUT")
+    os.environ["RAY_AIR_NEW_OUTPUT"] = "0"
+    for name in RAY_LOGGERS:
+        logging.getLogger(name).setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+        if before is None:
+            os.environ.pop("RAY_AIR_NEW_OUTPUT", None)
+        else:
+            os.environ["RAY_AIR_NEW_OUTPUT"] = before
+
+
+@contextlib.contextmanager
+def quiet_registry(verbose: bool):
+    """Inside the block, unless ``verbose``, MLflow's model-registry lines ("Successfully registered model",
+    "Created version", printed to stderr, and its warnings) are hidden: the recipe prints its own line."""
+    if verbose:
+        yield
+        return
+    registry = logging.getLogger("mlflow.tracking._model_registry")
+    level = registry.level
+    registry.setLevel(logging.ERROR)
+    try:
+        with contextlib.redirect_stderr(io.StringIO()) as hidden:
+            yield
+    finally:
+        registry.setLevel(level)
+    errors = [line for line in hidden.getvalue().splitlines() if "error" in line.lower()]
+    if errors:  # an error among the hidden lines still shows
+        print("\n".join(errors), file=sys.stderr)

@@ -14,10 +14,10 @@ stop the others). ``fn`` must be a module-level function and the items picklable
 
 from __future__ import annotations
 
+import logging
+import os
 import signal
 import sys
-
-import os
 import time
 import traceback
 from abc import ABC, abstractmethod
@@ -28,6 +28,8 @@ from multiprocessing import get_context
 from typing import Any
 
 import torch
+
+from ct_lightning.experiment.configuration.console import quiet_ray, verbose_console
 
 DONE_KEY = "ct_item_done"  # in a Ray trial's report: the item ran to its end (a trial Tune stopped has none)
 EXTRA_HINT = 'Ray is not installed; install the sweep extra: pip install -e ".[sweep]"'
@@ -193,8 +195,14 @@ class RayTuneExecutor(Executor):
             return []
         # Trials keep this working directory, so relative paths in the items mean what they mean here.
         os.environ.setdefault("RAY_CHDIR_TO_TRIAL_DIR", "0")
+        with quiet_ray(verbose_console()):
+            return self._run(ray, tune, fn, items, labels, on_outcome)
+
+    def _run(self, ray, tune, fn, items, labels, on_outcome) -> list[Outcome]:
+        verbose = verbose_console()
         if not ray.is_initialized():
             ray.init(address=self.address, include_dashboard=False, log_to_driver=False,
+                     logging_level=logging.INFO if verbose else logging.ERROR,
                      runtime_env={"env_vars": {"RAY_CHDIR_TO_TRIAL_DIR": "0",
                                                "PYTHONPATH": os.environ.get("PYTHONPATH", "")}})
         outcomes: list[Outcome] = []
@@ -226,7 +234,8 @@ class RayTuneExecutor(Executor):
         space = {"index": tune.grid_search(list(range(len(items)))), "threads": max(1, int(self.cpus))}
         tuner = tune.Tuner(trainable, param_space=space,
                            tune_config=tune.TuneConfig(max_concurrent_trials=self.max_concurrent or None),
-                           run_config=tune.RunConfig(name=self.name, storage_path=self.storage_path, verbose=0,
+                           run_config=tune.RunConfig(name=self.name, storage_path=self.storage_path,
+                                                     verbose=None if verbose else 0,
                                                      failure_config=tune.FailureConfig(max_failures=0, fail_fast=False),
                                                      callbacks=[Report()]))
         grid = tuner.fit()

@@ -285,10 +285,12 @@ def find_or_create_sweep_parent(client, experiment_id: str, key: str, name: str,
 
 def _register_best(tracking_uri: str, run_id: str, echo) -> str | None:
     """Register the best trial's predictor (``name/version``); a warning instead where the store refuses."""
+    from ct_lightning.experiment.configuration.console import quiet_registry, verbose_console
     from ct_lightning.experiment.runs.served_model import register_run_predictor
 
     try:
-        name, version = register_run_predictor(tracking_uri, run_id)
+        with quiet_registry(verbose_console()):
+            name, version = register_run_predictor(tracking_uri, run_id)
     except Exception as error:  # noqa: BLE001 - registering must not lose a finished sweep's summary
         echo(f"warning: the best trial's predictor was not registered ({str(error).splitlines()[0][:200]})",
              flush=True)

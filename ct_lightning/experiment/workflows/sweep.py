@@ -4,7 +4,10 @@ local processes, resumable; the parsed training options are the base of every tr
 from __future__ import annotations
 
 import argparse
+import os
 import sys
+
+from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console, verbose_console
 
 from ct_lightning.experiment.runner import batches, checking
 
@@ -35,6 +38,9 @@ def run(args: argparse.Namespace) -> dict:
 
     base = vars(args).copy()
     sweep = {key: base.pop(key) for key in SWEEP_OPTIONS if key in base}
+    if base.get("verbose"):
+        os.environ[VERBOSE_ENV] = "1"  # seen by the executor (Ray's console) and the trials' processes
+    quiet_console(verbose_console(base.get("verbose")))  # MLflow's store set-up lines, before the store is opened
     for key in ("limit_train_batches", "limit_val_batches"):
         if key in base:
             base[key] = batches(base[key])
