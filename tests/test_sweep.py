@@ -208,7 +208,7 @@ def test_ctrl_c_stops_a_local_sweep_cleanly_and_the_same_command_resumes_its_tri
     root = Path(__file__).resolve().parents[1]
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     command = [sys.executable, str(root / "recipes" / "sweep.py"), "--data", "circles", "--executor", "local",
-               "--jobs", "2", "--param", "lambda_div=0.1,0.3", "--max-epochs", "60", "--limit-train-batches", "2",
+               "--jobs", "2", "--param", "lambda_div=0.1,0.3", "--max-epochs", "400", "--limit-train-batches", "2",
                "--limit-val-batches", "1", "--nce", "16", "--accelerator", "cpu", "--experiment", "sweep-test",
                "--tracking-uri", uri, "--no-progress"]
     env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
