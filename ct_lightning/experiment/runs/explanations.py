@@ -166,7 +166,6 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
     if hasattr(codec, "fill_missing"):
         frame, filled = codec.fill_missing(frame)
         notes += [f"{option}: {line}" for line in filled]
-    frame = frame.copy()
     problems: dict[int, str] = {}  # position of a row left out: its first problem
     for column in codec.columns:
         for bad, describe in _value_problems(column, frame[column.name]):
@@ -183,7 +182,7 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
         raise InputError(option, f"{len(frame)} row(s)", "at least one row the model can read",
                          f"every row has a problem, e.g. row {frame.index[first]}: {problems[first]}")
     skipped = [(frame.index[p], problems[p]) for p in sorted(problems)]
-    frame = frame.iloc[kept]
+    frame = frame.iloc[kept].copy()  # the numeric columns are converted below, not in the caller's frame
     for column in codec.columns:
         if not _is_category(column):
             frame[column.name] = pd.to_numeric(frame[column.name])
