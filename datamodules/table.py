@@ -235,7 +235,7 @@ class TableDataModule(TensorDataModule):
                 + "".join(f"\nnote: {line}" for line in self.outside_declared_bounds())
                 + (f"\nnote: {', '.join(self.code_like())} hold at most {CODE_LEVELS} different whole numbers each: if "
                    "they are codes of categories rather than amounts or counts, declare them categorical in --data-spec "
-                   "(docs/guide.md, 'Your own table')" if self.code_like() else ""))
+                   "(train.py --write-data-spec spec.yaml writes one to start from; docs/guide.md, 'Your own table')" if self.code_like() else ""))
 
     def case_variants(self) -> list[str]:
         """One line per text column (and the target) with values that differ only in upper and lower case ('male',

@@ -9,6 +9,7 @@ Examples:
   .venv/bin/python recipes/train.py --data moons --from-checkpoint vanilla.ckpt --max-epochs 50   # fine-tune with CT
   .venv/bin/python recipes/train.py --data moons --from-checkpoint runs:/RUN_ID/model       # fine-tune a logged MLflow model
   .venv/bin/python recipes/train.py --config config.yaml         # repeat a run from its logged config (a new run, own outputs)
+  .venv/bin/python recipes/train.py --data loans.csv --target approved --write-data-spec spec.yaml   # a spec to edit
   .venv/bin/python recipes/train.py --resume                     # continue the newest interrupted run that has a checkpoint
   .venv/bin/python recipes/train.py --resume RUN_ID --max-epochs 200   # extend a run to 200 epochs in total
 """
@@ -28,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         __doc__, argument_default=argparse.SUPPRESS,  # only what the command line gives overrides the config file
         epilog="Precedence: SPEC defaults < the data set's Table 2 values [Table 2] < --config file < command line.")
     add_arguments(parser)
+    add_arguments(parser.add_argument_group("table files: a data spec to start from"), ["write_data_spec"])
     return parser
 
 

@@ -35,6 +35,11 @@ RECIPE_OPTIONS: tuple[Setting, ...] = (
     Setting("all_mutable", False, "ignore the mutability constraints the model was trained with (--immutable, "
             "--mutability, --protect); a table's data spec still holds: its mutability is a fact of the data",
             group=SOURCE, action="store_true"),
+    # train.py's one action besides training
+    Setting("write_data_spec", None, "table files: write the data spec the file gives (every column's kind and "
+            "mutability, --data-spec, --immutable and --mutability merged in, each column's categories or range noted "
+            "beside it) to this new YAML file, to edit and pass as --data-spec; nothing is trained", group=OUTPUT,
+            metavar="PATH"),
     # how a recipe runs and where its outputs go
     Setting("data_sets", None, "data sets, comma-separated: {AVAILABLE}; compare.py also takes all, .csv/.parquet "
             "files (with --target) and package.module:Class; appendix.py: some of the grid's (default: all of them)",

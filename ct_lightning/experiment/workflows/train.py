@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 
 from ct_lightning.experiment.configuration.cpu_math import apply_cpu_math
 from ct_lightning.experiment.configuration.preflight import apply_threads, preflight_training, threads_for
 from ct_lightning.experiment.runner import batches, checking
 from ct_lightning.experiment.configuration.store import store_location
+from ct_lightning.experiment.runs.atomic_files import write_text_atomic
+from ct_lightning.experiment.runs.lifecycle import recipe_command
 
 
 def run(args: argparse.Namespace) -> dict:
     """Check the given options (a config file merged in), train, and print where to find the run; returns its
     summary. Every input is checked before torch, Lightning or MLflow is imported and before anything is written."""
     overrides = vars(args)
+    spec_path = overrides.pop("write_data_spec", None)
+    if spec_path is not None:
+        with checking():
+            return write_data_spec(overrides, spec_path)
     for key in ("limit_train_batches", "limit_val_batches"):
         if key in overrides:
             overrides[key] = batches(overrides[key])
@@ -29,3 +36,58 @@ def run(args: argparse.Namespace) -> dict:
         summary = train(overrides)
     print(announce(summary))
     return summary
+
+
+def write_data_spec(overrides: dict, path: str) -> dict:
+    """``train.py --write-data-spec PATH``: write the data spec of the ``--data`` table (its kinds, mutability with
+    ``--immutable``/``--mutability`` merged in, declared bounds, and each column's values as comments;
+    :func:`datamodules.spec_file.spec_text`) to a new file ``PATH``, print what to do next, and train nothing."""
+    from ct_lightning.experiment.configuration.settings import is_table_file, resolve_config, table_options
+    from ct_lightning.experiment.configuration.validation import InputError, check_output_file
+
+    data = overrides.get("data")
+    if not data or not is_table_file(data):
+        raise InputError("write_data_spec", path, "only with a table file in --data (.csv, .parquet) and --target",
+                         f"--data is {data or 'not given'}")
+    if overrides.get("resume"):
+        raise InputError("write_data_spec", path, "without --resume (a resumed run keeps its own data spec)")
+    if Path(path).exists():
+        raise InputError("write_data_spec", path, "a path that does not exist yet (an existing file is never "
+                         "overwritten: it may hold your edits)", "the file exists")
+    check_output_file("write_data_spec", path)
+    config = resolve_config({k: v for k, v in overrides.items() if k != "config"})
+    from datamodules.spec_file import spec_text  # noqa: PLC0415 - reads the table: after the checks
+    from datamodules.table import TableDataModule  # noqa: PLC0415
+
+    module = TableDataModule(config["data"], **table_options(config))
+    mutability = _command_line_mutability(config, [c.name for c in module.codec.columns],
+                                          {c.name: c.kind for c in module.codec.columns})
+    write_text_atomic(path, spec_text(module, mutability, source=str(data)))
+    print(module.describe().splitlines()[0], *(f"note: {note}" for note in module.read_notes), sep="\n")
+    options = ["--data", str(data), "--target", config["target"], "--data-spec", str(path)]
+    for name, flag in (("drop_columns", "--drop-columns"), ("impute", "--impute"), ("balance", "--balance")):
+        value = config.get(name)
+        if value and value != "none":
+            options += [flag, ",".join(value) if isinstance(value, list) else str(value)]
+    print(f"wrote {path}: the data spec of {len(module.codec.columns)} columns, as training would use it. Check each "
+          "column's kind, mutability and bounds (its values are noted beside it), then train with:\n  "
+          + recipe_command("train", options), flush=True)
+    return {"data_spec": str(Path(path).resolve()), "columns": len(module.codec.columns)}
+
+
+def _command_line_mutability(config: dict, columns: list[str], kinds: dict[str, str]) -> dict[str, str]:
+    """``--immutable`` and ``--mutability`` as ``{column: kind}``, checked against the table's columns and kinds."""
+    from ct_lightning.constraints import MUTABILITY_KINDS, mutability_pairs  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.validation import InputError  # noqa: PLC0415
+
+    pairs = mutability_pairs(str(config.get("mutability") or ""))
+    pairs.update({name: "none" for name in config.get("immutable") or []})
+    for name, kind in pairs.items():
+        option = "immutable" if name in (config.get("immutable") or []) else "mutability"
+        if name not in columns:
+            raise InputError(option, name, f"columns of the table: {', '.join(columns)}")
+        if kind not in MUTABILITY_KINDS:
+            raise InputError("mutability", f"{name}={kind}", f"FEATURE=KIND with KIND in {'|'.join(MUTABILITY_KINDS)}")
+        if kinds[name] == "categorical" and kind in ("increase", "decrease"):
+            raise InputError("mutability", f"{name}={kind}", "both or none for a categorical column")
+    return pairs

@@ -1,0 +1,86 @@
+"""A data spec written out from a table, to edit and pass back as ``--data-spec`` (``train.py --write-data-spec``).
+
+The file states what training would use (every column's kind and mutability, declared bounds and the positive
+class), so that training with it unedited gives the same preprocessing as without it. What a person needs to
+decide the rest is written beside each column as a comment: its categories, or its range and how many different
+values it holds, and a hint where the kind looks wrong (a number that is a code of categories, an identifier).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+import yaml
+
+from datamodules.codec import _plain
+
+SHOWN_CATEGORIES = 6  # categories listed in a column's comment; the rest are counted
+
+
+def yaml_scalar(value) -> str:
+    """``value`` as one YAML scalar, quoted only where YAML needs it (``'Unnamed: 0'``, ``'yes'``, ``'007'``)."""
+    return yaml.safe_dump(_plain(value), default_flow_style=True, allow_unicode=True, width=10**6).strip() \
+        .removesuffix("...").strip()
+
+
+def _number(value) -> str:
+    """A number as a person reads it in a comment: ``21``, ``0.25``, ``1e+06`` stays ``1000000``."""
+    value = _plain(value)
+    return f"{value:,.6g}".replace(",", " ") if isinstance(value, float) and not float(value).is_integer() \
+        else f"{int(value):,}".replace(",", " ")
+
+
+def _comment_text(value) -> str:
+    """A category as it reads in a comment: one line, at most 30 characters."""
+    text = str(_plain(value)).replace("\n", " ").replace("\r", " ")
+    return text if len(text) <= 30 else text[:29] + "…"
+
+
+def column_comment(column, values: pd.Series, code_like: bool, identifier_like: bool) -> str:
+    """What the file shows about one column: its categories, or its range and number of different values, and
+    a hint where the inferred kind looks wrong."""
+    present = values.dropna()
+    missing = f"; {len(values) - len(present)} missing" if len(present) < len(values) else ""
+    if column.kind in ("categorical", "binary"):
+        shown = ", ".join(_comment_text(c) for c in column.categories[:SHOWN_CATEGORIES])
+        more = f", … ({len(column.categories)} in all)" if len(column.categories) > SHOWN_CATEGORIES else ""
+        return f"{shown}{more}{missing}"
+    numbers = pd.to_numeric(present, errors="coerce").dropna()
+    text = (f"{_number(numbers.min())} to {_number(numbers.max())} in the file, {numbers.nunique()} different values"
+            if len(numbers) else "no values") + missing
+    if identifier_like:
+        text += "; a different number in every row: an identifier? leave it out with --drop-columns"
+    elif code_like:
+        text += "; a code of categories? then kind: categorical"
+    return text
+
+
+def spec_text(module, mutability: Mapping[str, str] | None = None, source: str = "") -> str:
+    """The data spec of a :class:`~datamodules.table.TableDataModule` as YAML with comments: its codec's kinds and
+    mutability (``mutability`` by column name on top, e.g. from ``--immutable``), declared bounds, the positive
+    class of a yes/no target, and each column's categories or range as a comment (see the module)."""
+    codec, mutability = module.codec, dict(mutability or {})
+    code_like, identifier_like = set(module.code_like()), set(module.identifier_like())
+    lines = [f"# Data spec of {source or module.label_of_source}, written by train.py --write-data-spec.",
+             "# Check every column's kind (continuous | integer | categorical | binary) and mutability",
+             "# (both | increase | decrease | none); bound a number's counterfactuals in its own units with lower:",
+             "# and upper: (without them: the training range widened to mean ± 3 sd, not below 0 for a column with",
+             "# no negative value). Columns left out of this file keep the kind inferred from the file.",
+             f"# target {yaml_scalar(codec.target)}: classes {', '.join(_comment_text(c) for c in codec.classes)}"]
+    lines += [f"# read: {note}" for note in module.read_notes]  # how the file was written: delimiter, decimal commas
+    if codec.dropped:
+        lines.append(f"# left out (--drop-columns): {', '.join(map(str, codec.dropped))}")
+    if len(codec.classes) == 2:
+        lines.append(f"positive: {yaml_scalar(codec.positive)}  # the class that is label 1 (default: the last in "
+                     "sort order)")
+    lines.append("columns:")
+    for column in codec.columns:
+        entry = {"kind": column.kind, "mutability": mutability.get(column.name, column.mutability)}
+        entry.update({bound: _plain(getattr(column, bound)) for bound in ("lower", "upper")
+                      if getattr(column, bound) is not None})
+        fields = ", ".join(f"{key}: {yaml_scalar(value)}" for key, value in entry.items())
+        comment = column_comment(column, module.frame[column.name], column.name in code_like,
+                                 column.name in identifier_like)
+        lines.append(f"  {yaml_scalar(column.name)}: {{{fields}}}  # {comment}")
+    return "\n".join(lines) + "\n"
