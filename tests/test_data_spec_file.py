@@ -83,3 +83,11 @@ def test_an_existing_file_is_never_overwritten(tmp_path, capsys):
     error = capsys.readouterr().err
     assert "--write-data-spec" in error and "the file exists" in error
     assert spec.read_text().endswith("# my edits\n")
+
+
+def test_the_table_may_come_from_a_config_file(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(yaml.safe_dump({"data": str(LOANS), "target": "approved", "immutable": ["sex"]}))
+    spec = tmp_path / "spec.yaml"
+    train_main(["--config", str(config), "--write-data-spec", str(spec)])
+    assert yaml.safe_load(spec.read_text())["columns"]["sex"] == {"kind": "binary", "mutability": "none"}

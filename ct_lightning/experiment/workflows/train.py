@@ -42,9 +42,12 @@ def write_data_spec(overrides: dict, path: str) -> dict:
     """``train.py --write-data-spec PATH``: write the data spec of the ``--data`` table (its kinds, mutability with
     ``--immutable``/``--mutability`` merged in, declared bounds, and each column's values as comments;
     :func:`datamodules.spec_file.spec_text`) to a new file ``PATH``, print what to do next, and train nothing."""
-    from ct_lightning.experiment.configuration.settings import is_table_file, resolve_config, table_options
+    from ct_lightning.experiment.configuration.settings import (is_table_file, load_config_file, resolve_config,
+                                                                table_options)
     from ct_lightning.experiment.configuration.validation import InputError, check_output_file
 
+    given = {k: v for k, v in overrides.items() if v is not None and k != "config"}
+    overrides = {**(load_config_file(overrides["config"]) if overrides.get("config") else {}), **given}
     data = overrides.get("data")
     if not data or not is_table_file(data):
         raise InputError("write_data_spec", path, "only with a table file in --data (.csv, .parquet) and --target",
@@ -55,7 +58,7 @@ def write_data_spec(overrides: dict, path: str) -> dict:
         raise InputError("write_data_spec", path, "a path that does not exist yet (an existing file is never "
                          "overwritten: it may hold your edits)", "the file exists")
     check_output_file("write_data_spec", path)
-    config = resolve_config({k: v for k, v in overrides.items() if k != "config"})
+    config = resolve_config(overrides)
     from datamodules.spec_file import spec_text  # noqa: PLC0415 - reads the table: after the checks
     from datamodules.table import TableDataModule  # noqa: PLC0415
 
