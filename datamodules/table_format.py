@@ -37,6 +37,17 @@ DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?
                   r"|\d{4}/\d{1,2}/\d{1,2}")
 
 
+class TableError(ValueError):
+    """A table file refused in one line, as fields: ``option`` (the file's option as the caller names it: ``data``
+    for a training, ``--rows`` for rows to explain), ``value`` (the file), ``problem`` (what is wrong, naming the
+    file) and ``allowed``. The message reads ``OPTION: PROBLEM; allowed: ALLOWED`` (a problem asked as a question
+    ends with its question mark instead of ``;``)."""
+
+    def __init__(self, option: str, value, problem: str, allowed: str):
+        self.option, self.value, self.problem, self.allowed = option, value, problem, allowed
+        super().__init__(f"{option}: {problem}{'' if problem.endswith('?') else ';'} allowed: {allowed}")
+
+
 def sniff_delimiter(header: str) -> str:
     """The delimiter of a CSV from its header line: the candidate (``,``, ``;``, tab, ``|``) it holds most often,
     outside quotes; ``,`` for a one-column file."""
@@ -102,31 +113,31 @@ def _echoes(values: pd.Series, name: str) -> bool:
     return not pd.isna(number) and bool((values == number).any())
 
 
-def _check_header(frame: pd.DataFrame, path: Path) -> None:
-    """A one-line error for a file without a header row: most column names recur as values of their column."""
+def _check_header(frame: pd.DataFrame, path: Path, option: str) -> None:
+    """A :class:`TableError` for a file without a header row: most column names recur as values of their column."""
     echoed = [name for name in frame.columns if _echoes(frame[name], str(name).strip())]
     if len(frame.columns) > 1 and len(echoed) >= max(2, len(frame.columns) // 2):
         shown = ", ".join(repr(str(n)) for n in echoed[:3])
-        raise ValueError(f"data: the first row of {path} looks like data, not column names ({shown}, ... recur as "
-                         "values in their own columns); allowed: a file whose first row names the columns: add one")
+        raise TableError(option, str(path), f"the first row of {path} looks like data, not column names ({shown}, ... "
+                         "recur as values in their own columns)", "a file whose first row names the columns: add one")
 
 
-def _check_thousands(text: pd.Series, name: str, path: Path, sep: str) -> None:
-    """A one-line error for a column of a ``;``-separated file whose dotted numbers all look like thousands."""
+def _check_thousands(text: pd.Series, name: str, path: Path, sep: str, option: str) -> None:
+    """A :class:`TableError` for a column of a ``;``-separated file whose dotted numbers all look like thousands."""
     present = text.dropna()
     if not _is_text(present):
         return
     dotted = present[present.str.contains(".", regex=False)]
     if len(dotted) and dotted.str.fullmatch(THOUSANDS_POINT.pattern).all():
-        raise ValueError(f"data: column {name!r} of {path} holds numbers such as {dotted.iloc[0]!r} in a {sep!r}-"
-                         f"separated file: is '.' a thousands separator or a decimal point? allowed: numbers without "
-                         "thousands separators (127600), or with a decimal comma (127,6)")
+        raise TableError(option, str(path), f"column {name!r} of {path} holds numbers such as {dotted.iloc[0]!r} in a "
+                         f"{sep!r}-separated file: is '.' a thousands separator or a decimal point?",
+                         "numbers without thousands separators (127600), or with a decimal comma (127,6)")
 
 
-def read_csv(path) -> pd.DataFrame:
+def read_csv(path, option: str = "data") -> pd.DataFrame:
     """A CSV file as a DataFrame read as the module docstring says; ``attrs["notes"]``: what was decided (encoding,
     delimiter, number format) for the start-up message, ``attrs["decimal_comma"]``: whether numbers were read with
-    decimal commas. A one-line ``ValueError`` for a file read wrongly otherwise."""
+    decimal commas. A :class:`TableError` naming ``option`` for a file read wrongly otherwise."""
     path, notes = Path(path), []
     encoding = "utf-8-sig"
     try:
@@ -150,7 +161,7 @@ def read_csv(path) -> pd.DataFrame:
     cells.columns = [str(c).strip() for c in cells.columns]
     cells = cells.apply(_tidy_text).dropna(how="all").reset_index(drop=True)
     cells = cells.drop(columns=[c for c in cells.columns if c.startswith("Unnamed: ") and cells[c].isna().all()])
-    _check_header(cells, path)
+    _check_header(cells, path, option)
     decimal_comma = as_text and _uses_decimal_comma(cells)
     if decimal_comma:
         notes.append(f"{path.name}: decimal commas (0,5) and '.' as the thousands separator (12.000 = 12000)")
@@ -158,7 +169,7 @@ def read_csv(path) -> pd.DataFrame:
     for name in cells.columns:
         numbers = _as_numbers(cells[name], decimal_comma) if _is_text(cells[name]) else cells[name]
         if numbers is not None and sep == ";" and not decimal_comma:
-            _check_thousands(cells[name], name, path, sep)
+            _check_thousands(cells[name], name, path, sep, option)
         frame[name] = cells[name] if numbers is None else numbers
     frame.attrs.update(decimal_comma=decimal_comma, notes=notes)
     return frame

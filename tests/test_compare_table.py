@@ -64,6 +64,8 @@ def test_compare_on_a_table_trains_evaluates_and_resumes(tmp_path):
     assert "-BL-protected-" in names["bl_protected"] and "-CT-protected-" in names["ct_protected"], names
     registered = {m.name for m in client.search_registered_models()}
     assert {"ct-loans-bl", "ct-loans-ct", "ct-loans-bl-protected", "ct-loans-ct-protected"} <= registered, registered
+    # registered without MLflow's own lines ("Successfully registered model ...", "Created version ...")
+    assert "registered model" not in first.stdout + first.stderr and "Created version" not in first.stderr
     plausibility = "immutable: sex; increase only: income; within the data domain"
     actionability = "immutable: age, sex; increase only: income; within the data domain"
     for role, run_id in row["runs"].items():

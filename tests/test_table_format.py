@@ -126,3 +126,34 @@ def test_rows_to_explain_are_read_as_the_training_file_was(tmp_path, loans):
     (tmp_path / "headless.csv").write_text("29,31000\n30,32000\n29,31000\n")
     with pytest.raises(InputError, match=r"^--rows: got '.*' \(the first row of .* looks like data"):
         read_rows(str(tmp_path / "headless.csv"))
+
+
+def test_rows_to_explain_are_refused_with_the_readers_own_problem_and_allowed_values(tmp_path, loans):
+    """``read_table`` refuses ``--rows`` as fields (option, file, problem, allowed), not as text to cut at
+    ``"; allowed: "``: a problem asked as a question has no ``;`` before ``allowed:``, an unreadable file no
+    ``allowed:`` at all, and a folder may hold ``; allowed: `` in its name; the cut got each of them wrong."""
+    from ct_lightning.experiment.configuration.validation import InputError
+    from ct_lightning.experiment.runs.explanations import read_rows
+
+    thousands = tmp_path / "export.csv"  # ';'-separated, '30.600' and no decimal comma: a question
+    first = european(loans).income.iloc[0]
+    loans.assign(income=european(loans).income).drop(columns="debt_ratio").head(3).to_csv(thousands, sep=";",
+                                                                                          index=False)
+    odd = tmp_path / "rows; allowed: these"
+    odd.mkdir()
+    (odd / "headless.csv").write_text("29,31000\n30,32000\n29,31000\n")
+    (tmp_path / "ragged.csv").write_text("age,income\n29,31000\n30,32000,7,8\n")
+    cases = {thousands: f"(column 'income' of {thousands} holds numbers such as {first!r} in a ';'-separated file: is "
+                        "'.' a thousands separator or a decimal point?); allowed: numbers without thousands separators "
+                        "(127600), or with a decimal comma (127,6)",
+             odd / "headless.csv": f"(the first row of {odd / 'headless.csv'} looks like data, not column names ('29', "
+                                   "'31000', ... recur as values in their own columns)); allowed: a file whose first row "
+                                   "names the columns: add one",
+             tmp_path / "ragged.csv": f"(cannot read {tmp_path / 'ragged.csv'} (ParserError: Error tokenizing data. C "
+                                      "error: Expected 2 fields in line 3, saw 4)); allowed: a table with a header row "
+                                      "and data rows"}
+    for path, said in cases.items():
+        with pytest.raises(InputError) as refused:
+            read_rows(str(path))
+        assert str(refused.value) == f"--rows: got {str(path)!r} {said}"
+        assert refused.value.option == "--rows" and refused.value.value == str(path)

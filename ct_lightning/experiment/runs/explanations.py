@@ -119,19 +119,14 @@ def read_rows(rows_file: str | None = None, row: str | None = None) -> pd.DataFr
             raise InputError("--row", row, "a JSON object (or a list of them) of column: value")
         return pd.DataFrame(values)
     from datamodules.table import read_table  # noqa: PLC0415 - the training file's reader: delimiter, decimal commas
+    from datamodules.table_format import TableError  # noqa: PLC0415
 
     try:
-        frame = read_table(rows_file)
+        return read_table(rows_file, option="--rows")
     except FileNotFoundError:
         raise InputError("--rows", rows_file, "an existing CSV file", "not found") from None
-    except ValueError as error:
-        if "is empty" in str(error):
-            raise InputError("--rows", rows_file, "a CSV file with a header and at least one row", "empty file") from None
-        raise InputError("--rows", rows_file, str(error).split("; allowed: ")[-1],
-                         str(error).split("; allowed: ")[0].removeprefix("data: ")) from None
-    if frame.empty:
-        raise InputError("--rows", rows_file, "a CSV file with a header and at least one row", "no rows")
-    return frame
+    except TableError as error:
+        raise InputError(error.option, error.value, error.allowed, error.problem) from None
 
 
 def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_bad_rows: bool = False

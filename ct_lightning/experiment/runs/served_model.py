@@ -27,6 +27,7 @@ import torch
 from mlflow.exceptions import MlflowException
 
 from ct_lightning.evaluation.explanation import explain, explanation_search
+from ct_lightning.experiment.configuration.console import quiet_registry, verbose_console
 from ct_lightning.experiment.runs.request_checks import (PredictorFailed, RequestRefused, as_rows, check_params, check_rows,
                                                           requested_target, row_limit, target_default)
 
@@ -158,13 +159,10 @@ def registered_name(data: str, objective: str, role: str | None = None) -> str:
     return f"ct-{clean}-{role.lower()}"
 
 
-def register_run_predictor(tracking_uri: str, run_id: str) -> tuple[str, str]:
+def register_run_predictor(tracking_uri: str, run_id: str, verbose: bool = False) -> tuple[str, str]:
     """Register the ``predictor`` run ``run_id`` logged (a sweep's best trial) as ``ct-DATA-ROLE``, once: ``(name,
     version)``, the existing version when this run is registered there already."""
-    import mlflow
     from mlflow.tracking import MlflowClient
-
-    from ct_lightning.experiment.runs.run_artifacts import _tracking_uri
 
     client = MlflowClient(tracking_uri=tracking_uri)
     tags = client.get_run(run_id).data.tags
@@ -173,14 +171,33 @@ def register_run_predictor(tracking_uri: str, run_id: str) -> tuple[str, str]:
         existing = client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
         if existing:
             return name, str(existing[0].version)
-    with _tracking_uri(tracking_uri):
-        version = mlflow.register_model(f"runs:/{run_id}/{PREDICTOR_NAME}", name)
-    return name, str(version.version)
+    return name, register_predictor(tracking_uri, f"runs:/{run_id}/{PREDICTOR_NAME}", name, verbose)
+
+
+def register_predictor(tracking_uri: str, model_uri: str, name: str, verbose: bool = False) -> str:
+    """Register a logged predictor (``models:/MODEL_ID`` or ``runs:/RUN_ID/predictor``) as a new version of
+    ``name``: that version. MLflow's own registry lines ("Successfully registered model ...", "Created version ...")
+    only when ``verbose``; its errors raise as they are."""
+    import mlflow
+
+    from ct_lightning.experiment.runs.run_artifacts import _tracking_uri
+
+    with _tracking_uri(tracking_uri), quiet_registry(verbose):
+        return str(mlflow.register_model(model_uri, name).version)
+
+
+def registered_text(name: str, version: str, tracking_uri: str) -> str:
+    """``NAME version V: models:/NAME/V; serve: COMMAND``: a registered predictor, how to load it and to serve it."""
+    from ct_lightning.experiment.runs.tracking import serve_command
+
+    uri = f"models:/{name}/{version}"
+    return f"{name} version {version}: {uri}; serve: {serve_command(tracking_uri, uri)}"
 
 
 def log_predictor(model: torch.nn.Module, codec, x_encoded: torch.Tensor, search: dict,
                   registered_model_name: str | None = None, run_id: str | None = None, step: int = 0):
-    """Log :class:`RawRowsClassifier` as the run's ``predictor`` (registered under ``registered_model_name``)."""
+    """Log :class:`RawRowsClassifier` as the run's ``predictor`` (registered under ``registered_model_name``, with
+    MLflow's own registry lines; :func:`log_models` registers it quietly instead)."""
     from mlflow.models import Model
 
     signature = predictor_signature(codec)
@@ -251,7 +268,8 @@ def run_codec(datamodule, mutability: dict | None = None):
 def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, module, datamodule, config: dict,
                metrics: dict, mutability: dict | None = None) -> dict:
     """Log ``model`` (PyTorch) and ``predictor`` (raw rows), register the predictor as ``ct-DATA-ROLE`` and link the
-    final metrics and the data sets to both. Returns ``{"model": id, "predictor": id, "registered": name}``.
+    final metrics and the data sets to both. Returns ``{"model": id, "predictor": id, "registered": name, "version":
+    version}`` (MLflow's registry lines only with ``verbose``; a registration the store refuses is a warning).
 
     A grid's models (tag ``ct.role = grid-model``) are points of a study, not models to serve: they log ``model``
     only (``predictor`` and ``registered`` are ``None``). A predictor costs about half a second per run, and a grid
@@ -271,20 +289,23 @@ def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, modul
     datasets = {"test": (f"{datamodule.name}-test", _digest(datamodule.x_test, datamodule.y_test))}
     if tags.get("ct.role") == "grid-model":
         _link_quietly(client, run_id, [logged.model_id], datasets, step)
-        return {"model": logged.model_id, "predictor": None, "registered": None}
+        return {"model": logged.model_id, "predictor": None, "registered": None, "version": None}
     # A sweep's trials are candidates: each logs its predictor, and the sweep registers only its best one at the end
     # (register_run_predictor), so `models:/ct-DATA-ROLE/latest` never becomes whichever trial finished last.
     name = None if tags.get("ct.role") == "sweep-trial" else \
         registered_name(data, config.get("objective", "full"), tags.get("role"))
     with _tracking_uri(tracking_uri, experiment_id):
-        try:
-            predictor = log_predictor(module.model, codec, datamodule.x_train, search, name, run_id, step)
+        predictor = log_predictor(module.model, codec, datamodule.x_train, search, None, run_id, step)
+    version = None
+    if name is not None:
+        try:  # the recipe prints one line of its own (train.announce) instead of MLflow's
+            version = register_predictor(tracking_uri, predictor.model_uri, name, verbose_console(config.get("verbose")))
         except Exception as error:  # noqa: BLE001 - registration races between simultaneous runs
-            warnings.warn(f"MLflow: predictor registered without a name ({error}); register it by hand: "
+            warnings.warn(f"MLflow: predictor not registered ({str(error).splitlines()[0]}); register it by hand: "
                           f"mlflow.register_model('runs:/{run_id}/{PREDICTOR_NAME}', '{name}')")
-            predictor, name = log_predictor(module.model, codec, datamodule.x_train, search, None, run_id, step), None
+            name = None
     _link_quietly(client, run_id, [logged.model_id, predictor.model_id], datasets, step)
-    return {"model": logged.model_id, "predictor": predictor.model_id, "registered": name}
+    return {"model": logged.model_id, "predictor": predictor.model_id, "registered": name, "version": version}
 
 
 def _link_quietly(client, run_id: str, model_ids: list[str], datasets: dict, step: int) -> None:

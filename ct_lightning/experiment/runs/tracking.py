@@ -101,6 +101,22 @@ def ui_command(tracking_uri: str) -> str:
     return f"{mlflow_executable()} ui --backend-store-uri {tracking_uri} --port 5000"
 
 
+def serve_command(tracking_uri: str, model_uri: str) -> str:
+    """The shell command that serves ``model_uri`` of the store at ``tracking_uri`` over HTTP with this environment's
+    packages (``mlflow models serve --env-manager local``)."""
+    import shlex
+    import shutil
+    import sys
+
+    # MLflow starts its web server by name (exec uvicorn): name this environment's programs unless PATH finds them.
+    programs = Path(sys.executable).parent
+    found = [shutil.which(name) for name in ("mlflow", "uvicorn")]
+    on_path = all(path and Path(path).resolve().parent == programs.resolve() for path in found)
+    prefix = "" if on_path else f"PATH={shlex.quote(str(programs))}:$PATH "
+    return (f"{prefix}MLFLOW_TRACKING_URI={shlex.quote(tracking_uri)} mlflow models serve -m {model_uri} "
+            "--env-manager local")
+
+
 def run_url(experiment_id: str, run_id: str, port: int = 5000) -> str:
     """Address of a run in a local MLflow UI."""
     return f"http://127.0.0.1:{port}/#/experiments/{experiment_id}/runs/{run_id}?{ML_VIEW_QUERY}"

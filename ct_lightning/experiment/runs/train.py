@@ -33,7 +33,7 @@ from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TA
 from ct_lightning.experiment.runs.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
                                                    log_missing_epoch_metrics, log_training_inputs,
                                                    log_training_plots)
-from ct_lightning.experiment.runs.served_model import log_models
+from ct_lightning.experiment.runs.served_model import log_models, registered_text
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.configuration.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
                                               load_config_file, module_kwargs, resolve_config)
@@ -443,10 +443,19 @@ def result_lines(summary: dict) -> list[str]:
     return lines
 
 
+def registered_lines(summary: dict) -> list[str]:
+    """The registered predictor's name and version, how to load it and the command that serves it (none if the run
+    registered none)."""
+    models = summary.get("models") or {}
+    if not (models.get("registered") and models.get("version")):
+        return []
+    return [f"registered model {registered_text(models['registered'], models['version'], summary['tracking_uri'])}"]
+
+
 def announce(summary: dict) -> str:
     """Human-readable lines naming the run and how to look at it (a server's own UI, or the command that opens
     the UI on a local store), and the upload command when the run's end waits for its server."""
-    lines = [*result_lines(summary), f"MLflow run id: {summary['run_id']}",
+    lines = [*result_lines(summary), *registered_lines(summary), f"MLflow run id: {summary['run_id']}",
              *run_links(summary["tracking_uri"], summary["experiment_id"], summary["run_id"])]
     pending = summary.get("tracking")
     if pending:

@@ -285,17 +285,16 @@ def find_or_create_sweep_parent(client, experiment_id: str, key: str, name: str,
 
 def _register_best(tracking_uri: str, run_id: str, echo) -> str | None:
     """Register the best trial's predictor (``name/version``); a warning instead where the store refuses."""
-    from ct_lightning.experiment.configuration.console import quiet_registry, verbose_console
-    from ct_lightning.experiment.runs.served_model import register_run_predictor
+    from ct_lightning.experiment.configuration.console import verbose_console
+    from ct_lightning.experiment.runs.served_model import register_run_predictor, registered_text
 
     try:
-        with quiet_registry(verbose_console()):
-            name, version = register_run_predictor(tracking_uri, run_id)
+        name, version = register_run_predictor(tracking_uri, run_id, verbose_console())
     except Exception as error:  # noqa: BLE001 - registering must not lose a finished sweep's summary
         echo(f"warning: the best trial's predictor was not registered ({str(error).splitlines()[0][:200]})",
              flush=True)
         return None
-    echo(f"registered the best trial's predictor as {name} version {version} (models:/{name}/{version})", flush=True)
+    echo(f"registered the best trial's predictor as {registered_text(name, version, tracking_uri)}", flush=True)
     return f"{name}/{version}"
 
 
