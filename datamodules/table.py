@@ -20,7 +20,7 @@ from datamodules.base import TensorDataModule
 from datamodules.codec import TabularCodec, _plain, read_spec
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
-from datamodules.table_format import check_text_columns, read_csv, tidy_frame
+from datamodules.table_format import check_text_columns, read_table, tidy_frame
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
@@ -33,26 +33,6 @@ MAX_CLASSES = 20
 def is_table_path(data) -> bool:
     """Whether ``data`` names a table file (by its suffix) rather than a registered data set."""
     return isinstance(data, (str, Path)) and Path(str(data)).suffix.lower() in TABLE_SUFFIXES
-
-
-def read_table(path) -> pd.DataFrame:
-    """The file as a DataFrame (a CSV read by :func:`datamodules.table_format.read_csv`: its delimiter, decimal
-    commas, spaces around cells; ``attrs["notes"]`` says what was decided), or a one-line ``ValueError`` (missing,
-    unreadable, empty or ambiguous file)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"data: file {str(path)!r} not found")
-    try:
-        frame = tidy_frame(pd.read_parquet(path)) if path.suffix.lower() in (".parquet", ".pq") else read_csv(path)
-    except pd.errors.EmptyDataError:
-        raise ValueError(f"data: {path} is empty; allowed: a table with a header row and data rows") from None
-    except Exception as error:  # noqa: BLE001 - pandas and pyarrow raise many types for a malformed file
-        if isinstance(error, ValueError) and str(error).startswith("data: "):  # read_csv's own one-line errors
-            raise
-        raise ValueError(f"data: cannot read {path} ({type(error).__name__}: {str(error).splitlines()[0]})") from None
-    if frame.empty or frame.shape[1] == 0:
-        raise ValueError(f"data: {path} has no data rows; allowed: a table with a header row and data rows")
-    return frame
 
 
 def table_defaults(n_train: int) -> dict:

@@ -16,6 +16,8 @@ word: a ``;``-separated file becomes one column, ``127.600`` (127 600 with a tho
 :func:`check_text_columns` then refuses, unless the data spec declares the column's kind, text that holds numbers
 (``$12,000``, ``35%``, ``1,234``) or dates: read as categories they would silently train as hundreds of unrelated
 levels. Such a column must be cleaned, or left out with ``--drop-columns``.
+
+:func:`read_table` reads a table file (a CSV as above, or Parquet) for training and the rows to explain alike.
 """
 
 from __future__ import annotations
@@ -161,6 +163,26 @@ def read_csv(path) -> pd.DataFrame:
             _check_thousands(cells[name], name, path, sep)
         frame[name] = cells[name] if numbers is None else numbers
     frame.attrs.update(decimal_comma=decimal_comma, notes=notes)
+    return frame
+
+
+def read_table(path) -> pd.DataFrame:
+    """The file as a DataFrame (a CSV read by :func:`read_csv`: its delimiter, decimal
+    commas, spaces around cells; ``attrs["notes"]`` says what was decided), or a one-line ``ValueError`` (missing,
+    unreadable, empty or ambiguous file)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"data: file {str(path)!r} not found")
+    try:
+        frame = tidy_frame(pd.read_parquet(path)) if path.suffix.lower() in (".parquet", ".pq") else read_csv(path)
+    except pd.errors.EmptyDataError:
+        raise ValueError(f"data: {path} is empty; allowed: a table with a header row and data rows") from None
+    except Exception as error:  # noqa: BLE001 - pandas and pyarrow raise many types for a malformed file
+        if isinstance(error, ValueError) and str(error).startswith("data: "):  # read_csv's own one-line errors
+            raise
+        raise ValueError(f"data: cannot read {path} ({type(error).__name__}: {str(error).splitlines()[0]})") from None
+    if frame.empty or frame.shape[1] == 0:
+        raise ValueError(f"data: {path} has no data rows; allowed: a table with a header row and data rows")
     return frame
 
 
