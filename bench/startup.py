@@ -4,9 +4,11 @@ explaining one row from a checkpoint, as practitioners run ``explain.py`` once p
 Run: ``.venv/bin/python bench/startup.py [--repeat 3] [--recipes explain] [--json bench/startup.json --label after]``.
 Prints the median wall time of each command, run as a user runs it (a fresh interpreter, ``python recipes/X.py
 ...``): to its first output line (unbuffered, as a terminal shows it) and to its exit. The explain command needs
-a checkpoint: ``--checkpoint``, else a tiny one is trained first (moons, one epoch; not timed). ``--json`` keeps one
-entry per ``--label`` in the file (an earlier run's entry under the same label is replaced). Not a unit test:
-timings depend on the machine.
+a checkpoint: ``--checkpoint``, else a tiny one is trained first (moons, one epoch; not timed). ``--against DIR``
+times the same commands in another checkout (e.g. ``git archive BASE | tar -x -C DIR``) as well, alternating with
+this one run by run, so that both see the same load on a shared machine. ``--json`` keeps one entry per ``--label``
+in the file (an earlier run's entry under the same label is replaced). Not a unit test: timings depend on the
+machine.
 """
 
 from __future__ import annotations
@@ -75,7 +77,9 @@ def main() -> None:
     parser.add_argument("--checkpoint", help="the checkpoint explain.py reads (default: train a tiny one first)")
     parser.add_argument("--json", type=Path, help="write the medians here (one entry per --label)")
     parser.add_argument("--label", default="latest", help="name of this run's entry in --json (default latest)")
+    parser.add_argument("--against", type=Path, help="another checkout to time the same commands in, alternately")
     args = parser.parse_args()
+    trees = [ROOT] + ([args.against.resolve()] if args.against else [])
     env = {**os.environ, "PYTHONPATH": str(ROOT), "PYTHONUNBUFFERED": "1"}
     wanted = set(args.recipes.split(",")) if args.recipes else None
     commands = [(recipe, argv) for recipe, argv in COMMANDS if wanted is None or recipe in wanted]
@@ -86,19 +90,26 @@ def main() -> None:
             checkpoint = str(tiny_checkpoint(Path(folder), env))
         for recipe, argv in commands:
             argv = [checkpoint if a == CHECKPOINT else a for a in argv]
-            runs = [timed_run([sys.executable, str(ROOT / "recipes" / f"{recipe}.py"), *argv], env)
-                    for _ in range(args.repeat)]
-            first, total = (statistics.median(r[i] for r in runs) for i in (0, 1))
             shown = " ".join(a if a != checkpoint else "CHECKPOINT" for a in argv)
-            print(f"{first:6.2f} s to the first line, {total:6.2f} s to exit  (exit {runs[-1][2]})  "
-                  f"recipes/{recipe}.py {shown}")
-            results.append({"command": f"recipes/{recipe}.py {shown}", "first_line_s": round(first, 3),
-                            "exit_s": round(total, 3), "exit_status": runs[-1][2]})
+            result = {"command": f"recipes/{recipe}.py {shown}"}
+            runs = {tree: [] for tree in trees}
+            for _ in range(args.repeat):
+                for tree in trees:  # alternating: both trees see the same load
+                    runs[tree].append(timed_run([sys.executable, str(tree / "recipes" / f"{recipe}.py"), *argv],
+                                                {**env, "PYTHONPATH": str(tree)}))
+            for tree, prefix in zip(trees, ("", "against_")):
+                first, total = (statistics.median(r[i] for r in runs[tree]) for i in (0, 1))
+                print(f"{first:6.2f} s to the first line, {total:6.2f} s to exit  (exit {runs[tree][-1][2]})  "
+                      f"{'' if tree == ROOT else f'[{tree}] '}recipes/{recipe}.py {shown}")
+                result.update({f"{prefix}first_line_s": round(first, 3), f"{prefix}exit_s": round(total, 3),
+                               f"{prefix}exit_status": runs[tree][-1][2]})
+            results.append(result)
     loads.append(os.getloadavg()[0])
     if args.json:
         from bench.common import cpu_model  # noqa: PLC0415 - imports torch: only after the timings
 
         write_json(args.json, {"label": args.label, "commit": commit(),
+                               **({"against": str(args.against)} if args.against else {}),
                                "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
                                "machine": f"{cpu_model()}, {os.cpu_count()} logical CPUs",
                                "python": platform.python_version(), "repeat": args.repeat,
