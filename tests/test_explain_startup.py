@@ -78,6 +78,27 @@ def test_explaining_a_row_from_a_checkpoint_imports_neither_lightning_nor_mlflow
     assert all(r["immutable"] == ["age"] for r in explained)
 
 
+def test_explaining_a_run_imports_mlflow_but_not_lightning(checkpoint, tmp_path):
+    """--run-id downloads the run's checkpoint with MLflow and reads it as a checkpoint file is read."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    run_id = client.create_run(client.create_experiment("ct-lightning")).info.run_id
+    (tmp_path / "config.json").write_text(json.dumps({"data": str(LOANS), "target": "approved"}))
+    client.log_artifact(run_id, str(checkpoint), "checkpoints")
+    client.log_artifact(run_id, str(tmp_path / "config.json"))
+    applicant = pd.read_csv(LOANS).drop(columns="approved").iloc[0].to_dict()
+    code = ("import json, sys; from recipes.explain import main; "
+            f"main(['--run-id', {run_id!r}, '--tracking-uri', {uri!r}, '--row', sys.argv[1], '--no-log']); "
+            "print(json.dumps(sorted(m for m in ('lightning', 'torchmetrics', 'mlflow') if m in sys.modules)))")
+    done = subprocess.run([sys.executable, "-c", code, json.dumps(applicant)], cwd=tmp_path, capture_output=True,
+                          text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "row 0: predicted" in done.stdout
+    assert json.loads(done.stdout.strip().splitlines()[-1]) == ["mlflow"]
+
+
 def test_a_checkpoint_reads_as_lightning_loads_it(checkpoint, tmp_path):
     """The same weights, outputs and hyperparameters as ``CTModule.load_from_checkpoint``, also for a checkpoint
     from before a setting existed (Lightning fills in CTModule's default), and the fitted preprocessing."""

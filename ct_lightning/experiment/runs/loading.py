@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING
 
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.metrics.names import logged_values
 from ct_lightning.experiment.configuration.settings import TABLE_KEYS, data_class, resolve_config
 from ct_lightning.experiment.configuration.data import build_datamodule
 from datamodules import get_datamodule_class
@@ -147,6 +146,8 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
 
 def log_evaluation(client, run_id: str, summary: dict, prefix: str = "eval") -> dict[str, float]:
     """Log the protocol's metrics of ``summary`` as ``{prefix}/...`` (names from the metric table) to an MLflow run."""
+    from ct_lightning.metrics.names import logged_values  # noqa: PLC0415 - torchmetrics: explain.py --run-id needs none
+
     logged = logged_values(summary, prefix)
     for name, value in logged.items():
         client.log_metric(run_id, name, value)
