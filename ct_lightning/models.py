@@ -7,7 +7,7 @@ import inspect
 import math
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from torch import nn
 
@@ -114,6 +114,15 @@ def build_model(architecture: str, n_features: int, n_classes: int, hidden_sizes
     if not isinstance(model, nn.Module):
         raise ValueError(f"model: factory {architecture!r} returned {type(model).__name__}, not an nn.Module")
     return model
+
+
+def model_from_hparams(hp: Mapping) -> nn.Module:
+    """The untrained classifier that a ``CTModule``'s hyperparameters describe (``architecture``, ``n_features``,
+    ``n_classes``, ``hidden_sizes``, ``activation``): what ``CTModule`` builds when given no model, and so the
+    network that its checkpoints' ``model.`` weights fit."""
+    if hp["n_features"] is None:
+        raise ValueError("n_features: required when no model is given (to build the default MLP)")
+    return build_model(hp["architecture"], hp["n_features"], hp["n_classes"], hp["hidden_sizes"], hp["activation"])
 
 
 def describe_model(model: nn.Module) -> dict:

@@ -16,7 +16,7 @@ from ct_lightning.training.epoch_block import EpochBlock
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, generate_counterfactuals, make_generator
 from ct_lightning.losses import adversarial_loss, check_objective, contrast_pairs, energy_terms
-from ct_lightning.models import build_model, describe_model
+from ct_lightning.models import describe_model, model_from_hparams
 from ct_lightning.training.pool import ClassSampler, CounterfactualPool, random_targets
 from ct_lightning.training.trainer_data import trainer_tensors
 
@@ -109,9 +109,7 @@ class CTModule(L.LightningModule):
         hidden_sizes = list(hidden_sizes)
         self.save_hyperparameters(ignore=["model"])
         if model is None:
-            if n_features is None:
-                raise ValueError("n_features: required when no model is given (to build the default MLP)")
-            model = build_model(architecture, n_features, n_classes, hidden_sizes, activation)
+            model = model_from_hparams(self.hparams)
         else:  # a given network: record what it is, not the defaults of the arguments not used
             described = describe_model(model)
             if described["architecture"] == "mlp" or architecture == "mlp":

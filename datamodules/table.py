@@ -20,7 +20,7 @@ from datamodules.base import TensorDataModule
 from datamodules.codec import TabularCodec, _plain, read_spec
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
-from datamodules.table_format import TableError, check_text_columns, read_csv, tidy_frame
+from datamodules.table_format import check_text_columns, read_table, tidy_frame
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
@@ -28,35 +28,11 @@ CODE_LEVELS = 10  # an inferred integer column with at most this many values may
 BALANCE = ("none", "undersample")  # classes: as in the file, or each cut to the smallest's size
 SPLIT = (0.70, 0.15, 0.15)  # train, validation, test
 MAX_CLASSES = 20
-TABLE_ALLOWED = "a table with a header row and data rows"
 
 
 def is_table_path(data) -> bool:
     """Whether ``data`` names a table file (by its suffix) rather than a registered data set."""
     return isinstance(data, (str, Path)) and Path(str(data)).suffix.lower() in TABLE_SUFFIXES
-
-
-def read_table(path, option: str = "data") -> pd.DataFrame:
-    """The file as a DataFrame (a CSV read by :func:`datamodules.table_format.read_csv`: its delimiter, decimal
-    commas, spaces around cells; ``attrs["notes"]`` says what was decided). A missing file is a
-    ``FileNotFoundError``; an unreadable, empty or ambiguous one a :class:`~datamodules.table_format.TableError`
-    naming ``option``, the caller's name for the file (``data``, ``--rows``)."""
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"{option}: file {str(path)!r} not found")
-    try:
-        frame = tidy_frame(pd.read_parquet(path)) if path.suffix.lower() in (".parquet", ".pq") \
-            else read_csv(path, option)
-    except TableError:  # read_csv's own one-line errors
-        raise
-    except pd.errors.EmptyDataError:
-        raise TableError(option, str(path), f"{path} is empty", TABLE_ALLOWED) from None
-    except Exception as error:  # noqa: BLE001 - pandas and pyarrow raise many types for a malformed file
-        raise TableError(option, str(path), f"cannot read {path} ({type(error).__name__}: "
-                         f"{(str(error).splitlines() or [''])[0]})", TABLE_ALLOWED) from None
-    if frame.empty or frame.shape[1] == 0:
-        raise TableError(option, str(path), f"{path} has no data rows", TABLE_ALLOWED)
-    return frame
 
 
 def table_defaults(n_train: int) -> dict:

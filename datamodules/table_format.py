@@ -16,6 +16,8 @@ word: a ``;``-separated file becomes one column, ``127.600`` (127 600 with a tho
 :func:`check_text_columns` then refuses, unless the data spec declares the column's kind, text that holds numbers
 (``$12,000``, ``35%``, ``1,234``) or dates: read as categories they would silently train as hundreds of unrelated
 levels. Such a column must be cleaned, or left out with ``--drop-columns``.
+
+:func:`read_table` reads a table file (a CSV as above, or Parquet) for training and the rows to explain alike.
 """
 
 from __future__ import annotations
@@ -172,6 +174,31 @@ def read_csv(path, option: str = "data") -> pd.DataFrame:
             _check_thousands(cells[name], name, path, sep, option)
         frame[name] = cells[name] if numbers is None else numbers
     frame.attrs.update(decimal_comma=decimal_comma, notes=notes)
+    return frame
+
+
+TABLE_ALLOWED = "a table with a header row and data rows"
+
+
+def read_table(path, option: str = "data") -> pd.DataFrame:
+    """The file as a DataFrame (a CSV read by :func:`read_csv`: its delimiter, decimal commas, spaces around cells;
+    ``attrs["notes"]`` says what was decided). A missing file is a ``FileNotFoundError``; an unreadable, empty or
+    ambiguous one a :class:`TableError` naming ``option``, the caller's name for the file (``data``, ``--rows``)."""
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"{option}: file {str(path)!r} not found")
+    try:
+        frame = tidy_frame(pd.read_parquet(path)) if path.suffix.lower() in (".parquet", ".pq") \
+            else read_csv(path, option)
+    except TableError:  # read_csv's own one-line errors
+        raise
+    except pd.errors.EmptyDataError:
+        raise TableError(option, str(path), f"{path} is empty", TABLE_ALLOWED) from None
+    except Exception as error:  # noqa: BLE001 - pandas and pyarrow raise many types for a malformed file
+        raise TableError(option, str(path), f"cannot read {path} ({type(error).__name__}: "
+                         f"{(str(error).splitlines() or [''])[0]})", TABLE_ALLOWED) from None
+    if frame.empty or frame.shape[1] == 0:
+        raise TableError(option, str(path), f"{path} has no data rows", TABLE_ALLOWED)
     return frame
 
 

@@ -132,6 +132,7 @@ ROW5 = '\'{{"x1": 0.1, "x2": 0, "x3": 1, "x4": -1, "x5": 2}}\''  # a row of {oth
 EXPLAIN = [
     ("--checkpoint {other_ckpt}", "--rows --row"), ("--row " + ROW5, "--run-id --checkpoint"),
     ("--checkpoint {text} --row " + ROW5, "--checkpoint"), ("--checkpoint {tmp}/missing.ckpt --row " + ROW5, "--checkpoint"),
+    ("--checkpoint {other_sd} --row " + ROW5, "--checkpoint: got"),  # weights only: no settings of a training
     ("--run-id 0123456789abcdef --tracking-uri {empty_store} --row " + ROW5, "--run-id"),
     ("--checkpoint {other_ckpt} --row nope", "--row"), ("--checkpoint {other_ckpt} --row '[]'", "--row"),
     ("--checkpoint {other_ckpt} --row '{{\"age\": 53}}'", "--row"),  # unknown column (no preprocessing: x1..x5)

@@ -20,8 +20,9 @@ from preloaded import run_script
 from test_served_model import serve
 
 from ct_lightning.experiment.runs.request_checks import (
-    MAX_STEPS, PredictorFailed, RequestRefused, check_params, check_rows, requested_target, row_limit, target_default)
-from ct_lightning.experiment.runs.served_model import RawRowsClassifier, input_columns, predictor_signature
+    MAX_STEPS, check_params, check_rows, requested_target, row_limit, target_default)
+from ct_lightning.experiment.runs.served_model import (
+    PredictorFailed, RawRowsClassifier, RequestRefused, input_columns, predictor_signature)
 from datamodules.codec import TabularCodec
 
 ROOT = Path(__file__).resolve().parents[1]

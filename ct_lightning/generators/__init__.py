@@ -1,9 +1,11 @@
 """Counterfactual generators: the contract (``base``), the registry, the batched search and the catalogue.
 
-Every module of this package (subpackages included) is imported here, so ``GENERATORS`` is complete as soon
-as this package is imported: a new generator is one new module with a ``@register_generator("name")``
-class derived from :class:`CounterfactualGenerator`, and nothing else. ``ct_lightning.experiment.configuration.catalogue``
-reads the names from the same files without importing them.
+Every module and subpackage of this package is imported here (a subpackage's ``__init__`` imports its
+generator), so ``GENERATORS`` is complete as soon as this package is imported: a new generator is one new module
+with a ``@register_generator("name")`` class derived from :class:`CounterfactualGenerator`, and nothing else.
+``ct_lightning.experiment.configuration.catalogue`` reads the names from the same files without importing them.
+The Lightning modules that train a learned generator's networks (``amortised.training``, ``revise.vae``) load
+when such a generator is built or fitted, not here: explaining a decision with a search needs no Lightning.
 """
 
 import importlib
@@ -19,8 +21,9 @@ INFRASTRUCTURE = ("base", "registry", "search")
 
 
 def _import_catalogue() -> None:
-    """Import every module of this package but the infrastructure (registration happens in the decorators)."""
-    for module in pkgutil.walk_packages(__path__, f"{__name__}."):
+    """Import every module and subpackage of this package but the infrastructure (registration happens in the
+    decorators)."""
+    for module in pkgutil.iter_modules(__path__, f"{__name__}."):
         if module.name.removeprefix(f"{__name__}.") not in INFRASTRUCTURE:
             importlib.import_module(module.name)
 

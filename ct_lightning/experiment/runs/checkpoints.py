@@ -1,17 +1,73 @@
-"""Read model weights from checkpoints of several forms and load them with clear errors."""
+"""Read model weights from checkpoints of several forms and load them with clear errors; read a checkpoint of this
+project as the trained classifier an explanation needs, without Lightning (:func:`load_trained_classifier`)."""
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
 import torch
 from torch import nn
 
+from ct_lightning.experiment.configuration.catalogue import module_defaults
+from ct_lightning.models import model_from_hparams
+
 MODEL_PREFIX = "model."
 
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")  # where training scripts commonly put the weights
+PREPROCESSING_KEYS = ("ct_preprocessing", "preprocessing")  # where a checkpoint (or its hyperparameters) holds it
+
+
+class Hyperparameters(dict):
+    """A ``CTModule``'s hyperparameters, read as its ``hparams`` are: ``hp["tau"]`` or ``hp.tau``."""
+
+    def __getattr__(self, name: str):
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class TrainedClassifier(nn.Module):
+    """A trained ``CTModule`` as an explanation uses it: its classifier (``model``, the same ``model.`` weights),
+    its hyperparameters (``hparams``) and the fitted preprocessing saved with it (``preprocessing``, or ``None``).
+    Not its generator: an explanation builds its own search."""
+
+    def __init__(self, model: nn.Module, hparams: Hyperparameters, preprocessing: dict | None = None):
+        super().__init__()
+        self.model, self.hparams, self.preprocessing = model, hparams, preprocessing
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model(x)
+
+
+def load_trained_classifier(path: str | Path) -> TrainedClassifier:
+    """A checkpoint of this project (a ``CTModule``'s, as ``train.py`` writes it) on the CPU in eval mode, read with
+    ``torch.load(weights_only=True)`` and without Lightning, which ``CTModule.load_from_checkpoint`` takes seconds
+    to import: the network its hyperparameters describe (built as ``CTModule`` builds it,
+    :func:`~ct_lightning.models.model_from_hparams`) with its weights, and the hyperparameters as that load gives
+    them (``CTModule``'s defaults, updated by the checkpoint's). A one-line ``ValueError`` for another file."""
+    try:
+        payload = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception as error:  # noqa: BLE001 - any unpickling failure means: not a checkpoint we accept
+        raise ValueError(f"checkpoint: got {str(path)!r} (not a readable checkpoint: {_first_line(error)}); allowed: "
+                         "a checkpoint written by train.py (last.ckpt, best.ckpt)") from None
+    given = payload.get("hyper_parameters") if isinstance(payload, dict) else None
+    if not isinstance(given, dict) or not isinstance(payload.get("state_dict"), dict):
+        raise ValueError(f"checkpoint: got {str(path)!r} (weights without the settings of a training of this "
+                         "project); allowed: a checkpoint written by train.py (last.ckpt, best.ckpt)")
+    defaults = {k: v for k, v in module_defaults().items() if k != "model"}
+    hparams = Hyperparameters({**defaults, **{k: v for k, v in given.items() if k in defaults}})
+    hparams["hidden_sizes"] = list(hparams["hidden_sizes"])  # as CTModule keeps them
+    model = model_from_hparams(hparams)
+    state = {k[len(MODEL_PREFIX):]: v for k, v in payload["state_dict"].items() if k.startswith(MODEL_PREFIX)}
+    load_weights(model, state, source=f"checkpoint {path}")
+    preprocessing = next((found for key in PREPROCESSING_KEYS
+                          if (found := payload.get(key) or given.get(key))), None)
+    preprocessing = json.loads(preprocessing) if isinstance(preprocessing, str) else preprocessing
+    return TrainedClassifier(model, hparams, preprocessing).eval()
 
 
 def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:

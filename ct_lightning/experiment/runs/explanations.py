@@ -16,9 +16,9 @@ import torch
 from ct_lightning.evaluation.explanation import (FeatureCodec, codec_from_dict, explain, explanation_search,
                                                  to_records)
 from ct_lightning.experiment.configuration.validation import InputError, show
+from ct_lightning.experiment.runs.checkpoints import load_trained_classifier
 
 PREPROCESSING = "preprocessing.json"
-CHECKPOINT_KEYS = ("ct_preprocessing", "preprocessing")
 
 
 @dataclass
@@ -32,12 +32,7 @@ class Explainable:
     has_preprocessing: bool
 
 
-def _codec_in_checkpoint(path: str | Path) -> dict | None:
-    payload = torch.load(path, map_location="cpu", weights_only=True)
-    for key in CHECKPOINT_KEYS:
-        found = payload.get(key) or (payload.get("hyper_parameters") or {}).get(key)
-        if found:
-            return json.loads(found) if isinstance(found, str) else found
+def _preprocessing_beside(path: str | Path) -> dict | None:
     sibling = Path(path).parent / PREPROCESSING
     return json.loads(sibling.read_text()) if sibling.is_file() else None
 
@@ -80,28 +75,27 @@ def load_explainable(run_id: str | None = None, checkpoint: str | None = None, t
                      which: str = "last") -> Explainable:
     """The model of an MLflow run (``checkpoints/WHICH.ckpt``, ``config.json``, ``preprocessing.json``; a run
     without checkpoints: its logged models) or of a checkpoint file (preprocessing stored in it or beside it). Without a preprocessing the model's own inputs
-    are the columns (:class:`FeatureCodec`)."""
-    from ct_lightning.experiment.runs.loading import load_checkpoint, load_run
-
+    are the columns (:class:`FeatureCodec`). A checkpoint is read without Lightning
+    (:func:`~ct_lightning.experiment.runs.checkpoints.load_trained_classifier`), and MLflow is imported for a run only."""
     if run_id:
+        from ct_lightning.experiment.runs.loading import download_checkpoint  # noqa: PLC0415 - MLflow
+
         try:
-            loaded = load_run(run_id, tracking_uri, which)
+            checkpoint, config = download_checkpoint(run_id, tracking_uri, which)
         except FileNotFoundError:  # a model logged as it is (--limit-train-batches 0) has no checkpoint
             return _from_logged_models(run_id, tracking_uri)
-        payload = _codec_in_checkpoint(loaded.checkpoint)
-        if payload is None:
-            from mlflow.tracking import MlflowClient
-
-            client = MlflowClient(tracking_uri=tracking_uri)
-            if any(a.path == PREPROCESSING for a in client.list_artifacts(run_id)):
-                folder = tempfile.mkdtemp(prefix="ct-explain-")
-                payload = json.loads(Path(client.download_artifacts(run_id, PREPROCESSING, folder)).read_text())
-        module, config = loaded.module, loaded.config
     else:
-        module = load_checkpoint(checkpoint)
-        payload = _codec_in_checkpoint(checkpoint)
         sibling = Path(checkpoint).parent / "config.json"
         config = json.loads(sibling.read_text()) if sibling.is_file() else {}
+    module = load_trained_classifier(checkpoint)
+    payload = module.preprocessing or _preprocessing_beside(checkpoint)
+    if payload is None and run_id:
+        from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+        client = MlflowClient(tracking_uri=tracking_uri)
+        if any(a.path == PREPROCESSING for a in client.list_artifacts(run_id)):
+            folder = tempfile.mkdtemp(prefix="ct-explain-")
+            payload = json.loads(Path(client.download_artifacts(run_id, PREPROCESSING, folder)).read_text())
     codec = codec_from_dict(payload) if payload else _fallback_codec(module)
     return Explainable(module.eval(), codec, config, run_id, payload is not None)
 
@@ -118,8 +112,7 @@ def read_rows(rows_file: str | None = None, row: str | None = None) -> pd.DataFr
         if not values or not all(isinstance(v, dict) and v for v in values):
             raise InputError("--row", row, "a JSON object (or a list of them) of column: value")
         return pd.DataFrame(values)
-    from datamodules.table import read_table  # noqa: PLC0415 - the training file's reader: delimiter, decimal commas
-    from datamodules.table_format import TableError  # noqa: PLC0415
+    from datamodules.table_format import TableError, read_table  # noqa: PLC0415 - the training file's reader
 
     try:
         return read_table(rows_file, option="--rows")

@@ -7,14 +7,16 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.metrics.names import logged_values
 from ct_lightning.experiment.configuration.settings import TABLE_KEYS, data_class, resolve_config
 from ct_lightning.experiment.configuration.data import build_datamodule
-from ct_lightning.module import CTModule
 from datamodules import get_datamodule_class
+
+if TYPE_CHECKING:
+    from ct_lightning.module import CTModule
 
 
 @dataclass
@@ -31,6 +33,10 @@ class LoadedModel:
 
 def load_checkpoint(path: str | Path, weights_only: bool = True) -> CTModule:
     """``CTModule.load_from_checkpoint`` on the CPU, in eval mode."""
+    # Lightning only where a whole CTModule is loaded: explain.py reads a run's checkpoint without it
+    # (download_checkpoint, then checkpoints.load_trained_classifier).
+    from ct_lightning.module import CTModule  # noqa: PLC0415
+
     module = CTModule.load_from_checkpoint(str(path), map_location="cpu", weights_only=weights_only)
     return module.eval()
 
@@ -46,6 +52,15 @@ def load_run(run_id: str, tracking_uri: str, which: str = "last", weights_only: 
 
     ``which`` is ``last`` (the model at the end of training, the default) or ``best`` (best val/acc).
     """
+    checkpoint, config = download_checkpoint(run_id, tracking_uri, which, dst_dir)
+    return LoadedModel(load_checkpoint(checkpoint, weights_only), config, checkpoint, run_id, tracking_uri)
+
+
+def download_checkpoint(run_id: str, tracking_uri: str, which: str = "last",
+                        dst_dir: str | Path | None = None) -> tuple[str, dict]:
+    """``(local path of checkpoints/<which>.ckpt, config.json)`` of an MLflow run, downloaded into ``dst_dir`` (a
+    new temporary folder by default); a ``ValueError`` for an unknown run, ``FileNotFoundError`` for a run without
+    that checkpoint."""
     client = _client(tracking_uri)
     try:
         client.get_run(run_id)
@@ -58,7 +73,7 @@ def load_run(run_id: str, tracking_uri: str, which: str = "last", weights_only: 
         raise FileNotFoundError(f"run {run_id}: no artifact {wanted}; found {names or 'no checkpoints'}")
     checkpoint = client.download_artifacts(run_id, wanted, str(dst))
     config = json.loads(Path(client.download_artifacts(run_id, "config.json", str(dst))).read_text())
-    return LoadedModel(load_checkpoint(checkpoint, weights_only), config, checkpoint, run_id, tracking_uri)
+    return checkpoint, config
 
 
 def load_checkpoint_with_config(path: str | Path, data: str | None = None, weights_only: bool = True) -> LoadedModel:
@@ -131,6 +146,8 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
 
 def log_evaluation(client, run_id: str, summary: dict, prefix: str = "eval") -> dict[str, float]:
     """Log the protocol's metrics of ``summary`` as ``{prefix}/...`` (names from the metric table) to an MLflow run."""
+    from ct_lightning.metrics.names import logged_values  # noqa: PLC0415 - torchmetrics: explain.py --run-id needs none
+
     logged = logged_values(summary, prefix)
     for name, value in logged.items():
         client.log_metric(run_id, name, value)

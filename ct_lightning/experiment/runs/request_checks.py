@@ -11,7 +11,8 @@ the training categories with their own type for a category column: ``"40"`` is t
 ``True`` is not ``1``), numbers outside the model's domain, and the ``target``/``max_steps`` parameters.
 
 :func:`check_rows` and :func:`check_params` raise a one-line ``ValueError``; the predictor answers it as
-:class:`RequestRefused` (HTTP 400, the message as it is).
+:class:`~ct_lightning.experiment.runs.served_model.RequestRefused` (HTTP 400, the message as it is). No MLflow
+here: ``explain.py`` checks its rows with the same domain check (:func:`domain_mask`) and starts without MLflow.
 """
 
 from __future__ import annotations
@@ -22,44 +23,10 @@ import os
 
 import numpy as np
 import pandas as pd
-from mlflow.exceptions import MlflowException
-from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, INVALID_PARAMETER_VALUE
 
 MAX_ROWS = ("CT_SERVE_MAX_ROWS", 10_000)  # rows in one prediction request
 MAX_EXPLAIN_ROWS = ("CT_SERVE_MAX_EXPLAIN_ROWS", 100)  # rows in one request with explain=true (a search per row)
 MAX_STEPS = 10_000  # the most search steps a request may ask for (params max_steps)
-
-
-class OneLineError(MlflowException):
-    """An MLflow error whose message the scoring server sends exactly as given.
-
-    The server rewrites the message of an ``MlflowException`` raised in ``predict`` to
-    ``Failed to predict data '<the whole input, printed>'. Error: ...``; this message stays as first set, so
-    the answer is one line and does not echo the request."""
-
-    @property
-    def message(self) -> str:  # noqa: D102 - the message given
-        return self._message
-
-    @message.setter
-    def message(self, value: str) -> None:
-        if not hasattr(self, "_message"):
-            self._message = value
-
-
-class RequestRefused(OneLineError):
-    """A bad request: HTTP 400 with a one-line message."""
-
-    def __init__(self, message: str):
-        super().__init__(message, error_code=INVALID_PARAMETER_VALUE)
-
-
-class PredictorFailed(OneLineError):
-    """The predictor failed on a request it accepted: HTTP 500 with a one-line message (the traceback is logged
-    by the server, never sent)."""
-
-    def __init__(self, message: str):
-        super().__init__(message, error_code=INTERNAL_ERROR)
 
 
 def serving() -> bool:

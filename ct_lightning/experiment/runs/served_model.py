@@ -25,15 +25,48 @@ import numpy as np
 import pandas as pd
 import torch
 from mlflow.exceptions import MlflowException
+from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, INVALID_PARAMETER_VALUE
 
 from ct_lightning.evaluation.explanation import explain, explanation_search
 from ct_lightning.experiment.configuration.console import quiet_registry, verbose_console
-from ct_lightning.experiment.runs.request_checks import (PredictorFailed, RequestRefused, as_rows, check_params, check_rows,
-                                                          requested_target, row_limit, target_default)
+from ct_lightning.experiment.runs.request_checks import (as_rows, check_params, check_rows, requested_target, row_limit,
+                                                          target_default)
 
 PREDICTOR_NAME = "predictor"
 _logger = logging.getLogger(__name__)
 SEARCH_KEYS = ("generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "lr", "mutability")
+
+
+class OneLineError(MlflowException):
+    """An MLflow error whose message the scoring server sends exactly as given.
+
+    The server rewrites the message of an ``MlflowException`` raised in ``predict`` to
+    ``Failed to predict data '<the whole input, printed>'. Error: ...``; this message stays as first set, so
+    the answer is one line and does not echo the request."""
+
+    @property
+    def message(self) -> str:  # noqa: D102 - the message given
+        return self._message
+
+    @message.setter
+    def message(self, value: str) -> None:
+        if not hasattr(self, "_message"):
+            self._message = value
+
+
+class RequestRefused(OneLineError):
+    """A bad request: HTTP 400 with a one-line message."""
+
+    def __init__(self, message: str):
+        super().__init__(message, error_code=INVALID_PARAMETER_VALUE)
+
+
+class PredictorFailed(OneLineError):
+    """The predictor failed on a request it accepted: HTTP 500 with a one-line message (the traceback is logged
+    by the server, never sent)."""
+
+    def __init__(self, message: str):
+        super().__init__(message, error_code=INTERNAL_ERROR)
 
 
 class RawRowsClassifier(mlflow.pyfunc.PythonModel):

@@ -32,7 +32,19 @@ classifier), ``generator`` (the registered CT generator).
 
 from ct_lightning.generators.amortised.generator import Amortised
 from ct_lightning.generators.amortised.network import ConditionalDiscriminator, CounterfactualNetwork, one_hot_groups
-from ct_lightning.generators.amortised.training import VARIANTS, CounterfactualNetworkModule
+
+LAZY = ("VARIANTS", "CounterfactualNetworkModule")  # from training, which imports Lightning: on first use
+
+
+def __getattr__(name: str):
+    """``VARIANTS`` and ``CounterfactualNetworkModule`` of ``training``, imported on first use (the generator
+    catalogue imports this package, and explaining a decision needs no Lightning)."""
+    if name in LAZY:
+        from ct_lightning.generators.amortised import training  # noqa: PLC0415
+
+        return getattr(training, name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 __all__ = ["VARIANTS", "Amortised", "ConditionalDiscriminator", "CounterfactualNetwork", "CounterfactualNetworkModule",
            "one_hot_groups"]

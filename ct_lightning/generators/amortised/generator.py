@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 import torch
 from torch import nn
@@ -15,10 +16,12 @@ from torch import nn
 from ct_lightning.constraints import Constraints
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators.amortised.network import one_hot_groups
-from ct_lightning.generators.amortised.training import VARIANTS, CounterfactualNetworkModule
 from ct_lightning.generators.base import CounterfactualGenerator, FitContext, SearchResult
 from ct_lightning.generators.registry import register_generator
 from ct_lightning.generators.search import target_reached
+
+if TYPE_CHECKING:
+    from ct_lightning.generators.amortised.training import CounterfactualNetworkModule
 
 
 @register_generator("amortised")
@@ -41,6 +44,9 @@ class Amortised(CounterfactualGenerator):
                  noise_dim: int = 4, w_m: float = 1.0, w_l1: float = 0.1, w_chi: float = 1.0,
                  length_scale: float | None = None, gen_lr: float = 1e-3, batch_size: int = 256,
                  max_fit_samples: int | None = 5000, seed: int = 0):
+        # training holds a LightningModule: imported when an amortised generator is built, not with the catalogue
+        from ct_lightning.generators.amortised.training import VARIANTS  # noqa: PLC0415
+
         if variant not in VARIANTS:
             raise ValueError(f"variant: unknown {variant!r}; allowed: {', '.join(VARIANTS)}")
         if refit_every < 1 or initial_epochs < 1 or refit_epochs < 0:
@@ -67,6 +73,8 @@ class Amortised(CounterfactualGenerator):
               ) -> CounterfactualNetworkModule:
         """Create the (untrained) network for ``classifier`` and the constraints; one-hot ``groups`` default to the
         ``feature=value`` names' groups."""
+        from ct_lightning.generators.amortised.training import CounterfactualNetworkModule  # noqa: PLC0415 - see __init__
+
         groups = one_hot_groups(feature_names) if groups is None else [list(g) for g in groups if len(g) >= 2]
         self.net = CounterfactualNetworkModule(n_features, n_classes, classifier, groups=groups,
                                                mutability=mutability, lower=lower, upper=upper, **self.options)

@@ -22,7 +22,6 @@ from torch import nn
 from ct_lightning.constraints import Constraints, FeatureTypes
 from ct_lightning.generators.base import CounterfactualGenerator, FitContext, SearchResult
 from ct_lightning.generators.registry import register_generator
-from ct_lightning.generators.revise.vae import VAESettings, load_or_train_vae
 from ct_lightning.generators.search import active_rows_search, target_reached
 
 
@@ -99,6 +98,9 @@ class Revise(CounterfactualGenerator):
                  latent_dim: int = 8, vae_hidden_sizes: tuple[int, ...] | list[int] = (64, 64),
                  vae_epochs: int = 30, vae_batch_size: int = 128, vae_lr: float = 1e-3, vae_beta: float = 0.1,
                  vae_seed: int = 0, cache_dir: str | None = None, use_cache: bool = True):
+        # vae holds a LightningModule: imported when a REVISE generator is built, not with the catalogue
+        from ct_lightning.generators.revise.vae import VAESettings  # noqa: PLC0415
+
         self.lambda_cost = lambda_cost
         self.lr = lr
         self.settings = VAESettings(latent_dim=latent_dim, hidden_sizes=list(vae_hidden_sizes), beta=vae_beta,
@@ -115,6 +117,8 @@ class Revise(CounterfactualGenerator):
 
     def fit_vae(self, x_train: torch.Tensor, name: str = "data", accelerator: str = "cpu") -> dict:
         """Load the VAE for ``x_train`` from the cache or train it; returns ``vae_info``."""
+        from ct_lightning.generators.revise.vae import load_or_train_vae  # noqa: PLC0415 - see __init__
+
         self.vae, self.vae_info = load_or_train_vae(x_train, name, self.settings, self.cache_dir, self.use_cache,
                                                     accelerator)
         return self.vae_info
