@@ -16,7 +16,7 @@ from ct_lightning.training.epoch_block import EpochBlock
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, generate_counterfactuals, make_generator
 from ct_lightning.losses import adversarial_loss, check_objective, contrast_pairs, energy_terms
-from ct_lightning.models import build_model, describe_model
+from ct_lightning.models import build_adapted, build_model, describe_model
 from ct_lightning.training.pool import ClassSampler, CounterfactualPool, random_targets
 from ct_lightning.training.trainer_data import trainer_tensors
 
@@ -41,6 +41,9 @@ class CTModule(L.LightningModule):
     the fast default); ``pool="step"`` searches a share of them inside every step.
     ``mutability`` maps feature names (or indices) to ``both|increase|decrease|none``;
     ``domain`` is ``"infer"`` (SPEC §2), ``None`` or ``[lower, upper]`` (scalars or per-feature lists).
+    ``input_map`` (the entries of ``--model-inputs``, :mod:`ct_lightning.model_inputs`): the built network takes
+    that many inputs, behind a frozen :class:`~ct_lightning.models.InputAdapter` from the ``n_features`` of
+    ct-lightning's encoding, whose matrix is set by the caller (``set_map``) or loaded with a checkpoint.
     """
 
     # An argument annotated ``Annotated[type, {"help": ..., "group": ..., bounds}]`` is a training setting: its
@@ -89,7 +92,7 @@ class CTModule(L.LightningModule):
                     "(amortised) or latent_dim=4 (revise)", "group": "counterfactual search",
             "metavar": "OPTIONS"}] = None,
         mutability: dict | str | None = None,
-        feature_names: list[str] | None = None, domain="infer",
+        feature_names: list[str] | None = None, domain="infer", input_map: list[dict] | None = None,
         domain_std: Annotated[float, {"help": "n in the inferred domain μ ± nσ (default {DFLT})",
                                       "group": "counterfactual search", "low": 0.0}] = 3.0,
         lr: Annotated[float, {"help": "Adam learning rate (default {DFLT})", "group": "model and optimiser",
@@ -111,7 +114,8 @@ class CTModule(L.LightningModule):
         if model is None:
             if n_features is None:
                 raise ValueError("n_features: required when no model is given (to build the default MLP)")
-            model = build_model(architecture, n_features, n_classes, hidden_sizes, activation)
+            model = build_adapted(architecture, n_features, n_classes, input_map, hidden_sizes, activation) \
+                if input_map else build_model(architecture, n_features, n_classes, hidden_sizes, activation)
         else:  # a given network: record what it is, not the defaults of the arguments not used
             described = describe_model(model)
             if described["architecture"] == "mlp" or architecture == "mlp":
