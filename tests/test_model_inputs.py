@@ -206,3 +206,34 @@ def test_fine_tuned_model_explains_in_table_units_and_its_weights_go_back_to_the
     assert again["config"]["model_inputs"] == json.loads((tmp_path / "model-inputs.json").read_text())
     assert (tmp_path / "again" / "model-weights.pt").is_file()
 
+
+README_SIZES = {"examples/make_lending_csv.py": "--rows 600", "examples/train_plain_pytorch.py": "--epochs 30",
+                "recipes/train.py": "--max-epochs 2 --nce 32 --no-progress"}
+
+
+@pytest.mark.slow  # four fresh interpreters
+def test_the_readme_walk_through_runs_as_written(tmp_path):
+    """README "Your data, your model, ...": its commands in order, at a tiny size (the only change), from a folder
+    that holds the repository's programs as the README's set-up leaves them."""
+    import os
+    import re
+    import subprocess
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Your data, your model"):]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    commands = [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    assert [c.split()[1] for c in commands] == ["examples/make_lending_csv.py", "examples/train_plain_pytorch.py",
+                                                "recipes/train.py", "recipes/explain.py"]
+    assert "--model-inputs model-inputs.json" in commands[2]
+    for name in (".venv", "examples", "recipes"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    script = "\n".join(re.sub(r"\s+#.*$", "", c) + " " + README_SIZES.get(c.split()[1], "") for c in commands)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "as loaded, before any training: validation accuracy" in output and "warning:" not in output
+    assert (tmp_path / "loans-ct" / "model-weights.pt").is_file()
+    assert "row 0: predicted" in output and "(not allowed to change: age, sex)" in output
