@@ -201,8 +201,11 @@ def test_fine_tuned_model_explains_in_table_units_and_its_weights_go_back_to_the
     assert explained["counterfactual"]["home_ownership"] in ("rent", "mortgage", "own")
     assert float(explained["counterfactual"]["income"]).is_integer()
 
+    lines: list[str] = []
     again = train(settings(tmp_path, from_checkpoint=str(tmp_path / "ct" / "last.ckpt"),
-                           checkpoint_dir=str(tmp_path / "again")))  # its inputs list comes with the checkpoint
+                           checkpoint_dir=str(tmp_path / "again")),  # its inputs list comes with the checkpoint
+                  echo=lambda *parts, **_: lines.append(" ".join(map(str, parts))))
+    assert any("reading the 13 inputs of the --model-inputs list it was trained with" in line for line in lines)
     assert again["config"]["model_inputs"] == json.loads((tmp_path / "model-inputs.json").read_text())
     assert (tmp_path / "again" / "model-weights.pt").is_file()
 

@@ -329,7 +329,7 @@ TABLE: tuple[Setting, ...] = (
             "encoding onto them, and the trained network's own weights are written beside the checkpoints "
             "(model-weights.pt). Written by ct_lightning.model_inputs.model_inputs_from_sklearn (default: the model "
             "reads ct-lightning's encoding: numbers standardised, categories one-hot, in the table's column order)",
-            group=START),
+            group=START, metavar="FILE"),
     Setting("resume", None, "continue an interrupted run (default: the newest unfinished run of --experiment that has "
             "a checkpoint; runs killed before their first epoch ended are skipped) from its last epoch-end "
             "checkpoint, in the same MLflow run, with its logged configuration; the result is bit-identical to an "

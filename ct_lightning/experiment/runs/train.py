@@ -169,12 +169,13 @@ def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None
         return config, run_id, resume_from, None
     if given.get("config"):
         given = {**load_config_file(given["config"]), **given}
-    weights = None
+    weights, inherited = None, False
     if given.get("from_checkpoint"):
         if ":/" not in given["from_checkpoint"]:  # the run's configuration names the file absolutely, as --data
             given["from_checkpoint"] = str(Path(given["from_checkpoint"]).resolve())
         weights, implied = _architecture_from_source(given["from_checkpoint"], given)
         given.update(implied)
+        inherited = "model_inputs" in implied  # a --model-inputs run's checkpoint: its list comes with it
         if given.get("activation") is None and given.get("model", "mlp") == "mlp":
             echo(f"note: {given['from_checkpoint']} does not say which activation its MLP uses (a state_dict holds "
                  f"weights only): {DEFAULTS['activation']} is assumed; pass --activation if it was trained with another "
@@ -188,7 +189,8 @@ def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None
         shape = f"an MLP with hidden sizes {config['hidden_sizes']} and {config['activation']}" \
             if config["model"] == "mlp" else f"the model {config['model']}"
         verb = "the model as it is:" if config["limit_train_batches"] == 0 else "fine-tuning"
-        reads = f", reading the {len(entries)} inputs of --model-inputs" if entries else ""
+        reads = "" if not entries else f", reading the {len(entries)} inputs of " + \
+            ("the --model-inputs list it was trained with" if inherited else "--model-inputs")
         echo(f"{verb} {config['from_checkpoint']}: {shape}, {sum(v.numel() for v in weights.values())} weights"
              f"{reads}", flush=True)
     return config, None, None, weights
