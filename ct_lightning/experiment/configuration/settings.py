@@ -323,7 +323,8 @@ TABLE: tuple[Setting, ...] = (
             "default MLP, weights for --model, or an MLflow model runs:/RUN_ID/model or models:/NAME/VERSION",
             group=START),
     Setting("model_inputs", None, "table files: a JSON file listing, in order, the inputs the model of "
-            "--from-checkpoint was trained on, as your own preprocessing made them from the table's columns: "
+            "--from-checkpoint (evaluate.py: --checkpoint) was trained on, as your own preprocessing made them from "
+            "the table's columns: "
             '{"feature": F, "center": C, "scale": S} (a number: (value - C) / S), {"feature": F, "category": V} '
             '(a one-hot column) or {"feature": F, "codes": {V: CODE, ...}}; a frozen layer maps ct-lightning\'s '
             "encoding onto them, and the trained network's own weights are written beside the checkpoints "
