@@ -252,7 +252,7 @@ def _column_names(columns, names: list, part: str) -> list[str]:
     if isinstance(columns, slice):
         return names[columns]
     selected = list(columns)
-    if selected and all(isinstance(c, bool) or type(c).__name__ == "bool_" for c in selected):
+    if selected and all(type(c).__name__ in ("bool", "bool_") for c in selected):  # a mask (numpy's or Python's)
         return [n for n, keep in zip(names, selected) if keep]
     if selected and all(isinstance(c, int) or type(c).__name__.startswith("int") for c in selected):
         if not names:

@@ -20,6 +20,7 @@ from torch import nn
 ROOT = Path(__file__).resolve().parents[1]
 LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
 NUMBERS, CATEGORIES = ["age", "income", "debt", "years_employed"], ["home_ownership", "purpose", "sex"]
+COLUMNS = ["age", "income", "debt", "years_employed", "home_ownership", "purpose", "sex"]  # the fixture's, in order
 APPLICANT = {"age": 29, "income": 31000, "debt": 21000, "years_employed": 2, "home_ownership": "rent",
              "purpose": "small_business", "sex": "female"}
 
@@ -37,7 +38,7 @@ def our_codec(features: pd.DataFrame, labels: np.ndarray):
 
 def pipelines():
     """Fitted-to-be preprocessings a user may have, each another encoding of the same table."""
-    from sklearn.compose import ColumnTransformer
+    from sklearn.compose import ColumnTransformer, make_column_selector
     from sklearn.impute import SimpleImputer
     from sklearn.pipeline import Pipeline
     from sklearn.preprocessing import (MaxAbsScaler, MinMaxScaler, OneHotEncoder, OrdinalEncoder, RobustScaler,
@@ -57,6 +58,10 @@ def pipelines():
             ("rare", OneHotEncoder(min_frequency=50, handle_unknown="infrequent_if_exist"), ["purpose"]),
             ("robust", RobustScaler(), ["income"]), ("maxabs", MaxAbsScaler(), ["debt"]),
             ("sex", OneHotEncoder(drop="if_binary"), ["sex"]), ("home", OneHotEncoder(), ["home_ownership"])]),
+        "columns by mask, position, slice and selector": ColumnTransformer([
+            ("mask", StandardScaler(), np.array([c in ("age", "income") for c in COLUMNS])),
+            ("position", OneHotEncoder(), [4]), ("slice", "passthrough", slice(2, 4)),
+            ("selector", OneHotEncoder(drop="first"), make_column_selector(dtype_include=object))]),
     }
 
 
