@@ -1,4 +1,5 @@
-"""Classifiers built from primitive settings: the paper's MLP, a LeNet-style CNN, or a user factory."""
+"""Classifiers built from primitive settings: the paper's MLP, a LeNet-style CNN, or a user factory, and a model of
+your own behind the frozen input layer that ``--model-inputs`` describes (:class:`AdaptedModel`)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
+import torch
 from torch import nn
 
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU,
@@ -118,10 +120,14 @@ def build_model(architecture: str, n_features: int, n_classes: int, hidden_sizes
 
 def model_from_hparams(hp: Mapping) -> nn.Module:
     """The untrained classifier that a ``CTModule``'s hyperparameters describe (``architecture``, ``n_features``,
-    ``n_classes``, ``hidden_sizes``, ``activation``): what ``CTModule`` builds when given no model, and so the
-    network that its checkpoints' ``model.`` weights fit."""
+    ``n_classes``, ``hidden_sizes``, ``activation``, and ``input_map``: a model of your own behind its frozen
+    input layer, ``--model-inputs``): what ``CTModule`` builds when given no model, and so the network that its
+    checkpoints' ``model.`` weights fit."""
     if hp["n_features"] is None:
         raise ValueError("n_features: required when no model is given (to build the default MLP)")
+    if hp.get("input_map"):
+        return build_adapted(hp["architecture"], hp["n_features"], hp["n_classes"], hp["input_map"],
+                             hp["hidden_sizes"], hp["activation"])
     return build_model(hp["architecture"], hp["n_features"], hp["n_classes"], hp["hidden_sizes"], hp["activation"])
 
 
@@ -141,3 +147,60 @@ def describe_model(model: nn.Module) -> dict:
         return {"architecture": "mlp", "hidden_sizes": [m.out_features for m in linear[:-1]],
                 "activation": names.pop() if names else "relu", "n_features": linear[0].in_features}
     return {"architecture": "custom"}
+
+
+class InputAdapter(nn.Module):
+    """A frozen affine layer ``x ↦ weight @ x + bias``: ct-lightning's encoding of a row in, the inputs a model of
+    your own was trained on out (``--model-inputs``, :mod:`ct_lightning.model_inputs`). It has no parameters: its
+    matrix and bias are buffers, set once with :meth:`set_map` (or loaded with the module's ``state_dict``), so
+    training never changes them and a checkpoint carries them."""
+
+    def __init__(self, n_features: int, n_inputs: int):
+        super().__init__()
+        self.register_buffer("weight", torch.zeros(n_inputs, n_features))
+        self.register_buffer("bias", torch.zeros(n_inputs))
+        self.mapped = False  # a zero map would feed the network constants: refuse to run until it is set
+
+    def set_map(self, weight, bias) -> InputAdapter:
+        """Set the matrix ``[n_inputs, n_features]`` and the bias ``[n_inputs]``."""
+        weight = torch.as_tensor(weight, dtype=self.weight.dtype)
+        if tuple(weight.shape) != tuple(self.weight.shape):
+            raise ValueError(f"model_inputs: a map of shape {tuple(weight.shape)} for an adapter of "
+                             f"{tuple(self.weight.shape)}")
+        self.weight.copy_(weight)
+        self.bias.copy_(torch.as_tensor(bias, dtype=self.bias.dtype))
+        self.mapped = True
+        return self
+
+    def _load_from_state_dict(self, state_dict, prefix, *args, **kwargs):
+        super()._load_from_state_dict(state_dict, prefix, *args, **kwargs)
+        self.mapped = self.mapped or f"{prefix}weight" in state_dict
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if not self.mapped:
+            raise RuntimeError("InputAdapter: its map is not set (set_map, or load a checkpoint that holds it)")
+        return torch.nn.functional.linear(x, self.weight, self.bias)
+
+    def extra_repr(self) -> str:
+        return f"n_features={self.weight.shape[1]}, n_inputs={self.weight.shape[0]}, frozen"
+
+
+class AdaptedModel(nn.Module):
+    """Your network behind an :class:`InputAdapter`: ``network(inputs(x))``. CT trains the network only;
+    ``network.state_dict()`` loads into your own ``nn.Module``, which then reads your own encoding."""
+
+    def __init__(self, inputs: InputAdapter, network: nn.Module, entries: list[dict] | None = None):
+        super().__init__()
+        self.inputs, self.network = inputs, network
+        self.entries = entries  # the --model-inputs list the map was made from (kept with a pickled model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.network(self.inputs(x))
+
+
+def build_adapted(architecture: str, n_features: int, n_classes: int, entries: list[dict],
+                  hidden_sizes: Sequence[int] = (32,), activation: str = "relu") -> AdaptedModel:
+    """``architecture`` built for the inputs ``entries`` lists, behind an (unset) :class:`InputAdapter` from
+    ``n_features``."""
+    return AdaptedModel(InputAdapter(n_features, len(entries)),
+                        build_model(architecture, len(entries), n_classes, hidden_sizes, activation), list(entries))

@@ -41,6 +41,9 @@ class CTModule(L.LightningModule):
     the fast default); ``pool="step"`` searches a share of them inside every step.
     ``mutability`` maps feature names (or indices) to ``both|increase|decrease|none``;
     ``domain`` is ``"infer"`` (SPEC §2), ``None`` or ``[lower, upper]`` (scalars or per-feature lists).
+    ``input_map`` (the entries of ``--model-inputs``, :mod:`ct_lightning.model_inputs`): the built network takes
+    that many inputs, behind a frozen :class:`~ct_lightning.models.InputAdapter` from the ``n_features`` of
+    ct-lightning's encoding, whose matrix is set by the caller (``set_map``) or loaded with a checkpoint.
     """
 
     # An argument annotated ``Annotated[type, {"help": ..., "group": ..., bounds}]`` is a training setting: its
@@ -89,7 +92,7 @@ class CTModule(L.LightningModule):
                     "(amortised) or latent_dim=4 (revise)", "group": "counterfactual search",
             "metavar": "OPTIONS"}] = None,
         mutability: dict | str | None = None,
-        feature_names: list[str] | None = None, domain="infer",
+        feature_names: list[str] | None = None, domain="infer", input_map: list[dict] | None = None,
         domain_std: Annotated[float, {"help": "n in the inferred domain μ ± nσ (default {DFLT})",
                                       "group": "counterfactual search", "low": 0.0}] = 3.0,
         lr: Annotated[float, {"help": "Adam learning rate (default {DFLT})", "group": "model and optimiser",

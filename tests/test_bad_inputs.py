@@ -77,6 +77,24 @@ TRAIN = [
                                                                "--immutable"),
     ("--data {loans} --target approved --data-spec {tmp}/missing.yaml", "--data-spec"),
     ("--data {loans} --target approved --drop-columns ''", "--drop-columns: got ''"),  # typed, yet names nothing
+    # --model-inputs: the inputs of a model of your own (bad_model_inputs below; {loans_sd}: a 13-input MLP)
+    *((f"--data {{loans}} --target approved --from-checkpoint {{loans_sd}} --model-inputs {{inputs_{fault}}}", text)
+      for fault, text in (("unknown_feature", "(input 1 of 13: unknown feature 'agee'); allowed: features of the table: "
+                                              "age, income,"),
+                          ("unknown_category", "unknown category 'renting' of 'home_ownership'); allowed: categories of "
+                                               "home_ownership: mortgage, own, rent"),
+                          ("category_of_number", "a category for the integer column 'age'"),
+                          ("number_of_category", "a number (center, scale) for the categorical column 'purpose'"),
+                          ("scale_zero", "(input 2 of 13 (income): scale 0); allowed: a number other than 0"),
+                          ("width", "(it lists 12); allowed: a list of 13 inputs, one per input of the model's first "
+                                    "layer"),
+                          ("malformed", "not valid JSON"), ("not_a_list", "(a JSON dict, not a list)"),
+                          ("bad_key", "unknown key 'mean'"), ("no_feature", "has no \"feature\""),
+                          ("codes_missing", "no code for the category 'small_business' of 'purpose'"))),
+    ("--data {loans} --target approved --from-checkpoint {loans_sd} --model-inputs {tmp}/missing.json",
+     "missing.json' (file not found); allowed: a JSON file listing the model's inputs"),
+    ("--data moons --model-inputs {inputs_good}", "--model-inputs: got"),  # a data set has no table columns
+    ("--config {yaml_inputs}", "model_inputs: got"),
 ]
 if not HAS_GPU:
     TRAIN.append(("--accelerator gpu", "--accelerator"))
@@ -94,6 +112,8 @@ EVALUATE = [
     ("--checkpoint {other_ckpt} --summary-json {tmp}", "--summary-json"),
     ("--checkpoint {other_ckpt} --out-dir {text}", "--out-dir"), ("--checkpoint {other_ckpt} --data nope", "--data"),
     ("--n-runs 2", "--run-id"), ("--checkpoint {other_ckpt} --length-scale -1", "--length-scale"),
+    ("--checkpoint {loans_sd} --data {loans} --target approved --model-inputs {inputs_unknown_category}",
+     "--model-inputs: got"),
 ]
 COMPARE = [
     ("--data circles --jobs 0", "--jobs"), ("--data nope", "--data"), ("--data circles --n-runs 0", "--n-runs"),
@@ -201,7 +221,10 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     (base / "store").mkdir()
     MlflowClient(tracking_uri=f"sqlite:///{base / 'store' / 'mlflow.db'}").create_experiment("ct-lightning")
     tables = bad_tables(base)
-    return {**tables, "text": str(base / "notes.txt"), "bad_yaml": str(base / "bad.yaml"), "yaml_ten": str(base / "ten.yaml"),
+    torch.save(build_mlp(13, 2, [8]).state_dict(), base / "loans_mlp.pt")  # 13 inputs: the loans fixture's width
+    (base / "inputs.yaml").write_text("model_inputs: 3\n")
+    return {**tables, **bad_model_inputs(base), "loans_sd": str(base / "loans_mlp.pt"),
+            "yaml_inputs": str(base / "inputs.yaml"), "text": str(base / "notes.txt"), "bad_yaml": str(base / "bad.yaml"), "yaml_ten": str(base / "ten.yaml"),
             "yaml_high": str(base / "high.yaml"), "yaml_key": str(base / "key.yaml"),
             "yaml_no_val": str(base / "no_val.yaml"),
             "other_sd": str(base / "adult_mlp.pt"), "other_ckpt": str(base / "other.ckpt"),
@@ -228,6 +251,33 @@ def bad_tables(folder: Path) -> dict[str, str]:
     (folder / "empty.csv").write_text("")
     (folder / "spec.yaml").write_text("columns:\n  income: {kind: continuous}\n")
     return {**paths, "bad_empty": str(folder / "empty.csv"), "bad_text_spec": str(folder / "spec.yaml")}
+
+
+def bad_model_inputs(folder: Path) -> dict[str, str]:
+    """``--model-inputs`` files for the loans fixture, one fault each: ``inputs_<fault>`` -> its path (and a good one,
+    ``inputs_good``)."""
+    import json
+
+    good = [{"feature": name, "center": 0, "scale": 1} for name in ("age", "income", "debt", "years_employed")]
+    good += [{"feature": "home_ownership", "category": c} for c in ("mortgage", "own", "rent")]
+    good += [{"feature": "purpose", "category": c} for c in ("car", "debt_consolidation", "education",
+                                                            "home_improvement", "small_business")]
+    good += [{"feature": "sex", "category": "male"}]
+    faults = {"good": good, "unknown_feature": [{**good[0], "feature": "agee"}, *good[1:]],
+              "unknown_category": [*good[:6], {"feature": "home_ownership", "category": "renting"}, *good[7:]],
+              "category_of_number": [{"feature": "age", "category": "old"}, *good[1:]],
+              "number_of_category": [*good[:7], {"feature": "purpose", "center": 0, "scale": 1}, *good[8:]],
+              "scale_zero": [good[0], {**good[1], "scale": 0}, *good[2:]], "width": good[:12],
+              "not_a_list": {"age": 1}, "bad_key": [{"feature": "age", "mean": 3}, *good[1:]],
+              "no_feature": [{"center": 0, "scale": 1}, *good[1:]],
+              "codes_missing": [*good[:12], {"feature": "purpose", "codes": {"car": 0, "debt_consolidation": 1,
+                                                                            "education": 2, "home_improvement": 3}}]}
+    paths = {}
+    for fault, content in faults.items():
+        (folder / f"inputs_{fault}.json").write_text(json.dumps(content))
+        paths[f"inputs_{fault}"] = str(folder / f"inputs_{fault}.json")
+    (folder / "inputs_malformed.json").write_text('[{"feature": "age",]')
+    return {**paths, "inputs_malformed": str(folder / "inputs_malformed.json")}
 
 
 def _runs(database: Path) -> list[tuple]:

@@ -124,14 +124,14 @@ def help_text(setting: Setting, default: Any, overridden: bool) -> str:
 
 def argtype(setting: Setting):
     """An argparse ``type`` that converts and checks a value as the row does (:meth:`Setting.checked`), but for the
-    existence of a named file (a ``--data`` table, ``--data-spec``), which the recipe checks before its work."""
+    existence of a named file (a ``--data`` table, ``--data-spec``, ``--model-inputs``), which the recipe checks before its work."""
 
     def convert(text: str) -> Any:
         try:
             if setting.name == "drop_columns" and not csv_names(text):  # typed, yet names nothing: a slip
                 raise InputError("", text, "comma-separated columns of the table, e.g. id,notes (leave the option "
                                  "out to drop none)", "no column named")
-            if setting.name == "data_spec" or (setting.name == "data" and is_table_file(text)):
+            if setting.name in ("data_spec", "model_inputs") or (setting.name == "data" and is_table_file(text)):
                 return setting.rule.check(text, "")  # a file's existence is checked before the work, not here
             return setting.checked(text, "")
         except ValueError as error:

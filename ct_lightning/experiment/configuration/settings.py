@@ -154,6 +154,8 @@ class Setting:
             kind = "bool"
         elif self.name in ("immutable", "drop_columns"):
             kind = "names"
+        elif self.name == "model_inputs":
+            kind = "inputs"
         return Rule(kind, self.low, self.high, self.low_open, self.high_open, self.choices,
                     nonempty=self.name in ("tracking_uri", "experiment", "data"))
 
@@ -231,8 +233,18 @@ def _check_data_spec(value, option: str) -> None:
         raise InputError(option, value, "a YAML file", "file not found")
 
 
+def _check_model_inputs(value, option: str) -> None:
+    """The inputs file reads and each entry has a form (what it names is checked against the table later)."""
+    from ct_lightning.model_inputs import OPTION, read_model_inputs  # noqa: PLC0415 - neither torch nor pandas
+
+    try:
+        read_model_inputs(value)
+    except ValueError as error:
+        raise ValueError(option + str(error).removeprefix(OPTION)) from None
+
+
 EXTRA_CHECKS: dict[str, Callable[[Any, str], None]] = {
-    "data": _check_data, "data_spec": _check_data_spec,
+    "data": _check_data, "data_spec": _check_data_spec, "model_inputs": _check_model_inputs,
     "mutability": _check_mutability, "model": _check_model,
     "generator_options": _check_generator_options}
 
@@ -310,6 +322,15 @@ TABLE: tuple[Setting, ...] = (
     Setting("from_checkpoint", None, "start from these weights: a checkpoint of this project, a state_dict of the "
             "default MLP, weights for --model, or an MLflow model runs:/RUN_ID/model or models:/NAME/VERSION",
             group=START),
+    Setting("model_inputs", None, "table files: a JSON file listing, in order, the inputs the model of "
+            "--from-checkpoint (evaluate.py: --checkpoint) was trained on, as your own preprocessing made them from "
+            "the table's columns: "
+            '{"feature": F, "center": C, "scale": S} (a number: (value - C) / S), {"feature": F, "category": V} '
+            '(a one-hot column) or {"feature": F, "codes": {V: CODE, ...}}; a frozen layer maps ct-lightning\'s '
+            "encoding onto them, and the trained network's own weights are written beside the checkpoints "
+            "(model-weights.pt). Written by ct_lightning.model_inputs.model_inputs_from_sklearn (default: the model "
+            "reads ct-lightning's encoding: numbers standardised, categories one-hot, in the table's column order)",
+            group=START, metavar="FILE"),
     Setting("resume", None, "continue an interrupted run (default: the newest unfinished run of --experiment that has "
             "a checkpoint; runs killed before their first epoch ended are skipped) from its last epoch-end "
             "checkpoint, in the same MLflow run, with its logged configuration; the result is bit-identical to an "
@@ -441,6 +462,8 @@ def resolve_config(overrides: dict) -> dict:
     data = catalogue.canonical_dataset(given["data"]) or given["data"]
     if is_table_file(data):
         data = str(Path(data).resolve())  # the run's configuration names the file absolutely
+    if isinstance(given.get("model_inputs"), str):
+        given["model_inputs"] = str(Path(given["model_inputs"]).resolve())
     config = {**DEFAULTS, **table2(data, {**DEFAULTS, **given}), **given, "data": data}
     for name in ("immutable", "drop_columns"):
         if isinstance(config[name], str):
@@ -452,6 +475,9 @@ def resolve_config(overrides: dict) -> dict:
         blobs = ", ".join(name for name in available() if data_class(name).blob)
         raise ValueError(f"center_distance: {config['center_distance']!r} is not allowed for data {data!r}; "
                          f"allowed only for the blob data sets {blobs} (or unset)")
+    if config["model_inputs"] is not None and not is_table_file(data):
+        raise InputError("model_inputs", config["model_inputs"], "a file with --data FILE.csv/.parquet --target "
+                         "COLUMN (the inputs are made from a table's columns)", f"--data is {data}")
     if config["limit_train_batches"] == 0 and not config.get("from_checkpoint"):
         raise InputError("limit_train_batches", 0, f"{BATCHES_ALLOWED}, {NO_TRAINING}",
                          "no --from-checkpoint: the run would log the untrained initial weights")

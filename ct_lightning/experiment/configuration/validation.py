@@ -118,7 +118,8 @@ class Rule:
                 f"{BATCHES_ALLOWED} (0 would validate nothing: no val/acc)"
         noun = {"int": "an integer", "float": "a finite number", "ints": "comma-separated integers",
                 "floats": "comma-separated finite numbers", "bool": "true or false",
-                "names": "comma-separated names"}.get(self.kind, "a text")
+                "names": "comma-separated names", "inputs": "a JSON file listing the model's inputs"
+                }.get(self.kind, "a text")
         if self.nonempty and self.kind == "str":
             noun = "a non-empty text"
         low, high = _number(self.low), _number(self.high)
@@ -156,6 +157,9 @@ class Rule:
             return value
         elif kind == "bool":
             if not isinstance(value, bool):
+                raise ValueError
+        elif kind == "inputs":  # a file's path, or (a configuration, a checkpoint's) the list itself
+            if not isinstance(value, (str, list)) or isinstance(value, str) and not value.strip():
                 raise ValueError
         elif not isinstance(value, str):
             raise ValueError

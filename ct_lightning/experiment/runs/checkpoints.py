@@ -189,3 +189,57 @@ def load_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str =
                          "and n_classes if it takes them)")
         raise ValueError(f"{source} does not fit the model: " + " | ".join(parts))
     model.load_state_dict(state)
+
+
+ADAPTER, NETWORK = "inputs.", "network."  # an AdaptedModel's parts (--model-inputs)
+MODEL_WEIGHTS = "model-weights.pt"  # beside a --model-inputs run's checkpoints: the network alone, for your pipeline
+
+
+def split_adapted(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """The network's weights of an adapted model's ``state`` (``network.0.weight`` → ``0.weight``, the input layer
+    left out: it is made again from the data); any other ``state`` as it is."""
+    if f"{ADAPTER}weight" in state and any(k.startswith(NETWORK) for k in state):
+        return {k[len(NETWORK):]: v for k, v in state.items() if k.startswith(NETWORK)}
+    return state
+
+
+def first_layer(state: dict[str, torch.Tensor]) -> tuple[str, int] | None:
+    """``(name, inputs)`` of the first matrix of ``state`` (a ``Linear``'s ``weight``: its input width), or ``None``."""
+    return next(((k, int(v.shape[1])) for k, v in state.items() if k.endswith("weight") and v.dim() == 2), None)
+
+
+def load_into(model: nn.Module, state: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
+    """Load ``state`` strictly (:func:`load_weights`); into an adapted model's network (its input layer is set from the
+    data, not from the weights)."""
+    from ct_lightning.models import AdaptedModel  # noqa: PLC0415
+
+    if isinstance(model, AdaptedModel):
+        load_weights(model.network, split_adapted(state), source)
+    else:
+        load_weights(model, state, source)
+
+
+def network_state_dict(checkpoint: str | Path) -> dict[str, torch.Tensor]:
+    """The weights of your own network in a ``--model-inputs`` run's checkpoint (``best.ckpt``, ``last.ckpt``), without
+    the input layer: ``torch.save(network_state_dict("run/best.ckpt"), "best-weights.pt")``, then
+    ``your_model.load_state_dict(torch.load("best-weights.pt"))`` reads your own encoding."""
+    state, _ = read_checkpoint(checkpoint)
+    network = split_adapted(state)
+    if network is state:
+        raise ValueError(f"checkpoint: {checkpoint} holds no model trained with --model-inputs (no input layer)")
+    return network
+
+
+def save_network_weights(model: nn.Module, folder: str | Path) -> Path | None:
+    """Write an adapted model's network weights (a plain ``state_dict``, on the CPU) as ``folder/model-weights.pt``,
+    atomically; ``None`` for any other model."""
+    from ct_lightning.experiment.runs.atomic_files import atomic_file  # noqa: PLC0415
+    from ct_lightning.models import AdaptedModel  # noqa: PLC0415
+
+    if not isinstance(model, AdaptedModel):
+        return None
+    path = Path(folder) / MODEL_WEIGHTS
+    state = {k: v.detach().cpu().clone() for k, v in model.network.state_dict().items()}
+    with atomic_file(path) as temporary:
+        torch.save(state, temporary)
+    return path

@@ -110,7 +110,7 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
     (its ``config.json`` beside it, else ``data``), a plain ``state_dict`` or ``{"state_dict": ...}`` of the
     configured architecture (MLP hidden sizes inferred from the tensors), ``runs:/RUN_ID/model`` and
     ``models:/NAME/VERSION``. ``given``: settings (``target``, ``data_spec``, ``impute``, ``model``,
-    ``hidden_sizes``, ``activation``) that apply where given."""
+    ``hidden_sizes``, ``activation``, ``model_inputs``) that apply where given."""
     from ct_lightning.experiment.configuration.settings import is_table_file  # noqa: PLC0415
     from ct_lightning.experiment.configuration.validation import InputError  # noqa: PLC0415
 
@@ -125,7 +125,7 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
         loaded = load_checkpoint_with_config(source, data, weights_only)
         loaded.config.update(table)
         return loaded
-    from ct_lightning.experiment.runs.checkpoints import load_weights  # noqa: PLC0415
+    from ct_lightning.experiment.runs.checkpoints import load_into  # noqa: PLC0415
     from ct_lightning.experiment.runs.train import _architecture_from_source, build_module  # noqa: PLC0415
 
     if not data:
@@ -137,7 +137,7 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
     datamodule = build_datamodule(config)
     module = build_module(config, datamodule)
     try:
-        load_weights(module.model, weights, source="its weights")
+        load_into(module.model, weights, source="its weights")
     except ValueError as error:
         raise InputError("--checkpoint", source, f"weights of a model of {datamodule.n_features} features and "
                          f"{datamodule.n_classes} classes ({config['data']})", str(error)) from None

@@ -263,6 +263,8 @@ def load_model_uri(uri: str, tracking_uri: str) -> tuple[dict[str, torch.Tensor]
     activations = [names[type(m)] for m in model.modules() if type(m) in names]
     if activations:
         metadata["activation"] = activations[0]
+    if getattr(model, "entries", None):  # an AdaptedModel: its network reads the inputs of --model-inputs
+        metadata["input_map"] = list(model.entries)
     return state, metadata
 
 

@@ -40,7 +40,7 @@ STACK_REQUIRES = {"model": ("mlp",), "resume": (None,), "from_checkpoint": (None
                   "config": (None,), "checkpoint_dir": (None,), "summary_json": (None,), "fast_dev_run": (False, 0),
                   "limit_train_batches": (None,), "limit_val_batches": (None,), "eval_every": (0,),
                   "accelerator": ("auto", "cpu", "gpu", "cuda"), "devices": ("auto", 1), "num_nodes": (1,),
-                  "strategy": ("auto",), "target": (None,)}
+                  "strategy": ("auto",), "target": (None,), "model_inputs": (None,)}
 
 
 def config_blocker(configs: list[dict]) -> str | None:

@@ -20,7 +20,10 @@ from mlflow.tracking import MlflowClient
 from ct_lightning.callbacks import BurnIn, ConvergenceWatch, CounterfactualEvaluation, EpochSeed
 from ct_lightning.experiment.configuration.allocator import keep_freed_memory
 from ct_lightning.experiment.runs.checkpoint_io import AtomicCheckpointIO
-from ct_lightning.experiment.runs.checkpoints import infer_mlp_hidden_sizes, load_weights, read_checkpoint
+from ct_lightning.experiment.runs.checkpoints import (first_layer, infer_mlp_hidden_sizes, load_into, read_checkpoint,
+                                                     save_network_weights, split_adapted)
+from ct_lightning.model_inputs import affine_map, read_model_inputs
+from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.models import ACTIVATIONS
 from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console
 from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
@@ -52,9 +55,35 @@ from ct_lightning.module import CTModule
 
 
 def build_module(config: dict, datamodule) -> CTModule:
-    """A ``CTModule`` with the configured architecture for the configured data set."""
-    return CTModule(**module_kwargs(config, datamodule.n_features, datamodule.n_classes, datamodule.feature_names,
-                                    mutability_spec(config, datamodule) or None))
+    """A ``CTModule`` with the configured architecture for the configured data set; with ``model_inputs``, the
+    network behind the frozen input layer that maps the data module's encoding onto those inputs."""
+    entries = model_input_entries(config)
+    mapped = input_map(config, entries, datamodule) if entries else None
+    module = CTModule(**module_kwargs(config, datamodule.n_features, datamodule.n_classes, datamodule.feature_names,
+                                      mutability_spec(config, datamodule) or None), input_map=entries)
+    if mapped is not None:
+        module.model.inputs.set_map(mapped[0], mapped[1])
+    return module
+
+
+def model_input_entries(config: dict) -> list[dict] | None:
+    """The checked entries of ``config["model_inputs"]`` (a file or the list), or ``None`` without it."""
+    source = config.get("model_inputs")
+    return None if source is None else read_model_inputs(source)
+
+
+def input_map(config: dict, entries: list[dict], datamodule) -> tuple[list, list, list[str]]:
+    """``(weight, bias, unused columns)`` of the input layer from the table's encoding to ``entries``
+    (:func:`ct_lightning.model_inputs.affine_map`); a table's fitted codec is needed."""
+    codec = getattr(datamodule, "codec", None)
+    if codec is None:
+        raise InputError("model_inputs", _inputs_shown(config["model_inputs"]), "a file with --data FILE.csv/.parquet "
+                         "--target COLUMN (the inputs are made from a table's columns)", f"--data is {config['data']}")
+    return affine_map(entries, codec, config["model_inputs"])
+
+
+def _inputs_shown(source) -> str:
+    return source if isinstance(source, str) else f"a list of {len(source)} inputs"
 
 
 def _architecture_from_file(path: str, given: dict) -> tuple[dict, dict]:
@@ -63,11 +92,21 @@ def _architecture_from_file(path: str, given: dict) -> tuple[dict, dict]:
     implied = {key: metadata[key] for key in ("hidden_sizes", "activation") if key in metadata}
     if "architecture" in metadata:
         implied["model"] = metadata["architecture"]
+    state, implied = _adapted_weights(state, metadata, implied)
     if "hidden_sizes" not in implied and given.get("model", metadata.get("architecture", "mlp")) == "mlp":
         inferred = infer_mlp_hidden_sizes(state)
         if inferred is not None:
             implied["hidden_sizes"] = inferred
     return state, {k: v for k, v in implied.items() if given.get(k) is None}
+
+
+def _adapted_weights(state: dict, metadata: dict, implied: dict) -> tuple[dict, dict]:
+    """A model trained with ``--model-inputs`` (its checkpoint, its MLflow model): its network's weights, and its
+    inputs list as the implied ``model_inputs`` (the input layer is made again from the data it is trained on)."""
+    network = split_adapted(state)
+    if network is not state and metadata.get("input_map"):
+        implied = {**implied, "model_inputs": list(metadata["input_map"])}
+    return network, implied
 
 
 def _resume_config(overrides: dict, echo=print) -> tuple[dict, str, Path]:
@@ -130,12 +169,13 @@ def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None
         return config, run_id, resume_from, None
     if given.get("config"):
         given = {**load_config_file(given["config"]), **given}
-    weights = None
+    weights, inherited = None, False
     if given.get("from_checkpoint"):
         if ":/" not in given["from_checkpoint"]:  # the run's configuration names the file absolutely, as --data
             given["from_checkpoint"] = str(Path(given["from_checkpoint"]).resolve())
         weights, implied = _architecture_from_source(given["from_checkpoint"], given)
         given.update(implied)
+        inherited = "model_inputs" in implied  # a --model-inputs run's checkpoint: its list comes with it
         if given.get("activation") is None and given.get("model", "mlp") == "mlp":
             echo(f"note: {given['from_checkpoint']} does not say which activation its MLP uses (a state_dict holds "
                  f"weights only): {DEFAULTS['activation']} is assumed; pass --activation if it was trained with another "
@@ -143,17 +183,33 @@ def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None
     config = resolve_config(given)
     check_outputs(config)
     if weights is not None:
+        entries = model_input_entries(config)
+        if entries is not None:
+            check_input_width(config, entries, weights)
         shape = f"an MLP with hidden sizes {config['hidden_sizes']} and {config['activation']}" \
             if config["model"] == "mlp" else f"the model {config['model']}"
         verb = "the model as it is:" if config["limit_train_batches"] == 0 else "fine-tuning"
-        echo(f"{verb} {config['from_checkpoint']}: {shape}, {sum(v.numel() for v in weights.values())} weights",
-             flush=True)
+        reads = "" if not entries else f", reading the {len(entries)} inputs of " + \
+            ("the --model-inputs list it was trained with" if inherited else "--model-inputs")
+        echo(f"{verb} {config['from_checkpoint']}: {shape}, {sum(v.numel() for v in weights.values())} weights"
+             f"{reads}", flush=True)
     return config, None, None, weights
+
+
+def check_input_width(config: dict, entries: list[dict], weights: dict) -> None:
+    """The inputs list has one entry per input of the model's first layer, else a one-line :class:`InputError`."""
+    first = first_layer(weights)
+    if first is not None and first[1] != len(entries):
+        raise InputError("model_inputs", _inputs_shown(config["model_inputs"]),
+                         f"a list of {first[1]} inputs, one per input of the model's first layer ({first[0]} of "
+                         f"{config['from_checkpoint']} takes {first[1]})", f"it lists {len(entries)}")
 
 
 def _architecture_from_source(source: str, given: dict) -> tuple[dict, dict]:
     if source.startswith(("runs:/", "models:/")):
         state, metadata = load_model_uri(source, given.get("tracking_uri") or DEFAULTS["tracking_uri"])
+        state, metadata = _adapted_weights(state, metadata, metadata)
+        metadata.pop("input_map", None)
         inferred = infer_mlp_hidden_sizes(state)
         if inferred is not None:
             metadata["hidden_sizes"] = inferred
@@ -203,7 +259,15 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
         echo("CT settings (given, else chosen from the training rows' size): "
              + ", ".join(f"{k} {v}" for k, v in chosen.items()), flush=True)
     if resume_from is None and config.get("from_checkpoint"):
-        load_weights(module.model, weights, source=f"from_checkpoint {config['from_checkpoint']}")
+        load_given_weights(config, module, weights, datamodule)
+        echo_loaded_accuracy(config, module, datamodule, echo)
+    if resume_from is None and config.get("model_inputs") is not None:
+        unused = input_map(config, module.hparams.input_map, datamodule)[2]
+        if unused:
+            echo(f"note: --model-inputs: no input of the model reads {', '.join(unused)}: "
+                 f"{'it does' if len(unused) == 1 else 'they do'} not change its decisions, and counterfactuals leave "
+                 f"{'it' if len(unused) == 1 else 'them'} as given (leave a column that is no feature out with "
+                 f"--drop-columns)", flush=True)
 
     artifact_location = prepare_store(config["tracking_uri"], config["experiment"])  # created once, under a lock
     client = MlflowClient(tracking_uri=config["tracking_uri"])
@@ -240,6 +304,61 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
     except BaseException as error:
         mark_failed(client, run_id, error)
         raise
+
+
+def load_given_weights(config: dict, module: CTModule, weights: dict, datamodule) -> None:
+    """Load the ``from_checkpoint`` weights into the module's model (into the network behind the input layer with
+    ``model_inputs``); a first layer of another width on a table names ``--model-inputs``."""
+    source = f"from_checkpoint {config['from_checkpoint']}"
+    try:
+        load_into(module.model, weights, source=source)
+    except ValueError as error:
+        first, codec = first_layer(weights), getattr(datamodule, "codec", None)
+        if codec is None or config.get("model_inputs") is not None or first is None \
+                or first[1] == datamodule.n_features:
+            raise
+        raise ValueError(f"{error} | ct-lightning encodes {Path(config['data']).name} as {datamodule.n_features} "
+                         f"inputs (numbers standardised, categories one-hot, in the table's column order), the model "
+                         f"takes {first[1]}: if it was trained on an encoding of your own, describe its inputs with "
+                         f"--model-inputs FILE (docs/guide.md, \"Fine-tune a model you already have\")") from None
+
+
+def loaded_accuracy(module: CTModule, datamodule) -> tuple[float, float] | None:
+    """``(accuracy, majority share)`` of the module's model on the validation split, before any training; ``None``
+    for a data module without validation tensors."""
+    if getattr(datamodule, "x_val", None) is None or not len(datamodule.y_val):
+        return None
+    x, y = datamodule.x_val.float(), datamodule.y_val.long()
+    with eval_mode(module.model), torch.no_grad():
+        accuracy = (module.model(x).argmax(1) == y).float().mean().item()
+    return accuracy, torch.bincount(y).max().item() / max(len(y), 1)
+
+
+def echo_loaded_accuracy(config: dict, module: CTModule, datamodule, echo) -> None:
+    """Say how well the loaded model does before any training, and warn where it is no better than always predicting
+    the majority class: its inputs are likely not those it was trained on."""
+    scores = loaded_accuracy(module, datamodule)
+    if scores is None:
+        return
+    accuracy, majority = scores
+    table = getattr(datamodule, "codec", None) is not None
+    fed = " on the inputs of --model-inputs" if config.get("model_inputs") is not None else \
+        f" on ct-lightning's encoding of {Path(config['data']).name}" if table else ""
+    echo(f"{Path(config['from_checkpoint']).name} as loaded, before any training: validation accuracy {accuracy:.3f}"
+         f"{fed} (the majority class alone: {majority:.3f})", flush=True)
+    if accuracy > majority:
+        return
+    classes = getattr(getattr(datamodule, "codec", None), "classes", None)
+    order = f"; its outputs must be the classes {', '.join(map(str, classes))}, in this order" if classes else ""
+    if config.get("model_inputs") is not None:
+        hint = f"check that --model-inputs lists the inputs it was trained on, in their order{order}"
+    elif table:
+        hint = ("if it was trained on an encoding of your own (its own scaling, one-hot columns or order), describe "
+                f"its inputs with --model-inputs FILE (docs/guide.md, \"Fine-tune a model you already have\"){order}")
+    else:
+        hint = "check that it was trained on this data set, with --data's own features"
+    echo(f"warning: {config['from_checkpoint']} predicts no better than the majority class before training "
+         f"({accuracy:.3f} <= {majority:.3f}): {hint}", file=sys.stderr, flush=True)
 
 
 def expected_searches(config: dict, datamodule) -> int:
@@ -384,7 +503,10 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         "checkpoints": {"last": last.best_model_path or None, "best": best.best_model_path or None},
     }
     client.log_metric(run_id, "fit_seconds", fit_seconds)
-    for path in set(summary["checkpoints"].values()) - {None, ""}:
+    weights = save_network_weights(module.model, config["checkpoint_dir"])  # --model-inputs: for your own pipeline
+    if weights is not None:
+        summary["model_weights"] = str(weights)
+    for path in (set(summary["checkpoints"].values()) | {summary.get("model_weights")}) - {None, ""}:
         client.log_artifact(run_id, path, artifact_path="checkpoints")
     ended = False
     if server_writable(client):  # a server that went away during training is asked once more, its outbox sent
@@ -440,6 +562,9 @@ def result_lines(summary: dict) -> list[str]:
     saved = {k: v for k, v in (summary.get("checkpoints") or {}).items() if v}
     if saved:
         lines.append("checkpoints: " + ", ".join(f"{k} {v}" for k, v in saved.items()))
+    if summary.get("model_weights"):
+        lines.append(f"your network's weights after training, without the input layer (load them into your own model, "
+                     f"which reads your own encoding): {summary['model_weights']}")
     return lines
 
 

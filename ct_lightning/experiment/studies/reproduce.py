@@ -69,7 +69,7 @@ def stable_key(payload: dict) -> str:
 # newer version of the library still finds the trainings an older one made.
 OMITTED_AT_DEFAULT = {"devices": "auto", "num_nodes": 1, "strategy": "auto", "center_distance": None,
                       "cpu_math": "native", "data_spec": None, "impute": "none", "target": None, "drop_columns": [],
-                      "balance": "none"}
+                      "balance": "none", "model_inputs": None}
 
 
 def training_key(config: dict) -> str:

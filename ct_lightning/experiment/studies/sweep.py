@@ -323,7 +323,7 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         # Trials may run in other working directories (Ray workers): make the store path absolute.
         tracking_uri = "sqlite:///" + str(Path(tracking_uri[len("sqlite:///"):]).resolve())
     base = {**base, "tracking_uri": tracking_uri, "experiment": experiment, "data": resolved["data"]}  # a table: absolute
-    for path_key in ("data_spec", "checkpoint_dir"):
+    for path_key in ("data_spec", "model_inputs", "checkpoint_dir"):
         if isinstance(base.get(path_key), str):
             base[path_key] = str(Path(base[path_key]).resolve())
     artifact_location = prepare_store(tracking_uri)  # the store, created once under a file lock

@@ -15,7 +15,7 @@ from ct_lightning.experiment.configuration.settings import DEFAULTS, SETTINGS_BY
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_checkpoint_file, check_model_fits,
                                                 check_output_file, check_run_ids, check_writable_folder)
 
-GIVEN = (*TABLE_KEYS, "model", "hidden_sizes", "activation")  # how to read a table or a model
+GIVEN = (*TABLE_KEYS, "model", "hidden_sizes", "activation", "model_inputs")  # how to read a table or a model
 
 
 def check_inputs(args: argparse.Namespace) -> None:

@@ -1,0 +1,247 @@
+"""A model trained on its own encoding of a table (scikit-learn, pandas) fine-tunes with ``--model-inputs``.
+
+The user's encodings here are real scikit-learn and pandas pipelines fitted on ``tests/fixtures/loans.csv``; the
+frozen input layer must reproduce their output from ct-lightning's encoding of the same rows, the fine-tuned
+network must go back into the user's own ``nn.Module`` and pipeline, and explanations stay in the table's units.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+from preloaded import run_script
+from torch import nn
+
+ROOT = Path(__file__).resolve().parents[1]
+LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
+NUMBERS, CATEGORIES = ["age", "income", "debt", "years_employed"], ["home_ownership", "purpose", "sex"]
+COLUMNS = ["age", "income", "debt", "years_employed", "home_ownership", "purpose", "sex"]  # the fixture's, in order
+APPLICANT = {"age": 29, "income": 31000, "debt": 21000, "years_employed": 2, "home_ownership": "rent",
+             "purpose": "small_business", "sex": "female"}
+
+
+def frame() -> tuple[pd.DataFrame, np.ndarray]:
+    table = pd.read_csv(LOANS)
+    return table.drop(columns="approved"), (table["approved"] == "yes").to_numpy().astype(np.int64)
+
+
+def our_codec(features: pd.DataFrame, labels: np.ndarray):
+    from datamodules.codec import TabularCodec
+
+    return TabularCodec.fit(features.assign(approved=np.where(labels == 1, "yes", "no")), "approved")
+
+
+def pipelines():
+    """Fitted-to-be preprocessings a user may have, each another encoding of the same table."""
+    from sklearn.compose import ColumnTransformer, make_column_selector
+    from sklearn.impute import SimpleImputer
+    from sklearn.pipeline import Pipeline
+    from sklearn.preprocessing import (MaxAbsScaler, MinMaxScaler, OneHotEncoder, OrdinalEncoder, RobustScaler,
+                                       StandardScaler)
+
+    return {
+        "categories first, drop first": ColumnTransformer([
+            ("cat", OneHotEncoder(drop="first", handle_unknown="ignore"), CATEGORIES),
+            ("num", StandardScaler(), NUMBERS)]),
+        "imputer and scaler, ordinal, raw remainder": ColumnTransformer([
+            ("num", Pipeline([("fill", SimpleImputer(strategy="median")), ("scale", StandardScaler())]),
+             ["income", "debt"]),
+            ("cat", OneHotEncoder(sparse_output=False), ["purpose", "sex"]),
+            ("ord", OrdinalEncoder(), ["home_ownership"])], remainder="passthrough"),
+        "min-max, infrequent categories, robust, max-abs": ColumnTransformer([
+            ("minmax", MinMaxScaler(), ["age", "years_employed"]),
+            ("rare", OneHotEncoder(min_frequency=50, handle_unknown="infrequent_if_exist"), ["purpose"]),
+            ("robust", RobustScaler(), ["income"]), ("maxabs", MaxAbsScaler(), ["debt"]),
+            ("sex", OneHotEncoder(drop="if_binary"), ["sex"]), ("home", OneHotEncoder(), ["home_ownership"])]),
+        "columns by mask, position, slice and selector": ColumnTransformer([
+            ("mask", StandardScaler(), np.array([c in ("age", "income") for c in COLUMNS])),
+            ("position", OneHotEncoder(), [4]), ("slice", "passthrough", slice(2, 4)),
+            ("selector", OneHotEncoder(drop="first"), make_column_selector(dtype_include=object))]),
+    }
+
+
+@pytest.mark.parametrize("name", list(pipelines()))
+def test_the_input_layer_reproduces_a_fitted_column_transformer(name):
+    from ct_lightning.model_inputs import affine_map, model_inputs_from_sklearn, read_model_inputs
+
+    features, labels = frame()
+    preprocess = pipelines()[name].fit(features)
+    theirs = np.asarray(preprocess.transform(features), dtype=np.float64)
+    entries = read_model_inputs(json.loads(json.dumps(model_inputs_from_sklearn(preprocess))))  # as a file holds it
+    codec = our_codec(features, labels)
+    weight, bias, unused = affine_map(entries, codec)
+    mapped = codec.encode(features).astype(np.float64) @ np.asarray(weight).T + np.asarray(bias)
+    assert mapped.shape == theirs.shape and unused == []
+    np.testing.assert_allclose(mapped, theirs, rtol=1e-5, atol=1e-5)
+
+
+def test_the_input_layer_reproduces_get_dummies_with_own_scaling():
+    from ct_lightning.model_inputs import affine_map, model_inputs_from_dummies
+
+    features, labels = frame()
+    dummies = pd.get_dummies(features[["debt", "purpose", "age", "home_ownership"]], drop_first=True, dtype=float)
+    center, scale = features[["debt", "age"]].mean(), features[["debt", "age"]].std()
+    dummies[["debt", "age"]] = (dummies[["debt", "age"]] - center) / scale
+    entries = model_inputs_from_dummies(list(dummies.columns), list(features.columns), center.to_dict(),
+                                        scale.to_dict())
+    weight, bias, unused = affine_map(entries, our_codec(features, labels))
+    mapped = our_codec(features, labels).encode(features).astype(np.float64) @ np.asarray(weight).T + bias
+    np.testing.assert_allclose(mapped, dummies.to_numpy(), rtol=1e-5, atol=1e-5)
+    assert unused == ["income", "years_employed", "sex"]  # the model ignores them: allowed, and said at start-up
+
+
+def fit_users_model(tmp_path: Path, epochs: int = 300):
+    """The user's own work: a ColumnTransformer (categories first, 13 outputs: as many as ct-lightning's encoding
+    of the table, in another order) and a plain PyTorch MLP trained on its output; the weights and the inputs list
+    are saved as files."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+    from ct_lightning.model_inputs import model_inputs_from_sklearn
+
+    features, labels = frame()
+    preprocess = ColumnTransformer([("cat", OneHotEncoder(drop="if_binary"), CATEGORIES),
+                                    ("num", StandardScaler(), NUMBERS)]).fit(features)
+    x, y = torch.tensor(preprocess.transform(features), dtype=torch.float32), torch.from_numpy(labels)
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(x.shape[1], 16), nn.ReLU(), nn.Linear(16, 2))
+    optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
+    for _ in range(epochs):
+        optimiser.zero_grad()
+        nn.functional.cross_entropy(model(x), y).backward()
+        optimiser.step()
+    torch.save(model.state_dict(), tmp_path / "model.pt")
+    (tmp_path / "model-inputs.json").write_text(json.dumps(model_inputs_from_sklearn(preprocess), indent=1))
+    return preprocess, model
+
+
+def settings(tmp_path: Path, **extra) -> dict:
+    return {"data": str(LOANS), "target": "approved", "from_checkpoint": str(tmp_path / "model.pt"), "nce": 16,
+            "max_epochs": 1, "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "progress": False, "seed": 0,
+            **extra}
+
+
+def users_accuracy_on(preprocess, model, rows: np.ndarray) -> float:
+    features, labels = frame()
+    with torch.no_grad():
+        logits = model(torch.tensor(preprocess.transform(features.iloc[rows]), dtype=torch.float32))
+    return float((logits.argmax(1).numpy() == labels[rows]).mean())
+
+
+def test_a_model_of_the_same_width_is_read_right_only_with_its_inputs_list(tmp_path):
+    """The silent failure: weights of a 13-input model load onto ct-lightning's 13 inputs, in another order. With
+    --model-inputs the model as loaded scores what it scores in the user's pipeline, on the same rows."""
+    from ct_lightning.experiment.configuration.data import build_datamodule
+    from ct_lightning.experiment.runs.train import train
+
+    preprocess, model = fit_users_model(tmp_path)
+    val_rows = build_datamodule({"data": str(LOANS), "target": "approved"}).rows["val"]
+    own = users_accuracy_on(preprocess, model, val_rows)
+    lines: list[str] = []
+    echo = lambda *parts, **_: lines.append(" ".join(map(str, parts)))  # noqa: E731
+    mapped = train(settings(tmp_path, limit_train_batches=0, model_inputs=str(tmp_path / "model-inputs.json")),
+                   echo=echo)
+    assert mapped["metrics"]["val/acc"] == pytest.approx(own)
+    loaded = next(line for line in lines if "as loaded, before any training" in line)
+    assert f"validation accuracy {own:.3f} on the inputs of --model-inputs" in loaded
+    unmapped = train(settings(tmp_path, limit_train_batches=0), echo=echo)
+    assert own > 0.85 and unmapped["metrics"]["val/acc"] < own - 0.15, "misread, the same weights lose their skill"
+
+
+def test_a_model_no_better_than_the_majority_class_as_loaded_is_warned_about(tmp_path):
+    from ct_lightning.experiment.runs.train import train
+
+    fit_users_model(tmp_path)
+    state = torch.load(tmp_path / "model.pt")
+    state["2.weight"].zero_()
+    state["2.bias"].copy_(torch.tensor([5.0, -5.0]))  # always "no", the minority class of the fixture
+    torch.save(state, tmp_path / "model.pt")
+    lines: list[str] = []
+    train(settings(tmp_path, limit_train_batches=0, model_inputs=str(tmp_path / "model-inputs.json")),
+          echo=lambda *parts, **_: lines.append(" ".join(map(str, parts))))
+    warning = [line for line in lines if line.startswith("warning:")]
+    assert len(warning) == 1 and "predicts no better than the majority class before training" in warning[0]
+    assert "check that --model-inputs lists the inputs it was trained on" in warning[0]
+
+
+def test_fine_tuned_model_explains_in_table_units_and_its_weights_go_back_to_the_users_pipeline(tmp_path):
+    """CSV → the user's scikit-learn encoding and plain PyTorch model → CT with --model-inputs → explain.py on the
+    checkpoint → model-weights.pt in the user's own nn.Module on the user's own encoding predicts as the
+    CT-trained model does on ct-lightning's."""
+    from ct_lightning.experiment.runs.loading import load_checkpoint
+    from ct_lightning.experiment.runs.train import train
+    from ct_lightning.models import AdaptedModel
+    from datamodules.codec import TabularCodec
+
+    preprocess, model = fit_users_model(tmp_path)
+    run = train(settings(tmp_path, max_epochs=2, immutable=["age", "sex"], checkpoint_dir=str(tmp_path / "ct"),
+                         model_inputs=str(tmp_path / "model-inputs.json")))
+    weights = tmp_path / "ct" / "model-weights.pt"
+    assert run["model_weights"] == str(weights)
+
+    trained = load_checkpoint(tmp_path / "ct" / "last.ckpt")  # weights_only, as explain.py and evaluate.py load it
+    assert isinstance(trained.model, AdaptedModel) and not list(trained.model.inputs.parameters())
+    features, _ = frame()
+    ours = torch.from_numpy(TabularCodec.from_dict(trained.preprocessing).encode(features))
+    model.load_state_dict(torch.load(weights, weights_only=True))  # the user's own module, strictly
+    with torch.no_grad():
+        in_their_pipeline = model(torch.tensor(preprocess.transform(features), dtype=torch.float32))
+        composite = trained.model(ours)
+    torch.testing.assert_close(in_their_pipeline, composite, rtol=1e-4, atol=1e-4)
+    assert not torch.equal(trained.model.network[0].weight, torch.load(tmp_path / "model.pt")["0.weight"]), \
+        "CT changed the network"
+
+    out = tmp_path / "explained.json"
+    done = run_script(ROOT / "recipes" / "explain.py", ["--checkpoint", str(tmp_path / "ct" / "last.ckpt"), "--row",
+                      json.dumps(APPLICANT), "--target", "yes", "--json", str(out), "--no-log"], cwd=tmp_path,
+                      timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    explained = json.loads(out.read_text())[0]
+    assert explained["counterfactual"]["age"] == 29 and explained["counterfactual"]["sex"] == "female"
+    assert explained["counterfactual"]["home_ownership"] in ("rent", "mortgage", "own")
+    assert float(explained["counterfactual"]["income"]).is_integer()
+
+    lines: list[str] = []
+    again = train(settings(tmp_path, from_checkpoint=str(tmp_path / "ct" / "last.ckpt"),
+                           checkpoint_dir=str(tmp_path / "again")),  # its inputs list comes with the checkpoint
+                  echo=lambda *parts, **_: lines.append(" ".join(map(str, parts))))
+    assert any("reading the 13 inputs of the --model-inputs list it was trained with" in line for line in lines)
+    assert again["config"]["model_inputs"] == json.loads((tmp_path / "model-inputs.json").read_text())
+    assert (tmp_path / "again" / "model-weights.pt").is_file()
+
+
+README_SIZES = {"examples/make_lending_csv.py": "--rows 600", "examples/train_plain_pytorch.py": "--epochs 30",
+                "recipes/train.py": "--max-epochs 2 --nce 32 --no-progress"}
+
+
+@pytest.mark.slow  # four fresh interpreters
+def test_the_readme_walk_through_runs_as_written(tmp_path):
+    """README "Your data, your model, ...": its commands in order, at a tiny size (the only change), from a folder
+    that holds the repository's programs as the README's set-up leaves them."""
+    import os
+    import re
+    import subprocess
+
+    text = (ROOT / "README.md").read_text()
+    section = text[text.index("## Your data, your model"):]
+    block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1)
+    commands = [line for line in block.splitlines() if line.strip() and not line.startswith("#")]
+    assert [c.split()[1] for c in commands] == ["examples/make_lending_csv.py", "examples/train_plain_pytorch.py",
+                                                "recipes/train.py", "recipes/explain.py"]
+    assert "--model-inputs model-inputs.json" in commands[2]
+    for name in (".venv", "examples", "recipes"):
+        (tmp_path / name).symlink_to(ROOT / name)
+    script = "\n".join(re.sub(r"\s+#.*$", "", c) + " " + README_SIZES.get(c.split()[1], "") for c in commands)
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run(["bash", "-euo", "pipefail", "-c", script], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=600)
+    output = done.stdout + done.stderr
+    assert done.returncode == 0, output[-4000:]
+    assert "as loaded, before any training: validation accuracy" in output and "warning:" not in output
+    assert (tmp_path / "loans-ct" / "model-weights.pt").is_file()
+    assert "row 0: predicted" in output and "(not allowed to change: age, sex)" in output
