@@ -150,3 +150,25 @@ def test_a_stack_trains_on_the_gpu_what_lone_gpu_trainings_train(tmp_path):
         for name in weights_a:
             assert weights_b[name].device.type == "cpu"
             torch.testing.assert_close(weights_b[name], weights_a[name].cpu(), atol=1e-3, rtol=1e-3)
+
+
+def test_a_model_of_your_own_encoding_fine_tunes_on_the_gpu(tmp_path):
+    """--model-inputs on CUDA: the frozen input layer moves with the network, and the weights given back
+    (model-weights.pt, on the CPU) predict in the user's pipeline as the GPU-trained composite does."""
+    from test_model_inputs import fit_users_model, frame, settings
+
+    from ct_lightning.experiment.runs.loading import load_checkpoint
+    from ct_lightning.experiment.runs.train import train
+    from datamodules.codec import TabularCodec
+
+    preprocess, model = fit_users_model(tmp_path)
+    run = train(settings(tmp_path, max_epochs=2, accelerator="gpu", checkpoint_dir=str(tmp_path / "ct"),
+                         model_inputs=str(tmp_path / "model-inputs.json")))
+    assert run["metrics"]["val/acc"] > 0.5
+    trained = load_checkpoint(tmp_path / "ct" / "last.ckpt")
+    features, _ = frame()
+    model.load_state_dict(torch.load(tmp_path / "ct" / "model-weights.pt", weights_only=True))
+    with torch.no_grad():
+        theirs = model(torch.tensor(preprocess.transform(features), dtype=torch.float32))
+        ours = trained.model(torch.from_numpy(TabularCodec.from_dict(trained.preprocessing).encode(features)))
+    torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
