@@ -6,7 +6,7 @@ in a command line does not pay for torch and Lightning before its arguments are 
 
 from __future__ import annotations
 
-import importlib
+from ct_lightning.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "BurnIn": "ct_lightning.callbacks", "CounterfactualEvaluation": "ct_lightning.callbacks",
@@ -20,13 +20,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ct_lightning' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())

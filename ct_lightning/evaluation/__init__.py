@@ -7,7 +7,7 @@ classes (torchmetrics, and with it SciPy and Matplotlib), which explaining a dec
 
 from __future__ import annotations
 
-import importlib
+from ct_lightning.lazy_exports import lazy_exports
 
 _EXPORTS = {
     "EvaluationConstraints": "ct_lightning.evaluation.eval_constraints",
@@ -19,13 +19,4 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
-    if name in _EXPORTS:
-        value = getattr(importlib.import_module(_EXPORTS[name]), name)
-        globals()[name] = value
-        return value
-    raise AttributeError(f"module 'ct_lightning.evaluation' has no attribute {name!r}")
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_EXPORTS))
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, globals())
