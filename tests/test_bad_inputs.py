@@ -162,6 +162,8 @@ EXPLAIN = [
     ("--checkpoint {other_ckpt} --rows {tmp}/missing.csv", "--rows"), ("--checkpoint {other_ckpt} --rows {text}", "--rows"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --target 7", "--target"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --generator nope", "--generator"),
+    # a generator that learns from the training data, and a checkpoint without the config.json naming that data
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --generator revise", "--generator: got 'revise'"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --tau 0", "--tau"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --json {text}", "--json: got"),  # exists: only with --overwrite
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --max-steps -1", "--max-steps"),

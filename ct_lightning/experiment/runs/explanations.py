@@ -222,8 +222,16 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
     x_train = y_train = None
     from ct_lightning.generators import generator_class
 
-    if getattr(generator_class(settings.get("generator", "ecco")), "needs_fit", False):
+    name = settings.get("generator", "ecco")
+    if getattr(generator_class(name), "needs_fit", False):
         from ct_lightning.experiment.configuration.data import build_datamodule
+        from ct_lightning.generators.registry import GENERATORS
+
+        if not explainable.config.get("data"):  # a checkpoint copied without the config.json written beside it
+            search_only = ", ".join(sorted(n for n, g in GENERATORS.items() if not getattr(g, "needs_fit", False)))
+            raise InputError("--generator", name, f"{search_only} (they need no training data), or the model's run "
+                             "with --run-id, or its checkpoint with the config.json its training wrote beside it",
+                             "it learns from the training data, which this checkpoint does not name")
 
         datamodule = build_datamodule(explainable.config)
         x_train, y_train = datamodule.x_train, datamodule.y_train
