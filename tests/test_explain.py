@@ -196,8 +196,8 @@ LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
 
 @pytest.mark.parametrize("source", ["checkpoint", "run", "logged-models"])
 def test_explanations_keep_the_constraints_the_model_was_trained_under(tmp_path, source):
-    """From the checkpoint alone (README: `--checkpoint-dir loans-ct`, then `--checkpoint loans-ct/last.ckpt`, no
-    config.json beside it), from the run, and from the logged models of a run that trained no step, a table's
+    """From the checkpoint alone (`--checkpoint last.ckpt` copied without the config.json written beside it), from
+    the run, and from the logged models of a run that trained no step, a table's
     model is explained under the mutability it was trained with: --immutable and --mutability alike."""
     from ct_lightning.experiment.runs.explanations import explain_loaded, load_explainable, search_settings
     from ct_lightning.experiment.runs.train import train
@@ -209,7 +209,7 @@ def test_explanations_keep_the_constraints_the_model_was_trained_under(tmp_path,
         first = train({**settings, "max_epochs": 1, "limit_train_batches": 1, "checkpoint_dir": str(tmp_path / "pre")})
         settings.update(max_epochs=1, limit_train_batches=0, from_checkpoint=first["checkpoints"]["last"])
     run = train({**settings, "checkpoint_dir": str(tmp_path / "ct")})
-    assert not (tmp_path / "ct" / "config.json").exists()
+    (tmp_path / "ct" / "config.json").unlink()  # the checkpoint alone, as when last.ckpt is copied elsewhere
     assert (run["checkpoints"]["last"] is None) == (source == "logged-models")
     loaded = load_explainable(None, str(tmp_path / "ct" / "last.ckpt")) if source == "checkpoint" else \
         load_explainable(run["run_id"], None, uri)
@@ -255,3 +255,28 @@ def test_explanations_take_finer_steps_than_training_so_they_stop_near_the_bound
     reached = [[cf["x1"] for cf in result["counterfactual"]] for result in (near, far)]
     assert near["valid"].all() and far["valid"].all()
     assert all(0 <= n < f / 4 for n, f in zip(*reached)), reached  # seen: 0.67 and 1.16 against 6.4 and 6.9
+
+
+def test_a_learned_generator_explains_the_same_way_twice_with_the_same_seed():
+    """amortised builds its own network before the search: the explanation's seed must cover it too."""
+    codec, model = SmallCodec(), model_of_income_and_home()
+    x_train = torch.from_numpy(codec.encode(pd.concat([ROWS] * 8, ignore_index=True)))
+    y_train = torch.zeros(len(x_train), dtype=torch.long)
+    runs = [explain(model, ROWS, target="yes", codec=codec, generator="amortised", x_train=x_train, y_train=y_train,
+                    max_steps=20, seed=3) for _ in range(2)]
+    assert [r["counterfactual"] for r in to_records(runs[0])] == [r["counterfactual"] for r in to_records(runs[1])]
+
+
+def test_a_checkpoint_folder_names_its_data_so_learned_generators_explain_from_it(tmp_path):
+    """train.py writes config.json beside its checkpoints: explain.py --checkpoint (no --run-id) then finds the
+    training data that amortised and revise learn from, and evaluate.py needs no --data."""
+    from ct_lightning.experiment.runs.explanations import explain_loaded, load_explainable
+    from ct_lightning.experiment.runs.train import train
+
+    train({"data": "moons", "max_epochs": 1, "nce": 16, "limit_train_batches": 2, "progress": False,
+           "checkpoint_dir": str(tmp_path / "ck"), "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    loaded = load_explainable(None, str(tmp_path / "ck" / "last.ckpt"), None)
+    assert loaded.config["data"] == "moons" and loaded.config["max_epochs"] == 1
+    explained = explain_loaded(loaded, pd.DataFrame({"x1": [0.2], "x2": [0.9]}),
+                               settings={"generator": "amortised", "max_steps": 5})
+    assert len(explained) == 1

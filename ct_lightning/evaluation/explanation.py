@@ -237,6 +237,7 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     predicted = probabilities.argmax(1)
     targets = _target_codes(target, codec, predicted.cpu(), probabilities.cpu()).to(device)
 
+    torch.manual_seed(seed)  # a generator's own network (amortised) starts from the seed too
     made = make_generator(generator, lambda_cost, lambda_energy, lr, **(generator_options or {}))
     if getattr(made, "needs_fit", False):
         if x_train is None:

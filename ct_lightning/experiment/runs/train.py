@@ -441,6 +441,10 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         client.log_dict(run_id, defining_config(config), "config.json")  # records an extended max_epochs
         client.log_dict(run_id, defining_config(config), "config.yaml")
         log_missing_epoch_metrics(client, run_id, resume_from)
+    folder = Path(config["checkpoint_dir"])
+    earlier_files = folder.is_dir() and any(p.name != "config.json" for p in folder.iterdir())
+    if client is not None:  # beside the checkpoints too, so a copied folder still names its data and settings
+        write_json_atomic(folder / "config.json", defining_config(config))
     echo(f"MLflow run {run_id} ({run_name}); if it is interrupted, " + (resume_hint or "resume it with:\n  "
          f"{resume_command(run_id, config['tracking_uri'], config['experiment'])}"), flush=True)
     if config["limit_train_batches"] == 0:
@@ -473,7 +477,7 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     module.log_epochs_directly(True)  # where it applies: one process, EpochStepMLFlowLogger (see its docstring)
     started = time.perf_counter()
     with warnings.catch_warnings():
-        if resume_from is not None:  # the folder is the run's own, holding the checkpoint it resumes from
+        if resume_from is not None or not earlier_files:  # the run's own folder: its checkpoints, its config.json
             warnings.filterwarnings("ignore", "Checkpoint directory .* exists and is not empty")
         try:
             trainer.fit(module, datamodule=datamodule, ckpt_path=str(resume_from) if resume_from else None)
