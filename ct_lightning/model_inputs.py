@@ -175,6 +175,11 @@ def _fill(source, where: str, entry: Mapping, column, start: int, weight: list[f
             weight[start] = (high - low) / scale
             bias[row] = (low - center) / scale
             return
+        if kind == "categorical" and all(_finite(c) and not isinstance(c, bool) for c in categories):
+            # a code your pipeline read as a number (EDUCATION 1-6) that the data spec declares categorical: one
+            # weight per category, the scaled number it stands for
+            weight[start:start + len(categories)] = [(float(c) - center) / scale for c in categories]
+            return
         raise _refuse(source, f"{where}: a number (center, scale) for the {kind} column {feature!r} of categories "
                       f"{listed}", f'{{"feature": "{feature}", "category": ...}} or {{"feature": "{feature}", '
                       f'"codes": {{...}}}} for a category column')

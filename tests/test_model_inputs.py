@@ -95,6 +95,25 @@ def test_the_input_layer_reproduces_get_dummies_with_own_scaling():
     assert unused == ["income", "years_employed", "sex"]  # the model ignores them: allowed, and said at start-up
 
 
+def test_a_code_the_data_spec_declares_categorical_may_be_a_number_in_the_users_pipeline():
+    """--write-data-spec's advice (EDUCATION 1-6 is a code: kind categorical) and a pipeline that scaled the code as
+    a number: one weight per category, the scaled number it stands for."""
+    from sklearn.compose import ColumnTransformer
+    from sklearn.preprocessing import StandardScaler
+
+    from ct_lightning.model_inputs import affine_map, model_inputs_from_sklearn
+    from datamodules.codec import TabularCodec
+
+    features, labels = frame()
+    features = features.assign(grade=features["age"] % 4 + 1)  # a code of categories, written as numbers
+    preprocess = ColumnTransformer([("num", StandardScaler(), ["grade", "income"])]).fit(features)
+    codec = TabularCodec.fit(features.assign(approved=labels), "approved",
+                             spec={"columns": {"grade": {"kind": "categorical"}}})
+    weight, bias, _ = affine_map(model_inputs_from_sklearn(preprocess), codec)
+    mapped = codec.encode(features).astype(np.float64) @ np.asarray(weight).T + np.asarray(bias)
+    np.testing.assert_allclose(mapped, preprocess.transform(features), rtol=1e-5, atol=1e-5)
+
+
 def fit_users_model(tmp_path: Path, epochs: int = 300):
     """The user's own work: a ColumnTransformer (categories first, 13 outputs: as many as ct-lightning's encoding
     of the table, in another order) and a plain PyTorch MLP trained on its output; the weights and the inputs list
