@@ -41,6 +41,7 @@ class StopOnSignal(L.Callback):
         self.requeue = slurm_requeue_signal()
         self.signals = SIGNALS + ((self.requeue,) if self.requeue else ())
         self._previous: dict = {}
+        self._unraisable = sys.unraisablehook
         self._given_back: dict = {}  # the handlers restore() gave the signals back to
         self._epoch = 0
 
@@ -48,7 +49,15 @@ class StopOnSignal(L.Callback):
         """Take the signals (main thread only: elsewhere Python cannot, and the defaults stay)."""
         if not self._previous:
             self._previous = {s: signal.getsignal(s) for s in self.signals}
+            self._unraisable, sys.unraisablehook = sys.unraisablehook, self._ignored
         self._take()
+
+    def _ignored(self, unraisable) -> None:
+        """A signal in set-up that lands inside a finalizer or a weakref callback (SQLAlchemy's, during garbage
+        collection): Python cannot raise there and would print the lost exception as a traceback. The signal is
+        recorded (``signum``), so the run still stops at its next check; other lost exceptions are shown as before."""
+        if not isinstance(unraisable.exc_value, TrainingInterrupted):
+            self._unraisable(unraisable)
 
     def _take(self) -> None:
         try:
@@ -64,6 +73,8 @@ class StopOnSignal(L.Callback):
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         except ValueError:
             pass
+        if self._previous:
+            sys.unraisablehook = self._unraisable
         self._given_back, self._previous = self._previous, {}
 
     def pass_on(self) -> None:

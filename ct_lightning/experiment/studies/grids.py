@@ -27,6 +27,7 @@ from pathlib import Path
 import yaml
 
 from ct_lightning.experiment.configuration.console import progress_shown
+from ct_lightning.experiment.runs.tracking import retry_race
 
 
 GRID_DIR = Path(__file__).resolve().parents[3] / "configs" / "grids"
@@ -499,17 +500,21 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
         status = "FINISHED" if not failures else "FAILED"
     except TrainingInterrupted as interrupted:
         status = "KILLED"
-        client.set_tag(parent, INTERRUPTED_TAG, f"{interrupted}; re-run the same command to resume")
+        reason = f"{interrupted}; re-run the same command to resume"
+        retry_race(lambda: client.set_tag(parent, INTERRUPTED_TAG, reason))
         echo(f"interrupted ({interrupted}): grid parent run {parent} is KILLED; finished trainings and evaluations "
              f"are kept in {out_json} and the store: re-run the same command to resume", flush=True)
         raise
     finally:
         results = write()
-        client.log_metric(parent, "n_models", len(models))
-        client.log_metric(parent, "n_points", len(points))
-        client.log_metric(parent, "wall_seconds", results["wall_seconds"])
-        client.log_dict(parent, {k: v for k, v in results.items() if k != "models"}, "grid_points.json")
-        client.set_terminated(parent, status)
+        # Workers stopping on the same signal may still hold SQLite's write lock: the last records wait for it.
+        for closing in (lambda: client.log_metric(parent, "n_models", len(models)),
+                        lambda: client.log_metric(parent, "n_points", len(points)),
+                        lambda: client.log_metric(parent, "wall_seconds", results["wall_seconds"]),
+                        lambda: client.log_dict(parent, {k: v for k, v in results.items() if k != "models"},
+                                                "grid_points.json"),
+                        lambda: client.set_terminated(parent, status)):
+            retry_race(closing)
     return results
 
 
