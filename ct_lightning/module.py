@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import math
 import time
 from typing import Annotated
@@ -220,11 +222,15 @@ class CTModule(L.LightningModule):
         state = getattr(self.generator, "state_dict", None)
         if callable(state):
             checkpoint["ct_generator_state"] = state()
-        if self.preprocessing is not None:  # the fitted preprocessing of a user's table travels with the weights
-            checkpoint["ct_preprocessing"] = self.preprocessing
+        if self.preprocessing is not None:  # the fitted preprocessing of a table travels with the weights
+            # as JSON text: one object to pickle at every save instead of a few hundred (a codec's columns)
+            if getattr(self, "_preprocessing_text", (None,))[0] is not self.preprocessing:
+                self._preprocessing_text = (self.preprocessing, json.dumps(self.preprocessing))
+            checkpoint["ct_preprocessing"] = self._preprocessing_text[1]
 
     def on_load_checkpoint(self, checkpoint: dict) -> None:
-        self.preprocessing = checkpoint.get("ct_preprocessing", self.preprocessing)
+        stored = checkpoint.get("ct_preprocessing", self.preprocessing)
+        self.preprocessing = json.loads(stored) if isinstance(stored, str) else stored  # a dict: written before 11/27
         load = getattr(self.generator, "load_state_dict", None)
         if callable(load) and checkpoint.get("ct_generator_state"):
             load(checkpoint["ct_generator_state"])

@@ -10,6 +10,7 @@ every run, so a model and its preprocessing travel together.
 
 from __future__ import annotations
 
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -267,7 +268,7 @@ class TabularCodec:
             else:
                 raw = x[:, where.start] * column.scale + column.mean
                 data[column.name] = np.round(raw).astype(np.int64) if column.kind == "integer" else \
-                    np.round(raw, _decimals(column.scale))
+                    np.round(raw, _decimals(column.scale)) + 0.0  # + 0.0: no -0.0 in an explanation
         return pd.DataFrame(data)
 
     def encode_target(self, values) -> np.ndarray:
@@ -395,3 +396,38 @@ class TabularCodec:
     def __repr__(self) -> str:
         return f"TabularCodec(target={self.target!r}, columns={len(self.columns)}, inputs={len(self.feature_names)})"
 
+
+
+def standardised_codec(feature_names: Sequence[str], categorical: Sequence[str], integer_features: Sequence[str],
+                       mean, scale, x_train, target: str, classes: Sequence, dropped: Sequence[str] = ()
+                       ) -> TabularCodec:
+    """The :class:`TabularCodec` of a table already encoded the way a codec encodes: ``column=value`` one-hot groups
+    for the ``categorical`` columns (in the order of ``feature_names``), every other input standardised with
+    ``mean`` and ``scale`` (``raw = x·scale + mean``); ``x_train`` (encoded) gives each number's training range, and
+    a number whole in every training row is an integer column, as :func:`infer_kind` finds for a user's table.
+    ``classes`` name the labels ``0 … K−1``, the last one the positive. The paper's real data sets are built so
+    (:class:`datamodules.raw.TabularDataModule`); this codec lets their runs take and give rows in the file's units."""
+    names, columns, start = list(feature_names), [], 0
+    x_train = np.asarray(x_train, dtype=np.float64)
+    while start < len(names):
+        group = next((c for c in categorical if names[start].startswith(f"{c}=")), None)
+        if group is not None:
+            end = start
+            while end < len(names) and names[end].startswith(f"{group}="):
+                end += 1
+            written = [n[len(group) + 1:] for n in names[start:end]]
+            # codes (credit's SEX 1/2) stay numbers, as a user's table declared categorical keeps them (_fit_column)
+            codes = all(re.fullmatch(r"-?\d+", value) for value in written)
+            columns.append(ColumnSpec(group, "categorical", categories=[int(v) for v in written] if codes else written))
+            start = end
+            continue
+        name, raw = names[start], x_train[:, start] * float(scale[start]) + float(mean[start])
+        # whole numbers in every training row (counts, ages, amounts): explanations keep them whole, as for a user's
+        # table (infer_kind); the float32 encoding leaves ~1e-7 of the value as noise
+        whole = bool(np.all(np.abs(raw - np.round(raw)) <= 1e-4 * np.maximum(1.0, np.abs(raw))))
+        kind = "integer" if name in integer_features or whole else "continuous"
+        low, high = (float(np.round(v)) if kind == "integer" else float(v) for v in (raw.min(), raw.max()))
+        columns.append(ColumnSpec(name, kind, mean=float(mean[start]), scale=float(scale[start]),
+                                  train_min=low, train_max=high))
+        start += 1
+    return TabularCodec(target, list(classes), columns, list(classes)[-1], dropped)

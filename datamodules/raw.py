@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from datamodules.base import TensorDataModule
+from datamodules.codec import TabularCodec, standardised_codec
 from datamodules.npz_cache import cache_file, cache_key, load_arrays, save_arrays
 from datamodules.download import RawFile, fetch
 from datamodules.paths import resolve_cache_dir, resolve_data_dir
@@ -125,6 +126,21 @@ class TabularDataModule(RawDataModule):
 
     categorical: tuple[str, ...] = ()
     balanced = False
+    target_name = "label"  # the raw file's target column: rows taken from the file may carry it
+    class_labels: tuple = (0, 1)  # what labels 0 and 1 stand for, in the words of explanations and the served model
+    extra_columns: tuple[str, ...] = ()  # the raw file's columns that are no features (an ID): rows may carry them
+
+    @property
+    def codec(self) -> TabularCodec | None:
+        """The preprocessing as a :class:`~datamodules.codec.TabularCodec` (after ``setup()``), so that explanations
+        and the served model take and give rows in the file's units and categories, as for a user's table."""
+        if not self._ready:
+            return None
+        if getattr(self, "_codec", None) is None:
+            self._codec = standardised_codec(self.feature_names, self.categorical, self.integer_features,
+                                             self.feature_mean, self.feature_scale, self.x_train, self.target_name,
+                                             self.class_labels, self.extra_columns)
+        return self._codec
 
     def read(self, paths: list[Path]) -> tuple[pd.DataFrame, np.ndarray]:
         """Features (final base names; index = 0-based raw data-row position) and 0/1 labels."""

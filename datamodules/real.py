@@ -81,6 +81,7 @@ class AdultDataModule(TabularDataModule):
     raw_files = (ADULT_DATA,)
     table2_train, table2_test = 26049, 5010
     paper_label, cost_hint = "Adult", 6.0
+    target_name, class_labels = "income", ("<=50K", ">50K")
     ct_defaults = {"tau": 0.75, "nce": 5000, "lambda_reg": 0.25}
     categorical = ADULT_CATEGORICAL
     integer_features = ("age", "fnlwgt", "education_num", "capital_gain", "capital_loss", "hours_per_week")
@@ -111,6 +112,7 @@ class CaliforniaHousingDataModule(TabularDataModule):
     raw_files = (CAL_HOUSING,)
     table2_train, table2_test = 16504, 3101
     paper_label, cost_hint = "CH", 3.0
+    target_name, class_labels = "median_house_value", ("below the median", "the median or above")
     ct_defaults = {"tau": 0.5, "nce": 5000, "lambda_reg": 0.25}
     balanced = True
     protected_features = ("house_age",)
@@ -142,6 +144,7 @@ class CreditDataModule(TabularDataModule):
     raw_files = (CREDIT,)
     table2_train, table2_test = 10617, 1923
     paper_label, cost_hint = "Cred", 2.5
+    target_name, class_labels, extra_columns = CREDIT_TARGET, ("default", "no default"), ("ID",)
     ct_defaults = {"tau": 0.5, "nce": 5000, "lambda_reg": 0.25}
     categorical = ("sex", "education", "marriage")
     integer_features = ("limit_bal", "age", "pay_0", *(f"pay_{i}" for i in range(2, 7)),
@@ -171,6 +174,8 @@ class GMSCDataModule(TabularDataModule):
     raw_files = (GMSC,)
     table2_train, table2_test = 13371, 2474
     paper_label, cost_hint = "GMSC", 3.0
+    target_name, class_labels = GMSC_TARGET, ("serious delinquency", "no serious delinquency")
+    extra_columns = ("Unnamed: 0",)  # cs-training.csv's unnamed row number
     ct_defaults = {"tau": 0.5, "nce": 5000, "lambda_reg": 0.5}
     balanced = True
     protected_features = ("age",)

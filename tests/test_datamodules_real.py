@@ -541,3 +541,34 @@ def test_counterfactual_training_smoke(dm):
         trainer.fit(module, datamodule=dm)
     assert trainer.global_step == 2
     assert all(torch.isfinite(p).all() for p in module.parameters())
+
+
+@pytest.mark.parametrize("name", TABULAR)
+def test_codec_encodes_and_decodes_the_files_own_rows(name, built, source):
+    """A built-in table's codec (explanations and the served model read and write rows through it) encodes the raw
+    file's rows as the data module's preprocessing did, in every split, and decodes the training inputs back to the
+    file's values: categories as written, whole numbers exact, the rest to float32 rounding; the training rows lie
+    inside its domain."""
+    dm = built(name, source)[1]
+    codec = dm.codec
+    assert codec.feature_names == dm.feature_names and codec.classes == list(dm.class_labels)
+    frame, _ = dm.read(dm.raw_paths())
+    # the data module rounds raw values to float32 before standardising: up to 1.2e-7 of |raw| / scale (a few 1e-4
+    # for the fixture's longitudes, whose scale is 0.03 degrees)
+    scale = np.array([c.scale for c in codec.columns for _ in c.encoded_names])
+    for split in ("train", "val", "test"):
+        rows, x = frame.loc[dm.source_rows[split]], getattr(dm, f"x_{split}").numpy()
+        magnitude = np.abs(x * scale + np.array([c.mean for c in codec.columns for _ in c.encoded_names])).max(0)
+        tolerance = 2e-5 + 2.4e-7 * magnitude / scale  # per input: one-hot inputs (scale 1, values 0/1) get 2e-5
+        assert (np.abs(codec.encode(rows) - x) <= tolerance).all(), split
+    decoded, raw = codec.decode(dm.x_train.numpy()), frame.loc[dm.source_rows["train"]]
+    for column in codec.columns:
+        written = raw[column.name]
+        if column.kind == "categorical":
+            assert list(decoded[column.name]) == list(written), column.name  # credit's codes as numbers
+        elif column.kind == "integer":
+            assert (decoded[column.name].to_numpy() == written.to_numpy()).all(), column.name
+        else:
+            np.testing.assert_allclose(decoded[column.name], written, rtol=1e-5, atol=1e-5 * column.scale)
+    lower, upper = codec.encoded_bounds()
+    assert (dm.x_train.numpy() >= lower - 1e-6).all() and (dm.x_train.numpy() <= upper + 1e-6).all()

@@ -280,3 +280,43 @@ def test_a_checkpoint_folder_names_its_data_so_learned_generators_explain_from_i
     explained = explain_loaded(loaded, pd.DataFrame({"x1": [0.2], "x2": [0.9]}),
                                settings={"generator": "amortised", "max_steps": 5})
     assert len(explained) == 1
+
+
+def test_a_built_in_table_is_explained_in_the_raw_files_units(tmp_path):
+    """A run on a built-in table (credit: category codes one-hot, amounts standardised) takes rows straight from the
+    raw file (its upper-case column names, ID and target column included) and explains them in the file's units:
+    the classes by name, whole numbers whole, codes as written, the immutable column unchanged; its served model
+    reads the same rows (found by trying `train.py --data credit` then explain.py: the rows were read as model
+    inputs, 20 000 as a standardised value, and amounts went negative)."""
+    import mlflow.pyfunc
+
+    from conftest import FIXTURE_DIR
+    from ct_lightning.experiment.runs.run_artifacts import _tracking_uri
+    from ct_lightning.experiment.runs.train import train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = train({"data": "small_credit:SmallCredit", "max_epochs": 1, "nce": 20, "progress": False,
+                 "tracking_uri": uri, "immutable": ["age"]})
+    raw = pd.read_csv(FIXTURE_DIR / "credit" / "UCI_Credit_Card.csv").head(4)
+    raw.to_csv(tmp_path / "rows.csv", index=False)
+    out = tmp_path / "explained.json"
+    env = {"PYTHONPATH": f"{ROOT}:{ROOT / 'tests'}", "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", run["run_id"], "--tracking-uri", uri, "--rows",
+                      str(tmp_path / "rows.csv"), "--json", str(out), "--no-log"], cwd=tmp_path, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "LIMIT_BAL as limit_bal" in done.stdout + done.stderr
+    records = json.loads(out.read_text())
+    assert len(records) == 4
+    for record, written in zip(records, raw.to_dict("records")):
+        assert record["prediction"] in ("default", "no default") and record["target"] in ("default", "no default")
+        assert record["factual"]["limit_bal"] == written["LIMIT_BAL"] and record["factual"]["sex"] == written["SEX"]
+        counterfactual = record["counterfactual"]
+        assert counterfactual["age"] == written["AGE"]  # immutable, as trained
+        assert counterfactual["sex"] in (1, 2) and counterfactual["education"] in range(7)  # codes as in the file
+        for name in ("limit_bal", "pay_0", "bill_amt1", "pay_amt1"):
+            assert float(counterfactual[name]) == round(float(counterfactual[name]))  # whole, as in the file
+    with _tracking_uri(uri):
+        predictor = mlflow.pyfunc.load_model(f"runs:/{run['run_id']}/predictor")
+    served = predictor.predict(raw.drop(columns=["ID", "default.payment.next.month"]).rename(columns=str.lower))
+    assert set(served["prediction"]) <= {"default", "no default"}
+    assert list(served["prediction"]) == [r["prediction"] for r in records]

@@ -4,6 +4,7 @@ and the explanations logged back to the run (a table and a plot)."""
 from __future__ import annotations
 
 import json
+import re
 import tempfile
 import time
 from dataclasses import dataclass
@@ -133,7 +134,8 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
     listed as ``(row, problem)`` instead; the error then comes only when no row is left."""
     codec = explainable.codec
     columns = [c.name for c in codec.columns]
-    notes = []
+    frame, notes = _matched_names(frame, [*columns, *getattr(codec, "dropped", ()), getattr(codec, "target", "")],
+                                  option)
     target = getattr(codec, "target", None)
     if target is not None and target in frame.columns and target not in columns:
         frame = frame.drop(columns=[target])
@@ -175,6 +177,31 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
         if not _is_category(column):
             frame[column.name] = pd.to_numeric(frame[column.name])
     return frame, notes, skipped
+
+
+def _plain_name(name) -> str:
+    return re.sub(r"[^0-9a-z]", "", str(name).lower())
+
+
+def _matched_names(frame: pd.DataFrame, names: list[str], option: str) -> tuple[pd.DataFrame, list[str]]:
+    """``frame`` with each column the model lacks renamed to the one of ``names`` it spells otherwise (case and
+    punctuation aside: a raw file's ``LIMIT_BAL`` or ``DebtRatio`` for the model's ``limit_bal``, ``debt_ratio``),
+    where exactly one column of each matches; a note per renamed column."""
+    wanted = {}
+    for name in names:
+        if name and name not in frame.columns:
+            wanted.setdefault(_plain_name(name), []).append(name)
+    found = {}
+    for column in frame.columns:
+        if column not in names and len(wanted.get(_plain_name(column), [])) == 1:
+            found.setdefault(_plain_name(column), []).append(column)
+    renames = {columns[0]: wanted[key][0] for key, columns in found.items() if len(columns) == 1}
+    if not renames:
+        return frame, []
+    pairs = [f"{a} as {b}" for a, b in renames.items()]
+    shown = ", ".join(pairs[:3]) + (f" and {len(pairs) - 3} more" if len(pairs) > 3 else "")
+    return frame.rename(columns=renames), [f"{option}: columns read by the model's names, case and punctuation "
+                                           f"aside: {shown}"]
 
 
 def _is_category(column) -> bool:

@@ -252,8 +252,9 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
     set_expected_searches(expected_searches(config, datamodule))
     module = build_module(config, datamodule)
     codec = getattr(datamodule, "codec", None)
-    if codec is not None:
+    if codec is not None:  # a user's table or a built-in one: explanations and the served model read raw rows
         module.preprocessing = codec.to_dict()
+    if codec is not None and hasattr(datamodule, "describe"):  # a user's table: what was read, inferred and chosen
         echo(datamodule.describe(), flush=True)
         chosen = {k: config[k] for k in ("tau", "nce", "lambda_reg", "batch_size")}
         echo("CT settings (given, else chosen from the training rows' size): "
