@@ -29,6 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="--rows: leave out rows the model cannot read (a missing value, an unseen category, a "
                         "non-number, a number outside the model's domain), list them with their problem and explain "
                         "the others (default: such a row stops the run before any search)")
+    parser.add_argument("--all-changes", dest="fewer_changes", action="store_false",
+                        help="keep every change the search made (default: give back each change the counterfactual "
+                        "does not need, smallest first, while the target stays as likely as required)")
     parser.add_argument("--json", help="write the explanations here, one object per row (an existing file is "
                         "refused unless --overwrite)")
     add_arguments(parser, ["tracking_uri", "which", "log", "overwrite"])

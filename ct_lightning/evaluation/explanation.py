@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from ct_lightning.constraints import FeatureTypes, mutability_pairs, parse_mutability
+from ct_lightning.evaluation.fewer_changes import column_masks, revert_needless_changes
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, make_generator, prepare_standalone
 from ct_lightning.generators.base import generate_counterfactuals
@@ -195,7 +196,7 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
             max_steps: int = 500, epsilon: float = 0.3, lambda_cost: float = 0.001, lambda_energy: float = 5.0,
             lr: float = EXPLAIN_STEP, generator_options: dict | None = None, mutability: Mapping[str, str] | None = None,
             x_train: torch.Tensor | None = None, y_train: torch.Tensor | None = None,
-            seed: int = 0) -> pd.DataFrame:
+            seed: int = 0, fewer_changes: bool = True) -> pd.DataFrame:
     """Explain each row's prediction with a counterfactual, in original units; one output row per input row.
 
     ``model`` returns logits (an ``nn.Module``, or a ``CTModule``: its codec-free defaults are its own
@@ -207,7 +208,9 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     ``target`` and its ``factual_probability``, ``changes`` (a list of ``{feature, from, to}``), ``probability`` (of the target at the
     decoded counterfactual, re-encoded), ``valid`` (the decoded counterfactual is predicted as the
     target), ``converged`` (the search itself reached ``tau`` before decoding) and ``immutable`` (the columns that were
-    not allowed to change).
+    not allowed to change). ``fewer_changes``: give back each change a valid counterfactual does not need, smallest
+    first, while the target keeps a probability of at least ``tau`` (or the one the search reached, if lower):
+    :mod:`~ct_lightning.evaluation.fewer_changes`.
     """
     classifier = getattr(model, "model", model)
     hp = getattr(model, "hparams", None)
@@ -265,6 +268,18 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     x_back = torch.tensor(np.array(codec.encode(decoded[columns]), dtype=np.float32)).to(device)
     with eval_mode(classifier), torch.no_grad():
         back = torch.softmax(classifier(x_back), dim=1)
+    masks = column_masks(list(codec.feature_names), columns) if fewer_changes else None
+    if masks is not None:
+        reached = back.gather(1, targets[:, None]).squeeze(1)
+        with eval_mode(classifier):
+            x_back = revert_needless_changes(classifier, x, x_back, targets, reached.clamp(max=tau), masks,
+                                             back.argmax(1) == targets)
+        decoded = codec.decode(x_back.detach().cpu().numpy())
+        for column in immutable:
+            decoded[column] = frame[column].to_numpy()
+        x_back = torch.tensor(np.array(codec.encode(decoded[columns]), dtype=np.float32)).to(device)
+        with eval_mode(classifier), torch.no_grad():
+            back = torch.softmax(classifier(x_back), dim=1)
     target_probability = back.gather(1, targets[:, None]).squeeze(1).cpu()
     valid = (back.argmax(1) == targets).cpu()
 

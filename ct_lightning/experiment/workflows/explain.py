@@ -35,6 +35,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         for row, problem in skipped:
             print(f"row {row}: not explained: {problem}")
         settings = search_settings(loaded.module, {k: getattr(args, k) for k in SEARCH})
+        settings["fewer_changes"] = getattr(args, "fewer_changes", True)
         explanations = explain_loaded(loaded, rows, args.target, settings, args.seed)
     from ct_lightning.evaluation.explanation import describe  # noqa: PLC0415
 
