@@ -8,6 +8,14 @@ column of the raw table (a JSON list; the feature names are the table's columns)
      {"feature": "home_ownership", "category": "rent"},     # a one-hot column: 1 for that category, else 0
      {"feature": "education", "codes": {"HS": 0, "BSc": 1}}]  # a code per category (an ordinal encoding)
 
+The file may also be a JSON object ``{"inputs": [...the list...], "outputs": [...]}``: ``outputs`` lists the
+classes (values of the target column) of the model's outputs, in the model's order, where that is not ct-lightning's
+(the table's classes sorted, the positive class last): a model trained with label 1 for "rejected" lists
+``["approved", "rejected"]``. A network with one output unit (a single logit, ``BCEWithLogitsLoss``) lists two
+classes ``[negative, positive]``: the unit is the log-odds of the second. A frozen output layer
+(:class:`ct_lightning.models.OutputAdapter`, from :func:`output_order`) maps the model's outputs onto ct-lightning's
+logits, so everything downstream sees its classes in its own order.
+
 ``center`` and ``scale`` default to 0 and 1 (the raw number). StandardScaler is ``center = mean_, scale =
 scale_``; MinMaxScaler ``center = data_min_, scale = data_max_ - data_min_`` (for the range 0 to 1). Each such
 input is an affine function of ct-lightning's own encoding of the row (numbers standardised, categories one-hot),
@@ -16,8 +24,9 @@ turns one into the other; your network sits behind it unchanged, and the counter
 mutability and the explanations keep working on ct-lightning's encoding.
 
 :func:`model_inputs_from_sklearn` writes the list from a fitted scikit-learn ``ColumnTransformer`` and
-:func:`model_inputs_from_dummies` from the columns of ``pandas.get_dummies``. Nothing here imports torch, pandas
-or scikit-learn: the checks run before any work starts.
+:func:`model_inputs_from_dummies` from the columns of ``pandas.get_dummies``; given ``classes=`` (a
+``LabelEncoder``'s ``classes_``: the class of each output, in order) they write the object with ``outputs``. Nothing
+here imports torch, pandas or scikit-learn: the checks run before any work starts.
 """
 
 from __future__ import annotations
@@ -31,7 +40,10 @@ OPTION = "model_inputs"
 FORMS = ('{"feature": F, "center": C, "scale": S} (a number: (value - C) / S)',
          '{"feature": F, "category": V} (a one-hot column)', '{"feature": F, "codes": {V: CODE, ...}} (a code per '
          'category)')
-ALLOWED = "a JSON list of the model's inputs in order, each " + ", ".join(FORMS[:-1]) + " or " + FORMS[-1]
+ALLOWED = "a JSON list of the model's inputs in order, each " + ", ".join(FORMS[:-1]) + " or " + FORMS[-1] + \
+    ', or an object {"inputs": [that list], "outputs": [the class of each output, in order]}'
+OUTPUTS_ALLOWED = ('"outputs": a list of the classes of the target column, one per output of the model in its order '
+                   '(two, [negative, positive], for a model with one output unit)')
 NUMBER_KEYS, CATEGORY_KEYS, CODES_KEYS = {"center", "scale"}, {"category"}, {"codes"}
 
 
@@ -41,8 +53,13 @@ def _refuse(source, detail: str, allowed: str = ALLOWED) -> ValueError:
 
 
 def _shown(source) -> str:
-    return repr(str(source)) if isinstance(source, (str, Path)) else f"a list of {len(source)} inputs" \
-        if isinstance(source, list) else repr(source)
+    if isinstance(source, (str, Path)):
+        return repr(str(source))
+    if isinstance(source, list):
+        return f"a list of {len(source)} inputs"
+    if isinstance(source, Mapping) and isinstance(source.get("inputs"), list):
+        return f"an object of {len(source['inputs'])} inputs and outputs {json.dumps(source.get('outputs'))}"
+    return repr(source)
 
 
 def _finite(value) -> bool:
@@ -50,26 +67,87 @@ def _finite(value) -> bool:
 
 
 def read_model_inputs(source) -> list[dict]:
-    """The inputs list of ``source`` (a JSON file's path, or the list itself), each entry checked and normalised
-    to ``{"feature", "center", "scale"}``, ``{"feature", "category"}`` or ``{"feature", "codes"}``. A bad file or
-    entry is a one-line ``ValueError`` naming the entry, the value and what is allowed. What the entries name is
-    checked against the data by :func:`affine_map`."""
-    entries = source
+    """The inputs list of ``source`` (a JSON file's path, the list itself, or the object ``{"inputs", "outputs"}``),
+    each entry checked and normalised to ``{"feature", "center", "scale"}``, ``{"feature", "category"}`` or
+    ``{"feature", "codes"}``. A bad file or entry is a one-line ``ValueError`` naming the entry, the value and what
+    is allowed. What the entries name is checked against the data by :func:`affine_map`."""
+    return read_model_spec(source)[0]
+
+
+def read_model_spec(source) -> tuple[list[dict], list | None]:
+    """``(inputs, outputs)`` of ``source`` (as :func:`read_model_inputs`): ``outputs`` the checked class list of the
+    object form (distinct texts, numbers or true/false, at least two), ``None`` for a plain list. Which classes it
+    names is checked against the table by :func:`output_order`."""
+    content = source
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
             raise _refuse(source, "file not found" if not path.exists() else "a folder, not a file",
                           "a JSON file listing the model's inputs")
         try:
-            entries = json.loads(path.read_text(encoding="utf-8-sig"))
+            content = json.loads(path.read_text(encoding="utf-8-sig"))
         except UnicodeDecodeError:
             raise _refuse(source, "not a text file", "a JSON file listing the model's inputs") from None
         except json.JSONDecodeError as error:
             raise _refuse(source, f"not valid JSON: {error.msg} at line {error.lineno} column {error.colno}") from None
+    entries, outputs = content, None
+    if isinstance(content, Mapping) and "inputs" in content:
+        unknown = sorted(set(content) - {"inputs", "outputs"})
+        if unknown:
+            raise _refuse(source, f"unknown key {unknown[0]!r} of the object", 'the keys "inputs" and "outputs"')
+        entries, outputs = content["inputs"], content.get("outputs")
+        outputs = None if outputs is None else _outputs(source, outputs)
     if not isinstance(entries, list) or not entries:
         what = "an empty list" if isinstance(entries, list) else f"a JSON {type(entries).__name__}, not a list"
         raise _refuse(source, what)
-    return [_entry(source, position, entry, len(entries)) for position, entry in enumerate(entries, 1)]
+    return [_entry(source, position, entry, len(entries)) for position, entry in enumerate(entries, 1)], outputs
+
+
+def _outputs(source, outputs) -> list:
+    """The ``outputs`` list, checked for its form: at least two classes, each a text, number or true/false, none
+    twice."""
+    shown = f'"outputs" {json.dumps(outputs)}'
+    if not isinstance(outputs, list) or len(outputs) < 2 or any(
+            value is None or isinstance(value, (list, dict)) for value in outputs):
+        raise _refuse(source, shown, OUTPUTS_ALLOWED + ", at least two")
+    for position, value in enumerate(outputs):
+        if any(_same(earlier, value) for earlier in outputs[:position]):
+            raise _refuse(source, f"{shown}: the class {value!r} twice", OUTPUTS_ALLOWED + ", each once")
+    return list(outputs)
+
+
+def output_order(outputs: Sequence | None, classes: Sequence, width: int | None, source=None) -> list[int] | None:
+    """The ct-lightning class (its index in ``classes``, the table's codec's) of each of the model's ``width``
+    outputs, from ``outputs`` (:func:`read_model_spec`): one index per output, and for a single output unit the index
+    of the class it is the log-odds of (the second of ``outputs``). ``None`` where the outputs are ct-lightning's
+    own (no ``outputs`` and not one unit). ``width`` is the model's output width (its checkpoint's last layer),
+    ``None`` if unknown (then the number of classes listed). A class of no table, a count other than the width or
+    the classes', or one unit on other than two classes is a one-line ``ValueError``."""
+    classes, listed = list(classes), ", ".join(map(str, classes))
+    if outputs is None:
+        if width == 1 and len(classes) == 2:
+            raise _refuse(source, "the model has one output unit and no \"outputs\" says which class it scores",
+                          f'the object {{"inputs": [...], "outputs": [NEGATIVE, POSITIVE]}}: add "outputs", e.g. '
+                          f'{json.dumps(classes)} if the unit is the log-odds of {classes[1]!r}')
+        return None
+    shown = f'"outputs" {json.dumps(outputs)}'
+    indices = [_index(classes, value) for value in outputs]
+    if None in indices:
+        unknown = outputs[indices.index(None)]
+        raise _refuse(source, f"{shown}: unknown class {unknown!r}", f"classes of the target: {listed}")
+    width = len(outputs) if width is None else width
+    if width == 1:
+        if len(outputs) != 2 or len(classes) != 2:
+            raise _refuse(source, f"{shown} for a model with one output unit on {len(classes)} classes",
+                          'two classes [NEGATIVE, POSITIVE] (the unit is the log-odds of the second), on a table of '
+                          f'two classes; classes of the target: {listed}')
+        return [indices[1]]
+    if len(outputs) != width or len(classes) != width:
+        detail = f"lists {len(outputs)} for a model of {width} outputs" if len(outputs) != width else \
+            f"for a model of {width} outputs on a table of {len(classes)} classes"
+        raise _refuse(source, f"{shown} {detail}", f"one class per output of the model, each class of the target "
+                      f"once: {listed} (or two for a model with one output unit)")
+    return indices
 
 
 def _entry(source, position: int, entry, count: int) -> dict:
@@ -220,9 +298,11 @@ SCALERS = ("StandardScaler", "MinMaxScaler", "MaxAbsScaler", "RobustScaler")
 ENCODERS = ("OneHotEncoder", "OrdinalEncoder")
 
 
-def model_inputs_from_sklearn(transformer) -> list[dict]:
+def model_inputs_from_sklearn(transformer, classes: Sequence | None = None) -> list[dict] | dict:
     """The inputs list of a fitted scikit-learn ``ColumnTransformer`` (or a ``Pipeline`` that is one), in the order
     of its output columns: ``json.dump(model_inputs_from_sklearn(preprocess), open("model-inputs.json", "w"))``.
+    With ``classes`` (the class of each of the model's outputs in order, e.g. a ``LabelEncoder``'s ``classes_``;
+    two, ``[negative, positive]``, for one output unit) the object ``{"inputs": [...], "outputs": classes}``.
 
     Each part may be ``StandardScaler``, ``MinMaxScaler``, ``MaxAbsScaler``, ``RobustScaler`` (also in a
     ``Pipeline``, after a ``SimpleImputer``), ``OneHotEncoder`` (any ``drop``, ``handle_unknown``, infrequent
@@ -247,7 +327,12 @@ def model_inputs_from_sklearn(transformer) -> list[dict]:
         if not columns:
             continue
         entries += _part_inputs(part, columns, name)
-    return entries
+    return _with_outputs(entries, classes)
+
+
+def _with_outputs(entries: list[dict], classes: Sequence | None) -> list[dict] | dict:
+    """``entries``, or the object form with ``classes`` as its ``outputs`` (numpy values as plain ones)."""
+    return entries if classes is None else {"inputs": entries, "outputs": [_plain(c) for c in classes]}
 
 
 def _column_names(columns, names: list, part: str) -> list[str]:
@@ -355,11 +440,13 @@ def _dropped(encoder, index: int, categories: list, infrequent: list) -> list:
 
 
 def model_inputs_from_dummies(columns: Sequence[str], features: Sequence[str], center: Mapping | None = None,
-                              scale: Mapping | None = None, prefix_sep: str = "_") -> list[dict]:
+                              scale: Mapping | None = None, prefix_sep: str = "_",
+                              classes: Sequence | None = None) -> list[dict] | dict:
     """The inputs list of a model trained on ``pandas.get_dummies`` output: ``columns`` are its input columns in
     order (``list(X.columns)``), ``features`` the raw table's columns. A column named as a feature is a number
     (``center[name]``/``scale[name]`` where your own scaling gave them, else the raw value); ``FEATURE_VALUE`` is
-    the one-hot column of that category (the longest feature name that prefixes it wins)."""
+    the one-hot column of that category (the longest feature name that prefixes it wins). ``classes``: as in
+    :func:`model_inputs_from_sklearn`."""
     center, scale, entries = dict(center or {}), dict(scale or {}), []
     for name in columns:
         name = str(name)
@@ -372,7 +459,7 @@ def model_inputs_from_dummies(columns: Sequence[str], features: Sequence[str], c
             raise ValueError(f"model_inputs_from_dummies: column {name!r} is neither a feature nor "
                              f"FEATURE{prefix_sep}VALUE of one; features: {', '.join(map(str, features))}")
         entries.append({"feature": owners[0], "category": name[len(owners[0]) + len(prefix_sep):]})
-    return entries
+    return _with_outputs(entries, classes)
 
 
 def _plain(value):

@@ -1,5 +1,6 @@
 """Classifiers built from primitive settings: the paper's MLP, a LeNet-style CNN, or a user factory, and a model of
-your own behind the frozen input layer that ``--model-inputs`` describes (:class:`AdaptedModel`)."""
+your own behind the frozen input layer that ``--model-inputs`` describes, and the frozen output layer that puts its
+classes in ct-lightning's order (:class:`AdaptedModel`)."""
 
 from __future__ import annotations
 
@@ -120,14 +121,14 @@ def build_model(architecture: str, n_features: int, n_classes: int, hidden_sizes
 
 def model_from_hparams(hp: Mapping) -> nn.Module:
     """The untrained classifier that a ``CTModule``'s hyperparameters describe (``architecture``, ``n_features``,
-    ``n_classes``, ``hidden_sizes``, ``activation``, and ``input_map``: a model of your own behind its frozen
-    input layer, ``--model-inputs``): what ``CTModule`` builds when given no model, and so the network that its
-    checkpoints' ``model.`` weights fit."""
+    ``n_classes``, ``hidden_sizes``, ``activation``, and ``input_map`` and ``output_order``: a model of your own
+    behind its frozen input and output layers, ``--model-inputs``): what ``CTModule`` builds when given no model, and
+    so the network that its checkpoints' ``model.`` weights fit."""
     if hp["n_features"] is None:
         raise ValueError("n_features: required when no model is given (to build the default MLP)")
     if hp.get("input_map"):
         return build_adapted(hp["architecture"], hp["n_features"], hp["n_classes"], hp["input_map"],
-                             hp["hidden_sizes"], hp["activation"])
+                             hp["hidden_sizes"], hp["activation"], hp.get("output_order"))
     return build_model(hp["architecture"], hp["n_features"], hp["n_classes"], hp["hidden_sizes"], hp["activation"])
 
 
@@ -185,22 +186,58 @@ class InputAdapter(nn.Module):
         return f"n_features={self.weight.shape[1]}, n_inputs={self.weight.shape[0]}, frozen"
 
 
-class AdaptedModel(nn.Module):
-    """Your network behind an :class:`InputAdapter`: ``network(inputs(x))``. CT trains the network only;
-    ``network.state_dict()`` loads into your own ``nn.Module``, which then reads your own encoding."""
+class OutputAdapter(nn.Module):
+    """A frozen linear layer from a model's own outputs to ct-lightning's logits, in ct-lightning's class order
+    (``"outputs"`` of ``--model-inputs``): ``order[j]`` is the class of output ``j``. One output unit ``z`` (a
+    single logit) scores the class ``order[0]`` against the other of two: logits ``0`` and ``z``, so that softmax
+    gives ``σ(z)`` to that class and cross-entropy equals binary cross-entropy on ``z``. Its matrix is a buffer
+    made from ``order`` alone: no parameters, and a checkpoint's hyperparameters rebuild it."""
 
-    def __init__(self, inputs: InputAdapter, network: nn.Module, entries: list[dict] | None = None):
+    def __init__(self, order: Sequence[int], n_classes: int):
         super().__init__()
-        self.inputs, self.network = inputs, network
+        order = [int(i) for i in order]
+        if len(order) == 1 and n_classes != 2 or len(order) > 1 and sorted(order) != list(range(n_classes)):
+            raise ValueError(f"output_order: got {order} for {n_classes} classes; allowed: each class index once, "
+                             f"or one index of two classes (a single logit)")
+        self.order = order
+        weight = torch.zeros(n_classes, len(order))
+        for unit, index in enumerate(order):
+            weight[index, unit] = 1.0
+        self.register_buffer("weight", weight)
+
+    def forward(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.nn.functional.linear(z, self.weight)
+
+    def extra_repr(self) -> str:
+        return f"order={self.order}, n_classes={self.weight.shape[0]}, frozen"
+
+
+class AdaptedModel(nn.Module):
+    """Your network behind an :class:`InputAdapter` (and before an :class:`OutputAdapter` where its classes are
+    in another order, or it has one output unit): ``outputs(network(inputs(x)))``. CT trains the network only;
+    ``network.state_dict()`` loads into your own ``nn.Module``, which then reads your own encoding and returns your
+    own outputs."""
+
+    def __init__(self, inputs: InputAdapter, network: nn.Module, entries: list[dict] | None = None,
+                 outputs: OutputAdapter | None = None, labels: list | None = None):
+        super().__init__()
+        self.inputs, self.network, self.outputs = inputs, network, outputs
         self.entries = entries  # the --model-inputs list the map was made from (kept with a pickled model)
+        self.labels = labels  # the classes of the network's outputs, as "outputs" listed them (likewise)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.network(self.inputs(x))
+        z = self.network(self.inputs(x))
+        outputs = getattr(self, "outputs", None)  # None in a model pickled before there were output layers
+        return z if outputs is None else outputs(z)
 
 
 def build_adapted(architecture: str, n_features: int, n_classes: int, entries: list[dict],
-                  hidden_sizes: Sequence[int] = (32,), activation: str = "relu") -> AdaptedModel:
+                  hidden_sizes: Sequence[int] = (32,), activation: str = "relu",
+                  output_order: Sequence[int] | None = None) -> AdaptedModel:
     """``architecture`` built for the inputs ``entries`` lists, behind an (unset) :class:`InputAdapter` from
-    ``n_features``."""
+    ``n_features``; with ``output_order``, of that many outputs, before its :class:`OutputAdapter`."""
+    width = len(output_order) if output_order else n_classes
+    outputs = OutputAdapter(output_order, n_classes) if output_order else None
     return AdaptedModel(InputAdapter(n_features, len(entries)),
-                        build_model(architecture, len(entries), n_classes, hidden_sizes, activation), list(entries))
+                        build_model(architecture, len(entries), width, hidden_sizes, activation), list(entries),
+                        outputs)

@@ -46,6 +46,9 @@ class CTModule(L.LightningModule):
     ``input_map`` (the entries of ``--model-inputs``, :mod:`ct_lightning.model_inputs`): the built network takes
     that many inputs, behind a frozen :class:`~ct_lightning.models.InputAdapter` from the ``n_features`` of
     ct-lightning's encoding, whose matrix is set by the caller (``set_map``) or loaded with a checkpoint.
+    ``output_order`` (with ``input_map``; :func:`ct_lightning.model_inputs.output_order`): the class index of each
+    output of that network, which has that many outputs, before a frozen
+    :class:`~ct_lightning.models.OutputAdapter` to ct-lightning's class order (one index: a single logit).
     """
 
     # An argument annotated ``Annotated[type, {"help": ..., "group": ..., bounds}]`` is a training setting: its
@@ -95,6 +98,7 @@ class CTModule(L.LightningModule):
             "metavar": "OPTIONS"}] = None,
         mutability: dict | str | None = None,
         feature_names: list[str] | None = None, domain="infer", input_map: list[dict] | None = None,
+        output_order: list[int] | None = None,
         domain_std: Annotated[float, {"help": "n in the inferred domain μ ± nσ (default {DFLT})",
                                       "group": "counterfactual search", "low": 0.0}] = 3.0,
         lr: Annotated[float, {"help": "Adam learning rate (default {DFLT})", "group": "model and optimiser",

@@ -91,6 +91,23 @@ TRAIN = [
                           ("malformed", "not valid JSON"), ("not_a_list", "(a JSON dict, not a list)"),
                           ("bad_key", "unknown key 'mean'"), ("no_feature", "has no \"feature\""),
                           ("codes_missing", "no code for the category 'small_business' of 'purpose'"))),
+    # "outputs" of --model-inputs (the object form): the classes of the model's outputs ({loans_sd1}: one output unit,
+    # {loans_sd3}: three; {purpose_sd1}: one unit, 9 inputs, for --target purpose of 5 classes)
+    *((f"--data {{loans}} --target approved --from-checkpoint {{{model}}} --model-inputs {{outputs_{fault}}}", text)
+      for model, fault, text in (
+          ("loans_sd", "unknown", '"outputs" ["no", "maybe"]: unknown class \'maybe\'); allowed: classes of the '
+                                  "target: no, yes"),
+          ("loans_sd", "repeated", '"outputs" ["yes", "yes"]: the class \'yes\' twice); allowed: "outputs": a list'),
+          ("loans_sd", "one", '(\"outputs\" [\"yes\"]); allowed: "outputs": a list of the classes'),
+          ("loans_sd", "key", "unknown key 'classes' of the object); allowed: the keys"),
+          ("loans_sd3", "good", '"outputs" ["yes", "no"] lists 2 for a model of 3 outputs); allowed: one class per '
+                                "output of the model"))),
+    ("--data {loans} --target approved --from-checkpoint {loans_sd1} --model-inputs {inputs_good}",
+     'one output unit and no "outputs" says which class it scores); allowed: the object {"inputs": [...], "outputs": '
+     '[NEGATIVE, POSITIVE]}: add "outputs"'),
+    ("--data {loans} --target approved --from-checkpoint {loans_sd1}", "one output unit (a single logit)"),
+    ("--data {loans} --target purpose --from-checkpoint {purpose_sd1} --model-inputs {outputs_purpose}",
+     '"outputs" ["car", "education"] for a model with one output unit on 5 classes); allowed: two classes'),
     ("--data {loans} --target approved --from-checkpoint {loans_sd} --model-inputs {tmp}/missing.json",
      "missing.json' (file not found); allowed: a JSON file listing the model's inputs"),
     ("--data moons --model-inputs {inputs_good}", "--model-inputs: got"),  # a data set has no table columns
@@ -224,8 +241,13 @@ def inputs(tmp_path_factory) -> dict[str, str]:
     MlflowClient(tracking_uri=f"sqlite:///{base / 'store' / 'mlflow.db'}").create_experiment("ct-lightning")
     tables = bad_tables(base)
     torch.save(build_mlp(13, 2, [8]).state_dict(), base / "loans_mlp.pt")  # 13 inputs: the loans fixture's width
+    torch.save(build_mlp(13, 1, [8]).state_dict(), base / "loans_mlp1.pt")  # a single logit (BCEWithLogitsLoss)
+    torch.save(build_mlp(13, 3, [8]).state_dict(), base / "loans_mlp3.pt")
+    torch.save(build_mlp(9, 1, [8]).state_dict(), base / "purpose_mlp1.pt")  # --target purpose: 9 inputs
     (base / "inputs.yaml").write_text("model_inputs: 3\n")
     return {**tables, **bad_model_inputs(base), "loans_sd": str(base / "loans_mlp.pt"),
+            "loans_sd1": str(base / "loans_mlp1.pt"), "loans_sd3": str(base / "loans_mlp3.pt"),
+            "purpose_sd1": str(base / "purpose_mlp1.pt"),
             "yaml_inputs": str(base / "inputs.yaml"), "text": str(base / "notes.txt"), "bad_yaml": str(base / "bad.yaml"), "yaml_ten": str(base / "ten.yaml"),
             "yaml_high": str(base / "high.yaml"), "yaml_key": str(base / "key.yaml"),
             "yaml_no_val": str(base / "no_val.yaml"),
@@ -274,10 +296,19 @@ def bad_model_inputs(folder: Path) -> dict[str, str]:
               "no_feature": [{"center": 0, "scale": 1}, *good[1:]],
               "codes_missing": [*good[:12], {"feature": "purpose", "codes": {"car": 0, "debt_consolidation": 1,
                                                                             "education": 2, "home_improvement": 3}}]}
+    purpose = [*good[:7], good[-1], {"feature": "approved", "category": "yes"}]  # --target purpose: 9 inputs
+    outputs = {"unknown": {"inputs": good, "outputs": ["no", "maybe"]},
+               "repeated": {"inputs": good, "outputs": ["yes", "yes"]},
+               "one": {"inputs": good, "outputs": ["yes"]}, "key": {"inputs": good, "classes": ["no", "yes"]},
+               "good": {"inputs": good, "outputs": ["yes", "no"]},
+               "purpose": {"inputs": purpose, "outputs": ["car", "education"]}}
     paths = {}
     for fault, content in faults.items():
         (folder / f"inputs_{fault}.json").write_text(json.dumps(content))
         paths[f"inputs_{fault}"] = str(folder / f"inputs_{fault}.json")
+    for fault, content in outputs.items():
+        (folder / f"outputs_{fault}.json").write_text(json.dumps(content))
+        paths[f"outputs_{fault}"] = str(folder / f"outputs_{fault}.json")
     (folder / "inputs_malformed.json").write_text('[{"feature": "age",]')
     return {**paths, "inputs_malformed": str(folder / "inputs_malformed.json")}
 

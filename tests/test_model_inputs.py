@@ -93,6 +93,8 @@ def test_the_input_layer_reproduces_get_dummies_with_own_scaling():
     mapped = our_codec(features, labels).encode(features).astype(np.float64) @ np.asarray(weight).T + bias
     np.testing.assert_allclose(mapped, dummies.to_numpy(), rtol=1e-5, atol=1e-5)
     assert unused == ["income", "years_employed", "sex"]  # the model ignores them: allowed, and said at start-up
+    assert model_inputs_from_dummies(list(dummies.columns), list(features.columns), center.to_dict(), scale.to_dict(),
+                                     classes=np.array(["yes", "no"])) == {"inputs": entries, "outputs": ["yes", "no"]}
 
 
 def test_a_code_the_data_spec_declares_categorical_may_be_a_number_in_the_users_pipeline():
@@ -114,10 +116,12 @@ def test_a_code_the_data_spec_declares_categorical_may_be_a_number_in_the_users_
     np.testing.assert_allclose(mapped, preprocess.transform(features), rtol=1e-5, atol=1e-5)
 
 
-def fit_users_model(tmp_path: Path, epochs: int = 300):
+def fit_users_model(tmp_path: Path, epochs: int = 300, units: int = 2, classes: list | None = None):
     """The user's own work: a ColumnTransformer (categories first, 13 outputs: as many as ct-lightning's encoding
     of the table, in another order) and a plain PyTorch MLP trained on its output; the weights and the inputs list
-    are saved as files."""
+    are saved as files. ``classes``: the user's labels 0, 1 (e.g. ``["yes", "no"]``: label 1 is a rejection; the
+    default is ct-lightning's order), written as ``"outputs"`` of the inputs file where given; ``units`` 1: one
+    output unit trained with ``BCEWithLogitsLoss`` (the log-odds of ``classes[1]``)."""
     from sklearn.compose import ColumnTransformer
     from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
@@ -126,16 +130,21 @@ def fit_users_model(tmp_path: Path, epochs: int = 300):
     features, labels = frame()
     preprocess = ColumnTransformer([("cat", OneHotEncoder(drop="if_binary"), CATEGORIES),
                                     ("num", StandardScaler(), NUMBERS)]).fit(features)
-    x, y = torch.tensor(preprocess.transform(features), dtype=torch.float32), torch.from_numpy(labels)
+    own = labels if classes in (None, ["no", "yes"]) else 1 - labels  # the user's label of each row
+    x, y = torch.tensor(preprocess.transform(features), dtype=torch.float32), torch.from_numpy(own)
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(x.shape[1], 16), nn.ReLU(), nn.Linear(16, 2))
+    model = nn.Sequential(nn.Linear(x.shape[1], 16), nn.ReLU(), nn.Linear(16, units))
     optimiser = torch.optim.Adam(model.parameters(), lr=1e-2)
     for _ in range(epochs):
         optimiser.zero_grad()
-        nn.functional.cross_entropy(model(x), y).backward()
+        loss = nn.functional.cross_entropy(model(x), y) if units > 1 else \
+            nn.functional.binary_cross_entropy_with_logits(model(x).squeeze(1), y.float())
+        loss.backward()
         optimiser.step()
     torch.save(model.state_dict(), tmp_path / "model.pt")
-    (tmp_path / "model-inputs.json").write_text(json.dumps(model_inputs_from_sklearn(preprocess), indent=1))
+    entries = model_inputs_from_sklearn(preprocess)
+    spec = entries if classes is None else {"inputs": entries, "outputs": classes}
+    (tmp_path / "model-inputs.json").write_text(json.dumps(spec, indent=1))
     return preprocess, model
 
 
@@ -145,11 +154,14 @@ def settings(tmp_path: Path, **extra) -> dict:
             **extra}
 
 
-def users_accuracy_on(preprocess, model, rows: np.ndarray) -> float:
+def users_accuracy_on(preprocess, model, rows: np.ndarray, classes: list | None = None) -> float:
+    """The user's model's accuracy on ``rows``, read in the user's own way (``classes``: its labels 0, 1)."""
     features, labels = frame()
     with torch.no_grad():
-        logits = model(torch.tensor(preprocess.transform(features.iloc[rows]), dtype=torch.float32))
-    return float((logits.argmax(1).numpy() == labels[rows]).mean())
+        outputs = model(torch.tensor(preprocess.transform(features.iloc[rows]), dtype=torch.float32))
+    own = outputs.argmax(1).numpy() if outputs.shape[1] > 1 else (outputs[:, 0] > 0).long().numpy()
+    approved = np.asarray(classes or ["no", "yes"])[own] == "yes"
+    return float((approved == labels[rows].astype(bool)).mean())
 
 
 def test_a_model_of_the_same_width_is_read_right_only_with_its_inputs_list(tmp_path):
@@ -232,6 +244,90 @@ def test_fine_tuned_model_explains_in_table_units_and_its_weights_go_back_to_the
     assert any("reading the 13 inputs of the --model-inputs list it was trained with" in line for line in lines)
     assert again["config"]["model_inputs"] == json.loads((tmp_path / "model-inputs.json").read_text())
     assert (tmp_path / "again" / "model-weights.pt").is_file()
+
+
+def test_a_model_with_its_classes_in_another_order_keeps_its_accuracy_only_with_outputs(tmp_path):
+    """A model trained with label 1 = "no" (a rejection): read in ct-lightning's class order it is as wrong as it is
+    right in the user's; with "outputs" it scores as loaded what it scores in the user's pipeline."""
+    from ct_lightning.experiment.configuration.data import build_datamodule
+    from ct_lightning.experiment.runs.train import train
+
+    preprocess, model = fit_users_model(tmp_path, classes=["yes", "no"])
+    val_rows = build_datamodule({"data": str(LOANS), "target": "approved"}).rows["val"]
+    own = users_accuracy_on(preprocess, model, val_rows, ["yes", "no"])
+    spec = json.loads((tmp_path / "model-inputs.json").read_text())
+    assert spec["outputs"] == ["yes", "no"]
+    (tmp_path / "inputs-only.json").write_text(json.dumps(spec["inputs"]))
+    mapped = train(settings(tmp_path, limit_train_batches=0, model_inputs=str(tmp_path / "model-inputs.json")),
+                   echo=lambda *_, **__: None)
+    assert own > 0.85 and mapped["metrics"]["val/acc"] == pytest.approx(own)
+    misread = train(settings(tmp_path, limit_train_batches=0, model_inputs=str(tmp_path / "inputs-only.json")),
+                    echo=lambda *_, **__: None)
+    assert misread["metrics"]["val/acc"] == pytest.approx(1 - own), "its classes read in ct-lightning's order"
+    from ct_lightning.model_inputs import model_inputs_from_sklearn
+
+    encoder_classes = np.array(["yes", "no"], dtype=object)  # a LabelEncoder's classes_, in the model's order
+    assert model_inputs_from_sklearn(preprocess, classes=encoder_classes) == spec
+
+
+def test_the_output_layer_of_one_unit_gives_softmax_the_sigmoid_and_cross_entropy_the_bce():
+    from ct_lightning.models import OutputAdapter
+
+    z, y = torch.tensor([[-2.0], [0.3], [4.0]]), torch.tensor([0, 1, 1])
+    layer = OutputAdapter([1], 2)
+    assert not list(layer.parameters())
+    torch.testing.assert_close(layer(z).softmax(1)[:, 1], torch.sigmoid(z[:, 0]))
+    torch.testing.assert_close(nn.functional.cross_entropy(layer(z), y),
+                               nn.functional.binary_cross_entropy_with_logits(z[:, 0], y.float()))
+    torch.testing.assert_close(OutputAdapter([0], 2)(z), torch.cat([z, torch.zeros_like(z)], 1))  # "no"'s log-odds
+    torch.testing.assert_close(OutputAdapter([2, 0, 1], 3)(torch.tensor([[1.0, 2.0, 3.0]])),
+                               torch.tensor([[2.0, 3.0, 1.0]]))
+
+
+@pytest.mark.parametrize("units", [2, 1], ids=["classes flipped", "one BCE unit, the log-odds of no"])
+def test_a_model_of_its_own_class_order_or_one_unit_trains_explains_and_goes_back_to_the_users_pipeline(tmp_path,
+                                                                                                        units):
+    """A model whose outputs are ["yes", "no"] (two units, or one: the log-odds of "no") → CT with "outputs" →
+    explain.py predicts and scores as the user's model does → model-weights.pt is the user's bare network (its own
+    outputs, its own width) predicting as the composite does → a further --from-checkpoint keeps the order."""
+    from ct_lightning.experiment.runs.loading import load_checkpoint
+    from ct_lightning.experiment.runs.train import train
+    from datamodules.codec import TabularCodec
+
+    preprocess, model = fit_users_model(tmp_path, epochs=150, units=units, classes=["yes", "no"])
+    run = train(settings(tmp_path, max_epochs=1, checkpoint_dir=str(tmp_path / "ct"),
+                         model_inputs=str(tmp_path / "model-inputs.json")), echo=lambda *_, **__: None)
+    trained = load_checkpoint(tmp_path / "ct" / "last.ckpt")  # weights_only, as explain.py and evaluate.py load it
+    assert trained.hparams.output_order == ([1, 0] if units == 2 else [0])
+    assert not list(trained.model.outputs.parameters())
+    features, labels = frame()
+    ours = torch.from_numpy(TabularCodec.from_dict(trained.preprocessing).encode(features))
+    model.load_state_dict(torch.load(run["model_weights"], weights_only=True))  # the user's own module, strictly
+    with torch.no_grad():
+        theirs = model(torch.tensor(preprocess.transform(features), dtype=torch.float32))
+        composite = trained.model(ours)
+    assert theirs.shape[1] == units
+    expected = theirs[:, [1, 0]] if units == 2 else torch.cat([theirs, torch.zeros_like(theirs)], 1)
+    torch.testing.assert_close(composite, expected, rtol=1e-4, atol=1e-4)
+    assert (composite.argmax(1).numpy() == labels).mean() > 0.85
+
+    out = tmp_path / "explained.json"
+    done = run_script(ROOT / "recipes" / "explain.py", ["--checkpoint", str(tmp_path / "ct" / "last.ckpt"), "--row",
+                      json.dumps(APPLICANT), "--target", "yes", "--json", str(out), "--no-log"], cwd=tmp_path,
+                      timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    explained = json.loads(out.read_text())[0]
+    applicant = torch.tensor(preprocess.transform(pd.DataFrame([APPLICANT])), dtype=torch.float32)
+    with torch.no_grad():
+        yes = model(applicant).softmax(1)[0, 0] if units == 2 else 1 - torch.sigmoid(model(applicant)[0, 0])
+    assert explained["factual_probability"] == pytest.approx(float(yes), abs=1e-4)
+    assert explained["prediction"] == ("yes" if yes > 0.5 else "no")
+
+    again = train(settings(tmp_path, from_checkpoint=str(tmp_path / "ct" / "last.ckpt"), limit_train_batches=0,
+                           checkpoint_dir=str(tmp_path / "again")), echo=lambda *_, **__: None)
+    assert again["config"]["model_inputs"] == json.loads((tmp_path / "model-inputs.json").read_text())
+    assert again["metrics"]["val/acc"] == pytest.approx(run["metrics"]["val/acc"])
+    assert torch.load(again["model_weights"], weights_only=True)["2.weight"].shape[0] == units
 
 
 README_SIZES = {"examples/make_lending_csv.py": "--rows 600", "examples/train_plain_pytorch.py": "--epochs 30",

@@ -328,8 +328,11 @@ TABLE: tuple[Setting, ...] = (
             '{"feature": F, "center": C, "scale": S} (a number: (value - C) / S), {"feature": F, "category": V} '
             '(a one-hot column) or {"feature": F, "codes": {V: CODE, ...}}; a frozen layer maps ct-lightning\'s '
             "encoding onto them, and the trained network's own weights are written beside the checkpoints "
-            "(model-weights.pt). Written by ct_lightning.model_inputs.model_inputs_from_sklearn (default: the model "
-            "reads ct-lightning's encoding: numbers standardised, categories one-hot, in the table's column order)",
+            "(model-weights.pt). Or the object {\"inputs\": [that list], \"outputs\": [the class of each output, "
+            "in the model's order]} for outputs in another order than ct-lightning's, or one output unit (a single "
+            "logit: [negative, positive]). Written by ct_lightning.model_inputs.model_inputs_from_sklearn (default: "
+            "the model reads ct-lightning's encoding: numbers standardised, categories one-hot, in the table's column "
+            "order, and returns its classes in its order)",
             group=START, metavar="FILE"),
     Setting("resume", None, "continue an interrupted run (default: the newest unfinished run of --experiment that has "
             "a checkpoint; runs killed before their first epoch ended are skipped) from its last epoch-end "

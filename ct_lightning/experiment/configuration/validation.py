@@ -158,8 +158,8 @@ class Rule:
         elif kind == "bool":
             if not isinstance(value, bool):
                 raise ValueError
-        elif kind == "inputs":  # a file's path, or (a configuration, a checkpoint's) the list itself
-            if not isinstance(value, (str, list)) or isinstance(value, str) and not value.strip():
+        elif kind == "inputs":  # a file's path, or (a configuration, a checkpoint's) the list or object itself
+            if not isinstance(value, (str, list, dict)) or isinstance(value, str) and not value.strip():
                 raise ValueError
         elif not isinstance(value, str):
             raise ValueError

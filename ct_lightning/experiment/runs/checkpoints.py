@@ -14,6 +14,7 @@ from ct_lightning.experiment.configuration.catalogue import module_defaults
 from ct_lightning.models import model_from_hparams
 
 MODEL_PREFIX = "model."
+CLASSES_KEY = "ct_classes"  # the table's classes of a checkpoint, in read_checkpoint's metadata
 
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")  # where training scripts commonly put the weights
@@ -111,6 +112,9 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
         state, metadata = payload["state_dict"], dict(payload.get("hyper_parameters") or {})
         metadata.update({k: v for k, v in payload.items() if k not in ("state_dict", "hyper_parameters")
                          and isinstance(v, (int, float, str, list, tuple))})
+        preprocessing = payload.get("ct_preprocessing")
+        if isinstance(preprocessing, dict) and isinstance(preprocessing.get("classes"), list):
+            metadata[CLASSES_KEY] = list(preprocessing["classes"])  # what a --model-inputs "outputs" order names
         if any(k.startswith(MODEL_PREFIX) for k in state):
             state = {k[len(MODEL_PREFIX):]: v for k, v in state.items() if k.startswith(MODEL_PREFIX)}
     else:
@@ -201,6 +205,13 @@ def split_adapted(state: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     if f"{ADAPTER}weight" in state and any(k.startswith(NETWORK) for k in state):
         return {k[len(NETWORK):]: v for k, v in state.items() if k.startswith(NETWORK)}
     return state
+
+
+def last_layer(state: dict[str, torch.Tensor]) -> tuple[str, int] | None:
+    """``(name, outputs)`` of the last matrix of ``state`` (a ``Linear``'s ``weight``: its output width), or
+    ``None``."""
+    return next(((k, int(v.shape[0])) for k, v in reversed(list(state.items()))
+                 if k.endswith("weight") and v.dim() == 2), None)
 
 
 def first_layer(state: dict[str, torch.Tensor]) -> tuple[str, int] | None:

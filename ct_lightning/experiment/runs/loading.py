@@ -135,7 +135,7 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
     weights, implied = _architecture_from_source(source, {**given, "tracking_uri": tracking_uri})
     config = resolve_config({**given, **implied, "data": data, "tracking_uri": tracking_uri})
     datamodule = build_datamodule(config)
-    module = build_module(config, datamodule)
+    module = build_module(config, datamodule, weights)
     try:
         load_into(module.model, weights, source="its weights")
     except ValueError as error:

@@ -265,6 +265,8 @@ def load_model_uri(uri: str, tracking_uri: str) -> tuple[dict[str, torch.Tensor]
         metadata["activation"] = activations[0]
     if getattr(model, "entries", None):  # an AdaptedModel: its network reads the inputs of --model-inputs
         metadata["input_map"] = list(model.entries)
+        if getattr(model, "labels", None):  # and the classes of its outputs, in its order
+            metadata["outputs"] = list(model.labels)
     return state, metadata
 
 

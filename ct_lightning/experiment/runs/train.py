@@ -20,9 +20,9 @@ from mlflow.tracking import MlflowClient
 from ct_lightning.callbacks import BurnIn, ConvergenceWatch, CounterfactualEvaluation, EpochSeed
 from ct_lightning.experiment.configuration.allocator import keep_freed_memory
 from ct_lightning.experiment.runs.checkpoint_io import AtomicCheckpointIO
-from ct_lightning.experiment.runs.checkpoints import (first_layer, infer_mlp_hidden_sizes, load_into, read_checkpoint,
-                                                     save_network_weights, split_adapted)
-from ct_lightning.model_inputs import affine_map, read_model_inputs
+from ct_lightning.experiment.runs.checkpoints import (CLASSES_KEY, first_layer, infer_mlp_hidden_sizes, last_layer,
+                                                     load_into, read_checkpoint, save_network_weights, split_adapted)
+from ct_lightning.model_inputs import affine_map, output_order, read_model_spec
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.models import ACTIVATIONS
 from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console
@@ -54,22 +54,35 @@ from ct_lightning.module import CTModule
 
 
 
-def build_module(config: dict, datamodule) -> CTModule:
+def build_module(config: dict, datamodule, weights: dict | None = None) -> CTModule:
     """A ``CTModule`` with the configured architecture for the configured data set; with ``model_inputs``, the
-    network behind the frozen input layer that maps the data module's encoding onto those inputs."""
-    entries = model_input_entries(config)
+    network behind the frozen input layer that maps the data module's encoding onto those inputs, and before the
+    frozen output layer that puts its outputs in the table's class order where ``"outputs"`` lists them (or the
+    model has one output unit). ``weights``: the weights it is to load (a state_dict of the network, of the model or
+    of the module), whose last layer tells a single logit; else those of ``from_checkpoint`` where it is a file."""
+    entries, outputs = model_input_spec(config)
     mapped = input_map(config, entries, datamodule) if entries else None
+    order = output_map(config, outputs, datamodule, weights) if entries else None
     module = CTModule(**module_kwargs(config, datamodule.n_features, datamodule.n_classes, datamodule.feature_names,
-                                      mutability_spec(config, datamodule) or None), input_map=entries)
+                                      mutability_spec(config, datamodule) or None), input_map=entries,
+                      output_order=order)
     if mapped is not None:
         module.model.inputs.set_map(mapped[0], mapped[1])
+    if order is not None:
+        module.model.labels = output_labels(order, datamodule.codec.classes)
     return module
 
 
 def model_input_entries(config: dict) -> list[dict] | None:
-    """The checked entries of ``config["model_inputs"]`` (a file or the list), or ``None`` without it."""
+    """The checked entries of ``config["model_inputs"]`` (a file, the list or the object), or ``None`` without it."""
+    return model_input_spec(config)[0]
+
+
+def model_input_spec(config: dict) -> tuple[list[dict] | None, list | None]:
+    """``(inputs, outputs)`` of ``config["model_inputs"]`` (:func:`ct_lightning.model_inputs.read_model_spec`),
+    ``(None, None)`` without it."""
     source = config.get("model_inputs")
-    return None if source is None else read_model_inputs(source)
+    return (None, None) if source is None else read_model_spec(source)
 
 
 def input_map(config: dict, entries: list[dict], datamodule) -> tuple[list, list, list[str]]:
@@ -82,7 +95,34 @@ def input_map(config: dict, entries: list[dict], datamodule) -> tuple[list, list
     return affine_map(entries, codec, config["model_inputs"])
 
 
+def output_map(config: dict, outputs: list | None, datamodule, weights: dict | None = None) -> list[int] | None:
+    """The table's class index of each output of the model (:func:`ct_lightning.model_inputs.output_order`), ``None``
+    without ``outputs`` (its outputs are then the table's classes in their order); the model's output width is that
+    of ``weights``, else of the ``from_checkpoint`` file."""
+    if weights is None and config.get("from_checkpoint") and ":/" not in config["from_checkpoint"] \
+            and Path(config["from_checkpoint"]).is_file():
+        weights = read_checkpoint(config["from_checkpoint"])[0]
+    last = last_layer(split_adapted(_model_state(weights))) if weights else None
+    return output_order(outputs, datamodule.codec.classes, None if last is None else last[1], config["model_inputs"])
+
+
+def _model_state(state: dict) -> dict:
+    """The model's weights of a module's ``state`` (``model.`` keys), or ``state`` as it is."""
+    model = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
+    return model or state
+
+
+def output_labels(order: list[int], classes: list) -> list:
+    """The ``"outputs"`` list that ``order`` (:func:`ct_lightning.model_inputs.output_order`) stands for: the class
+    of each output, ``[negative, positive]`` for one output unit."""
+    if len(order) == 1:
+        return [classes[1 - order[0]], classes[order[0]]]
+    return [classes[i] for i in order]
+
+
 def _inputs_shown(source) -> str:
+    if isinstance(source, dict):
+        return f"an object of {len(source.get('inputs') or [])} inputs and outputs {json.dumps(source.get('outputs'))}"
     return source if isinstance(source, str) else f"a list of {len(source)} inputs"
 
 
@@ -102,10 +142,16 @@ def _architecture_from_file(path: str, given: dict) -> tuple[dict, dict]:
 
 def _adapted_weights(state: dict, metadata: dict, implied: dict) -> tuple[dict, dict]:
     """A model trained with ``--model-inputs`` (its checkpoint, its MLflow model): its network's weights, and its
-    inputs list as the implied ``model_inputs`` (the input layer is made again from the data it is trained on)."""
+    inputs list (with its ``"outputs"`` where it had them) as the implied ``model_inputs`` (the input and output
+    layers are made again from the data it is trained on)."""
     network = split_adapted(state)
     if network is not state and metadata.get("input_map"):
-        implied = {**implied, "model_inputs": list(metadata["input_map"])}
+        outputs = metadata.get("outputs")
+        if outputs is None and metadata.get("output_order") and metadata.get(CLASSES_KEY):
+            outputs = output_labels(list(metadata["output_order"]), list(metadata[CLASSES_KEY]))
+        inputs = list(metadata["input_map"])
+        implied = {**implied, "model_inputs": inputs if outputs is None else {"inputs": inputs,
+                                                                              "outputs": list(outputs)}}
     return network, implied
 
 
@@ -210,6 +256,7 @@ def _architecture_from_source(source: str, given: dict) -> tuple[dict, dict]:
         state, metadata = load_model_uri(source, given.get("tracking_uri") or DEFAULTS["tracking_uri"])
         state, metadata = _adapted_weights(state, metadata, metadata)
         metadata.pop("input_map", None)
+        metadata.pop("outputs", None)
         inferred = infer_mlp_hidden_sizes(state)
         if inferred is not None:
             metadata["hidden_sizes"] = inferred
@@ -250,7 +297,9 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
     datamodule = build_datamodule(config)
     check_batch_shares(config, datamodule)
     set_expected_searches(expected_searches(config, datamodule))
-    module = build_module(config, datamodule)
+    # the weights it loads tell a model of one output unit (a resumed run's: its checkpoint's)
+    resumed = resume_from is not None and config.get("model_inputs") is not None
+    module = build_module(config, datamodule, read_checkpoint(resume_from)[0] if resumed else weights)
     codec = getattr(datamodule, "codec", None)
     if codec is not None:  # a user's table or a built-in one: explanations and the served model read raw rows
         module.preprocessing = codec.to_dict()
@@ -315,6 +364,14 @@ def load_given_weights(config: dict, module: CTModule, weights: dict, datamodule
         load_into(module.model, weights, source=source)
     except ValueError as error:
         first, codec = first_layer(weights), getattr(datamodule, "codec", None)
+        last = last_layer(weights)
+        if codec is not None and config.get("model_inputs") is None and last is not None and last[1] == 1 \
+                and datamodule.n_classes == 2:
+            raise ValueError(f"{error} | the model has one output unit (a single logit), ct-lightning's classes of "
+                             f"{Path(config['data']).name} are two: describe the model with --model-inputs FILE, "
+                             f'the object {{"inputs": [...], "outputs": [NEGATIVE, POSITIVE]}} (add "outputs": the '
+                             f"unit is the log-odds of the second; docs/guide.md, \"Fine-tune a model you already "
+                             f'have")') from None
         if codec is None or config.get("model_inputs") is not None or first is None \
                 or first[1] == datamodule.n_features:
             raise
@@ -350,7 +407,8 @@ def echo_loaded_accuracy(config: dict, module: CTModule, datamodule, echo) -> No
     if accuracy > majority:
         return
     classes = getattr(getattr(datamodule, "codec", None), "classes", None)
-    order = f"; its outputs must be the classes {', '.join(map(str, classes))}, in this order" if classes else ""
+    order = f"; its outputs must be the classes {', '.join(map(str, classes))}, in this order, or listed in " \
+        f'theirs as "outputs" of --model-inputs' if classes else ""
     if config.get("model_inputs") is not None:
         hint = f"check that --model-inputs lists the inputs it was trained on, in their order{order}"
     elif table:

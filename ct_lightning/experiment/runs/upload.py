@@ -31,11 +31,12 @@ def finish_deferred_end(client, record: dict, outbox: Outbox, tracking_uri: str 
 
     config = {**DEFAULTS, **record["config"]}
     datamodule = build_datamodule(config)
-    module = build_module(config, datamodule)
+    state = torch.load(outbox.folder / record["state"], map_location="cpu", weights_only=True)
+    module = build_module(config, datamodule, state)  # its network's last layer: one output unit or more
     codec = getattr(datamodule, "codec", None)
     if codec is not None:
         module.preprocessing = codec.to_dict()
-    module.load_state_dict(torch.load(outbox.folder / record["state"], map_location="cpu", weights_only=True))
+    module.load_state_dict(state)
     run_id = record["run_id"]
     log_models(client, tracking_uri or record["tracking_uri"], record["experiment_id"], run_id, module, datamodule, config, record["metrics"],
                mutability_spec(config, datamodule) or None)
