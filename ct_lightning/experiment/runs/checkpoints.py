@@ -110,9 +110,11 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
         payload = {**{k: v for k, v in payload.items() if k != wrapped}, "state_dict": payload[wrapped]}
     if "state_dict" in payload and isinstance(payload["state_dict"], dict):
         state, metadata = payload["state_dict"], dict(payload.get("hyper_parameters") or {})
-        metadata.update({k: v for k, v in payload.items() if k not in ("state_dict", "hyper_parameters")
+        skipped = ("state_dict", "hyper_parameters", *PREPROCESSING_KEYS)
+        metadata.update({k: v for k, v in payload.items() if k not in skipped
                          and isinstance(v, (int, float, str, list, tuple))})
         preprocessing = payload.get("ct_preprocessing")
+        preprocessing = json.loads(preprocessing) if isinstance(preprocessing, str) else preprocessing  # JSON text
         if isinstance(preprocessing, dict) and isinstance(preprocessing.get("classes"), list):
             metadata[CLASSES_KEY] = list(preprocessing["classes"])  # what a --model-inputs "outputs" order names
         if any(k.startswith(MODEL_PREFIX) for k in state):
