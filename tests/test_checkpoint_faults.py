@@ -24,8 +24,10 @@ from ct_lightning.experiment.runs.checkpoint_io import AtomicCheckpointIO, previ
 from ct_lightning.experiment.runs.lifecycle import completed_epochs
 from ct_lightning.experiment.runs.train import train
 
+# checkpoint_seconds 0: last.ckpt after every epoch, so that each epoch's write meets the fault (the faults, not the
+# cadence, are tested here; tests/test_lifecycle.py resumes runs that write every few seconds)
 TINY = {"data": "moons", "max_epochs": 4, "limit_train_batches": 3, "limit_val_batches": 1, "nce": 20,
-        "progress": False, "seed": 5}
+        "progress": False, "seed": 5, "checkpoint_seconds": 0}
 
 
 class FillDiskAt(L.Callback):

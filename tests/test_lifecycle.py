@@ -166,6 +166,25 @@ def test_killed_and_resumed_run_is_bit_identical(store, reference, phase, epoch,
     assert_same_run(reference, resumed, client)
 
 
+def test_a_run_that_writes_every_few_seconds_resumes_bit_identical_and_logs_each_epoch_once(store, reference):
+    """--checkpoint-seconds: last.ckpt at most every N seconds (here an hour: after the first epoch only, before the
+    last). Killed in epoch 2 (of 0..3), the run had sent MLflow nothing past its resume point (epoch 0); resumed, it
+    ends bit-identical to a whole run (written at the default cadence), with each epoch's metrics logged once."""
+    from ct_lightning.experiment.runs.lifecycle import completed_epochs, last_checkpoint_of
+
+    exp = {**store, "experiment": "kill-cadence"}
+    kill_child({**KILL, **exp, "checkpoint_seconds": 3600}, "train", 2, 1)
+    client = client_of(store)
+    (killed,) = client.search_runs([client.get_experiment_by_name(exp["experiment"]).experiment_id])
+    assert completed_epochs(last_checkpoint_of(killed)) == 1, "only epoch 0's checkpoint was written"
+    assert {m.step for m in client.get_metric_history(killed.info.run_id, "val/acc")} <= {0}
+    resumed = train({"resume": "latest", **exp, "progress": False})
+    assert_same_run(reference, resumed, client)
+    for key in ("train/loss", "val/acc", "train/cf_converged"):
+        steps = sorted(m.step for m in client.get_metric_history(resumed["run_id"], key))
+        assert steps == list(range(KILL["max_epochs"])), f"{key}: {steps}"  # each epoch once, none missing
+
+
 def signal_child(overrides: dict, name: str, epoch: int, *batches: int, env=None) -> subprocess.CompletedProcess:
     """Run training through a console entry in a subprocess that sends itself SIG``name`` at those batches."""
     return run_script(ROOT / "tests" / "helpers" / "signal_during_training.py",

@@ -353,6 +353,10 @@ TABLE: tuple[Setting, ...] = (
     Setting("overwrite", False, "allow outputs to replace existing files: --summary-json and --checkpoint-dir "
             "(train.py), --json (explain.py)",
             action="store_true", run_only=True, on_resume=True),
+    Setting("checkpoint_seconds", 2.0, "write last.ckpt (and send the epochs' metrics to MLflow) at an epoch's end at "
+            "most every SECONDS: always after the first and the last epoch and when a signal stops the run; a killed run "
+            "loses at most that much training, and resumes bit-identical from the checkpoint. 0: every epoch (default "
+            "{DFLT})", float, low=0.0, run_only=True, on_resume=True, metavar="SECONDS"),
     Setting("progress", True, "hide the progress bar", flag="--no-progress", action="store_false", run_only=True,
             on_resume=True),
     Setting("verbose", False, "also show Lightning's INFO lines and library warnings (hidden by default)",

@@ -39,9 +39,9 @@ class EpochStepMLFlowLogger(MLFlowLogger):
 
     steps_by_epoch = True  # files every metric under its ``epoch`` value (CTModule.log_epochs_directly relies on it)
 
-    def __init__(self, *args, flush_seconds: float = 2.0, **kwargs):
+    def __init__(self, *args, flush_seconds: float | None = 2.0, **kwargs):
         super().__init__(*args, **kwargs)
-        self.flush_seconds = flush_seconds
+        self.flush_seconds = float("inf") if flush_seconds is None else flush_seconds  # None: LastCheckpoint flushes
         self._pending: dict[int, dict] = {}  # step -> {"timestamp": ms of its first metric, "metrics": {...}}
         self._last_flush = time.monotonic()
 
@@ -59,6 +59,12 @@ class EpochStepMLFlowLogger(MLFlowLogger):
         """The epochs whose metrics wait here: ``[{"epoch": step, "metrics": {key: value}}]`` (for checkpoints)."""
         return [{"epoch": step, "metrics": {k: float(v) for k, v in entry["metrics"].items() if not isinstance(v, str)}}
                 for step, entry in self._pending.items()]
+
+    def flush_with_checkpoints(self) -> None:
+        """Send the waiting metrics: called by :class:`~ct_lightning.experiment.runs.last_checkpoint.LastCheckpoint`
+        right after it writes ``last.ckpt``, when this logger waits for it (``flush_seconds=None``)."""
+        if self.flush_seconds == float("inf"):
+            self.flush()
 
     @rank_zero_only
     def flush(self) -> None:

@@ -109,8 +109,11 @@ class StopOnSignal(L.Callback):
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._epoch = trainer.current_epoch
-        if self.signum is not None:  # arrived between the last epoch's end and this start: its checkpoint is written
+        written = [c.written_epoch for c in trainer.callbacks if hasattr(c, "written_epoch")]
+        if self.signum is not None and (not written or written[0] == trainer.current_epoch - 1):
+            # arrived between the last epoch's end and this start, and that epoch's checkpoint is written
             raise TrainingInterrupted(self.signum, trainer.current_epoch)
+        # else (last.ckpt is older: LastCheckpoint writes every few seconds) this epoch runs and stops with its own
 
     def on_train_epoch_end(self, trainer, pl_module) -> None:
         if self.signum is not None:

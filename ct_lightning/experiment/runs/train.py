@@ -37,6 +37,7 @@ from ct_lightning.experiment.runs.run_artifacts import (EpochMetricsInCheckpoint
                                                    log_missing_epoch_metrics, log_training_inputs,
                                                    log_training_plots)
 from ct_lightning.experiment.runs.served_model import log_models, registered_text
+from ct_lightning.experiment.runs.last_checkpoint import LastCheckpoint
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.configuration.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
                                               load_config_file, module_kwargs, resolve_config)
@@ -478,7 +479,7 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
                   echo, resume_hint: str | None = None) -> dict:
     """Fit, test and log one run; ``client`` is ``None`` on DDP ranks other than 0 (they only train)."""
     logger = EpochStepMLFlowLogger(experiment_name=config["experiment"], tracking_uri=config["tracking_uri"],
-                                   run_id=run_id)
+                                   run_id=run_id, flush_seconds=None)  # sent as last.ckpt is written (LastCheckpoint)
     if isinstance(client, OutboxClient):
         logger._mlflow_client = client  # Lightning's logger writes through it too (metrics, hyperparameters)
     if client is None:
@@ -509,11 +510,9 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     if config["limit_train_batches"] == 0:
         echo(f"no training (--limit-train-batches 0): the model of {config['from_checkpoint']} is validated and "
              "tested as it is", flush=True)
-    # Lightning writes checkpoints through an fsspec transaction: a temporary file renamed into place.
-    # last.ckpt is written at each epoch's very end (after validation and logging), so that a resumed
-    # run starts the next epoch from exactly the state an uninterrupted run has there.
-    last = ModelCheckpoint(dirpath=config["checkpoint_dir"], filename="last", monitor=None, save_top_k=1,
-                           enable_version_counter=False, save_on_train_epoch_end=True)
+    # last.ckpt is written at an epoch's very end (after validation and logging), so that a resumed run starts the
+    # next epoch from exactly the state an uninterrupted run has there; at most every --checkpoint-seconds.
+    last = LastCheckpoint(config["checkpoint_dir"], config["checkpoint_seconds"])
     best = ModelCheckpoint(dirpath=config["checkpoint_dir"], filename="best", monitor="val/acc", mode="max",
                            save_top_k=1, enable_version_counter=False)
     # Both save at the epoch's end in list order: best first, so that last.ckpt holds best's state after this
