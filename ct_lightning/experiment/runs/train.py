@@ -57,13 +57,20 @@ from ct_lightning.module import CTModule
 def build_module(config: dict, datamodule) -> CTModule:
     """A ``CTModule`` with the configured architecture for the configured data set; with ``model_inputs``, the
     network behind the frozen input layer that maps the data module's encoding onto those inputs."""
+    return module_and_unused(config, datamodule)[0]
+
+
+def module_and_unused(config: dict, datamodule) -> tuple[CTModule, list[str]]:
+    """:func:`build_module`'s module and the table columns no model input reads (empty without ``model_inputs``),
+    from the one computation of the input map."""
     entries = model_input_entries(config)
     mapped = input_map(config, entries, datamodule) if entries else None
     module = CTModule(**module_kwargs(config, datamodule.n_features, datamodule.n_classes, datamodule.feature_names,
                                       mutability_spec(config, datamodule) or None), input_map=entries)
-    if mapped is not None:
-        module.model.inputs.set_map(mapped[0], mapped[1])
-    return module
+    if mapped is None:
+        return module, []
+    module.model.inputs.set_map(mapped[0], mapped[1])
+    return module, mapped[2]
 
 
 def model_input_entries(config: dict) -> list[dict] | None:
@@ -250,7 +257,7 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
     datamodule = build_datamodule(config)
     check_batch_shares(config, datamodule)
     set_expected_searches(expected_searches(config, datamodule))
-    module = build_module(config, datamodule)
+    module, unused = module_and_unused(config, datamodule)
     codec = getattr(datamodule, "codec", None)
     if codec is not None:
         module.preprocessing = codec.to_dict()
@@ -261,13 +268,11 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
     if resume_from is None and config.get("from_checkpoint"):
         load_given_weights(config, module, weights, datamodule)
         echo_loaded_accuracy(config, module, datamodule, echo)
-    if resume_from is None and config.get("model_inputs") is not None:
-        unused = input_map(config, module.hparams.input_map, datamodule)[2]
-        if unused:
-            echo(f"note: --model-inputs: no input of the model reads {', '.join(unused)}: "
-                 f"{'it does' if len(unused) == 1 else 'they do'} not change its decisions, and counterfactuals leave "
-                 f"{'it' if len(unused) == 1 else 'them'} as given (leave a column that is no feature out with "
-                 f"--drop-columns)", flush=True)
+    if resume_from is None and unused:
+        echo(f"note: --model-inputs: no input of the model reads {', '.join(unused)}: "
+             f"{'it does' if len(unused) == 1 else 'they do'} not change its decisions, and counterfactuals leave "
+             f"{'it' if len(unused) == 1 else 'them'} as given (leave a column that is no feature out with "
+             f"--drop-columns)", flush=True)
 
     artifact_location = prepare_store(config["tracking_uri"], config["experiment"])  # created once, under a lock
     client = MlflowClient(tracking_uri=config["tracking_uri"])
