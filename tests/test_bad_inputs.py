@@ -181,6 +181,9 @@ EXPLAIN = [
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --generator nope", "--generator"),
     # a generator that learns from the training data, and a checkpoint without the config.json naming that data
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --generator revise", "--generator: got 'revise'"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --data {tmp}/missing.csv", "--data"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --generator revise --data moons",  # data of another model
+     "--data: got 'moons' (its model takes 5 features: trained on another data set?)"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --tau 0", "--tau"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --json {text}", "--json: got"),  # exists: only with --overwrite
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --max-steps -1", "--max-steps"),

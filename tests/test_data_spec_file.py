@@ -75,6 +75,23 @@ def test_a_spec_that_cannot_be_written_is_refused_in_one_line(tmp_path, capsys, 
     assert not spec.exists()
 
 
+@pytest.mark.parametrize("option, value, said", [
+    ("--immutable", "AGE", "unknown feature 'AGE' (did you mean 'age'?"), ("--mutability", "nope=none", "'nope'"),
+    ("--mutability", "purpose=increase", "allowed for a categorical feature: both, none"),
+])
+def test_training_and_the_spec_writer_refuse_a_bad_column_with_the_same_line(tmp_path, capsys, option, value, said):
+    """One check of --immutable/--mutability (configuration.data.command_line_mutability) behind both commands."""
+    errors = []
+    for extra in (["--write-data-spec", str(tmp_path / "spec.yaml")], ["--max-epochs", "1"]):
+        with pytest.raises(SystemExit) as stop:
+            train_main(["--data", str(LOANS), "--target", "approved", option, value, *extra,
+                        "--tracking-uri", f"sqlite:///{tmp_path}/s/mlflow.db", "--checkpoint-dir", str(tmp_path / "c")])
+        assert stop.value.code == 2
+        errors.append(capsys.readouterr().err.strip().splitlines())
+    assert errors[0] == errors[1], errors
+    assert len(errors[0]) == 1 and errors[0][0].startswith(f"error: {option}: ") and said in errors[0][0], errors
+
+
 def test_an_existing_file_is_never_overwritten(tmp_path, capsys):
     spec = tmp_path / "spec.yaml"
     spec.write_text("columns:\n  age: {mutability: none}  # my edits\n")

@@ -320,3 +320,31 @@ def test_a_built_in_table_is_explained_in_the_raw_files_units(tmp_path):
     served = predictor.predict(raw.drop(columns=["ID", "default.payment.next.month"]).rename(columns=str.lower))
     assert set(served["prediction"]) <= {"default", "no default"}
     assert list(served["prediction"]) == [r["prediction"] for r in records]
+
+
+def test_a_copied_checkpoint_explains_with_learned_generators_given_its_data(tmp_path, capsys):
+    """explain.py --checkpoint copied/last.ckpt --data loans.csv: the training data a checkpoint copied without its
+    config.json does not name (the --checkpoint help says: else pass --data); where config.json names other data,
+    --data wins, with a note."""
+    import shutil
+
+    from ct_lightning.experiment.runs.train import train
+    from recipes.explain import main as explain_main
+
+    train({"data": str(LOANS), "target": "approved", "max_epochs": 1, "nce": 16, "limit_train_batches": 2,
+           "progress": False, "checkpoint_dir": str(tmp_path / "ck"),
+           "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    (tmp_path / "copied").mkdir()
+    shutil.copy(tmp_path / "ck" / "last.ckpt", tmp_path / "copied" / "last.ckpt")
+    row = pd.read_csv(LOANS).drop(columns="approved").head(1).to_json(orient="records")
+    common = ["--row", row, "--target", "yes", "--max-steps", "5", "--tracking-uri", f"sqlite:///{tmp_path}/m.db"]
+    for generator in ("revise", "amortised"):
+        records = explain_main(["--checkpoint", str(tmp_path / "copied" / "last.ckpt"), "--data", str(LOANS),
+                                "--generator", generator, *common])
+        assert len(records) == 1 and records[0]["explained"] and records[0]["target"] == "yes"
+    other = tmp_path / "loans-again.csv"  # the same table elsewhere: config.json beside ck/ names tests/fixtures'
+    shutil.copy(LOANS, other)
+    capsys.readouterr()
+    explain_main(["--checkpoint", str(tmp_path / "ck" / "last.ckpt"), "--data", str(other), "--generator", "revise",
+                  *common])
+    assert f"note: --data: the training data is {other}, not {LOANS}" in capsys.readouterr().out

@@ -177,6 +177,10 @@ def test_an_outage_past_the_end_leaves_the_run_for_the_upload_command(server, tm
     done = subprocess.run(pending["command"], shell=True, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
     assert "the run is FINISHED" in done.stdout
+    # the predictor the deferred end registered, named as train.py names it (train.announce)
+    from ct_lightning.experiment.runs.served_model import registered_text
+
+    assert f"registered model {registered_text('ct-moons-ct', '1', server.uri)}" in done.stdout.splitlines()
     _check_complete(server.uri, summary["run_id"])
     again = subprocess.run(pending["command"], shell=True, env=env, capture_output=True, text=True, timeout=600)
     assert again.returncode == 0 and "0 of 0 waiting record(s) sent" in again.stdout, again.stdout + again.stderr

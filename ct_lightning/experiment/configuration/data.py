@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 
 from ct_lightning.constraints import data_mutability, mutability_pairs, parse_mutability
 from ct_lightning.experiment.configuration.settings import data_class, is_table_file, table_options
@@ -33,10 +34,20 @@ def build_datamodule(config: dict, codec=None):
 
 
 def mutability_spec(config: dict, datamodule) -> dict[str, str]:
-    """Merge ``mutability``, ``immutable`` and ``protect`` into one ``{feature: kind}`` mapping, validated."""
-    spec = mutability_pairs(str(config["mutability"] or ""))
-    spec = {**data_mutability(datamodule), **spec}
-    features = list(config["immutable"]) + (list(datamodule.protected) if config["protect"] else [])
-    spec.update({feature: "none" for feature in features})
+    """Merge the data's own mutability, ``mutability``, ``immutable`` and ``protect`` into one ``{feature: kind}``
+    mapping, validated."""
+    spec = {**data_mutability(datamodule), **command_line_mutability(config, datamodule.feature_names)}
+    spec.update({feature: "none" for feature in (datamodule.protected if config.get("protect") else [])})
     parse_mutability(spec, datamodule.n_features, datamodule.feature_names, argument="mutability/immutable")
     return spec
+
+
+def command_line_mutability(config: dict, feature_names: Sequence[str]) -> dict[str, str]:
+    """``mutability`` (``"FEATURE=KIND,..."``) and ``immutable`` (names) as one ``{feature: kind}``, ``immutable``
+    last; each entry is checked against ``feature_names`` by :func:`parse_mutability` and refused in one line
+    naming the option that gave it (the one check of training and of ``train.py --write-data-spec``)."""
+    given = [("mutability", name, kind) for name, kind in mutability_pairs(str(config.get("mutability") or "")).items()]
+    given += [("immutable", name, "none") for name in config.get("immutable") or []]
+    for option, name, kind in given:
+        parse_mutability({name: kind}, len(feature_names), feature_names, argument=option)
+    return {name: kind for _, name, kind in given}

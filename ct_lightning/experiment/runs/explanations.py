@@ -101,6 +101,30 @@ def load_explainable(run_id: str | None = None, checkpoint: str | None = None, t
     return Explainable(module.eval(), codec, config, run_id, payload is not None)
 
 
+def use_data(explainable: Explainable, data: str | None) -> str | None:
+    """Take the model's training data from ``data`` (``--data``: a checkpoint copied without the config.json its
+    training wrote beside it names none), for the generators that learn from it. ``data`` wins over the data its
+    config names; a table's label column and its filling of missing values come from the model's own preprocessing
+    where the config lacks them. Returns a note for the console where ``data`` replaces the config's data."""
+    if not data:
+        return None
+    named = explainable.config.get("data")
+    config = {**explainable.config, "data": data}
+    from ct_lightning.experiment.configuration.settings import is_table_file  # noqa: PLC0415
+
+    # a file's label column and fills (a built-in table's run has a preprocessing too, but its data module knows them)
+    codec = explainable.codec if explainable.has_preprocessing and is_table_file(data) else None
+    if codec is not None and getattr(codec, "target", None) is not None and not config.get("target"):
+        config["target"] = codec.target
+    if codec is not None and "impute" not in config and any(getattr(c, "fill", None) is not None
+                                                             for c in getattr(codec, "columns", ())):
+        config["impute"] = "median"  # trained with --impute median: the codec keeps the training's fills
+    explainable.config = config
+    if named and str(named) != str(data):
+        return f"--data: the training data is {data}, not {named} that the model's config.json names (--data wins)"
+    return None
+
+
 def read_rows(rows_file: str | None = None, row: str | None = None) -> pd.DataFrame:
     """Rows in original units from a CSV file (``--rows``) or one JSON object (``--row``); one-line errors."""
     if row is not None:
@@ -251,23 +275,34 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
 
     name = settings.get("generator", "ecco")
     if getattr(generator_class(name), "needs_fit", False):
-        from ct_lightning.experiment.configuration.data import build_datamodule
-        from ct_lightning.generators.registry import GENERATORS
-
-        if not explainable.config.get("data"):  # a checkpoint copied without the config.json written beside it
-            search_only = ", ".join(sorted(n for n, g in GENERATORS.items() if not getattr(g, "needs_fit", False)))
-            raise InputError("--generator", name, f"{search_only} (they need no training data), or the model's run "
-                             "with --run-id, or its checkpoint with the config.json its training wrote beside it",
-                             "it learns from the training data, which this checkpoint does not name")
-
-        datamodule = build_datamodule(explainable.config)
-        x_train, y_train = datamodule.x_train, datamodule.y_train
+        x_train, y_train = _training_data(explainable, name)
     # explain() adds the mutability the module was trained under (its hparams); config.json's --immutable is kept
     # for modules without one (a run's logged nn.Module).
     mutability = {name: "none" for name in explainable.config.get("immutable") or []}
     explained = explain(explainable.module, rows, target=target, codec=explainable.codec, mutability=mutability,
                         x_train=x_train, y_train=y_train, seed=seed, **settings)
     return explained.set_axis(rows.index) if isinstance(rows, pd.DataFrame) else explained  # rows keep their numbers
+
+
+def _training_data(explainable: Explainable, generator: str) -> tuple[torch.Tensor, torch.Tensor]:
+    """The training split a learning ``generator`` fits on: the data the model's config names (or ``--data``,
+    :func:`use_data`), a table encoded with the model's own preprocessing."""
+    from ct_lightning.experiment.configuration.data import build_datamodule
+    from ct_lightning.experiment.configuration.settings import is_table_file
+    from ct_lightning.experiment.configuration.validation import check_model_fits
+    from ct_lightning.generators.registry import GENERATORS
+
+    data = explainable.config.get("data")
+    if not data:  # a checkpoint copied without the config.json written beside it, and no --data
+        search_only = ", ".join(sorted(n for n, g in GENERATORS.items() if not getattr(g, "needs_fit", False)))
+        raise InputError("--generator", generator, f"{search_only} (they need no training data), or --data with "
+                         "the data the model was trained on, or the model's run with --run-id, or its checkpoint "
+                         "with the config.json its training wrote beside it",
+                         "it learns from the training data, which this checkpoint does not name")
+    codec = explainable.codec if explainable.has_preprocessing and is_table_file(data) else None
+    datamodule = build_datamodule(explainable.config, codec=codec)
+    check_model_fits("--data", data, explainable.module, datamodule)
+    return datamodule.x_train, datamodule.y_train
 
 
 def flat_table(explanations: pd.DataFrame) -> pd.DataFrame:

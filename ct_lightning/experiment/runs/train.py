@@ -61,17 +61,24 @@ def build_module(config: dict, datamodule, weights: dict | None = None) -> CTMod
     frozen output layer that puts its outputs in the table's class order where ``"outputs"`` lists them (or the
     model has one output unit). ``weights``: the weights it is to load (a state_dict of the network, of the model or
     of the module), whose last layer tells a single logit; else those of ``from_checkpoint`` where it is a file."""
+    return module_and_unused(config, datamodule, weights)[0]
+
+
+def module_and_unused(config: dict, datamodule, weights: dict | None = None) -> tuple[CTModule, list[str]]:
+    """:func:`build_module`'s module and the table columns no model input reads (empty without ``model_inputs``),
+    from the one computation of the input map."""
     entries, outputs = model_input_spec(config)
     mapped = input_map(config, entries, datamodule) if entries else None
     order = output_map(config, outputs, datamodule, weights) if entries else None
     module = CTModule(**module_kwargs(config, datamodule.n_features, datamodule.n_classes, datamodule.feature_names,
                                       mutability_spec(config, datamodule) or None), input_map=entries,
                       output_order=order)
-    if mapped is not None:
-        module.model.inputs.set_map(mapped[0], mapped[1])
     if order is not None:
         module.model.labels = output_labels(order, datamodule.codec.classes)
-    return module
+    if mapped is None:
+        return module, []
+    module.model.inputs.set_map(mapped[0], mapped[1])
+    return module, mapped[2]
 
 
 def model_input_entries(config: dict) -> list[dict] | None:
@@ -300,7 +307,7 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
     set_expected_searches(expected_searches(config, datamodule))
     # the weights it loads tell a model of one output unit (a resumed run's: its checkpoint's)
     resumed = resume_from is not None and config.get("model_inputs") is not None
-    module = build_module(config, datamodule, read_checkpoint(resume_from)[0] if resumed else weights)
+    module, unused = module_and_unused(config, datamodule, read_checkpoint(resume_from)[0] if resumed else weights)
     codec = getattr(datamodule, "codec", None)
     if codec is not None:  # a user's table or a built-in one: explanations and the served model read raw rows
         module.preprocessing = codec.to_dict()
@@ -312,13 +319,11 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
     if resume_from is None and config.get("from_checkpoint"):
         load_given_weights(config, module, weights, datamodule)
         echo_loaded_accuracy(config, module, datamodule, echo)
-    if resume_from is None and config.get("model_inputs") is not None:
-        unused = input_map(config, module.hparams.input_map, datamodule)[2]
-        if unused:
-            echo(f"note: --model-inputs: no input of the model reads {', '.join(unused)}: "
-                 f"{'it does' if len(unused) == 1 else 'they do'} not change its decisions, and counterfactuals leave "
-                 f"{'it' if len(unused) == 1 else 'them'} as given (leave a column that is no feature out with "
-                 f"--drop-columns)", flush=True)
+    if resume_from is None and unused:
+        echo(f"note: --model-inputs: no input of the model reads {', '.join(unused)}: "
+             f"{'it does' if len(unused) == 1 else 'they do'} not change its decisions, and counterfactuals leave "
+             f"{'it' if len(unused) == 1 else 'them'} as given (leave a column that is no feature out with "
+             f"--drop-columns)", flush=True)
 
     artifact_location = prepare_store(config["tracking_uri"], config["experiment"])  # created once, under a lock
     client = MlflowClient(tracking_uri=config["tracking_uri"])

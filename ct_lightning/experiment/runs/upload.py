@@ -18,9 +18,10 @@ from pathlib import Path
 from ct_lightning.experiment.runs.outbox import OUTBOX_DIR, Outbox, replay
 
 
-def finish_deferred_end(client, record: dict, outbox: Outbox, tracking_uri: str | None = None) -> None:
+def finish_deferred_end(client, record: dict, outbox: Outbox, tracking_uri: str | None = None) -> dict:
     """Complete a training whose end found the server down: rebuild its model from the kept final weights,
-    log the models and the plots as the training would have, and end the run FINISHED."""
+    log the models and the plots as the training would have, and end the run FINISHED. Returns the logged
+    models (:func:`~ct_lightning.experiment.runs.served_model.log_models`: the registered name and version)."""
     import torch
 
     from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
@@ -38,10 +39,11 @@ def finish_deferred_end(client, record: dict, outbox: Outbox, tracking_uri: str 
         module.preprocessing = codec.to_dict()
     module.load_state_dict(state)
     run_id = record["run_id"]
-    log_models(client, tracking_uri or record["tracking_uri"], record["experiment_id"], run_id, module, datamodule, config, record["metrics"],
-               mutability_spec(config, datamodule) or None)
+    models = log_models(client, tracking_uri or record["tracking_uri"], record["experiment_id"], run_id, module,
+                        datamodule, config, record["metrics"], mutability_spec(config, datamodule) or None)
     log_training_plots(client, run_id, module, datamodule)
     client.set_terminated(run_id, "FINISHED")
+    return models
 
 
 def find_outbox(folder: str | Path) -> Outbox:
@@ -59,6 +61,7 @@ def upload(folder: str | Path, tracking_uri: str | None = None, echo=print) -> d
 
     from ct_lightning.experiment.configuration.store import check_tracking_reachable
     from ct_lightning.experiment.runs.tracking_server import is_outage, is_server_uri, server_run_url
+    from ct_lightning.experiment.runs.train import registered_lines
     from ct_lightning.experiment.configuration.validation import EnvironmentProblem
 
     outbox = find_outbox(folder)
@@ -69,8 +72,9 @@ def upload(folder: str | Path, tracking_uri: str | None = None, echo=print) -> d
     check_tracking_reachable(uri)
     client = MlflowClient(tracking_uri=uri)
     waiting = len(outbox.pending())
+    ended = []  # the models a deferred end logged, to name the registered predictor as train.py does
     try:
-        sent = replay(client, outbox, end=lambda c, record, box: finish_deferred_end(c, record, box, uri))
+        sent = replay(client, outbox, end=lambda c, record, box: ended.append(finish_deferred_end(c, record, box, uri)))
     except Exception as error:
         if not is_outage(error):
             raise
@@ -81,6 +85,8 @@ def upload(folder: str | Path, tracking_uri: str | None = None, echo=print) -> d
     run = client.get_run(run_id)
     echo(f"run {run_id}: {sent} of {waiting} waiting record(s) sent to {uri}; the run is {run.info.status}",
          flush=True)
+    for line in registered_lines({"models": ended[-1] if ended else None, "tracking_uri": uri}):
+        echo(line, flush=True)
     if is_server_uri(uri):
         echo(f"Open the run in the server's UI:  {server_run_url(uri, run.info.experiment_id, run_id)}", flush=True)
     return {"run_id": run_id, "sent": sent, "status": run.info.status}

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runner import checking
+from ct_lightning.experiment.configuration.settings import SETTINGS_BY_NAME
 from ct_lightning.experiment.configuration.validation import (EnvironmentProblem, check_checkpoint_file, check_output_file,
                                                 check_run_ids)
 
@@ -23,11 +24,16 @@ def run(args: argparse.Namespace) -> list[dict]:
             raise EnvironmentProblem(f"--rows: no file at {args.rows}")
         if args.run_id:
             check_run_ids("--run-id", [args.run_id], args.tracking_uri)
+        if args.data:
+            SETTINGS_BY_NAME["data"].checked(args.data, "--data")  # a table file must exist
         from ct_lightning.experiment.runs.explanations import (check_rows, explain_loaded, load_explainable,  # noqa: PLC0415
-                                                          log_explanations, read_rows, search_settings)
+                                                          log_explanations, read_rows, search_settings, use_data)
 
         rows = read_rows(args.rows, args.row)
         loaded = load_explainable(args.run_id, args.checkpoint, args.tracking_uri, args.which)
+        replaced = use_data(loaded, args.data)
+        if replaced:
+            print(f"note: {replaced}")
         rows, notes, skipped = check_rows(rows, loaded, "--rows" if args.rows else "--row",
                                           skip_bad_rows=args.skip_bad_rows)
         for note in notes:

@@ -63,8 +63,7 @@ def write_data_spec(overrides: dict, path: str) -> dict:
     from datamodules.table import TableDataModule  # noqa: PLC0415
 
     module = TableDataModule(config["data"], **table_options(config))
-    mutability = _command_line_mutability(config, [c.name for c in module.codec.columns],
-                                          {c.name: c.kind for c in module.codec.columns})
+    mutability = _command_line_mutability(config, module.codec)
     write_text_atomic(path, spec_text(module, mutability, source=str(data)))
     print(module.describe().splitlines()[0], *(f"note: {note}" for note in module.read_notes), sep="\n")
     options = ["--data", str(data), "--target", config["target"], "--data-spec", str(path)]
@@ -78,19 +77,17 @@ def write_data_spec(overrides: dict, path: str) -> dict:
     return {"data_spec": str(Path(path).resolve()), "columns": len(module.codec.columns)}
 
 
-def _command_line_mutability(config: dict, columns: list[str], kinds: dict[str, str]) -> dict[str, str]:
-    """``--immutable`` and ``--mutability`` as ``{column: kind}``, checked against the table's columns and kinds."""
-    from ct_lightning.constraints import MUTABILITY_KINDS, mutability_pairs  # noqa: PLC0415
+def _command_line_mutability(config: dict, codec) -> dict[str, str]:
+    """``--immutable`` and ``--mutability`` as ``{column: kind}``, checked as training checks them
+    (:func:`~ct_lightning.experiment.configuration.data.command_line_mutability`); the spec is written per column,
+    so each name must also be a column of the table (not a one-hot column nor an index)."""
+    from ct_lightning.experiment.configuration.data import command_line_mutability  # noqa: PLC0415 - imports torch
     from ct_lightning.experiment.configuration.validation import InputError  # noqa: PLC0415
 
-    pairs = mutability_pairs(str(config.get("mutability") or ""))
-    pairs.update({name: "none" for name in config.get("immutable") or []})
-    for name, kind in pairs.items():
-        option = "immutable" if name in (config.get("immutable") or []) else "mutability"
+    pairs = command_line_mutability(config, codec.feature_names)
+    columns = [column.name for column in codec.columns]
+    for name in pairs:
         if name not in columns:
+            option = "immutable" if name in (config.get("immutable") or []) else "mutability"
             raise InputError(option, name, f"columns of the table: {', '.join(columns)}")
-        if kind not in MUTABILITY_KINDS:
-            raise InputError("mutability", f"{name}={kind}", f"FEATURE=KIND with KIND in {'|'.join(MUTABILITY_KINDS)}")
-        if kinds[name] == "categorical" and kind in ("increase", "decrease"):
-            raise InputError("mutability", f"{name}={kind}", "both or none for a categorical column")
     return pairs
