@@ -197,12 +197,15 @@ def test_a_signal_stops_at_a_checkpoint_marks_the_run_killed_and_resumes_bit_ide
                                                                                       status, batches):
     """SIGTERM (preemption) or SIGINT (Ctrl-C) in epoch 2 (of 0..3): the epoch finishes and is checkpointed, the
     run ends KILLED with the tag ct.interrupted, the exit status is 128 + the signal; a second signal stops at
-    once (the checkpoint of epoch 1 stays the resume point). --resume then ends bit-identical to a whole run."""
+    once (the last checkpoint written stays the resume point: epoch 1's, with --checkpoint-seconds 0). --resume then
+    ends bit-identical to a whole run."""
     from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG
     from ct_lightning.experiment.runs.lifecycle import completed_epochs, last_checkpoint_of
 
     exp = {**store, "experiment": f"signal-{name}-{len(batches)}"}
-    done = signal_child({**KILL, **exp}, name, 2, *batches)
+    # twice: stopped at once, the run resumes from the last checkpoint written; epoch 1's where every epoch writes one
+    cadence = {"checkpoint_seconds": 0} if len(batches) > 1 else {}
+    done = signal_child({**KILL, **exp, **cadence}, name, 2, *batches)
     assert done.returncode == status, done.stdout[-2000:] + done.stderr[-3000:]
     client = client_of(store)
     (killed,) = client.search_runs([client.get_experiment_by_name(exp["experiment"]).experiment_id])

@@ -3,8 +3,9 @@
 The first signal lets the current epoch finish: its validation, its logging and its ``last.ckpt`` (written
 atomically), then training stops and :class:`~ct_lightning.experiment.runs.interrupt.TrainingInterrupted` is raised,
 so a resumed run starts the next epoch from exactly the state an uninterrupted run has there (bit-identical).
-A second signal stops at once; the previous epoch's ``last.ckpt`` is then the resume point. Before the first
-epoch starts (data, run set-up) a signal stops at once; after training (test, logging) the run is finished first.
+A second signal stops at once; the last ``last.ckpt`` written (at most ``--checkpoint-seconds`` old) is then the
+resume point. Before the first epoch starts (data, run set-up) a signal stops at once; after training (test,
+logging) the run is finished first.
 """
 
 from __future__ import annotations
@@ -94,7 +95,7 @@ class StopOnSignal(L.Callback):
         self.signum = signum
         if self.phase == "loop":
             self.echo(f"\n{name}: stopping after epoch {self._epoch + 1} and its checkpoint; send it again to stop "
-                      f"now (the run then resumes from the epoch before)", file=sys.stderr, flush=True)
+                      f"now (the run then resumes from its last checkpoint)", file=sys.stderr, flush=True)
         else:
             self.echo(f"\n{name}: training is done; finishing the run's test and logging first (send it again to "
                       f"stop now)", file=sys.stderr, flush=True)
