@@ -65,6 +65,16 @@ def pipelines():
     }
 
 
+def explain_applicant(tmp_path: Path) -> dict:
+    """``explain.py --checkpoint ct/last.ckpt`` on APPLICANT with target yes, in a fresh interpreter: its JSON record."""
+    out = tmp_path / "explained.json"
+    done = run_script(ROOT / "recipes" / "explain.py", ["--checkpoint", str(tmp_path / "ct" / "last.ckpt"), "--row",
+                      json.dumps(APPLICANT), "--target", "yes", "--json", str(out), "--no-log"], cwd=tmp_path,
+                      timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(out.read_text())[0]
+
+
 @pytest.mark.parametrize("name", list(pipelines()))
 def test_the_input_layer_reproduces_a_fitted_column_transformer(name):
     from ct_lightning.model_inputs import affine_map, model_inputs_from_sklearn, read_model_inputs
@@ -227,12 +237,7 @@ def test_fine_tuned_model_explains_in_table_units_and_its_weights_go_back_to_the
     assert not torch.equal(trained.model.network[0].weight, torch.load(tmp_path / "model.pt")["0.weight"]), \
         "CT changed the network"
 
-    out = tmp_path / "explained.json"
-    done = run_script(ROOT / "recipes" / "explain.py", ["--checkpoint", str(tmp_path / "ct" / "last.ckpt"), "--row",
-                      json.dumps(APPLICANT), "--target", "yes", "--json", str(out), "--no-log"], cwd=tmp_path,
-                      timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    explained = json.loads(out.read_text())[0]
+    explained = explain_applicant(tmp_path)
     assert explained["counterfactual"]["age"] == 29 and explained["counterfactual"]["sex"] == "female"
     assert explained["counterfactual"]["home_ownership"] in ("rent", "mortgage", "own")
     assert float(explained["counterfactual"]["income"]).is_integer()
@@ -311,12 +316,7 @@ def test_a_model_of_its_own_class_order_or_one_unit_trains_explains_and_goes_bac
     torch.testing.assert_close(composite, expected, rtol=1e-4, atol=1e-4)
     assert (composite.argmax(1).numpy() == labels).mean() > 0.85
 
-    out = tmp_path / "explained.json"
-    done = run_script(ROOT / "recipes" / "explain.py", ["--checkpoint", str(tmp_path / "ct" / "last.ckpt"), "--row",
-                      json.dumps(APPLICANT), "--target", "yes", "--json", str(out), "--no-log"], cwd=tmp_path,
-                      timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
-    assert done.returncode == 0, done.stderr[-3000:]
-    explained = json.loads(out.read_text())[0]
+    explained = explain_applicant(tmp_path)
     applicant = torch.tensor(preprocess.transform(pd.DataFrame([APPLICANT])), dtype=torch.float32)
     with torch.no_grad():
         yes = model(applicant).softmax(1)[0, 0] if units == 2 else 1 - torch.sigmoid(model(applicant)[0, 0])
