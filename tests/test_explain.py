@@ -342,6 +342,12 @@ def test_a_copied_checkpoint_explains_with_learned_generators_given_its_data(tmp
         records = explain_main(["--checkpoint", str(tmp_path / "copied" / "last.ckpt"), "--data", str(LOANS),
                                 "--generator", generator, *common])
         assert len(records) == 1 and records[0]["explained"] and records[0]["target"] == "yes"
+    # in a fresh interpreter, as a user runs it: the generator's own Lightning training prints none of its INFO lines
+    fresh = run_script(ROOT / "recipes" / "explain.py", ["--checkpoint", str(tmp_path / "copied" / "last.ckpt"),
+                       "--data", str(LOANS), "--generator", "revise", *common], cwd=tmp_path, timeout=300,
+                       env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
+    assert fresh.returncode == 0, fresh.stderr[-3000:]
+    assert "GPU available" not in fresh.stdout + fresh.stderr and "row 0: predicted" in fresh.stdout
     other = tmp_path / "loans-again.csv"  # the same table elsewhere: config.json beside ck/ names tests/fixtures'
     shutil.copy(LOANS, other)
     capsys.readouterr()

@@ -287,10 +287,13 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
 def _training_data(explainable: Explainable, generator: str) -> tuple[torch.Tensor, torch.Tensor]:
     """The training split a learning ``generator`` fits on: the data the model's config names (or ``--data``,
     :func:`use_data`), a table encoded with the model's own preprocessing."""
+    from ct_lightning.experiment.configuration.console import quiet_console, verbose_console
     from ct_lightning.experiment.configuration.data import build_datamodule
     from ct_lightning.experiment.configuration.settings import is_table_file
     from ct_lightning.experiment.configuration.validation import check_model_fits
     from ct_lightning.generators.registry import GENERATORS
+
+    quiet_console(verbose_console())  # the generator trains with Lightning: its INFO lines only with CT_VERBOSE
 
     data = explainable.config.get("data")
     if not data:  # a checkpoint copied without the config.json written beside it, and no --data
