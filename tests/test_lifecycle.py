@@ -185,6 +185,26 @@ def test_a_run_that_writes_every_few_seconds_resumes_bit_identical_and_logs_each
         assert steps == list(range(KILL["max_epochs"])), f"{key}: {steps}"  # each epoch once, none missing
 
 
+def test_best_checkpoint_is_written_with_the_next_last_checkpoint(store):
+    """best.ckpt is gathered when val/acc improves and written with the next last.ckpt: with an hour's cadence, the
+    file on disk stays epoch 0's (written with epoch 0's last.ckpt) through epochs 1 and 2 although val/acc improved
+    there; after the last epoch it holds the best epoch's state, the one MLflow's history names."""
+    seen = []
+
+    class BestOnDisk(L.Callback):  # runs before the checkpoint callbacks at each epoch's end
+        def on_train_epoch_end(self, trainer, pl_module):
+            path = Path(trainer.checkpoint_callback.dirpath) / "best.ckpt"
+            seen.append(torch.load(path, weights_only=True)["epoch"] if path.is_file() else None)
+
+    summary = train({**KILL, **store, "experiment": "best-gathered", "checkpoint_seconds": 3600}, callbacks=[BestOnDisk()])
+    history = sorted(client_of(store).get_metric_history(summary["run_id"], "val/acc"), key=lambda m: m.step)
+    values = [m.value for m in history]
+    assert max(values[1:3]) > values[0], "val/acc must improve in epoch 1 or 2 for this test to mean anything"
+    assert seen == [None, 0, 0, 0], seen  # at the end of epochs 0..3, before their checkpoints
+    best_epoch = max(range(len(values)), key=lambda e: (values[e], -e))
+    assert torch.load(summary["checkpoints"]["best"], weights_only=True)["epoch"] == best_epoch
+
+
 def signal_child(overrides: dict, name: str, epoch: int, *batches: int, env=None) -> subprocess.CompletedProcess:
     """Run training through a console entry in a subprocess that sends itself SIG``name`` at those batches."""
     return run_script(ROOT / "tests" / "helpers" / "signal_during_training.py",

@@ -37,7 +37,7 @@ from ct_lightning.experiment.runs.run_artifacts import (EpochMetricsInCheckpoint
                                                    log_missing_epoch_metrics, log_training_inputs,
                                                    log_training_plots)
 from ct_lightning.experiment.runs.served_model import log_models, registered_text
-from ct_lightning.experiment.runs.last_checkpoint import LastCheckpoint
+from ct_lightning.experiment.runs.last_checkpoint import BestCheckpoint, LastCheckpoint
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.configuration.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
                                               load_config_file, module_kwargs, resolve_config)
@@ -518,8 +518,7 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     # last.ckpt is written at an epoch's very end (after validation and logging), so that a resumed run starts the
     # next epoch from exactly the state an uninterrupted run has there; at most every --checkpoint-seconds.
     last = LastCheckpoint(config["checkpoint_dir"], config["checkpoint_seconds"])
-    best = ModelCheckpoint(dirpath=config["checkpoint_dir"], filename="best", monitor="val/acc", mode="max",
-                           save_top_k=1, enable_version_counter=False)
+    best = BestCheckpoint(config["checkpoint_dir"])  # gathered when val/acc improves, written with last.ckpt
     # Both save at the epoch's end in list order: best first, so that last.ckpt holds best's state after this
     # epoch's comparison (a resume would otherwise compare against the previous epoch's best score).
     checkpoints = [best, last]
