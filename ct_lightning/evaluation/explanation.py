@@ -261,25 +261,26 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
                                           None if lower is None else lower.to(device),
                                           None if upper is None else upper.to(device), feature_types=types)
     factual_decoded = codec.decode(x.detach().cpu().numpy())
-    decoded = codec.decode(result.counterfactual.detach().cpu().numpy())
     immutable = [c for c in columns if spec.get(c) == "none"]
-    for column in immutable:  # the search keeps them; decoding must not move them either
-        decoded[column] = frame[column].to_numpy()
-    x_back = torch.tensor(np.array(codec.encode(decoded[columns]), dtype=np.float32)).to(device)
-    with eval_mode(classifier), torch.no_grad():
-        back = torch.softmax(classifier(x_back), dim=1)
+
+    def presented(encoded: torch.Tensor):
+        """The rows a person would be shown for ``encoded`` (decoded, immutable columns as given), encoded again, and
+        the model's probabilities there."""
+        rows = codec.decode(encoded.detach().cpu().numpy())
+        for column in immutable:  # the search keeps them; decoding must not move them either
+            rows[column] = frame[column].to_numpy()
+        again = torch.tensor(np.array(codec.encode(rows[columns]), dtype=np.float32)).to(device)
+        with eval_mode(classifier), torch.no_grad():
+            return rows, again, torch.softmax(classifier(again), dim=1)
+
+    decoded, x_back, back = presented(result.counterfactual)
     masks = column_masks(list(codec.feature_names), columns) if fewer_changes else None
     if masks is not None:
         reached = back.gather(1, targets[:, None]).squeeze(1)
         with eval_mode(classifier):
             x_back = revert_needless_changes(classifier, x, x_back, targets, reached.clamp(max=tau), masks,
                                              back.argmax(1) == targets)
-        decoded = codec.decode(x_back.detach().cpu().numpy())
-        for column in immutable:
-            decoded[column] = frame[column].to_numpy()
-        x_back = torch.tensor(np.array(codec.encode(decoded[columns]), dtype=np.float32)).to(device)
-        with eval_mode(classifier), torch.no_grad():
-            back = torch.softmax(classifier(x_back), dim=1)
+        decoded, x_back, back = presented(x_back)
     target_probability = back.gather(1, targets[:, None]).squeeze(1).cpu()
     valid = (back.argmax(1) == targets).cpu()
 
