@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import lightning as L
 import torch
-from torch.utils.data import DataLoader, RandomSampler, TensorDataset
+from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
 from datamodules.domain import infer_domain
 from datamodules.feature_types import FeatureTypes
@@ -16,9 +16,28 @@ class IndexedTensorDataset(TensorDataset):
     """A ``TensorDataset`` that hands a ``DataLoader`` a whole batch at once: the batch sampler's indices
     slice every tensor once (``__getitems__``) instead of fetching and collating sample by sample."""
 
-    def __getitems__(self, indices: list[int]) -> list[torch.Tensor]:
+    def __getitems__(self, indices: list[int] | range) -> list[torch.Tensor]:
+        if isinstance(indices, range) and indices.step == 1:  # from ContiguousBatchSampler: views, no copy
+            return [tensor[indices.start:indices.stop] for tensor in self.tensors]
         index = torch.as_tensor(indices, dtype=torch.long)
         return [tensor[index] for tensor in self.tensors]
+
+
+class ContiguousBatchSampler(BatchSampler):
+    """A ``BatchSampler`` that hands the batches of a ``SequentialSampler`` over as ``range`` objects, which
+    :class:`IndexedTensorDataset` slices as views: an evaluation batch then costs no Python list of row numbers
+    and no copy of its rows (MNIST's validation split is 6 MB, about 3 ms to gather a copy of each epoch on one
+    core). Any other sampler (Lightning swaps in a ``DistributedSampler`` on several processes) gets the usual
+    lists of indices."""
+
+    def __iter__(self):
+        if type(self.sampler) is not SequentialSampler:
+            yield from super().__iter__()
+            return
+        rows = len(self.sampler)
+        stop = rows - rows % self.batch_size if self.drop_last else rows
+        for start in range(0, stop, self.batch_size):
+            yield range(start, min(start + self.batch_size, rows))
 
 
 def keep_batch(batch):
@@ -140,12 +159,14 @@ class TensorDataModule(L.LightningDataModule):
         dataset = IndexedTensorDataset(x, y)
         # The order is a pure function of (seed, epoch), so a resumed run replays the same batches;
         # batches are sliced in one go (IndexedTensorDataset) instead of collated sample by sample.
-        sampler = EpochSeededSampler(dataset, self.seed) if shuffle else None
+        if shuffle:
+            return DataLoader(dataset, batch_size=self.batch_size, sampler=EpochSeededSampler(dataset, self.seed),
+                              num_workers=self.num_workers, collate_fn=keep_batch)
         # Evaluation batches only fix how many rows one forward pass takes: the per-split loss and accuracy
         # are row-weighted means, so large batches give the same values with far fewer loop steps.
-        batch_size = self.batch_size if shuffle else max(self.batch_size, EVAL_BATCH_SIZE)
-        return DataLoader(dataset, batch_size=batch_size, sampler=sampler, num_workers=self.num_workers,
-                          collate_fn=keep_batch)
+        batches = ContiguousBatchSampler(SequentialSampler(dataset), max(self.batch_size, EVAL_BATCH_SIZE),
+                                         drop_last=False)
+        return DataLoader(dataset, batch_sampler=batches, num_workers=self.num_workers, collate_fn=keep_batch)
 
     def train_dataloader(self) -> DataLoader:
         return self._loader(self.x_train, self.y_train, shuffle=True)
