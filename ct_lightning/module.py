@@ -27,6 +27,15 @@ TERMS = ("clf", "div", "ridge", "adv")  # logged as train/<term>, in this order
 STEPS_PER_SUM = 64  # training steps whose logits are kept before they are summed (see CTModule._accumulate)
 
 
+def predicted_classes(logits: torch.Tensor) -> torch.Tensor:
+    """``logits.argmax(1)``; with two classes one comparison, which gives the same answer (ties go to class 0)
+    about ten times faster on a CPU: ``argmax`` over a dimension of 2 runs a scalar loop (Adult's 26 049
+    training rows: ~0.4 ms a call, one thread), and the epoch's accuracy takes one over all its rows."""
+    if logits.shape[1] == 2:
+        return (logits[:, 1] > logits[:, 0]).long()
+    return logits.argmax(1)
+
+
 class CTModule(L.LightningModule):
     """Counterfactual training (Eq. 2) around any classifier that returns logits.
 
@@ -420,7 +429,8 @@ class CTModule(L.LightningModule):
         # Built on the host and sent without a blocking copy (one would synchronise with the GPU every 64 steps).
         weights = torch.tensor(sizes, dtype=torch.float64).to(values.device, non_blocking=True)
         sums, rows = (values * weights[:, None]).sum(0), sum(sizes)
-        correct = (torch.cat([logits for _, logits, _ in steps]).argmax(1) == torch.cat([y for _, _, y in steps])).sum()
+        logits = torch.cat([logits for _, logits, _ in steps])
+        correct = (predicted_classes(logits) == torch.cat([y for _, _, y in steps])).sum()
         if stage in self._epoch_sums:
             sums_before, rows_before, correct_before = self._epoch_sums[stage]
             sums, rows, correct = sums + sums_before, rows + rows_before, correct + correct_before

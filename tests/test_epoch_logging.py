@@ -229,3 +229,13 @@ def test_indexed_loader_yields_the_same_batches_as_per_sample_collation():
             assert torch.equal(x, x_ref) and torch.equal(y, y_ref)
         epochs.append(torch.cat([y for _, y in new]))
     assert not torch.equal(epochs[0], epochs[1])
+
+
+def test_predicted_classes_is_argmax_ties_included():
+    from ct_lightning.module import predicted_classes
+
+    generator = torch.Generator().manual_seed(0)
+    for classes in (2, 3, 10):
+        # Rounded logits: many exact ties, which argmax gives to the first class.
+        logits = (torch.randn(5000, classes, generator=generator) * 2).round()
+        assert torch.equal(predicted_classes(logits), logits.argmax(1)), classes
