@@ -28,12 +28,13 @@ STEPS_PER_SUM = 64  # training steps whose logits are kept before they are summe
 
 
 def predicted_classes(logits: torch.Tensor) -> torch.Tensor:
-    """``logits.argmax(1)``; with two classes one comparison, which gives the same answer (ties go to class 0)
-    about ten times faster on a CPU: ``argmax`` over a dimension of 2 runs a scalar loop (Adult's 26 049
-    training rows: ~0.4 ms a call, one thread), and the epoch's accuracy takes one over all its rows."""
+    """``logits.argmax(1)`` (ties go to the first class), computed faster on a CPU, where ``argmax`` over a short
+    dimension runs a scalar loop and the epoch's accuracy takes one over all its rows: with two classes one
+    comparison (Adult's 26 049 training rows: ~0.4 ms → ~0.03 ms, one thread), otherwise ``max``'s indices,
+    documented as the first maximal ones (MNIST's 11 000 × 10: ~0.6 → ~0.4 ms)."""
     if logits.shape[1] == 2:
         return (logits[:, 1] > logits[:, 0]).long()
-    return logits.argmax(1)
+    return logits.max(1).indices
 
 
 class CTModule(L.LightningModule):
