@@ -360,3 +360,36 @@ def test_the_readme_walk_through_runs_as_written(tmp_path):
     assert "as loaded, before any training: validation accuracy" in output and "warning:" not in output
     assert (tmp_path / "loans-ct" / "model-weights.pt").is_file()
     assert "row 0: predicted" in output and "(not allowed to change: age, sex)" in output
+
+
+def test_a_deferred_end_rebuilds_a_model_with_its_own_outputs_as_trained(tmp_path):
+    """A run whose end found the tracking server down (the upload command's finish_deferred_end) rebuilds the
+    model from the kept weights and its settings alone: a one-unit model with "outputs" ["yes", "no"] must come
+    back with its frozen output layer, and its predictor must answer as the run's own predictor does."""
+    import mlflow
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.runs.outbox import FINAL_STATE, Outbox
+    from ct_lightning.experiment.runs.train import train
+    from ct_lightning.experiment.runs.upload import finish_deferred_end
+
+    fit_users_model(tmp_path, epochs=150, units=1, classes=["yes", "no"])
+    run = train(settings(tmp_path, checkpoint_dir=str(tmp_path / "ct"),
+                         model_inputs=str(tmp_path / "model-inputs.json")), echo=lambda *_, **__: None)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    deferred = client.create_run(run["experiment_id"]).info.run_id  # the run the server could not end
+    outbox = Outbox(tmp_path / "outbox")
+    outbox.folder.mkdir()
+    state = torch.load(tmp_path / "ct" / "last.ckpt", map_location="cpu", weights_only=False)["state_dict"]
+    torch.save(state, outbox.folder / FINAL_STATE)
+    record = {"op": "end", "run_id": deferred, "experiment_id": run["experiment_id"], "tracking_uri": uri,
+              "config": run["config"], "metrics": run["metrics"], "state": FINAL_STATE}
+    models = finish_deferred_end(client, record, outbox, uri)
+    assert client.get_run(deferred).info.status == "FINISHED"
+    mlflow.set_tracking_uri(uri)
+    rows = frame()[0].head(20)
+    original = mlflow.pyfunc.load_model(f"runs:/{run['run_id']}/predictor").predict(rows)
+    rebuilt = mlflow.pyfunc.load_model(f"models:/{models['registered']}/{models['version']}").predict(rows)
+    pd.testing.assert_frame_equal(rebuilt, original)
+    assert set(original["prediction"]) <= {"yes", "no"}
