@@ -4,7 +4,10 @@ The first signal lets the current epoch finish: its validation, its logging and 
 atomically), then training stops and :class:`~ct_lightning.experiment.runs.interrupt.TrainingInterrupted` is raised,
 so a resumed run starts the next epoch from exactly the state an uninterrupted run has there (bit-identical).
 A second signal stops at once; the last ``last.ckpt`` written (at most ``--checkpoint-seconds`` old) is then the
-resume point. Before the first epoch starts (data, run set-up) a signal stops at once; after training (test,
+resume point. Before the first epoch starts a signal stops at once while the data are read and the model is built;
+once the run's set-up writes to the tracking store (:meth:`StopOnSignal.store_in_use`), it stops when training would
+start instead: raised in the middle of an SQLite write, the stop could leave that write's lock held, and every later
+write of the process (the run's KILLED status, a study's own records) would wait on it. After training (test,
 logging) the run is finished first.
 """
 
@@ -45,6 +48,7 @@ class StopOnSignal(L.Callback):
         self._unraisable = sys.unraisablehook
         self._given_back: dict = {}  # the handlers restore() gave the signals back to
         self._epoch = 0
+        self._store_in_use = False
 
     def install(self) -> None:
         """Take the signals (main thread only: elsewhere Python cannot, and the defaults stay)."""
@@ -86,14 +90,22 @@ class StopOnSignal(L.Callback):
         if self.signum is not None and callable(handler) and handler is not signal.default_int_handler:
             handler(self.signum, None)
 
+    def store_in_use(self) -> None:
+        """From now on the set-up writes to the tracking store: a first signal in set-up waits for training's start
+        (see the module docstring)."""
+        self._store_in_use = True
+
     def _on_signal(self, signum, frame) -> None:
         name = signal_name(signum)
-        if self.signum is not None or self.phase == "setup":
+        if self.signum is not None or (self.phase == "setup" and not self._store_in_use):
             self.signum = self.signum or signum
             self.echo(f"\n{name}: stopping now", file=sys.stderr, flush=True)
             raise TrainingInterrupted(self.signum, self._epoch if self.phase != "setup" else None)
         self.signum = signum
-        if self.phase == "loop":
+        if self.phase == "setup":
+            self.echo(f"\n{name}: stopping once the run's set-up is written, before training starts (send it again "
+                      f"to stop now)", file=sys.stderr, flush=True)
+        elif self.phase == "loop":
             self.echo(f"\n{name}: stopping after epoch {self._epoch + 1} and its checkpoint; send it again to stop "
                       f"now (the run then resumes from its last checkpoint)", file=sys.stderr, flush=True)
         else:
@@ -106,6 +118,8 @@ class StopOnSignal(L.Callback):
 
     def on_train_start(self, trainer, pl_module) -> None:
         self._take()
+        if self.signum is not None:  # came during the run's set-up (store_in_use): stop before any epoch
+            raise TrainingInterrupted(self.signum, trainer.current_epoch or None)
         self.phase = "loop"
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:

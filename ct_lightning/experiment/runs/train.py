@@ -325,6 +325,7 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
              f"{'it' if len(unused) == 1 else 'them'} as given (leave a column that is no feature out with "
              f"--drop-columns)", flush=True)
 
+    stopper.store_in_use()  # a signal from here on stops before training, not in the middle of a store write
     artifact_location = prepare_store(config["tracking_uri"], config["experiment"])  # created once, under a lock
     client = MlflowClient(tracking_uri=config["tracking_uri"])
     if not _is_rank_zero():
