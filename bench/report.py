@@ -282,6 +282,9 @@ target ×1.2 is still not met there: per epoch ours is 8–10 ms above the plain
 own loops (its validation loop's set-up, hooks and teardown around our one forward pass, ~1.8 ms; the training
 epoch's and the fit loop's hooks, ~1.6 ms), ~2.5 ms our epoch's values (validation loss and accuracy, the epoch's
 means, handing them to the logger; the plain loop computes none of them) and the rest checkpoints and MLflow.
+A longer pairing of vanilla epochs alone (`bench/vanilla_paired.py`, 40 epochs a run; `bench/vanilla_paired.json`)
+gave ×1.14–1.22 on Adult and ×1.23–1.31 on MNIST over six runs of the same code minutes apart: Adult sits at the
+target within this machine's run-to-run spread, MNIST above it.
 The CT targets on Adult and MNIST are bound by the search: with the paper's nce = 5 000 and T = 30,
 a CT-trained model's counterfactuals mostly use all 30 steps, i.e. up to 150 000 row forward+backward passes
 per epoch against one pass per training row (*rows* column), so the *floor* column is at or above the target
