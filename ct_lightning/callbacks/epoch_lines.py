@@ -26,20 +26,20 @@ class EpochLines(L.Callback):
 
     def __init__(self, echo=print):
         self.echo = echo
-        self._started = None  # when the epoch whose line is due started
+        self._due: tuple[int, float] | None = None  # the epoch whose line is due, and when it started
 
     def _write_due_line(self, trainer) -> None:
-        if self._started is None or trainer.sanity_checking or not trainer.is_global_zero:
+        if self._due is None or trainer.sanity_checking or not trainer.is_global_zero:
             return
+        (epoch, started), self._due = self._due, None
         metrics = trainer.callback_metrics
         values = ", ".join(f"{name} {float(metrics[name]):.3f}" for name in SHOWN if name in metrics)
-        self.echo(f"epoch {self._epoch + 1}/{trainer.max_epochs}: {values} "
-                  f"({time.perf_counter() - self._started:.2f} s)", file=sys.stderr, flush=True)
-        self._started = None
+        self.echo(f"epoch {epoch + 1}/{trainer.max_epochs}: {values} ({time.perf_counter() - started:.2f} s)",
+                  file=sys.stderr, flush=True)
 
     def on_train_epoch_start(self, trainer, pl_module) -> None:
         self._write_due_line(trainer)
-        self._started, self._epoch = time.perf_counter(), trainer.current_epoch
+        self._due = (trainer.current_epoch, time.perf_counter())
 
     def on_train_end(self, trainer, pl_module) -> None:
         self._write_due_line(trainer)

@@ -25,21 +25,7 @@ import time
 
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-
-
-def _copied(value):
-    """``value`` (a checkpoint dictionary) with every dict, list and tuple made anew and every tensor cloned, so that
-    training on does not change it."""
-    if isinstance(value, torch.Tensor):
-        return value.detach().clone()
-    if isinstance(value, dict):
-        copy = value.copy()  # keeps an OrderedDict's type
-        for key, item in copy.items():
-            copy[key] = _copied(item)
-        return copy
-    if isinstance(value, (list, tuple)):
-        return type(value)(_copied(item) for item in value)
-    return value
+from lightning_utilities.core.apply_func import apply_to_collection
 
 
 class BestCheckpoint(ModelCheckpoint):
@@ -52,7 +38,9 @@ class BestCheckpoint(ModelCheckpoint):
         self._gathered: tuple[str, dict] | None = None
 
     def _save_checkpoint(self, trainer, filepath: str) -> None:
-        self._gathered = (filepath, _copied(trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)))
+        checkpoint = trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)
+        # every collection made anew and every tensor cloned, so that training on does not change it
+        self._gathered = (filepath, apply_to_collection(checkpoint, torch.Tensor, lambda t: t.detach().clone()))
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
 

@@ -529,15 +529,16 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     extra_callbacks = list(callbacks or [])
     if config["eval_every"]:
         extra_callbacks.append(CounterfactualEvaluation(int(config["eval_every"])))
-    bars = config["progress"] and not wants_epoch_lines(config["progress"])
-    if config["progress"] and not bars:  # a log file or a pipe: one line per epoch instead of redrawn bars
+    epoch_lines = wants_epoch_lines(config["progress"])  # a log file or a pipe: no redrawn bars
+    if epoch_lines:
         extra_callbacks.append(EpochLines(echo))
     trainer = L.Trainer(max_epochs=config["max_epochs"], accelerator=config["accelerator"], devices=config["devices"],
                         num_nodes=config["num_nodes"], strategy=config["strategy"], logger=logger,
                         callbacks=[EpochSeed(config["seed"]), EpochMetricsInCheckpoint(), *checkpoints,
                                    BurnIn(config["burnin"]), ConvergenceWatch(echo=warn),
                                    *extra_callbacks], deterministic=False,
-                        enable_progress_bar=bars, enable_model_summary=config["progress"],
+                        enable_progress_bar=config["progress"] and not epoch_lines,
+                        enable_model_summary=config["progress"],
                         fast_dev_run=config["fast_dev_run"], log_every_n_steps=1, plugins=[AtomicCheckpointIO()],
                         **trainer_kwargs)
     _choose_epoch_loop(config, trainer, module, datamodule)
