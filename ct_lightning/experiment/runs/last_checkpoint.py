@@ -25,7 +25,24 @@ import time
 
 import torch
 from lightning.pytorch.callbacks import ModelCheckpoint
-from lightning_utilities.core.apply_func import apply_to_collection
+
+
+def _copied(value):
+    """``value`` (a checkpoint dictionary) with every dict, list and tuple made anew and every tensor cloned, so that
+    training on does not change it."""
+    # Not lightning_utilities' apply_to_collection: it checks every element for dataclasses and named tuples and
+    # took 4.3 ms on an MNIST checkpoint (1 112 elements) against 0.9 ms here (bench/checkpoint_gather.py)
+    if isinstance(value, torch.Tensor):
+        return value.detach().clone()
+    if isinstance(value, dict):
+        copy = value.copy()  # keeps an OrderedDict's type
+        for key, item in copy.items():
+            copy[key] = _copied(item)
+        return copy
+    if isinstance(value, (list, tuple)):
+        items = [_copied(item) for item in value]
+        return type(value)(*items) if hasattr(value, "_fields") else type(value)(items)  # a named tuple: by fields
+    return value
 
 
 class BestCheckpoint(ModelCheckpoint):
@@ -38,9 +55,7 @@ class BestCheckpoint(ModelCheckpoint):
         self._gathered: tuple[str, dict] | None = None
 
     def _save_checkpoint(self, trainer, filepath: str) -> None:
-        checkpoint = trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)
-        # every collection made anew and every tensor cloned, so that training on does not change it
-        self._gathered = (filepath, apply_to_collection(checkpoint, torch.Tensor, lambda t: t.detach().clone()))
+        self._gathered = (filepath, _copied(trainer._checkpoint_connector.dump_checkpoint(self.save_weights_only)))
         self._last_global_step_saved = trainer.global_step
         self._last_checkpoint_saved = filepath
 
