@@ -12,6 +12,9 @@ LOOP_TARGET = 100     # ≥ 100 × faster than the per-instance loop at pool 100
 EPOCH_TARGETS = {"circles": 2.0, "adult": 3.0, "mnist": 3.0}
 
 
+SEARCH_BY_HAND_NOTE = (" Since 2026-11-27 the search runs a plain MLP's passes by hand (`ct_lightning/generators/input_gradient.py`: the kernels autograd calls, without its graph; the results are identical) and autograd for every other model. `bench/input_gradient.py` at pool 1000 (`bench/input_gradient.json`): the search got ×1.33 faster on circles (fixed T: ×1.57 of autograd's bare passes, from ×2.09), ×1.14–1.30 on Adult and ×1.02–1.12 on MNIST (×1.18–1.35 in an earlier run). Measured against bare passes written by hand the same way, the ratios are higher than before (fixed T: circles ×2.0, Adult ×2.7, MNIST ×2.4). The figures above predate that change.")
+
+
 def _ms(seconds: float) -> str:
     return f"{seconds * 1e3:,.2f}" if seconds < 0.01 else f"{seconds * 1e3:,.1f}"
 
@@ -492,7 +495,8 @@ def _search_explanation(results: dict) -> list[str]:
             "is one compiled kernel (`search_compile`, *torch.compile* below). What remains above the bare passes "
             "is that kernel's one pass over the pool, the logit-gradient bookkeeping (softmax, gather, scatter on "
             "n×C), the packed loop's repacking of rows that froze and, on small pools where the step is not "
-            "compiled, ~40 kernel launches of a few µs per step against ~10 for the bare passes.")
+            "compiled, ~40 kernel launches of a few µs per step against ~10 for the bare passes."
+            + SEARCH_BY_HAND_NOTE)
         lines.append("")
     if loops:
         met = [k for k, v in loops.items() if v["speedup_loop"] >= LOOP_TARGET]

@@ -22,6 +22,7 @@ from ct_lightning.constraints import Constraints, FeatureTypes
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators.base import SearchResult
 from ct_lightning.generators.compiled_step import step_for
+from ct_lightning.generators.input_gradient import model_passes
 
 
 @contextlib.contextmanager
@@ -80,6 +81,8 @@ class FeatureSpace:
         # Generators whose penalty depends on the logits and |x' − x| alone give its gradient in closed form:
         # one backward pass through the model with the logit gradient as grad_outputs, no graph of its own.
         self.closed_form = callable(getattr(generator, "has_closed_form", None)) and generator.has_closed_form()
+        # In closed form the model is only differentiated with respect to its inputs: by hand for a plain MLP.
+        self.passes = model_passes(model) if self.closed_form else None
         # With a compiled step (closed form only), the cost's sign, the SGD step, the projection and the next
         # points' distances are one kernel in `advance`; `_advanced` keeps the points it returned and their
         # distances, which the next `gradient` reports unless the loop has repacked the rows in between.
@@ -98,12 +101,11 @@ class FeatureSpace:
         if self.limits.snaps:
             return self._snapped_gradient(rows, rows_x, target, tau, step, max_steps)
         points = rows
-        rows = rows.detach().requires_grad_(True)
-        logits = self.model(rows)
         if self.closed_form:
+            logits, saved = self.passes.forward(rows)
             done, grad_logits, self.lambda_cost = _logit_gradient(self.generator, logits, target, tau, step,
                                                                   max_steps)
-            (grad,) = torch.autograd.grad(logits, rows, grad_outputs=grad_logits)
+            grad = self.passes.input_gradient(saved, grad_logits)
             if self.compiled_step is not None:
                 known = self._advanced[1] if self._advanced is not None and self._advanced[0] is points else None
                 return points, done, grad, known
@@ -111,6 +113,8 @@ class FeatureSpace:
             offset = torch.sub(points.detach(), rows_x)
             distance = _largest_magnitude(offset)
             return points, done, _add_cost(grad, offset.sign_(), self.lambda_cost), distance
+        rows = rows.detach().requires_grad_(True)
+        logits = self.model(rows)
         done = target_reached(logits.detach(), target, tau)
         loss = F.cross_entropy(logits, target, reduction="sum") + \
             self.generator.penalty(rows, rows_x, logits, target, step, max_steps).sum()
@@ -126,11 +130,10 @@ class FeatureSpace:
         with torch.no_grad():
             points = self.limits.snap(rows.detach(), rows_x)
         if self.closed_form:
-            inputs = points.clone().requires_grad_(True)
-            logits = self.model(inputs)
+            logits, saved = self.passes.forward(points)
             done, grad_logits, self.lambda_cost = _logit_gradient(self.generator, logits, target, tau, step,
                                                                   max_steps)
-            (grad,) = torch.autograd.grad(logits, inputs, grad_outputs=grad_logits)
+            grad = self.passes.input_gradient(saved, grad_logits)
             if self.compiled_step is None:  # the compiled step adds it itself
                 grad = _add_cost(grad, torch.sub(rows.detach(), rows_x).sign_(), self.lambda_cost)
             return points, done, grad, None
