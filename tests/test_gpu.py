@@ -172,3 +172,18 @@ def test_a_model_of_your_own_encoding_fine_tunes_on_the_gpu(tmp_path):
         theirs = model(torch.tensor(preprocess.transform(features), dtype=torch.float32))
         ours = trained.model(torch.from_numpy(TabularCodec.from_dict(trained.preprocessing).encode(features)))
     torch.testing.assert_close(theirs, ours, rtol=1e-4, atol=1e-4)
+
+
+def test_the_search_by_hand_is_the_search_by_autograd_on_the_gpu(circles):
+    from ct_lightning.generators.input_gradient import autograd_only
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(2, 32), torch.nn.ReLU(), torch.nn.Linear(32, 2)).cuda().eval()
+    x = circles.x_train[:500].cuda()
+    target = torch.randint(2, (500,), generator=torch.Generator().manual_seed(1)).cuda()
+    arguments = (model, x, target, ECCo(), 0.75, 30, 0.3)
+    by_hand = search_counterfactuals(*arguments)
+    with autograd_only():
+        by_autograd = search_counterfactuals(*arguments)
+    assert torch.equal(by_hand.steps, by_autograd.steps) and torch.equal(by_hand.converged, by_autograd.converged)
+    torch.testing.assert_close(by_hand.counterfactual, by_autograd.counterfactual, rtol=1e-6, atol=1e-7)
