@@ -4,12 +4,16 @@ Examples:
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --row '{"age": 53, "income": 54600, "sex": "female", ...}'
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --target approved --json out.json
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --skip-bad-rows   # list rows it cannot read
+  .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --immutable age,sex --mutability debt=decrease
   .venv/bin/python recipes/explain.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --row '{"x1": 0.3, "x2": -1}'
   .venv/bin/python recipes/explain.py --checkpoint copied/last.ckpt --data loans.csv --rows applicants.csv --generator revise
 
 --data: the data the model was trained on, for a checkpoint copied without the config.json train.py writes beside it
 (revise and amortised learn from it); it wins over the data a config.json names. A table's label column comes from the
 model itself: here --target is the class to reach.
+
+--immutable and --mutability: what the explanation may not change (or only in one direction), by the model's column
+names, on top of the constraints the model was trained under (for the same column, the one given here holds).
 """
 
 from __future__ import annotations
@@ -39,6 +43,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "does not need, smallest first, while the target stays as likely as required)")
     parser.add_argument("--json", help="write the explanations here, one object per row (an existing file is "
                         "refused unless --overwrite)")
+    add_arguments(parser, ["immutable", "mutability"])  # checked against the model's columns before any search
     add_arguments(parser, ["data"], data=None)  # the training data of a checkpoint copied without its config.json
     add_arguments(parser, ["tracking_uri", "which", "log", "overwrite"])
     add_arguments(parser, SEARCH + ["seed"], **{name: None for name in SEARCH}, seed=0)

@@ -188,6 +188,9 @@ EXPLAIN = [
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --json {text}", "--json: got"),  # exists: only with --overwrite
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --max-steps -1", "--max-steps"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --json {tmp}", "--json"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --immutable age", "--immutable: got 'age' (no such column)"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --mutability x9=none", "--mutability: got 'x9' (no such column)"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --mutability x1", "--mutability: got 'x1'"),
 ]
 APPENDIX = [
     ("--grid note9 --data credit", "raw file 'UCI_Credit_Card.csv' not found"),  # $CT_DATA_DIR is an empty folder

@@ -354,3 +354,40 @@ def test_a_copied_checkpoint_explains_with_learned_generators_given_its_data(tmp
     explain_main(["--checkpoint", str(tmp_path / "ck" / "last.ckpt"), "--data", str(other), "--generator", "revise",
                   *common])
     assert f"note: --data: the training data is {other}, not {LOANS}" in capsys.readouterr().out
+
+
+def test_explain_options_constrain_an_explanation_beyond_the_training(tmp_path):
+    """explain.py's --immutable and --mutability hold in the explanations of a model trained without constraints
+    (an applicant's explanation must not ask them to change their age); an unknown column, or a direction on a
+    categorical one, is refused in one line before any search."""
+    from recipes.explain import main
+    from ct_lightning.experiment.configuration.validation import CliExit
+    from ct_lightning.experiment.runs.train import train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = train({"data": str(LOANS), "target": "approved", "max_epochs": 2, "nce": 16, "tracking_uri": uri,
+                 "progress": False, "seed": 0, "checkpoint_dir": str(tmp_path / "ct")})
+    pd.read_csv(LOANS).drop(columns="approved").head(40).to_csv(tmp_path / "rows.csv", index=False)
+    common = ["--run-id", run["run_id"], "--tracking-uri", uri, "--rows", str(tmp_path / "rows.csv"), "--target", "yes",
+              "--max-steps", "60", "--no-log"]
+    free = main(common)
+    assert any(c["feature"] == "age" for record in free for c in record["changes"]), \
+        "unconstrained, the search moves age somewhere (else this test could not fail)"
+    assert any(c["feature"] == "debt" and c["to"] > c["from"] for record in free for c in record["changes"]), \
+        "unconstrained, some debt rises (else this test could not fail)"
+    constrained = main([*common, "--immutable", "age,sex", "--mutability", "debt=decrease"])
+    for record in constrained:
+        moved = {c["feature"]: c for c in record["changes"]}
+        assert not {"age", "sex"} & set(moved), f"an immutable column moved: {record['changes']}"
+        assert "debt" not in moved or moved["debt"]["to"] <= moved["debt"]["from"], "debt rose"
+        assert {"age", "sex"} <= set(record["immutable"]) and record["factual"]["age"] == record["counterfactual"]["age"]
+    assert any(record["changes"] for record in constrained), "the search moved some column"
+    for option, value, message in (("--immutable", "agee", "--immutable: got 'agee' (no such column); allowed: "
+                                    "the model's columns: age, "),
+                                   ("--mutability", "sex=increase", "--mutability: got 'sex=increase' ('sex' is "
+                                    "binary); allowed: both or none"),
+                                   ("--mutability", "purpose=decrease", "--mutability: got 'purpose=decrease' "
+                                    "('purpose' is categorical); allowed: both or none")):
+        with pytest.raises(CliExit) as refused:
+            main([*common, option, value])
+        assert refused.value.code == 2 and str(refused.value).startswith(message), str(refused.value)

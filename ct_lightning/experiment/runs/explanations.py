@@ -254,6 +254,37 @@ def _value_problems(column, values: pd.Series):
     yield outside, lambda p: (f"{name}={number_text(numbers.iloc[p])}", allowed, "outside the model's domain")
 
 
+def explanation_mutability(explainable: Explainable, immutable=None, mutability: str | None = None
+                           ) -> dict[str, str]:
+    """``{column: kind}`` from explain.py's ``--immutable`` (names) and ``--mutability`` (``FEATURE=KIND,...``), by
+    the model's own column names (a table's original columns, one-hot groups by their column); ``--mutability``
+    wins for a column in both. A one-line ``InputError`` for an unknown column or a direction on a categorical one,
+    before any search."""
+    from ct_lightning.constraints import mutability_pairs  # noqa: PLC0415
+    from ct_lightning.evaluation.explanation import constraint_tensors  # noqa: PLC0415
+
+    codec = explainable.codec
+    columns = [str(c.name) for c in codec.columns]
+    shown = ", ".join(columns) if len(columns) <= 20 else ", ".join(columns[:20]) + f", ... ({len(columns)} in all)"
+    spec: dict[str, str] = {}
+    for option, given in (("--immutable", {name: "none" for name in immutable or []}),
+                          ("--mutability", mutability_pairs(mutability, "--mutability") if mutability else {})):
+        unknown = [name for name in given if name not in columns]
+        if unknown:
+            raise InputError(option, ",".join(unknown), f"the model's columns: {shown}", "no such column")
+        kinds = {str(c.name): getattr(c, "kind", "continuous") for c in codec.columns}
+        for name, kind in given.items():  # the kinds themselves were checked while parsing
+            categorical = kinds[name] in ("categorical", "binary")
+            try:
+                constraint_tensors(codec, len(codec.feature_names), {name: kind})
+            except ValueError:
+                categorical = True  # a one-hot group by its names
+            if categorical and kind in ("increase", "decrease"):
+                raise InputError(option, f"{name}={kind}", "both or none", f"{name!r} is {kinds[name]}") from None
+        spec.update(given)
+    return spec
+
+
 def search_settings(module, given: dict) -> dict:
     """The search settings: those given, else the model's own for explanations (``generator``, ``tau``, λs ...,
     with finer steps than in training: :func:`~ct_lightning.evaluation.explanation.explanation_search`)."""
@@ -277,8 +308,9 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
     if getattr(generator_class(name), "needs_fit", False):
         x_train, y_train = _training_data(explainable, name)
     # explain() adds the mutability the module was trained under (its hparams); config.json's --immutable is kept
-    # for modules without one (a run's logged nn.Module).
-    mutability = {name: "none" for name in explainable.config.get("immutable") or []}
+    # for modules without one (a run's logged nn.Module); settings["mutability"] (explain.py's own) holds over both.
+    mutability = {**{name: "none" for name in explainable.config.get("immutable") or []},
+                  **(settings.pop("mutability", None) or {})}
     explained = explain(explainable.module, rows, target=target, codec=explainable.codec, mutability=mutability,
                         x_train=x_train, y_train=y_train, seed=seed, **settings)
     return explained.set_axis(rows.index) if isinstance(rows, pd.DataFrame) else explained  # rows keep their numbers

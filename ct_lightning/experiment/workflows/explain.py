@@ -26,8 +26,9 @@ def run(args: argparse.Namespace) -> list[dict]:
             check_run_ids("--run-id", [args.run_id], args.tracking_uri)
         if args.data:
             SETTINGS_BY_NAME["data"].checked(args.data, "--data")  # a table file must exist
-        from ct_lightning.experiment.runs.explanations import (check_rows, explain_loaded, load_explainable,  # noqa: PLC0415
-                                                          log_explanations, read_rows, search_settings, use_data)
+        from ct_lightning.experiment.runs.explanations import (check_rows, explain_loaded,  # noqa: PLC0415
+                                                               explanation_mutability, load_explainable,
+                                                               log_explanations, read_rows, search_settings, use_data)
 
         rows = read_rows(args.rows, args.row)
         loaded = load_explainable(args.run_id, args.checkpoint, args.tracking_uri, args.which)
@@ -41,6 +42,8 @@ def run(args: argparse.Namespace) -> list[dict]:
         for row, problem in skipped:
             print(f"row {row}: not explained: {problem}")
         settings = search_settings(loaded.module, {k: getattr(args, k) for k in SEARCH})
+        settings["mutability"] = explanation_mutability(loaded, getattr(args, "immutable", None),
+                                                        getattr(args, "mutability", None))
         settings["fewer_changes"] = getattr(args, "fewer_changes", True)
         explanations = explain_loaded(loaded, rows, args.target, settings, args.seed)
     from ct_lightning.evaluation.explanation import describe  # noqa: PLC0415
