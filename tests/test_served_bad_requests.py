@@ -295,6 +295,11 @@ BAD_REQUESTS = {
     "target class as its index": (records(APPLICANT, explain=True, target="0"), ["target '0'; allowed: no, yes"], True),
     "target as a JSON number": (records(APPLICANT, explain=True, target=0), ["target", "Can not safely convert",
                                                                               "allowed: no, yes, as text"], False),
+    "unknown immutable column": (records(APPLICANT, explain=True, immutable="age,agee"),
+                                 ["params: immutable 'agee' (no such column); allowed: the model's columns: age"], True),
+    "direction on a category": (records(APPLICANT, explain=True, mutability="purpose=increase"),
+                                ["params: mutability 'purpose=increase' ('purpose' is categorical); allowed: both or "
+                                 "none"], True),
 }
 
 
@@ -353,3 +358,34 @@ def test_values_mlflow_used_to_convert_are_answered_as_the_plain_ones(served):
     np.testing.assert_allclose(json.loads(floats[1])["predictions"][0]["probability"],
                                json.loads(plain[1])["predictions"][0]["probability"], rtol=1e-6)
     assert "will be ignored" not in log.read_text()  # MLflow drops nothing: no input schema to drop by
+
+
+@pytest.mark.slow
+def test_a_request_holds_columns_in_its_explanations_on_top_of_the_runs_constraints(trained):
+    """The params immutable and mutability (as explain.py's options) hold in the served model's explanations of a
+    run trained without constraints; unknown columns and kinds are refused before any search."""
+    import mlflow.pyfunc
+
+    from ct_lightning.experiment.runs.run_artifacts import _tracking_uri
+
+    run_id, uri, _ = trained
+    with _tracking_uri(uri):
+        predictor = mlflow.pyfunc.load_model(f"runs:/{run_id}/predictor")
+    frame = pd.read_csv(LOANS).drop(columns="approved").head(30)
+    free = predictor.predict(frame, params={"explain": True, "target": "yes", "max_steps": 60})
+    moved = [c for changes in free["changes"] for c in changes]
+    assert any(c["feature"] == "age" for c in moved) and any(c["feature"] == "debt" and c["to"] > c["from"]
+                                                             for c in moved), "unconstrained, age and debt move up"
+    held = predictor.predict(frame, params={"explain": True, "target": "yes", "max_steps": 60, "immutable": "age,sex",
+                                            "mutability": "debt=decrease"})
+    assert any(len(changes) for changes in held["changes"]), "the search moved some column"
+    for changes, counterfactual, row in zip(held["changes"], held["counterfactual"], frame.to_dict("records")):
+        named = {c["feature"]: c for c in changes}
+        assert not {"age", "sex"} & set(named) and counterfactual["age"] == row["age"], changes
+        assert "debt" not in named or named["debt"]["to"] <= named["debt"]["from"], changes
+    for params, words in (({"immutable": "agee"}, "params: immutable 'agee' (no such column)"),
+                          ({"mutability": "debt=up"}, "params: mutability 'debt=up' (no such kind); allowed: both,"),
+                          ({"mutability": "debt"}, "params: mutability: expected FEATURE=KIND, got 'debt'")):
+        with pytest.raises(RequestRefused) as refused:
+            predictor.predict(frame.head(1), params={"explain": True, **params})
+        assert refused.value.message.startswith(words), refused.value.message

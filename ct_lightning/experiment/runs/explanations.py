@@ -259,28 +259,17 @@ def explanation_mutability(explainable: Explainable, immutable=None, mutability:
     """``{column: kind}`` from explain.py's ``--immutable`` (names) and ``--mutability`` (``FEATURE=KIND,...``), by
     the model's own column names (a table's original columns, one-hot groups by their column); ``--mutability``
     wins for a column in both. A one-line ``InputError`` for an unknown column or a direction on a categorical one,
-    before any search."""
+    before any search (:func:`~ct_lightning.experiment.runs.request_checks.mutability_problem`)."""
     from ct_lightning.constraints import mutability_pairs  # noqa: PLC0415
-    from ct_lightning.evaluation.explanation import constraint_tensors  # noqa: PLC0415
+    from ct_lightning.experiment.runs.request_checks import mutability_problem  # noqa: PLC0415
 
-    codec = explainable.codec
-    columns = [str(c.name) for c in codec.columns]
-    shown = ", ".join(columns) if len(columns) <= 20 else ", ".join(columns[:20]) + f", ... ({len(columns)} in all)"
     spec: dict[str, str] = {}
     for option, given in (("--immutable", {name: "none" for name in immutable or []}),
                           ("--mutability", mutability_pairs(mutability, "--mutability") if mutability else {})):
-        unknown = [name for name in given if name not in columns]
-        if unknown:
-            raise InputError(option, ",".join(unknown), f"the model's columns: {shown}", "no such column")
-        kinds = {str(c.name): getattr(c, "kind", "continuous") for c in codec.columns}
-        for name, kind in given.items():  # the kinds themselves were checked while parsing
-            categorical = kinds[name] in ("categorical", "binary")
-            try:
-                constraint_tensors(codec, len(codec.feature_names), {name: kind})
-            except ValueError:
-                categorical = True  # a one-hot group by its names
-            if categorical and kind in ("increase", "decrease"):
-                raise InputError(option, f"{name}={kind}", "both or none", f"{name!r} is {kinds[name]}") from None
+        problem = mutability_problem(explainable.codec, given)
+        if problem is not None:
+            value, detail, allowed = problem
+            raise InputError(option, value, allowed, detail)
         spec.update(given)
     return spec
 

@@ -244,6 +244,55 @@ def requested_target(codec, params: dict):
     return None if target in (None, "", target_default(codec)) else target
 
 
+def _listed(names: list[str]) -> str:
+    return ", ".join(names) if len(names) <= 20 else ", ".join(names[:20]) + f", ... ({len(names)} in all)"
+
+
+def mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
+    """The first entry of ``given`` (``{column: kind}``, asked of one explanation) that a model with ``codec`` cannot
+    hold, as ``(value, problem, allowed)``: an unknown column, an unknown kind, or a direction on a categorical or
+    binary column; ``None`` when it can hold them all."""
+    from ct_lightning.constraints import MUTABILITY_KINDS  # noqa: PLC0415
+    from ct_lightning.evaluation.explanation import constraint_tensors  # noqa: PLC0415
+
+    kinds = {str(c.name): getattr(c, "kind", "continuous") for c in codec.columns}
+    unknown = [name for name in given if name not in kinds]
+    if unknown:
+        return ",".join(unknown), "no such column", f"the model's columns: {_listed(list(kinds))}"
+    for name, kind in given.items():
+        if kind not in MUTABILITY_KINDS:
+            return f"{name}={kind}", "no such kind", ", ".join(MUTABILITY_KINDS)
+        categorical = kinds[name] in ("categorical", "binary")
+        try:
+            constraint_tensors(codec, len(codec.feature_names), {name: kind})
+        except ValueError:
+            categorical = True  # a one-hot group, known by its encoded names
+        if categorical and kind in ("increase", "decrease"):
+            return f"{name}={kind}", f"{name!r} is {kinds[name]}", "both or none"
+    return None
+
+
+def requested_mutability(codec, params: dict) -> dict[str, str]:
+    """``{column: kind}`` from a request's ``immutable`` (comma-separated columns) and ``mutability``
+    (``FEATURE=KIND,...``) params, which hold in its explanations on top of the run's own constraints; a one-line
+    ``ValueError`` for a column or kind the model cannot hold."""
+    from ct_lightning.constraints import mutability_pairs  # noqa: PLC0415
+
+    spec: dict[str, str] = {}
+    for name in ("immutable", "mutability"):
+        text = str(params.get(name) or "").strip()
+        if not text:
+            continue
+        given = {c.strip(): "none" for c in text.split(",") if c.strip()} if name == "immutable" else \
+            mutability_pairs(text, f"params: {name}")
+        problem = mutability_problem(codec, given)
+        if problem is not None:
+            value, detail, allowed = problem
+            raise ValueError(f"params: {name} {value!r} ({detail}); allowed: {allowed}")
+        spec.update(given)
+    return spec
+
+
 def check_params(codec, params: dict) -> None:
     """Refuse a ``target`` that is not one of the model's classes (the label, compared as text as
     ``explain.py --target`` compares it: not a class's index) and a ``max_steps`` outside 0 … 10000
@@ -254,3 +303,4 @@ def check_params(codec, params: dict) -> None:
     steps = params.get("max_steps")
     if steps not in (None, "") and not 0 <= int(steps) <= MAX_STEPS:
         raise ValueError(f"params: max_steps {steps}; allowed: 0 (the run's own setting) to {MAX_STEPS}")
+    requested_mutability(codec, params)

@@ -29,8 +29,8 @@ from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, INVALID_PARAMETER_VALUE
 
 from ct_lightning.evaluation.explanation import explain, explanation_search
 from ct_lightning.experiment.configuration.console import quiet_registry, verbose_console
-from ct_lightning.experiment.runs.request_checks import (as_rows, check_params, check_rows, requested_target, row_limit,
-                                                          target_default)
+from ct_lightning.experiment.runs.request_checks import (as_rows, check_params, check_rows, requested_mutability,
+                                                          requested_target, row_limit, target_default)
 
 PREDICTOR_NAME = "predictor"
 _logger = logging.getLogger(__name__)
@@ -74,8 +74,9 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
 
     ``params``: ``explain`` (bool) adds ``target``, ``target_probability`` (at the decoded counterfactual),
     ``valid``, ``counterfactual`` (column → value) and ``changes`` (``[{feature, from, to}]``);
-    ``target`` (a class label as text, as ``explain.py --target``; default: the most likely other class) and
-    ``max_steps`` steer the search.
+    ``target`` (a class label as text, as ``explain.py --target``; default: the most likely other class),
+    ``max_steps``, and ``immutable`` and ``mutability`` (as ``explain.py``'s options: columns the explanation must not
+    change, or only one way, on top of the run's own constraints) steer the search.
     A bad request (see :mod:`ct_lightning.experiment.runs.request_checks`) raises :class:`RequestRefused`: HTTP 400
     with one line naming the column, the value and what is allowed; any other failure :class:`PredictorFailed`:
     HTTP 500 with one line, the traceback only in the server's log.
@@ -112,6 +113,7 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
             out[f"probability_{label}"] = probabilities[:, index].astype(float)
         if params.get("explain"):
             search = {**self.search, **({"max_steps": int(params["max_steps"])} if params.get("max_steps") else {})}
+            search["mutability"] = {**dict(search.get("mutability") or {}), **requested_mutability(codec, params)}
             explained = explain(self.model, frame, target=requested_target(codec, params), codec=codec, **search)
             out["target"] = explained["target"].to_list()
             out["target_probability"] = explained["probability"].to_list()
@@ -135,7 +137,8 @@ def _column_type(column) -> str:
 
 
 def predictor_signature(codec):
-    """The output columns and the ``explain``/``target``/``max_steps`` params; no input schema.
+    """The output columns and the ``explain``/``target``/``max_steps``/``immutable``/``mutability`` params; no input
+    schema.
 
     With an input schema MLflow would drop columns the model does not know before the predictor sees them
     (with a warning in the server's log only) and convert or refuse values by rules of its own that differ
@@ -150,7 +153,8 @@ def predictor_signature(codec):
     outputs = Schema([ColSpec(label_type, "prediction"), ColSpec("double", "probability"),
                       *[ColSpec("double", f"probability_{c}") for c in codec.classes]])
     params = ParamSchema([ParamSpec("explain", "boolean", False), ParamSpec("target", "string", target_default(codec)),
-                          ParamSpec("max_steps", "long", 0)])
+                          ParamSpec("max_steps", "long", 0), ParamSpec("immutable", "string", ""),
+                          ParamSpec("mutability", "string", "")])
     return ModelSignature(inputs=None, outputs=outputs, params=params)
 
 
