@@ -8,10 +8,7 @@ Lightning's checkpoint dictionary is dumped and copied ``--repeats`` times each 
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
-import os
 import statistics
 import sys
 import tempfile
@@ -32,13 +29,11 @@ def elements(value) -> int:
 
 def main() -> None:
     """Train, dump the checkpoint at the 9th epoch's end, time both copies, write the JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="mnist")
-    parser.add_argument("--repeats", type=int, default=50)
-    parser.add_argument("--out", default=str(ROOT / "bench" / "checkpoint_gather.json"))
-    args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("CT_DATA_DIR", "/work/shared/data/raw")
+    from bench.common import script_parser, single_thread_quiet
+
+    args = script_parser(__doc__, "checkpoint_gather.json", "mnist", 50).parse_args()
+    single_thread_quiet()
     import lightning as L
     import torch
     from lightning_utilities.core.apply_func import apply_to_collection
@@ -46,9 +41,6 @@ def main() -> None:
     from ct_lightning.experiment.runs.last_checkpoint import _copied
     from ct_lightning.experiment.runs.train import train
 
-    torch.set_num_threads(1)
-    for name in ("mlflow", "alembic"):
-        logging.getLogger(name).setLevel(logging.ERROR)
     copies = {"ours (_copied)": _copied,
               "apply_to_collection": lambda c: apply_to_collection(c, torch.Tensor, lambda t: t.detach().clone())}
     result = {}

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import argparse
+import logging
 import os
 import platform
 import statistics
@@ -18,6 +20,24 @@ from datamodules.base import TensorDataModule
 
 REPO = Path(__file__).resolve().parent.parent
 DEFAULT_DATA_DIR = "/work/shared/data/raw"
+
+
+def script_parser(doc: str, json_name: str, data: str, repeats: int) -> argparse.ArgumentParser:
+    """The options every standalone script of ``bench/`` takes: ``--data``, ``--repeats`` and ``--out`` (its JSON,
+    by default ``bench/json_name``); the script adds its own."""
+    parser = argparse.ArgumentParser(description=doc.splitlines()[0])
+    parser.add_argument("--data", default=data)
+    parser.add_argument("--repeats", type=int, default=repeats)
+    parser.add_argument("--out", default=str(REPO / "bench" / json_name))
+    return parser
+
+
+def single_thread_quiet() -> None:
+    """How the standalone scripts measure: :func:`setup_environment`, one torch thread, MLflow's loggers quiet."""
+    setup_environment()
+    torch.set_num_threads(1)
+    for name in ("mlflow", "alembic"):
+        logging.getLogger(name).setLevel(logging.ERROR)
 
 
 def setup_environment() -> None:

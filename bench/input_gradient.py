@@ -15,7 +15,6 @@ Interleaved repeats, medians. Not a unit test.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import statistics
@@ -107,19 +106,13 @@ def measure(name: str, repeats: int) -> dict:
 
 def main() -> None:
     """Parse the options, measure each data set, print and write the JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="circles,adult,mnist")
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--out", default=str(ROOT / "bench" / "input_gradient.json"))
-    args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("CT_DATA_DIR", "/work/shared/data/raw")
-    import torch
-
+    from bench.common import script_parser, single_thread_quiet
     from bench.epoch_bench import quiet
 
+    args = script_parser(__doc__, "input_gradient.json", "circles,adult,mnist", 7).parse_args()
+    single_thread_quiet()
     quiet()
-    torch.set_num_threads(1)
     load_before = os.getloadavg()
     results = {}
     for name in args.data.split(","):

@@ -10,9 +10,7 @@ vanilla objective: the reference section of ``bench/run.py`` also runs CT and th
 
 from __future__ import annotations
 
-import argparse
 import json
-import logging
 import os
 import platform
 import statistics
@@ -46,19 +44,13 @@ def paired(data: str, epochs: int) -> dict:
 
 def main() -> None:
     """Parse the options, run the pairs and write the JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--data", default="adult,mnist")
-    parser.add_argument("--epochs", type=int, default=40)
-    parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--out", default=str(ROOT / "bench" / "vanilla_paired.json"))
-    args = parser.parse_args()
     sys.path.insert(0, str(ROOT))
-    os.environ.setdefault("CT_DATA_DIR", "/work/shared/data/raw")
-    import torch
+    from bench.common import script_parser, single_thread_quiet
 
-    torch.set_num_threads(1)
-    for name in ("mlflow", "alembic"):
-        logging.getLogger(name).setLevel(logging.ERROR)
+    parser = script_parser(__doc__, "vanilla_paired.json", "adult,mnist", 2)
+    parser.add_argument("--epochs", type=int, default=40)
+    args = parser.parse_args()
+    single_thread_quiet()
     load_before = os.getloadavg()
     runs = {data: [paired(data, args.epochs) for _ in range(args.repeats)] for data in args.data.split(",")}
     for data, repeats in runs.items():
