@@ -356,7 +356,7 @@ def test_a_copied_checkpoint_explains_with_learned_generators_given_its_data(tmp
     assert f"note: --data: the training data is {other}, not {LOANS}" in capsys.readouterr().out
 
 
-def test_explain_options_constrain_an_explanation_beyond_the_training(tmp_path):
+def test_explain_options_constrain_an_explanation_beyond_the_training(tmp_path, capsys):
     """explain.py's --immutable and --mutability hold in the explanations of a model trained without constraints
     (an applicant's explanation must not ask them to change their age); an unknown column, or a direction on a
     categorical one, is refused in one line before any search."""
@@ -371,6 +371,7 @@ def test_explain_options_constrain_an_explanation_beyond_the_training(tmp_path):
     common = ["--run-id", run["run_id"], "--tracking-uri", uri, "--rows", str(tmp_path / "rows.csv"), "--target", "yes",
               "--max-steps", "60", "--no-log"]
     free = main(common)
+    assert "note: every column was free to change" in capsys.readouterr().out
     assert any(c["feature"] == "age" for record in free for c in record["changes"]), \
         "unconstrained, the search moves age somewhere (else this test could not fail)"
     assert any(c["feature"] == "debt" and c["to"] > c["from"] for record in free for c in record["changes"]), \
@@ -382,6 +383,7 @@ def test_explain_options_constrain_an_explanation_beyond_the_training(tmp_path):
         assert "debt" not in moved or moved["debt"]["to"] <= moved["debt"]["from"], "debt rose"
         assert {"age", "sex"} <= set(record["immutable"]) and record["factual"]["age"] == record["counterfactual"]["age"]
     assert any(record["changes"] for record in constrained), "the search moved some column"
+    assert "note: every column was free" not in capsys.readouterr().out
     for option, value, message in (("--immutable", "agee", "--immutable: got 'agee' (no such column); allowed: "
                                     "the model's columns: age, "),
                                    ("--mutability", "sex=increase", "--mutability: got 'sex=increase' ('sex' is "

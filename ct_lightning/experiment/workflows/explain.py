@@ -49,6 +49,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     from ct_lightning.evaluation.explanation import describe  # noqa: PLC0415
 
     print(describe(explanations))
+    if len(explanations) and not any(len(fixed) for fixed in explanations["immutable"]):
+        print("note: every column was free to change (the model was trained without immutable columns, and none was "
+              "given): --immutable COLUMN,... holds those a person cannot change, e.g. age")
     if skipped:
         print(f"{len(skipped)} of {len(skipped) + len(explanations)} rows not explained (listed above: --skip-bad-rows)")
     records = numbered_records(explanations, skipped)
