@@ -77,9 +77,14 @@ def feature_types() -> FeatureTypes:
     return FeatureTypes.from_names(NAMES, integer_features=["age"], offset=offset, scale=scale)
 
 
-def trained_model(x, y) -> nn.Module:
+def trained_model(x, y, hidden=(16,)) -> nn.Module:
+    """A small ReLU MLP for two classes, trained from seed 0 (150 full-batch Adam steps)."""
     torch.manual_seed(0)
-    model = nn.Sequential(nn.Linear(x.shape[1], 16), nn.ReLU(), nn.Linear(16, 2))
+    layers, width = [], x.shape[1]
+    for size in hidden:
+        layers += [nn.Linear(width, size), nn.ReLU()]
+        width = size
+    model = nn.Sequential(*layers, nn.Linear(width, 2))
     optimiser = torch.optim.Adam(model.parameters(), lr=0.03)
     for _ in range(150):
         optimiser.zero_grad()

@@ -5,7 +5,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 from torch import nn
 
 from ct_lightning.generators import ECCo, Generic
@@ -102,15 +101,11 @@ def test_autograd_only_switches_every_search_to_autograd():
     assert isinstance(model_passes(model), MLPPasses)
 
 
-def trained(x, y, hidden, activation="relu"):
-    torch.manual_seed(0)
-    model = build_mlp(x.shape[1], int(y.max()) + 1, hidden, activation)
-    optimiser = torch.optim.Adam(model.parameters(), lr=0.03)
-    for _ in range(100):
-        optimiser.zero_grad()
-        F.cross_entropy(model(x), y).backward()
-        optimiser.step()
-    return model.eval()
+def trained(x, y, hidden):
+    """``test_categorical``'s small MLP, trained the same way, with ``hidden`` layers."""
+    from test_categorical import trained_model
+
+    return trained_model(x, y, hidden)
 
 
 def both_ways(*arguments, **options):
