@@ -94,6 +94,14 @@ def test_hooks_send_a_model_to_autograd():
         handle.remove()
 
 
+def test_mixed_precision_keeps_autograd():
+    """Under autocast, autograd's backward runs outside the autocast region; a hand-written backward would not."""
+    model = build_mlp(4, 2, [8], "relu")
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        assert isinstance(model_passes(model), AutogradPasses)
+    assert isinstance(model_passes(model), MLPPasses)
+
+
 def test_autograd_only_switches_every_search_to_autograd():
     model = build_mlp(4, 2, [8], "relu")
     with autograd_only():

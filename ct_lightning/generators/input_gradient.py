@@ -9,7 +9,8 @@ checking versions) then costs as much as the arithmetic: a forward and backward 
 as :func:`ct_lightning.models.build_mlp` makes it) by hand, with the very kernels autograd calls: ``F.linear``
 forward, ``grad.mm(weight)`` and the activations' own backward functions. The logits and gradients are the
 same as autograd's, to the bit on the machines we tried (tests/test_input_gradient.py holds them within 1e-6).
-Every other model (a CNN, a user's own module, adapters, hooks) gets :class:`AutogradPasses`.
+Every other model (a CNN, a user's own module, adapters, hooks), and every search under autocast, gets
+:class:`AutogradPasses`.
 """
 
 from __future__ import annotations
@@ -104,9 +105,14 @@ def plain_mlp_layers(model: nn.Module) -> list[nn.Module] | None:
     return layers if len(dtypes) == 1 else None
 
 
+def _autocast_on() -> bool:
+    return any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
+
+
 def model_passes(model: nn.Module) -> AutogradPasses | MLPPasses:
-    """The fastest exact way to run ``model``'s search passes: by hand for a plain MLP, else autograd."""
-    layers = plain_mlp_layers(model) if _by_hand else None
+    """The fastest exact way to run ``model``'s search passes: by hand for a plain MLP, else autograd (also under
+    autocast, where autograd's backward runs outside the autocast region and the hand-written one would not)."""
+    layers = plain_mlp_layers(model) if _by_hand and not _autocast_on() else None
     return AutogradPasses(model) if layers is None else MLPPasses(layers)
 
 
