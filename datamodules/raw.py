@@ -146,6 +146,12 @@ class TabularDataModule(RawDataModule):
         """Features (final base names; index = 0-based raw data-row position) and 0/1 labels."""
         raise NotImplementedError
 
+    @classmethod
+    def rows_in_model_columns(cls, frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+        """Rows to explain, given in the raw file's columns where the model reads features derived from them, in the
+        model's columns, with a note; ``(frame, None)`` where nothing is derived (here: every table but one)."""
+        return frame, None
+
     def build(self, paths: list[Path]) -> dict[str, np.ndarray]:
         """Read, balance, split, one-hot encode and standardise; arrays ready for the cache."""
         frame, y = self.read(paths)

@@ -101,6 +101,20 @@ class AdultDataModule(TabularDataModule):
         return frame.drop(columns="income"), (income == ">50K").to_numpy(np.int64)
 
 
+HOUSING_FEATURES = ("med_inc", "house_age", "ave_rooms", "ave_bedrms", "population", "ave_occup", "latitude",
+                    "longitude")
+
+
+def housing_features(raw: pd.DataFrame) -> pd.DataFrame:
+    """scikit-learn's eight California housing features from ``cal_housing.data``'s columns (per district)."""
+    households = raw["households"]
+    return pd.DataFrame({
+        "med_inc": raw["median_income"], "house_age": raw["housing_median_age"],
+        "ave_rooms": raw["total_rooms"] / households, "ave_bedrms": raw["total_bedrooms"] / households,
+        "population": raw["population"], "ave_occup": raw["population"] / households,
+        "latitude": raw["latitude"], "longitude": raw["longitude"]}, index=raw.index)
+
+
 @register("california_housing", "ch")
 class CaliforniaHousingDataModule(TabularDataModule):
     """California housing (StatLib ``cal_housing.data``), the 8 scikit-learn features, standardised.
@@ -122,14 +136,22 @@ class CaliforniaHousingDataModule(TabularDataModule):
         path = paths[0]
         raw = require_numeric(read_headerless(path, CAL_HOUSING_COLUMNS), CAL_HOUSING_COLUMNS, path)
         require_complete(raw, CAL_HOUSING_COLUMNS, path)
-        households = raw["households"]
-        frame = pd.DataFrame({
-            "med_inc": raw["median_income"], "house_age": raw["housing_median_age"],
-            "ave_rooms": raw["total_rooms"] / households, "ave_bedrms": raw["total_bedrooms"] / households,
-            "population": raw["population"], "ave_occup": raw["population"] / households,
-            "latitude": raw["latitude"], "longitude": raw["longitude"]})
         value = raw["median_house_value"]
-        return frame, (value >= value.median()).to_numpy(np.int64)
+        return housing_features(raw), (value >= value.median()).to_numpy(np.int64)
+
+    @classmethod
+    def rows_in_model_columns(cls, frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+        """Districts given in ``cal_housing.data``'s columns (``total_rooms``, ``households``, ...) turned into the
+        model's features as :meth:`read` turns them; other columns kept (so that unknown ones are still refused),
+        the raw target left out. Rows already in the model's columns are returned as given."""
+        raw = CAL_HOUSING_COLUMNS[:-1]
+        derived_only = set(HOUSING_FEATURES) - set(raw)  # population, latitude and longitude are in both
+        if not set(raw) <= set(frame.columns) or derived_only & set(frame.columns):
+            return frame, None
+        rest = frame.drop(columns=[*raw, CAL_HOUSING_COLUMNS[-1]], errors="ignore")
+        return pd.concat([housing_features(frame), rest], axis=1), (
+            "rows in cal_housing.data's columns, read as the model's features (ave_rooms = total_rooms / households, "
+            "ave_bedrms = total_bedrooms / households, ave_occup = population / households)")
 
 
 @register("credit", "cred")

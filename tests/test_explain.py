@@ -393,3 +393,33 @@ def test_explain_options_constrain_an_explanation_beyond_the_training(tmp_path, 
         with pytest.raises(CliExit) as refused:
             main([*common, option, value])
         assert refused.value.code == 2 and str(refused.value).startswith(message), str(refused.value)
+
+
+def test_a_california_housing_district_is_explained_from_the_raw_files_columns(tmp_path, capsys):
+    """A run on California housing reads a district as cal_housing.data holds it (total_rooms, households, ...) and
+    explains it in the model's features, derived as training derived them; rows in the model's own columns are
+    read as before (found as a gap: such rows were refused as unknown columns)."""
+    from conftest import FIXTURE_DIR
+    from recipes.explain import main
+    from ct_lightning.experiment.runs.train import train
+    from datamodules.real import CAL_HOUSING_COLUMNS, housing_features
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = train({"data": "small_credit:SmallHousing", "max_epochs": 1, "nce": 20, "progress": False,
+                 "tracking_uri": uri})
+    raw = pd.read_csv(FIXTURE_DIR / "california_housing" / "cal_housing.data", header=None, names=CAL_HOUSING_COLUMNS)
+    typical = raw.median_income.between(2.5, 4.5) & (raw.total_rooms / raw.households).between(4, 6)
+    raw = raw[typical].head(3).reset_index(drop=True)  # inside the small model's domain
+    raw.to_csv(tmp_path / "districts.csv", index=False)
+    common = ["--run-id", run["run_id"], "--tracking-uri", uri, "--no-log", "--max-steps", "30"]
+    records = main([*common, "--rows", str(tmp_path / "districts.csv")])
+    assert "rows in cal_housing.data's columns, read as the model's features" in capsys.readouterr().out
+    derived = housing_features(raw)
+    assert len(records) == 3
+    for record, (_, expected) in zip(records, derived.iterrows()):
+        assert record["factual"]["ave_rooms"] == pytest.approx(expected["ave_rooms"], rel=1e-5)
+        assert record["factual"]["med_inc"] == pytest.approx(expected["med_inc"], rel=1e-5)
+    derived.to_csv(tmp_path / "features.csv", index=False)
+    again = main([*common, "--rows", str(tmp_path / "features.csv")])  # the model's own columns: as before
+    assert "cal_housing.data's columns" not in capsys.readouterr().out
+    assert [r["factual"] for r in again] == [r["factual"] for r in records]

@@ -158,8 +158,10 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
     listed as ``(row, problem)`` instead; the error then comes only when no row is left."""
     codec = explainable.codec
     columns = [c.name for c in codec.columns]
+    frame, derived = _rows_in_model_columns(explainable, frame)
     frame, notes = _matched_names(frame, [*columns, *getattr(codec, "dropped", ()), getattr(codec, "target", "")],
                                   option)
+    notes = [f"{option}: {derived}", *notes] if derived else notes
     target = getattr(codec, "target", None)
     if target is not None and target in frame.columns and target not in columns:
         frame = frame.drop(columns=[target])
@@ -205,6 +207,24 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
 
 def _plain_name(name) -> str:
     return re.sub(r"[^0-9a-z]", "", str(name).lower())
+
+
+def _rows_in_model_columns(explainable: Explainable, frame: pd.DataFrame) -> tuple[pd.DataFrame, str | None]:
+    """The model's data module turns rows in its raw file's columns into the model's (California housing's derived
+    features), where the run names a built-in data set; else ``frame`` as given."""
+    data = explainable.config.get("data")
+    if not data or not explainable.has_preprocessing:
+        return frame, None
+    from ct_lightning.experiment.configuration.settings import data_class, is_table_file  # noqa: PLC0415
+
+    if is_table_file(data):
+        return frame, None
+    try:
+        cls = data_class(str(data))
+    except (ValueError, LookupError, ImportError):  # a data set this process cannot name: rows as given
+        return frame, None
+    convert = getattr(cls, "rows_in_model_columns", None)
+    return convert(frame) if convert is not None else (frame, None)
 
 
 def _matched_names(frame: pd.DataFrame, names: list[str], option: str) -> tuple[pd.DataFrame, list[str]]:
