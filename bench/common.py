@@ -32,6 +32,20 @@ def script_parser(doc: str, json_name: str, data: str, repeats: int) -> argparse
     return parser
 
 
+def repeated_runs(doc: str, json_name: str, data: str, repeats: int, epochs: int, measure
+                  ) -> tuple[argparse.Namespace, dict, dict]:
+    """A paired-epochs script's options (:func:`script_parser` and ``--epochs``) and set-up
+    (:func:`single_thread_quiet`), then ``measure(data_set, epochs)`` ``--repeats`` times per data set: the options,
+    the results by data set, and the machine's load averages before and after."""
+    parser = script_parser(doc, json_name, data, repeats)
+    parser.add_argument("--epochs", type=int, default=epochs)
+    args = parser.parse_args()
+    single_thread_quiet()
+    before = os.getloadavg()
+    runs = {name: [measure(name, args.epochs) for _ in range(args.repeats)] for name in args.data.split(",")}
+    return args, runs, {"load_average_before": before, "load_average_after": os.getloadavg()}
+
+
 def single_thread_quiet() -> None:
     """How the standalone scripts measure: :func:`setup_environment`, one torch thread, MLflow's loggers quiet."""
     setup_environment()

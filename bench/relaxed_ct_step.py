@@ -12,7 +12,6 @@ buy, for a decision, and how far the weights drift apart. ``foreach=True`` is bi
 from __future__ import annotations
 
 import json
-import os
 import statistics
 import sys
 import time
@@ -60,14 +59,9 @@ def paired_run(name: str, epochs: int) -> dict:
 def main() -> None:
     """Parse the options, run the pairs, print and write the JSON."""
     sys.path.insert(0, str(ROOT))
-    from bench.common import script_parser, single_thread_quiet
+    from bench.common import repeated_runs
 
-    parser = script_parser(__doc__, "relaxed_ct_step.json", "circles", 3)
-    parser.add_argument("--epochs", type=int, default=30)
-    args = parser.parse_args()
-    single_thread_quiet()
-    load_before = os.getloadavg()
-    runs = {name: [paired_run(name, args.epochs) for _ in range(args.repeats)] for name in args.data.split(",")}
+    args, runs, loads = repeated_runs(__doc__, "relaxed_ct_step.json", "circles", 3, 30, paired_run)
     for name, repeats in runs.items():
         for key in ("plain_fused", "ct", "ct_foreach", "ct_fused"):
             print(f"{name}: {key} / plain vanilla (CPU time) " + ", ".join(
@@ -75,7 +69,7 @@ def main() -> None:
                 + ("" if key in ("ct", "plain_fused") else f"; weights after {args.epochs} epochs differ from the default's by up to "
                    + ", ".join(f"{r['largest_weight_difference_from_ct'][key]:.2g}" for r in repeats)), flush=True)
     out = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": 1, "epochs": args.epochs,
-           "load_average_before": load_before, "load_average_after": os.getloadavg(), "runs": runs}
+           **loads, "runs": runs}
     Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
 
 

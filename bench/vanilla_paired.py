@@ -45,21 +45,16 @@ def paired(data: str, epochs: int) -> dict:
 def main() -> None:
     """Parse the options, run the pairs and write the JSON."""
     sys.path.insert(0, str(ROOT))
-    from bench.common import script_parser, single_thread_quiet
+    from bench.common import repeated_runs
 
-    parser = script_parser(__doc__, "vanilla_paired.json", "adult,mnist", 2)
-    parser.add_argument("--epochs", type=int, default=40)
-    args = parser.parse_args()
-    single_thread_quiet()
-    load_before = os.getloadavg()
-    runs = {data: [paired(data, args.epochs) for _ in range(args.repeats)] for data in args.data.split(",")}
+    args, runs, loads = repeated_runs(__doc__, "vanilla_paired.json", "adult,mnist", 2, 40, paired)
     for data, repeats in runs.items():
         print(f"{data}: vanilla/plain " + ", ".join(f"×{r['ratio']:.3f}" for r in repeats)
               + f" (target ×1.2; ours {statistics.median(r['ours_median_s'] for r in repeats) * 1e3:.1f} ms, plain "
               f"{statistics.median(r['plain_median_s'] for r in repeats) * 1e3:.1f} ms per epoch)", flush=True)
     out = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "machine": platform.processor() or
            platform.machine(), "cores": os.cpu_count(), "threads": 1, "epochs": args.epochs,
-           "load_average_before": load_before, "load_average_after": os.getloadavg(), "runs": runs}
+           **loads, "runs": runs}
     Path(args.out).write_text(json.dumps(out, indent=1))
 
 
