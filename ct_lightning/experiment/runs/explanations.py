@@ -277,21 +277,16 @@ def _value_problems(column, values: pd.Series):
 def explanation_mutability(explainable: Explainable, immutable=None, mutability: str | None = None
                            ) -> dict[str, str]:
     """``{column: kind}`` from explain.py's ``--immutable`` (names) and ``--mutability`` (``FEATURE=KIND,...``), by
-    the model's own column names (a table's original columns, one-hot groups by their column); ``--mutability``
-    wins for a column in both. A one-line ``InputError`` for an unknown column or a direction on a categorical one,
-    before any search (:func:`~ct_lightning.experiment.runs.request_checks.mutability_problem`)."""
-    from ct_lightning.constraints import mutability_pairs  # noqa: PLC0415
-    from ct_lightning.experiment.runs.request_checks import mutability_problem  # noqa: PLC0415
+    the model's own column names, as a served request's params of the same names
+    (:func:`~ct_lightning.experiment.runs.request_checks.requested_mutability`); a one-line ``InputError`` naming
+    the option for an unknown column or a direction on a categorical one, before any search."""
+    from ct_lightning.experiment.runs.request_checks import MutabilityRefused, requested_mutability  # noqa: PLC0415
 
-    spec: dict[str, str] = {}
-    for option, given in (("--immutable", {name: "none" for name in immutable or []}),
-                          ("--mutability", mutability_pairs(mutability, "--mutability") if mutability else {})):
-        problem = mutability_problem(explainable.codec, given)
-        if problem is not None:
-            value, detail, allowed = problem
-            raise InputError(option, value, allowed, detail)
-        spec.update(given)
-    return spec
+    try:
+        return requested_mutability(explainable.codec, {"immutable": ",".join(immutable or []),
+                                                        "mutability": mutability or ""})
+    except MutabilityRefused as refused:
+        raise InputError(f"--{refused.param}", refused.value, refused.allowed, refused.detail) from None
 
 
 def search_settings(module, given: dict) -> dict:

@@ -248,10 +248,18 @@ def _listed(names: list[str]) -> str:
     return ", ".join(names) if len(names) <= 20 else ", ".join(names[:20]) + f", ... ({len(names)} in all)"
 
 
-def mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
-    """The first entry of ``given`` (``{column: kind}``, asked of one explanation) that a model with ``codec`` cannot
-    hold, as ``(value, problem, allowed)``: an unknown column, an unknown kind, or a direction on a categorical or
-    binary column; ``None`` when it can hold them all."""
+class MutabilityRefused(ValueError):
+    """A column or kind asked of an explanation that the model cannot hold; ``param`` is ``immutable`` or
+    ``mutability``. Its message is the served model's (``params: ...``); ``explain.py`` names its own options."""
+
+    def __init__(self, param: str, value: str, detail: str, allowed: str):
+        self.param, self.value, self.detail, self.allowed = param, value, detail, allowed
+        super().__init__(f"params: {param} {value!r} ({detail}); allowed: {allowed}")
+
+
+def _mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
+    """The first entry of ``given`` (``{column: kind}``) that a model with ``codec`` cannot hold, as ``(value,
+    problem, allowed)``: an unknown column, an unknown kind, or a direction on a categorical or binary column."""
     from ct_lightning.constraints import MUTABILITY_KINDS  # noqa: PLC0415
     from ct_lightning.evaluation.explanation import constraint_tensors  # noqa: PLC0415
 
@@ -262,20 +270,22 @@ def mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
     for name, kind in given.items():
         if kind not in MUTABILITY_KINDS:
             return f"{name}={kind}", "no such kind", ", ".join(MUTABILITY_KINDS)
-        categorical = kinds[name] in ("categorical", "binary")
-        try:
-            constraint_tensors(codec, len(codec.feature_names), {name: kind})
-        except ValueError:
-            categorical = True  # a one-hot group, known by its encoded names
-        if categorical and kind in ("increase", "decrease"):
-            return f"{name}={kind}", f"{name!r} is {kinds[name]}", "both or none"
+        column_kind = kinds[name]
+        if column_kind not in ("categorical", "binary"):
+            try:
+                constraint_tensors(codec, len(codec.feature_names), {name: kind})
+            except ValueError:
+                column_kind = "categorical"  # one-hot columns, known by their encoded names
+        if column_kind in ("categorical", "binary") and kind in ("increase", "decrease"):
+            return f"{name}={kind}", f"{name!r} is {column_kind}", "both or none"
     return None
 
 
 def requested_mutability(codec, params: dict) -> dict[str, str]:
     """``{column: kind}`` from a request's ``immutable`` (comma-separated columns) and ``mutability``
-    (``FEATURE=KIND,...``) params, which hold in its explanations on top of the run's own constraints; a one-line
-    ``ValueError`` for a column or kind the model cannot hold."""
+    (``FEATURE=KIND,...``) params (explain.py's options of the same names), which hold in its explanations on top
+    of the run's own constraints (``mutability`` wins for a column in both); :class:`MutabilityRefused` for the
+    first column or kind the model cannot hold."""
     from ct_lightning.constraints import mutability_pairs  # noqa: PLC0415
 
     spec: dict[str, str] = {}
@@ -285,10 +295,9 @@ def requested_mutability(codec, params: dict) -> dict[str, str]:
             continue
         given = {c.strip(): "none" for c in text.split(",") if c.strip()} if name == "immutable" else \
             mutability_pairs(text, f"params: {name}")
-        problem = mutability_problem(codec, given)
+        problem = _mutability_problem(codec, given)
         if problem is not None:
-            value, detail, allowed = problem
-            raise ValueError(f"params: {name} {value!r} ({detail}); allowed: {allowed}")
+            raise MutabilityRefused(name, *problem)
         spec.update(given)
     return spec
 
