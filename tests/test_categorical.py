@@ -79,12 +79,10 @@ def feature_types() -> FeatureTypes:
 
 def trained_model(x, y, hidden=(16,)) -> nn.Module:
     """A small ReLU MLP for two classes, trained from seed 0 (150 full-batch Adam steps)."""
+    from ct_lightning.models import build_mlp
+
     torch.manual_seed(0)
-    layers, width = [], x.shape[1]
-    for size in hidden:
-        layers += [nn.Linear(width, size), nn.ReLU()]
-        width = size
-    model = nn.Sequential(*layers, nn.Linear(width, 2))
+    model = build_mlp(x.shape[1], 2, list(hidden), "relu")
     optimiser = torch.optim.Adam(model.parameters(), lr=0.03)
     for _ in range(150):
         optimiser.zero_grad()
