@@ -131,6 +131,7 @@ class TabularCodec:
 
     dropped: Sequence[str] = ()  # also what a codec pickled before --drop-columns existed reads (served predictors)
     decimal_comma: bool = False  # the training file wrote 0,18 and 12.000: rows to explain may be written so too
+    balance: str | None = None  # the training's --balance, where recorded: the same table gives the same training rows
 
     def __init__(self, target: str, classes: Sequence, columns: Sequence[ColumnSpec], positive=None,
                  dropped: Sequence[str] = ()):
@@ -357,7 +358,8 @@ class TabularCodec:
         return {"kind": "tabular", "target": self.target, "classes": [_plain(c) for c in self.classes],
                 "positive": _plain(self.positive), "columns": [asdict(c) for c in self.columns],
                 **({"dropped": list(self.dropped)} if self.dropped else {}),
-                **({"decimal_comma": True} if self.decimal_comma else {})}
+                **({"decimal_comma": True} if self.decimal_comma else {}),
+                **({"balance": self.balance} if self.balance not in (None, "none") else {})}
 
     @classmethod
     def from_dict(cls, payload: Mapping) -> TabularCodec:
@@ -365,6 +367,7 @@ class TabularCodec:
         columns = [ColumnSpec(**column) for column in payload["columns"]]
         codec = cls(payload["target"], payload["classes"], columns, payload.get("positive"), payload.get("dropped", ()))
         codec.decimal_comma = bool(payload.get("decimal_comma", False))
+        codec.balance = payload.get("balance")
         return codec
 
     def fill_missing(self, frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

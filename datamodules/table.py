@@ -155,6 +155,8 @@ class TableDataModule(TensorDataModule):
         self.target, self.spec, self.impute, self.data_seed = target, read_spec(spec), impute, data_seed
         if codec is None:
             check_text_columns(self.frame, target, dict(self.spec.get("columns") or {}), self.label_of_source)
+        if codec is not None and codec.balance is not None:  # a trained model's own rows (explain.py --data)
+            balance = codec.balance
         self.balance, self.rows_read = balance, len(self.frame)
         if balance not in BALANCE:
             raise ValueError(f"balance: got {balance!r}; allowed: {', '.join(BALANCE)}")
@@ -174,6 +176,7 @@ class TableDataModule(TensorDataModule):
             self.codec = TabularCodec.fit(self.frame, target, self.spec, train_rows=self.rows["train"],
                                           dropped=self.drop_columns, fills=fills)
             self.codec.decimal_comma = self.decimal_comma
+            self.codec.balance = balance
         self.ct_defaults = table_defaults(len(self.rows["train"]))
         super().__init__(batch_size or self.ct_defaults["batch_size"], seed, num_workers)
         self.protected_features = tuple(c.name for c in self.codec.columns if c.mutability == "none")

@@ -10,7 +10,8 @@ Examples:
 
 --data: the data the model was trained on, for a checkpoint copied without the config.json train.py writes beside it
 (revise and amortised learn from it); it wins over the data a config.json names. A table's label column comes from the
-model itself: here --target is the class to reach.
+model itself, as do the columns it was trained without (--drop-columns) and its rows (--balance undersample): here
+--target is the class to reach.
 
 --immutable and --mutability: what the explanation may not change (or only in one direction), by the model's column
 names, on top of the constraints the model was trained under (for the same column, the one given here holds).

@@ -374,6 +374,12 @@ def test_balance_undersample_cuts_every_class_to_the_smallest_before_the_split(l
     pd.testing.assert_frame_equal(TableDataModule(rare, target="approved", balance="undersample").frame, data.frame)
     assert not TableDataModule(rare, target="approved", balance="undersample", data_seed=1).frame.equals(data.frame)
     assert len(TableDataModule(rare, target="approved").frame) == counts.sum()
+    # the model's preprocessing (a checkpoint's, explain.py --data with no config.json) gives its training rows again
+    again = TableDataModule(rare, target="approved", codec=data.codec.to_dict())
+    pd.testing.assert_frame_equal(again.frame, data.frame)
+    again.setup("fit"), data.setup("fit")
+    assert again.balance == "undersample" and torch.equal(again.x_train, data.x_train)
+    assert TableDataModule(rare, target="approved").codec.to_dict().get("balance") is None  # kept payloads unchanged
     # through the settings (train, evaluate and explain rebuild the table from the run's configuration)
     config = resolve_config({"data": str(LOANS), "target": "approved", "balance": "undersample"})
     assert config["balance"] == "undersample"

@@ -60,7 +60,12 @@ def child_training_echo(*args, **kwargs) -> None:
 
 
 def quiet_console(verbose: bool = False) -> None:
-    """Hide Lightning's INFO lines and the known library warnings for this process (``verbose``: show all)."""
+    """Hide Lightning's INFO lines and the known library warnings for this process (``verbose``: show all).
+
+    Imports Lightning first where it is not imported yet (every caller trains with it): its import sets its own
+    logger to INFO, which would undo a level set before."""
+    import lightning.pytorch  # noqa: F401, PLC0415
+
     level = logging.INFO if verbose else logging.WARNING
     for name in LIBRARY_LOGGERS:
         logging.getLogger(name).setLevel(level)
