@@ -17,14 +17,18 @@ from collections.abc import Mapping, Sequence
 import torch
 
 from datamodules.domain import infer_domain  # noqa: F401  (re-exported: the SPEC §2 formula lives with the data)
-from datamodules.feature_types import FeatureTypes, one_hot_prefix  # re-exported: data modules describe their types
+# re-exported: data modules describe their types
+from datamodules.feature_types import FeatureTypes, one_hot_features, one_hot_groups, one_hot_prefix  # noqa: F401
 
 MUTABILITY_KINDS = ("both", "increase", "decrease", "none")
 BOTH, INCREASE, DECREASE, NONE = range(4)
 
 
-def _resolve_feature(key, feature_names: Sequence[str] | None, n_features: int, argument: str) -> list[int]:
-    """Map a feature name, a one-hot group prefix or an index to column indices."""
+def _resolve_feature(key, feature_names: Sequence[str] | None, n_features: int, argument: str,
+                     one_hot: Sequence[str | None] | None = None) -> list[int]:
+    """Map a feature name, a one-hot group (its categorical feature) or an index to column indices. ``one_hot``: per
+    column, the categorical feature it belongs to, from the real groups (:func:`one_hot_features`); without it a
+    group is the columns named ``feature=...``."""
     if isinstance(key, int) or (isinstance(key, str) and key.lstrip("-").isdigit() and
                                 (feature_names is None or key not in feature_names)):
         index = int(key)
@@ -34,12 +38,16 @@ def _resolve_feature(key, feature_names: Sequence[str] | None, n_features: int, 
     names = list(feature_names or [])
     if key in names:
         return [names.index(key)]
-    # A categorical feature one-hot encoded as `feature=value` columns is named by its prefix.
-    group = [i for i, name in enumerate(names) if name.startswith(f"{key}=")]
+    # A categorical feature one-hot encoded as `feature=value` columns is named by its column.
+    if one_hot is not None:
+        group = [i for i, feature in enumerate(one_hot) if feature is not None and feature == key]
+    else:
+        group = [i for i, name in enumerate(names) if name.startswith(f"{key}=")]
+        one_hot = one_hot_features(names, None, n_features)
     if group:
         return group
     # the features by the names a user gives: a one-hot group once, by its column ("purpose", not "purpose=car")
-    features = list(dict.fromkeys(name.split("=", 1)[0] if "=" in name else name for name in names))
+    features = list(dict.fromkeys(feature if feature is not None else name for name, feature in zip(names, one_hot)))
     shown = ", ".join(features[:30]) + (" ..." if len(features) > 30 else "")
     same = [name for name in features if isinstance(key, str) and name.lower() == key.lower()]
     hint = f" (did you mean {same[0]!r}? names are case-sensitive)" if same else ""
@@ -59,12 +67,17 @@ def mutability_pairs(text: str, argument: str = "mutability") -> dict[str, str]:
 
 
 def parse_mutability(spec, n_features: int, feature_names: Sequence[str] | None = None,
-                     argument: str = "mutability") -> torch.Tensor:
+                     argument: str = "mutability", groups: Mapping[str, Sequence[int]] | None = None) -> torch.Tensor:
     """Turn a mutability spec into a tensor of codes (0 both, 1 increase, 2 decrease, 3 none).
 
     ``spec`` may be ``None`` (all ``both``), a mapping ``{feature: kind}`` with features named
     by name, one-hot group prefix or index, a sequence of ``n_features`` kinds, or a string
-    ``"age=none,hours_per_week=increase"``.
+    ``"age=none,hours_per_week=increase"`` (split at each item's last ``=``: a column may hold ``=`` in its name).
+
+    ``groups``: the real one-hot groups ``{categorical feature: column indices}`` where known (a table codec's,
+    :func:`one_hot_groups`); without them a ``feature=value`` name is taken for a one-hot column
+    (:func:`one_hot_prefix`), so a continuous column named ``ratio=debt/income`` needs them to be ``increase`` or
+    ``decrease``.
     """
     codes = torch.zeros(n_features, dtype=torch.long)
     if spec is None or spec == "" or spec == {}:
@@ -78,13 +91,16 @@ def parse_mutability(spec, n_features: int, feature_names: Sequence[str] | None 
         if len(spec) != n_features:
             raise ValueError(f"{argument}: a list spec needs one kind per feature ({n_features}), got {len(spec)}")
         items = enumerate(spec)
+    # the real groups where given for these columns, else the guess from `feature=value` names
+    known = groups is not None and all(0 <= int(c) < n_features for columns in groups.values() for c in columns)
+    one_hot = one_hot_features(feature_names, groups if known else None, n_features) \
+        if feature_names is not None or known else None
     for key, kind in items:
         if kind not in MUTABILITY_KINDS:
             raise ValueError(f"{argument}: unknown kind {kind!r} for feature {key!r}; "
                              f"allowed: {', '.join(MUTABILITY_KINDS)}")
-        indices = _resolve_feature(key, feature_names, n_features, argument)
-        if kind in ("increase", "decrease") and feature_names is not None and \
-                any(one_hot_prefix(feature_names[i]) is not None for i in indices):
+        indices = _resolve_feature(key, feature_names, n_features, argument, one_hot if known else None)
+        if kind in ("increase", "decrease") and one_hot is not None and any(one_hot[i] is not None for i in indices):
             raise ValueError(f"{argument}: {key!r} is categorical (one-hot columns), so {kind!r} has no meaning; "
                              "allowed for a categorical feature: both, none")
         for index in indices:

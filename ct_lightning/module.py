@@ -13,7 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ct_lightning.constraints import Constraints, parse_mutability, resolve_domain, resolve_feature_types
+from ct_lightning.constraints import (Constraints, one_hot_groups, parse_mutability, resolve_domain,
+                                      resolve_feature_types)
 from ct_lightning.training.epoch_block import EpochBlock
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, generate_counterfactuals, make_generator
@@ -171,7 +172,8 @@ class CTModule(L.LightningModule):
         if self.feature_names is None and datamodule is not None:
             self.feature_names = getattr(datamodule, "feature_names", None) or None
         n_features = self.x_train.shape[1]
-        self.mutability = parse_mutability(hp.mutability, n_features, self.feature_names).to(self.device)
+        self.mutability = parse_mutability(hp.mutability, n_features, self.feature_names,
+                                           groups=one_hot_groups(datamodule)).to(self.device)
         self.lower, self.upper = resolve_domain(hp.domain, self.x_train, hp.domain_std, datamodule)
         if self.lower is not None:
             self.lower, self.upper = self.lower.to(self.device), self.upper.to(self.device)

@@ -10,6 +10,8 @@ every run, so a model and its preprocessing travel together.
 
 from __future__ import annotations
 
+import difflib
+import numbers
 import re
 import shlex
 from collections.abc import Mapping, Sequence
@@ -58,6 +60,7 @@ class ColumnSpec:
     train_min: float | None = None
     train_max: float | None = None
     fill: object = None  # trained with --impute median: what a missing value of this column becomes
+    unit: str | None = None  # how the file wrote its numbers, as a format: "${}" for $36,428.20, "{}%" for 7.5%
 
     @property
     def encoded_names(self) -> list[str]:
@@ -112,18 +115,82 @@ def infer_kind(values: pd.Series) -> str:
 
 def read_spec(spec) -> dict:
     """A data spec as a dict: ``None``, a dict, or a YAML/JSON file with ``columns: {name: {kind, mutability,
-    lower, upper}}`` and optional ``target``/``positive``."""
+    lower, upper}}`` and optional ``positive``/``target``. A one-line ``ValueError`` for a file that is no YAML, an
+    unknown key, a column entry that is no mapping, and bounds that are no numbers or cross (lower above upper)."""
     if spec is None:
         return {}
     if isinstance(spec, Mapping):
-        return dict(spec)
+        return check_spec(spec)
     import yaml  # noqa: PLC0415
 
-    with open(spec) as handle:
-        loaded = yaml.safe_load(handle) or {}
+    try:
+        with open(spec) as handle:
+            loaded = yaml.safe_load(handle) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        mark = getattr(error, "problem_mark", None)
+        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
+        problem = getattr(error, "problem", None) or getattr(error, "reason", None) or str(error)
+        raise ValueError(f"data_spec: got {str(spec)!r} (not valid YAML: {where}{problem}); allowed: "
+                         f"{SPEC_FILE}") from None
     if not isinstance(loaded, Mapping):
-        raise ValueError(f"data-spec: {spec} must hold a mapping with 'columns', got {type(loaded).__name__}")
-    return dict(loaded)
+        raise ValueError(f"data_spec: got {str(spec)!r} (a {type(loaded).__name__}, not a mapping); allowed: "
+                         f"{SPEC_FILE}")
+    return check_spec(loaded)
+
+
+SPEC_KEYS = ("columns", "positive", "target")
+COLUMN_KEYS = ("kind", "mutability", "lower", "upper")  # what --write-data-spec writes (datamodules/spec_file.py)
+SPEC_FILE = f"a YAML or JSON file with columns: {{name: {{{', '.join(COLUMN_KEYS)}}}}} and positive"
+
+
+def _unknown_key(key, allowed: Sequence[str]) -> str:
+    """An unknown key and the allowed one it is probably a misspelling of: ``'mutabilty' (did you mean ...)``."""
+    close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.75)
+    return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool) and value == value  # NaN is no bound
+
+
+def check_spec(spec: Mapping) -> dict:
+    """``spec`` as a dict, or a one-line ``ValueError`` for what it cannot mean (see :func:`read_spec`): an unknown
+    key would otherwise be ignored in silence, a misspelt ``columns`` dropping every declaration."""
+    unknown = [key for key in spec if key not in SPEC_KEYS]
+    if unknown:
+        raise ValueError(f"data_spec: {_unknown_key(unknown[0], SPEC_KEYS)}; allowed: {', '.join(SPEC_KEYS)}")
+    declared = spec.get("columns") or {}
+    if not isinstance(declared, Mapping):
+        raise ValueError(f"data_spec: columns: got a {type(declared).__name__}; allowed: a mapping of column names "
+                         f"to {{{', '.join(COLUMN_KEYS)}}}")
+    for name, options in declared.items():
+        if options is None:  # ``age:`` with nothing declared: the kind inferred, as for a column not named
+            continue
+        if not isinstance(options, Mapping):
+            example = f"{{kind: {options}}}" if options in KINDS else f"{{mutability: {options}}}" \
+                if options in MUTABILITY else "{kind: integer, lower: 0}"
+            raise ValueError(f"data_spec: column {name!r}: got {options!r}; allowed: a mapping of "
+                             f"{', '.join(COLUMN_KEYS)} such as {name}: {example}")
+        unknown = [key for key in options if key not in COLUMN_KEYS]
+        if unknown:
+            raise ValueError(f"data_spec: column {name!r}: {_unknown_key(unknown[0], COLUMN_KEYS)}; allowed: "
+                             f"{', '.join(COLUMN_KEYS)}")
+        lower, upper = options.get("lower"), options.get("upper")
+        for bound, value in (("lower", lower), ("upper", upper)):
+            if value is not None and not _is_number(value):
+                raise ValueError(f"data_spec: column {name!r}: {bound} {value!r}; allowed: a number")
+        if lower is not None and upper is not None and lower > upper:
+            raise ValueError(f"data_spec: column {name!r}: lower {_plain(lower)} is above upper {_plain(upper)}; "
+                             "allowed: lower at most upper")
+    return dict(spec)
+
+
+def _column_dict(column: ColumnSpec) -> dict:
+    """A column as JSON keeps it; ``unit`` only where the file wrote one (payloads without it read as before)."""
+    described = asdict(column)
+    if described["unit"] is None:
+        del described["unit"]
+    return described
 
 
 class TabularCodec:
@@ -159,17 +226,24 @@ class TabularCodec:
         declared = dict(spec.get("columns") or {})
         if target not in frame.columns:
             raise ValueError(f"target: column {target!r} not found; columns: {', '.join(map(str, frame.columns))}")
+        if spec.get("target") is not None and str(spec["target"]) != str(target):
+            raise ValueError(f"data_spec: target {spec['target']!r} is not the column to predict ({target!r}); "
+                             f"allowed: {target}, or no target in the data spec")
         frame = frame.drop(columns=[c for c in dropped if c in frame.columns])
         unknown = [name for name in declared if name not in frame.columns]
         if unknown:
-            raise ValueError(f"data-spec: unknown column {unknown[0]!r}; columns: {', '.join(map(str, frame.columns))}")
+            raise ValueError(f"data_spec: unknown column {unknown[0]!r}; columns: {', '.join(map(str, frame.columns))}")
         train = frame if train_rows is None else frame.iloc[np.asarray(train_rows)]
         classes = sorted(pd.unique(frame[target].dropna()), key=lambda v: (str(type(v)), v))
         positive = spec.get("positive")
         if positive is not None:
             match = [c for c in classes if c == positive or str(c) == str(positive)]
             if not match:
-                raise ValueError(f"positive: got {positive!r}; allowed: {', '.join(map(str, classes))}")
+                # YAML reads an unquoted Yes/No/On/Off as true/false: the class 'Yes' needs quotes
+                hint = " (YAML reads an unquoted Yes, No, On or Off as true or false: quote it, positive: 'Yes')" \
+                    if isinstance(positive, bool) else ""
+                raise ValueError(f"data_spec: positive: got {positive!r}{hint}; allowed: "
+                                 f"{', '.join(map(str, classes))}")
             positive = match[0]
             classes = [c for c in classes if c != positive] + [positive]  # the positive class is label 1 (last)
         columns = []
@@ -179,14 +253,18 @@ class TabularCodec:
             options = dict(declared.get(name) or {})
             kind = options.get("kind") or infer_kind(frame[name])
             if kind not in KINDS:
-                raise ValueError(f"data-spec: column {name!r}: kind {kind!r}; allowed: {', '.join(KINDS)}")
+                raise ValueError(f"data_spec: column {name!r}: kind {kind!r}; allowed: {', '.join(KINDS)}")
             mutability = options.get("mutability", "both")
             if mutability not in MUTABILITY:
-                raise ValueError(f"data-spec: column {name!r}: mutability {mutability!r}; allowed: "
+                raise ValueError(f"data_spec: column {name!r}: mutability {mutability!r}; allowed: "
                                  f"{', '.join(MUTABILITY)}")
             if kind == "categorical" and mutability in ("increase", "decrease"):
-                raise ValueError(f"data-spec: column {name!r}: mutability {mutability!r} has no meaning for a "
+                raise ValueError(f"data_spec: column {name!r}: mutability {mutability!r} has no meaning for a "
                                  "categorical column; allowed: both, none")
+            bounded = [bound for bound in ("lower", "upper") if options.get(bound) is not None]
+            if kind in ("categorical", "binary") and bounded:
+                raise ValueError(f"data_spec: column {name!r}: {bounded[0]} {options[bounded[0]]!r} has no meaning for "
+                                 f"a {kind} column; allowed: kind, mutability")
             columns.append(cls._fit_column(name, kind, mutability, options, frame[name], train[name]))
             columns[-1].fill = _plain((fills or {}).get(name))
         return cls(target, classes, columns, positive, dropped)
@@ -356,7 +434,7 @@ class TabularCodec:
     def to_dict(self) -> dict:
         """A JSON-able description; :meth:`from_dict` rebuilds the same codec."""
         return {"kind": "tabular", "target": self.target, "classes": [_plain(c) for c in self.classes],
-                "positive": _plain(self.positive), "columns": [asdict(c) for c in self.columns],
+                "positive": _plain(self.positive), "columns": [_column_dict(c) for c in self.columns],
                 **({"dropped": list(self.dropped)} if self.dropped else {}),
                 **({"decimal_comma": True} if self.decimal_comma else {}),
                 **({"balance": self.balance} if self.balance not in (None, "none") else {})}

@@ -6,16 +6,58 @@ A plain description (column indices and the original units) that data modules fi
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 import torch
 
 
 def one_hot_prefix(name) -> str | None:
-    """The categorical feature a ``feature=value`` column belongs to (``None`` for other names)."""
+    """The categorical feature a ``feature=value`` column belongs to (``None`` for other names), guessed from the
+    name alone: the fallback where no structure is known (:func:`one_hot_features`). A table's own column may hold
+    ``=`` in its name (``ratio=debt/income``) without being a category: where a codec knows the columns, ask it
+    (:func:`one_hot_groups`)."""
     name = str(name)
     return name.split("=", 1)[0] if "=" in name else None
+
+
+def one_hot_groups(source) -> dict[str, list[int]] | None:
+    """The real one-hot groups ``{categorical column: its model-input indices}`` of a table codec (a
+    ``datamodules.codec.TabularCodec``: its ``columns`` and their ``encoded_names``), or of a data module holding
+    one (``.codec``); ``None`` where no such structure is known (a data set without a codec, a codec of model inputs
+    only), so that callers fall back to the ``feature=value`` names (:func:`one_hot_prefix`)."""
+    codec = getattr(source, "codec", None) if source is not None and not hasattr(source, "columns") else source
+    columns = getattr(codec, "columns", None)
+    # a codec that knows its structure describes it (feature_types); one of bare model inputs does not
+    if columns is None or not callable(getattr(codec, "feature_types", None)):
+        return None
+    groups, start = {}, 0
+    for column in columns:
+        encoded = getattr(column, "encoded_names", None)
+        if encoded is None:
+            return None
+        if getattr(column, "kind", None) == "categorical":
+            groups[str(column.name)] = list(range(start, start + len(encoded)))
+        start += len(encoded)
+    return groups
+
+
+def one_hot_features(feature_names: Sequence[str] | None, groups: Mapping[str, Sequence[int]] | None = None,
+                     n_features: int | None = None) -> list[str | None]:
+    """Per column, the categorical feature whose one-hot group it belongs to, else ``None``: from the real
+    ``groups`` (:func:`one_hot_groups`) where known, else guessed from ``feature=value`` names
+    (:func:`one_hot_prefix`; Adult's ``workclass=Private``, Credit's ``sex=1``)."""
+    names = [str(n) for n in (feature_names or [])]
+    n_features = len(names) if n_features is None else int(n_features)
+    if groups is None:
+        return [one_hot_prefix(name) for name in names] + [None] * (n_features - len(names))
+    if any(not 0 <= int(column) < n_features for columns in groups.values() for column in columns):
+        return one_hot_features(names, None, n_features)  # a structure of other features: not these columns'
+    features: list[str | None] = [None] * n_features
+    for feature, columns in groups.items():
+        for column in columns:
+            features[int(column)] = str(feature)
+    return features
 
 
 @dataclass

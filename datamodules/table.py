@@ -20,7 +20,7 @@ from datamodules.base import TensorDataModule
 from datamodules.codec import TabularCodec, _plain, read_spec
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
-from datamodules.table_format import check_text_columns, read_table, tidy_frame
+from datamodules.table_format import read_table, text_column_problems, tidy_frame
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
 IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
@@ -59,9 +59,12 @@ def drop_table_columns(frame: pd.DataFrame, columns: Sequence[str], target: str 
     return frame.drop(columns=[c for c in columns if c in frame.columns])
 
 
-def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str) -> pd.DataFrame:
-    """The table with missing values handled as ``impute`` says, or a one-line ``ValueError`` for a table that
-    cannot be trained on: no target, a target with one class, missing values, constant columns."""
+def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str
+                ) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """The table with missing values handled as ``impute`` says, notes on the rows left out or filled, and the
+    problems of its feature columns that stop a training (missing values, constant columns; each a message with its
+    fix, reported together by :func:`raise_problems`); a one-line ``ValueError`` at once for a target that cannot
+    be trained on: none, not a column, one class, too many classes."""
     if not target:
         raise ValueError(f"target: required with a table file ({name}); allowed: one of its columns: "
                          f"{', '.join(map(str, frame.columns))}")
@@ -70,14 +73,22 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str)
                          f"{', '.join(map(str, frame.columns))}")
     if impute not in IMPUTE:
         raise ValueError(f"impute: got {impute!r}; allowed: {', '.join(IMPUTE)}")
-    frame = frame[frame[target].notna()].reset_index(drop=True)
-    missing = frame.columns[frame.isna().any()].tolist()
+    notes = []
+    unlabelled = int(frame[target].isna().sum())
+    if unlabelled:
+        notes.append(f"{unlabelled} row(s) without a value in the target column {target!r} left out")
+        frame = frame[frame[target].notna()].reset_index(drop=True)
+    missing, problems = frame.columns[frame.isna().any()].tolist(), []
     if missing and impute == "none":
-        count = int(frame[missing[0]].isna().sum())
-        raise ValueError(f"data: column {missing[0]!r} has {count} missing value(s) (empty or '?') in {name}; pass --impute drop "
-                         "(drop those rows) or --impute median (fill from the training rows)")
+        counts = [f"{column!r} ({int(frame[column].isna().sum())})" for column in missing]
+        what = f"column {missing[0]!r} has {int(frame[missing[0]].isna().sum())} missing value(s)" if len(missing) == 1 \
+            else f"columns {', '.join(counts)} have missing values"
+        problems.append(f"{what} (empty or '?') in {name}; pass --impute drop (drop those rows) or --impute median "
+                        "(fill from the training rows)")
     if missing and impute == "drop":
+        before = len(frame)
         frame = frame.dropna().reset_index(drop=True)
+        notes.append(f"{before - len(frame)} row(s) with a missing value left out (--impute drop)")
     classes = frame[target].nunique()
     if classes < 2:
         raise ValueError(f"target: column {target!r} has only one class ({frame[target].iloc[0]!r}) in {name}; "
@@ -87,9 +98,33 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str)
                          f"label with at most {MAX_CLASSES} classes")
     constant = [c for c in frame.columns if c != target and frame[c].nunique(dropna=False) <= 1]
     if constant:
-        raise ValueError(f"data: column {constant[0]!r} is constant in {name} (it cannot explain anything); leave it "
-                         f"out with --drop-columns {shlex.quote(constant[0])}")
-    return frame
+        what = f"column {constant[0]!r} is" if len(constant) == 1 else \
+            f"columns {', '.join(repr(c) for c in constant)} are"
+        problems.append(f"{what} constant in {name} (it cannot explain anything); leave "
+                        f"{'it' if len(constant) == 1 else 'them'} out with --drop-columns "
+                        f"{shlex.quote(','.join(map(str, constant)))}")
+    return frame, notes, problems
+
+
+def raise_problems(problems: list[str], name: str) -> None:
+    """A one-line ``ValueError`` with every problem of a table (each with its fix), so that one run shows them all."""
+    if len(problems) == 1:
+        raise ValueError(f"data: {problems[0]}")
+    if problems:
+        raise ValueError(f"data: {len(problems)} problems in {name}, each with its fix: "
+                         + " | ".join(f"({i}) {problem}" for i, problem in enumerate(problems, start=1)))
+
+
+def identifier_candidates(features: pd.DataFrame) -> set[str]:
+    """Columns of whole numbers that look like row identifiers: a different number in every row, spanning at most
+    twice as many numbers as there are rows (consecutive, or with the gaps of rows removed from a register)."""
+    found = set()
+    for name in features.columns:
+        values = features[name]
+        if len(values) > 2 and pd.api.types.is_integer_dtype(values) and values.is_unique \
+                and values.max() - values.min() < 2 * len(values):
+            found.add(name)
+    return found
 
 
 def stratified_split(y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
@@ -142,6 +177,7 @@ class TableDataModule(TensorDataModule):
         self.source = source
         self.frame = tidy_frame(source.copy()) if isinstance(source, pd.DataFrame) else read_table(source)
         self.read_notes = list(self.frame.attrs.get("notes", ()))  # how the file was read: delimiter, decimal commas
+        units = dict(self.frame.attrs.get("units", {}))  # numbers the file wrote as $36,428.20 or 7.5%
         self.decimal_comma = bool(self.frame.attrs.get("decimal_comma", False))
         self.label_of_source = "DataFrame" if isinstance(source, pd.DataFrame) else str(source)
         if not isinstance(source, pd.DataFrame):
@@ -151,12 +187,16 @@ class TableDataModule(TensorDataModule):
         self.drop_columns = list(codec.dropped if codec is not None else drop_columns)
         self.frame = drop_table_columns(self.frame, self.drop_columns, target, self.label_of_source,
                                         strict=codec is None)
-        self.frame = check_table(self.frame, target, impute, self.label_of_source)
+        self.frame, dropped_or_filled, problems = check_table(self.frame, target, impute, self.label_of_source)
+        self.read_notes += dropped_or_filled
         self.target, self.spec, self.impute, self.data_seed = target, read_spec(spec), impute, data_seed
         if codec is None:
-            check_text_columns(self.frame, target, dict(self.spec.get("columns") or {}), self.label_of_source)
+            problems += text_column_problems(self.frame, target, dict(self.spec.get("columns") or {}),
+                                             self.label_of_source)
+        raise_problems(problems, self.label_of_source)
         if codec is not None and codec.balance is not None:  # a trained model's own rows (explain.py --data)
             balance = codec.balance
+        self._identifier_candidates = identifier_candidates(self.frame.drop(columns=[target]))  # before balancing
         self.balance, self.rows_read = balance, len(self.frame)
         if balance not in BALANCE:
             raise ValueError(f"balance: got {balance!r}; allowed: {', '.join(BALANCE)}")
@@ -166,6 +206,10 @@ class TableDataModule(TensorDataModule):
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
         fills = training_fills(self.frame, self.rows["train"], target) if impute == "median" else None
         if fills:
+            self.read_notes += [f"{column}: missing in {count} row(s), filled with {fills[column]!r}, the training rows' "
+                                f"{'median' if pd.api.types.is_numeric_dtype(self.frame[column]) else 'most frequent value'}"
+                                " (--impute median)" for column, count in self.frame.isna().sum().items()
+                                if count and column in fills]
             self.frame = self.frame.fillna(fills)
         if codec is not None:  # a trained model's own preprocessing, so the columns match its inputs
             self.codec = codec
@@ -176,6 +220,8 @@ class TableDataModule(TensorDataModule):
             self.codec = TabularCodec.fit(self.frame, target, self.spec, train_rows=self.rows["train"],
                                           dropped=self.drop_columns, fills=fills)
             self.codec.decimal_comma = self.decimal_comma
+            for column in self.codec.columns:  # shown with the file's currency or percent sign in explanations
+                column.unit = units.get(column.name) if column.kind in ("continuous", "integer") else None
             self.codec.balance = balance
         self.ct_defaults = table_defaults(len(self.rows["train"]))
         super().__init__(batch_size or self.ct_defaults["batch_size"], seed, num_workers)
@@ -211,12 +257,14 @@ class TableDataModule(TensorDataModule):
                 + (f"\nleft out (--drop-columns): {', '.join(self.drop_columns)}" if self.drop_columns else "")
                 + (f"\nbalanced (--balance undersample): kept {len(self.frame)} of {self.rows_read} rows, "
                    f"{len(self.frame) // len(self.codec.classes)} of each class" if self.balance == "undersample" else "")
-                + "".join(f"\nnote: {name!r} holds a different whole number in every row, one after the other: an "
+                + "".join(f"\nnote: {name!r} holds a different whole number in every row, numbered like rows: an "
                           f"identifier? it trains as a feature; leave it out with --drop-columns {shlex.quote(name)}"
                           for name in self.identifier_like())
                 + "".join(f"\nnote: {line}" for line in self.read_notes + self.case_variants())
                 + "".join(f"\nnote: {line}" for line in self.outside_declared_bounds())
-                + (f"\nnote: {', '.join(self.code_like())} hold at most {CODE_LEVELS} different whole numbers each: if "
+                + (f"\nnote: {', '.join(self.code_like())} "
+                   f"{'hold' if len(self.code_like()) > 1 else 'holds'} at most {CODE_LEVELS} different whole numbers"
+                   f"{' each' if len(self.code_like()) > 1 else ''}: if "
                    "they are codes of categories rather than amounts or counts, declare them categorical in --data-spec "
                    "(train.py --write-data-spec spec.yaml writes one to start from; docs/guide.md, 'Your own table')" if self.code_like() else ""))
 
@@ -262,11 +310,6 @@ class TableDataModule(TensorDataModule):
         return lines
 
     def identifier_like(self) -> list[str]:
-        """Integer feature columns that look like row identifiers: every row a different value, consecutive."""
-        found = []
-        for column in self.codec.columns:
-            if column.kind == "integer" and column.name in self.frame.columns:
-                values = self.frame[column.name]
-                if len(values) > 2 and values.is_unique and values.max() - values.min() == len(values) - 1:
-                    found.append(column.name)
-        return found
+        """Integer feature columns that look like row identifiers (:func:`identifier_candidates`, in the file's rows
+        before ``--balance`` kept some)."""
+        return [c.name for c in self.codec.columns if c.kind == "integer" and c.name in self._identifier_candidates]

@@ -8,14 +8,21 @@ word: a ``;``-separated file becomes one column, ``127.600`` (127 600 with a tho
 - the encoding: UTF-8 (a byte-order mark is dropped), else Windows-1252 (with a note);
 - spaces around cells and column names are dropped, ``?`` and empty cells are missing values, rows and unnamed
   columns with no value at all (trailing ``;;;`` lines, a trailing delimiter) are left out;
+- the words other tools write for a missing value (``NA``, ``NULL``, ``None``, ``nan``, ``#N/A``, ...) are missing
+  values in a column of numbers, and stay values in a column of text, where ``NA`` may be North America (a note
+  says which, either way); ``TRUE``/``FALSE`` stay as the file writes them (categories in the file's spelling);
+- a column name written twice is a one-line error (pandas would rename the second ``income.1``);
 - numbers: a file that is not comma-separated and holds decimal commas (``0,18``) reads ``.`` as the thousands
   separator (``12.000`` → 12000); a ``;``-separated file whose only dotted numbers look like thousands
   (``127.600``) is a one-line error, as the two readings differ a thousandfold;
-- a first row that looks like data (Adult's ``adult.data``: its names recur as values below) is a one-line error.
+- a first row that looks like data (Adult's ``adult.data``: its names recur as values below) is a one-line error;
+- numbers dressed as text (``$36,428.20``, ``7.5%``, ``€ 1.234,50`` with decimal commas, ``1'234``) are numbers, with a
+  note and their shared sign kept as the column's unit (:func:`unit_of`) for explanations; ``7.5%`` is 7.5.
 
-:func:`check_text_columns` then refuses, unless the data spec declares the column's kind, text that holds numbers
-(``$12,000``, ``35%``, ``1,234``) or dates: read as categories they would silently train as hundreds of unrelated
-levels. Such a column must be cleaned, or left out with ``--drop-columns``.
+:func:`text_column_problems` then finds, unless the data spec declares the column's kind, text whose number is
+ambiguous (``30,6`` in a comma-separated file: 30.6 or 306?), dates, and text of more than 100 different values: read
+as categories they would silently train as hundreds of unrelated levels. Such a column must be cleaned, or left out
+with ``--drop-columns``; the data module reports every such problem of a file at once.
 
 :func:`read_table` reads a table file (a CSV as above, or Parquet) for training and the rows to explain alike.
 """
@@ -31,6 +38,9 @@ import pandas as pd
 
 DELIMITERS = (",", ";", "\t", "|")
 MISSING_MARKS = ("?",)  # as in the UCI files (Adult): a cell that is only '?' is a missing value
+# pandas' words for a missing value (its read_csv default na_values, less the empty cell)
+MISSING_WORDS = ("#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
+                 "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
 DECIMAL_COMMA = re.compile(r"[+-]?(?:[1-9]\d{0,2}(?:\.\d{3})+|\d+)(?:,\d+)?")  # 0,18  12.000  1.234,5
 THOUSANDS_POINT = re.compile(r"[+-]?[1-9]\d{0,2}(?:\.\d{3})+")  # 127.600: thousands, or three decimals?
 NUMBER_DRESS = re.compile(r"[$€£¥%\s\u00a0',]")  # what turns a number into text: currency, percent, separators
@@ -56,6 +66,13 @@ def sniff_delimiter(header: str) -> str:
     fields = {sep: len(next(csv.reader([header], delimiter=sep))) for sep in DELIMITERS}
     best = max(DELIMITERS, key=lambda sep: fields[sep])  # ties keep the earlier candidate: ',' first
     return best if fields[best] > 1 else ","
+
+
+def _second_line(path: Path, encoding: str) -> str:
+    """The line after Excel's ``sep=;`` line: the header."""
+    with open(path, encoding=encoding, newline="") as handle:
+        lines = [line for line in handle if line.strip()][:2]
+    return lines[1].rstrip("\r\n") if len(lines) > 1 else ""
 
 
 def _header_line(path: Path, encoding: str) -> str:
@@ -93,6 +110,68 @@ def _as_numbers(text: pd.Series, decimal_comma: bool) -> pd.Series | None:
         return pd.to_numeric(text.str.replace(".", "", regex=False).str.replace(",", ".", regex=False))
     numbers = pd.to_numeric(text, errors="coerce")
     return numbers if numbers[text.notna()].notna().all() else None
+
+
+CURRENCY = re.compile(r"^([+-]?)\s*[$€£¥]?\s*([+-]?)\s*(.*?)\s*[$€£¥]?$")  # $1,234.50  -€12  12 €
+THOUSANDS_COMMA = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")  # 36,428.20 (or no separator)
+THOUSANDS_APOSTROPHE = re.compile(r"\d{1,3}(?:'\d{3})+(?:\.\d+)?")  # 1'234.50 (Switzerland)
+
+
+def undressed_number(value, decimal_comma: bool):
+    """The number a cell such as ``$36,428.20``, ``7.5%``, ``€ 1.234,50`` or ``1'234`` writes, without its currency
+    sign, percent sign and thousands separators (``7.5%`` is 7.5); ``None`` for other text, such as ``1,5`` in a
+    file without decimal commas (one and a half, or fifteen?). Numbers and missing values come back as they are."""
+    if not isinstance(value, str):
+        return value
+    text = value.replace("\u00a0", " ").strip()
+    percent = text.endswith("%")
+    match = CURRENCY.fullmatch(text[:-1].rstrip() if percent else text)
+    if match is None or (match.group(1) and match.group(2)):
+        return None
+    sign, body = match.group(1) or match.group(2), match.group(3).replace(" ", "")
+    if decimal_comma and DECIMAL_COMMA.fullmatch(body):
+        body = body.replace(".", "").replace(",", ".")
+    elif not decimal_comma and (THOUSANDS_COMMA.fullmatch(body) or THOUSANDS_APOSTROPHE.fullmatch(body)):
+        body = body.replace(",", "").replace("'", "")
+    else:
+        return None
+    number = float(sign + body)
+    return int(number) if number.is_integer() and "." not in body else number
+
+
+def unit_of(values: pd.Series) -> str | None:
+    """The unit every value of a column of dressed numbers shares, as a format for a number: ``"${}"`` for
+    ``$36,428.20``, ``"{}%"`` for ``7.5%``, ``"{} €"`` for ``12 €``; ``None`` where they share none."""
+    units = set()
+    for value in values:
+        text = value.replace("\u00a0", " ").strip().lstrip("+-").strip()
+        if text.endswith("%"):
+            units.add("{}%")
+        elif text[:1] in "$€£¥" and text[:1]:
+            units.add(text[0] + "{}")
+        elif text[-1:] in "$€£¥" and text[-1:]:
+            units.add("{}" + (" " if text[-2:-1] == " " else "") + text[-1])
+        else:
+            units.add(None)
+    return units.pop() if len(units) == 1 else None
+
+
+def _dressed_numbers(text: pd.Series, decimal_comma: bool) -> tuple[pd.Series | None, str | None]:
+    """A text column in which every value is a number dressed as text (``$36,428.20``, ``7.5%``) as numbers, with a
+    note showing how its first value was read; ``(None, None)`` where some value is no such number or none is
+    dressed. The numbers' shared unit (:func:`unit_of`) is in the column's ``attrs["unit"]``."""
+    present = text.dropna()
+    if not len(present) or not all(isinstance(v, str) for v in present):
+        return None, None
+    numbers = present.map(lambda v: undressed_number(v, decimal_comma))
+    if numbers.isna().any():
+        return None, None
+    column = pd.to_numeric(text.map(lambda v: undressed_number(v, decimal_comma)))
+    column.attrs["unit"] = unit_of(present)
+    percent = " ('%' dropped: 7.5% is 7.5)" if present.str.endswith("%").any() and \
+        not present.iloc[0].endswith("%") else ""
+    return column, (f"{text.name}: numbers written as text read as numbers ({present.iloc[0]!r} is "
+                    f"{numbers.iloc[0]:g}){percent}; rows to explain may write them either way")
 
 
 def _uses_decimal_comma(frame: pd.DataFrame) -> bool:
@@ -136,6 +215,29 @@ def _check_thousands(text: pd.Series, name: str, path: Path, sep: str, option: s
                          "numbers without thousands separators (127600), or with a decimal comma (127,6)")
 
 
+def _check_names_once(header: str, sep: str, path: Path, option: str) -> None:
+    """A :class:`TableError` for a column name the header line holds twice."""
+    names = [name.strip() for name in next(csv.reader([header], delimiter=sep))]
+    twice = next((name for i, name in enumerate(names) if name and name in names[:i]), None)
+    if twice is not None:
+        raise TableError(option, str(path), f"{path.name} names the column {twice!r} twice",
+                         "a header row with each column's name once (rename or remove one of them)")
+
+
+def _missing_words(text: pd.Series, name: str, decimal_comma: bool) -> tuple[pd.Series, str | None]:
+    """A text column whose cells include words for a missing value (``NA``, ``NULL``, ...): in a column of numbers
+    they become missing values, in a column of text they stay values; with a note saying which."""
+    words = text.isin(MISSING_WORDS)
+    if not words.any():
+        return text, None
+    found = ", ".join(repr(w) for w in pd.unique(text[words]))
+    count = int(words.sum())
+    if _as_numbers(text.where(~words), decimal_comma) is not None:
+        return text.where(~words), f"{name}: {found} read as a missing value in {count} row(s)"
+    return text, (f"{name}: {found} kept as a category in {count} row(s) (the column holds text); where it means a "
+                  "missing value, leave the cell empty or write '?'")
+
+
 def read_csv(path, option: str = "data") -> pd.DataFrame:
     """A CSV file as a DataFrame read as the module docstring says; ``attrs["notes"]``: what was decided (encoding,
     delimiter, number format) for the start-up message, ``attrs["decimal_comma"]``: whether numbers were read with
@@ -152,8 +254,12 @@ def read_csv(path, option: str = "data") -> pd.DataFrame:
     sep = hint.group(1) if hint else sniff_delimiter(header)
     if sep != ",":
         notes.append(f"{path.name}: columns separated by {sep!r}")
-    as_text = sep != ","  # every cell as written: decimal commas and thousands points are decided below
-    options = {"sep": sep, "skiprows": 1 if hint else None, **({"dtype": str} if as_text else {})}
+    _check_names_once(header if not hint else _second_line(path, encoding), sep, path, option)
+    # Every cell as written: numbers, decimal commas and thousands points are decided below, TRUE/FALSE stay text,
+    # and only empty cells are missing here (pandas' own missing words are decided per column).
+    as_text = sep != ","  # decimal commas are looked for only where the comma does not separate columns
+    options = {"sep": sep, "skiprows": 1 if hint else None, "dtype": str, "keep_default_na": False,
+               "na_values": [""]}
     try:
         cells = pd.read_csv(path, encoding=encoding, **options)
     except UnicodeDecodeError:  # a non-UTF-8 byte past the header line
@@ -167,13 +273,20 @@ def read_csv(path, option: str = "data") -> pd.DataFrame:
     decimal_comma = as_text and _uses_decimal_comma(cells)
     if decimal_comma:
         notes.append(f"{path.name}: decimal commas (0,5) and '.' as the thousands separator (12.000 = 12000)")
-    frame = pd.DataFrame(index=cells.index)
+    frame, units = pd.DataFrame(index=cells.index), {}
     for name in cells.columns:
+        cells[name], note = _missing_words(cells[name], name, decimal_comma)
+        if note:
+            notes.append(note)
         numbers = _as_numbers(cells[name], decimal_comma) if _is_text(cells[name]) else cells[name]
         if numbers is not None and sep == ";" and not decimal_comma:
             _check_thousands(cells[name], name, path, sep, option)
+        if numbers is None and not (sep == ";" and not decimal_comma):  # ';' without decimal commas: '.' unclear
+            numbers, note = _dressed_numbers(cells[name], decimal_comma)
+            notes += [note] if note else []
+            units.update({name: numbers.attrs["unit"]} if note and numbers.attrs.get("unit") else {})
         frame[name] = cells[name] if numbers is None else numbers
-    frame.attrs.update(decimal_comma=decimal_comma, notes=notes)
+    frame.attrs.update(decimal_comma=decimal_comma, notes=notes, units=units)
     return frame
 
 
@@ -204,8 +317,18 @@ def read_table(path, option: str = "data") -> pd.DataFrame:
 
 def tidy_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """A Parquet file's or DataFrame's text columns as :func:`read_csv` leaves a CSV's: cells without surrounding
-    spaces, empty cells and ``?`` missing."""
-    return frame.apply(_tidy_text)
+    spaces, empty cells and ``?`` missing, numbers dressed as text (``$36,428.20``) as numbers, with a note."""
+    frame, notes = frame.apply(_tidy_text), list(frame.attrs.get("notes", ()))
+    units = dict(frame.attrs.get("units", {}))
+    for name in frame.columns:
+        if _is_text(frame[name]):
+            numbers, note = _dressed_numbers(frame[name], False)
+            if numbers is not None:
+                units.update({name: numbers.attrs["unit"]} if numbers.attrs.get("unit") else {})
+                frame[name] = numbers
+                notes.append(note)
+    frame.attrs.update(notes=notes, units=units)
+    return frame
 
 
 def _number_text(values: pd.Series) -> str | None:
@@ -232,23 +355,31 @@ def _date_text(values: pd.Series):
     return None
 
 
-def check_text_columns(frame: pd.DataFrame, target: str, declared: dict, name: str) -> None:
-    """A one-line ``ValueError`` for a feature column without a declared kind that holds numbers written as text
-    (``$12,000``, ``35%``) or dates: read as categories they would train as unrelated levels."""
+def text_column_problems(frame: pd.DataFrame, target: str, declared: dict, name: str) -> list[str]:
+    """The feature columns without a declared kind that a training cannot read as categories, one message each with
+    its fix: text whose number is ambiguous (``30,6``) or dates, which would train as unrelated levels, and text with
+    more than :data:`~datamodules.codec.MAX_CATEGORIES` different values (an identifier or free text)."""
+    from datamodules.codec import MAX_CATEGORIES  # noqa: PLC0415
+
+    problems = []
     for column in frame.columns:
         if column == target or (declared.get(column) or {}).get("kind"):
             continue
         quoted = shlex.quote(str(column))
-        number = _number_text(frame[column])
+        number, date = _number_text(frame[column]), _date_text(frame[column])
         if number is not None:
-            raise ValueError(f"data: column {column!r} of {name} holds numbers written as text ({number!r}); allowed: "
-                             "plain numbers (12000, 0.35): remove currency signs, '%' and thousands separators in the "
-                             f"file, or leave it out with --drop-columns {quoted}")
-        date = _date_text(frame[column])
-        if date is not None:
-            raise ValueError(f"data: column {column!r} of {name} holds dates ({date!r}); allowed: numbers or "
-                             f"categories: leave it out with --drop-columns {quoted}, or turn it into a number (days "
-                             "since, age in months) in the file")
+            problems.append(f"column {column!r} of {name} holds numbers written as text ({number!r}); allowed: plain "
+                            "numbers (12000, 0.35): remove currency signs, '%' and thousands separators in the file, "
+                            f"or leave it out with --drop-columns {quoted}")
+        elif date is not None:
+            problems.append(f"column {column!r} of {name} holds dates ({date!r}); allowed: numbers or categories: "
+                            f"leave it out with --drop-columns {quoted}, or turn it into a number (days since, age in "
+                            "months) in the file")
+        elif _is_text(frame[column]) and frame[column].nunique() > MAX_CATEGORIES:
+            problems.append(f"column {column!r} has {frame[column].nunique()} categories; allowed: at most "
+                            f"{MAX_CATEGORIES} (an identifier or free text: leave it out with --drop-columns {quoted}; "
+                            "a number: declare it continuous in --data-spec)")
+    return problems
 
 
 def rows_as_written(frame: pd.DataFrame, numeric: list[str], decimal_comma: bool) -> pd.DataFrame:
@@ -260,8 +391,8 @@ def rows_as_written(frame: pd.DataFrame, numeric: list[str], decimal_comma: bool
         if not _is_text(frame[name]):
             continue
         values = _tidy_text(frame[name])
-        if decimal_comma and name in numeric:
-            values = values.map(lambda v: v.replace(".", "").replace(",", ".")
-                                if isinstance(v, str) and DECIMAL_COMMA.fullmatch(v) else v)
+        if name in numeric:  # '0,18' in a file with decimal commas, '$36,428.20' as the training file wrote them
+            values = values.map(lambda v: v if not isinstance(v, str) or undressed_number(v, decimal_comma) is None
+                                else undressed_number(v, decimal_comma))
         frame[name] = values
     return frame

@@ -40,7 +40,26 @@ def fit(shares, watch):
 def test_warns_once_after_patience_low_epochs_and_names_settings():
     caught = fit([1.0, 0.05, 0.02, 0.01, 0.0], ConvergenceWatch(threshold=0.1, patience=3))
     assert len(caught) == 1
-    assert "--tau" in str(caught[0].message) and "epoch 3" in str(caught[0].message)
+    # the fourth epoch (current_epoch 3) is the third low one: "epoch 4", as its progress line "epoch 4/5" says
+    assert "--tau" in str(caught[0].message) and "(epoch 4)" in str(caught[0].message)
+
+
+def test_the_warning_counts_epochs_as_the_progress_lines_do():
+    """A 3-epoch run low from the start warns at its last epoch: "(epoch 3)", the epoch of the line "epoch 3/3",
+    not Lightning's 0-based current_epoch 2 (printed between "epoch 2/3" and "epoch 3/3")."""
+    from ct_lightning.callbacks.epoch_lines import EpochLines
+
+    lines = []
+    echo = lambda text, **_: lines.append(text)  # noqa: E731
+    trainer = L.Trainer(max_epochs=3, callbacks=[EpochLines(echo), ConvergenceWatch(threshold=0.1, patience=3,
+                                                                                     echo=echo)],
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False)
+    trainer.fit(Logs([0.05, 0.02, 0.01]))
+    warned = [line for line in lines if "stopped converging" in line]
+    assert len(warned) == 1 and "for 3 epochs (epoch 3)" in warned[0], lines
+    assert [line.split(":")[0] for line in lines if line.startswith("epoch ")] == ["epoch 1/3", "epoch 2/3",
+                                                                                   "epoch 3/3"]
 
 
 def test_silent_when_low_epochs_are_not_consecutive():

@@ -74,6 +74,22 @@ def test_default_target_is_the_most_likely_other_class_and_feature_codec_names_i
     assert result["target"].tolist() == p.argmax(1).tolist()
 
 
+def test_changes_are_shown_with_the_digits_the_applicant_gave_and_never_as_no_change():
+    """Fractions were shown with three significant digits: a monthly fee of 95.43 read 95.4, 36,428.20 read 36,428,
+    and a change from 0.9 to 0.90006 read ``0.9 → 0.9``."""
+    from ct_lightning.evaluation.explanation import format_change
+
+    assert format_change(95.43, 52.41234) == "95.43 → 52.41"
+    assert format_change(36428.2, 24582.1337) == "36,428.2 → 24,582.1"
+    assert format_change(0.9, 0.90006) == "0.9 → 0.9001"
+    assert format_change(0.25, 1 / 3) == "0.25 → 0.33" and format_change(38, 51) == "38 → 51"
+    assert format_change(18203.08, 9057.988) == "18,203.08 → 9,057.99" and format_change(0.5, 0.0004) == "0.5 → 0.00040"
+    assert format_change(30600.0, 45793.4) == "30,600 → 45,793" and format_change("rent", "own") == "rent → own"
+    assert format_change(36428.2, 54848.2, "${}") == "$36,428.2 → $54,848.2"  # as the file wrote them
+    assert format_change(7.5, 5.81, "{}%") == "7.5% → 5.8%" and format_change(-12, 3, "{} €") == "-12 € → 3 €"
+    assert format_value(1234567.5) == "1,234,568" and format_value(0.123456789) == "0.123457"
+
+
 def test_text_and_json_forms():
     assert format_value(54600.0) == "54,600" and format_value(0.25) == "0.25" and format_value("rent") == "rent"
     result = explain(model_of_income_and_home(), ROWS, target="yes", codec=SmallCodec(), max_steps=200)
@@ -81,6 +97,11 @@ def test_text_and_json_forms():
     assert "row 0: predicted no" in text and "income: 42,000 → " in text
     records = json.loads(json.dumps(to_records(result)))
     assert {"factual", "counterfactual", "changes", "target", "probability", "valid"} <= set(records[0])
+    # the class as a user may write it: 'YES' is 'yes' (no other class reads the same); a class it is not is refused
+    shouted = explain(model_of_income_and_home(), ROWS, target="YES", codec=SmallCodec(), max_steps=200)
+    assert shouted["target"].tolist() == ["yes", "yes"] and describe(shouted) == text
+    with pytest.raises(ValueError, match="^target: got 'maybe'; allowed: no, yes$"):
+        explain(model_of_income_and_home(), ROWS, target="maybe", codec=SmallCodec(), max_steps=200)
     assert all({"feature", "from", "to"} == set(c) for c in records[0]["changes"])
     already = explain(model_of_income_and_home(), ROWS, target="no", codec=SmallCodec(), max_steps=200, tau=0.5)
     assert list(already["prediction"]) == ["no", "no"] and not any(already["changes"])
@@ -136,11 +157,50 @@ def test_rows_the_model_cannot_read_are_refused_before_the_search():
                                                                   "row 1); allowed: one of rent, own, mortgage"),
                           (ROWS.assign(income=["a lot", 1]), "--rows: got 'income=a lot' (not a number in row 0)"),
                           (ROWS.assign(income=[None, 1.0]), "--rows: got 'income=<missing>' (missing value in row 0)"),
-                          (ROWS.assign(age=3), "--rows: got 'age' (unknown column)"),
+                          (ROWS[["home"]].assign(incme=3), "--rows: got 'incme' (unknown column)"),  # misspelt
                           (ROWS[["home"]], "--rows: got 'income' (missing column)")):
         with pytest.raises(InputError) as caught:
             check_rows(rows.copy(), loaded, "--rows")
         assert str(caught.value).startswith(message), str(caught.value)
+    # every column of the model is there: columns it does not read (a CRM export's) are left out, with a note
+    rows, notes, _ = check_rows(ROWS.assign(customer_id=[7, 8], age=3), loaded, "--rows")
+    assert list(rows.columns) == list(ROWS.columns) and rows.equals(ROWS)
+    assert "--rows: columns the model does not read left out: customer_id, age" in notes
+
+
+def test_a_fraction_in_an_integer_column_is_refused_before_the_search_as_the_served_model_refuses_it():
+    """loans.csv's age and years_employed hold whole numbers: a --row with age 45.5 is refused in one line (the
+    search would snap it to a whole number and list "age: 45.5 -> 45.5" as a change of an immutable column), in the
+    served model's words; with --skip-bad-rows such a row is left out and listed, the others explained."""
+    from datamodules.table import TableDataModule
+    from ct_lightning.experiment.configuration.validation import InputError
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows
+    from ct_lightning.experiment.runs import request_checks
+
+    codec = TableDataModule(pd.read_csv(LOANS), target="approved").codec
+    assert {c.name: c.kind for c in codec.columns}["age"] == "integer"
+    assert {c.name: c.kind for c in codec.columns}["years_employed"] == "integer"
+    loaded = Explainable(None, codec, {}, None, True)
+    rows = pd.read_csv(LOANS).drop(columns="approved").head(4)
+    one = rows.head(1).assign(age=45.5)
+    with pytest.raises(InputError) as caught:
+        check_rows(one.copy(), loaded, "--row")
+    assert str(caught.value) == ("--row: got 'age=45.5' (not a whole number in row 0); allowed: whole numbers "
+                                 "(the column holds integers)")
+    with pytest.raises(ValueError, match=r"^rows: column 'age': 45.5 in row 0 is not a whole number; allowed: "
+                                         r"whole numbers \(the column holds integers\)$"):
+        request_checks.check_rows(codec, one, 10)  # the served model: the same words
+    assert check_rows(rows.head(1).assign(age=45.0).copy(), loaded, "--row")[0]["age"].tolist() == [45]  # whole
+
+    bad = rows.astype({"years_employed": float})
+    bad.loc[2, "years_employed"] = 1.5
+    with pytest.raises(InputError, match=r"^--rows: got 'years_employed=1.5' \(not a whole number in row 2\); "
+                                         r"allowed: whole numbers \(the column holds integers\); --skip-bad-rows"):
+        check_rows(bad.copy(), loaded, "--rows")
+    kept, _, skipped = check_rows(bad.copy(), loaded, "--rows", skip_bad_rows=True)
+    assert kept.index.tolist() == [0, 1, 3]
+    assert skipped == [(2, "'years_employed=1.5': not a whole number; allowed: whole numbers (the column holds "
+                           "integers)")]
 
 
 def test_predictor_of_a_tabular_codec_has_typed_named_columns_and_string_classes(tmp_path):
@@ -377,7 +437,11 @@ def test_explain_options_constrain_an_explanation_beyond_the_training(tmp_path, 
     common = ["--run-id", run["run_id"], "--tracking-uri", uri, "--rows", str(tmp_path / "rows.csv"), "--target", "yes",
               "--max-steps", "60", "--no-log"]
     free = main(common)
-    assert "note: every column was free to change" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "note: every column was free to change" in out
+    # a table model's tau is 0.5 (few training rows): the explanation says how to ask for a surer change
+    assert "note: the search stops once the target is the more likely class (tau 0.5" in out
+    assert "note: the search stops once" not in (main([*common, "--tau", "0.5"]), capsys.readouterr().out)[1]
     assert any(c["feature"] == "age" for record in free for c in record["changes"]), \
         "unconstrained, the search moves age somewhere (else this test could not fail)"
     assert any(c["feature"] == "debt" and c["to"] > c["from"] for record in free for c in record["changes"]), \

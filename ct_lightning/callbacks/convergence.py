@@ -13,7 +13,8 @@ ADVICE = ("try a lower --tau, more search steps (--max-steps), a smaller --lambd
 
 
 def convergence_message(key: str, share: float, threshold: float, low_epochs: int, epoch: int) -> str:
-    """The warning's text: the share converged stayed below ``threshold`` for ``low_epochs`` epochs up to ``epoch``."""
+    """The warning's text: the share converged stayed below ``threshold`` for ``low_epochs`` epochs up to ``epoch``,
+    counted from 1 as the progress lines count (``epoch 3/3: ...``, :mod:`ct_lightning.callbacks.epoch_lines`)."""
     return (f"training's counterfactual search stopped converging: {key} = {share:.3f} < {threshold} for "
             f"{low_epochs} epochs (epoch {epoch}); {ADVICE}")
 
@@ -21,12 +22,14 @@ def convergence_message(key: str, share: float, threshold: float, low_epochs: in
 def convergence_warning(shares: list[tuple[int, float]], threshold: float = 0.1, patience: int = 3,
                         key: str = "train/cf_converged") -> str | None:
     """What :class:`ConvergenceWatch` warns for these ``(epoch, share converged)`` of CT epochs, in order (a stacked
-    training's history), or ``None``: the first time the share stays below ``threshold`` for ``patience`` epochs."""
+    training's history), or ``None``: the first time the share stays below ``threshold`` for ``patience`` epochs.
+    ``epoch`` counts from 0, as Lightning's ``current_epoch`` and the history's ``"epoch"`` do; the message says
+    ``epoch + 1``, as the progress lines do."""
     low = 0
     for epoch, share in shares:
         low = low + 1 if share < threshold else 0
         if low >= patience:
-            return convergence_message(key, share, threshold, low, epoch)
+            return convergence_message(key, share, threshold, low, int(epoch) + 1)
     return None
 
 
@@ -59,7 +62,8 @@ class ConvergenceWatch(L.Callback):
         self.low_epochs = self.low_epochs + 1 if share < self.threshold else 0
         if self.low_epochs >= self.patience and not self.warned:
             self.warned = True
-            message = convergence_message(self.key, share, self.threshold, self.low_epochs, trainer.current_epoch)
+            # current_epoch counts from 0; the progress lines (EpochLines) and the message count from 1
+            message = convergence_message(self.key, share, self.threshold, self.low_epochs, trainer.current_epoch + 1)
             if self.echo is not None:
                 self.echo(f"warning: {message}")
             else:

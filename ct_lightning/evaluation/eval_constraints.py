@@ -6,8 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ct_lightning.constraints import (DECREASE, INCREASE, NONE, FeatureTypes, data_mutability, one_hot_prefix,
-                                      parse_mutability, resolve_domain, resolve_feature_types)
+from ct_lightning.constraints import (DECREASE, INCREASE, NONE, FeatureTypes, data_mutability, one_hot_features,
+                                      one_hot_groups, parse_mutability, resolve_domain, resolve_feature_types)
 
 KIND_WORDS = ((NONE, "immutable"), (INCREASE, "increase only"), (DECREASE, "decrease only"))
 NAMES_SHOWN = 8  # an image's protected rows are 140 pixels: name a few, count the rest
@@ -23,6 +23,8 @@ class EvaluationConstraints:
     immutable: list[str]
     feature_types: FeatureTypes | None = None  # one-hot groups and integers: counterfactuals stay valid
     feature_names: list[str] = field(default_factory=list)
+    # per column, the categorical feature of its one-hot group (None: none); by default guessed from the names
+    one_hot: list[str | None] | None = None
 
     @property
     def protected_mask(self) -> torch.Tensor:
@@ -34,17 +36,19 @@ class EvaluationConstraints:
         ``immutable: age; increase only: income; within the data domain``."""
         codes = self.mutability.tolist()
         names = self.feature_names or [str(i) for i in range(len(codes))]
-        parts = [f"{word}: {_listed(_columns(names, codes, code))}" for code, word in KIND_WORDS if code in codes]
+        one_hot = self.one_hot if self.one_hot is not None else one_hot_features(names, None, len(codes))
+        parts = [f"{word}: {_listed(_columns(names, codes, code, one_hot))}" for code, word in KIND_WORDS
+                 if code in codes]
         parts = parts or ["every feature mutable"]
         return "; ".join([*parts, "within the data domain" if self.lower is not None else "no domain bounds"])
 
 
-def _columns(names: list[str], codes: list[int], code: int) -> list[str]:
-    """The features of kind ``code``; a one-hot group by its column where all of its columns have that kind."""
+def _columns(names: list[str], codes: list[int], code: int, one_hot: list[str | None]) -> list[str]:
+    """The features of kind ``code``; a one-hot group (``one_hot``: per column, its categorical feature) by its column
+    where all of its columns have that kind."""
     shown = []
-    for name, kind in zip(names, codes):
-        group = one_hot_prefix(name)
-        whole = group is not None and all(k == code for n, k in zip(names, codes) if one_hot_prefix(n) == group)
+    for name, kind, group in zip(names, codes, one_hot):
+        whole = group is not None and all(k == code for k, g in zip(codes, one_hot) if g == group)
         label = group if whole else name
         if kind == code and label not in shown:
             shown.append(label)
@@ -74,8 +78,10 @@ def evaluation_constraints(module, datamodule, protect: bool = False,
         spec.update(dict(hp.mutability))  # as trained: a --mutability given in training may widen the spec's
     if protect:
         spec.update({feature: "none" for feature in datamodule.protected})
-    codes = parse_mutability(spec or None, datamodule.n_features, names)
+    groups = one_hot_groups(datamodule)  # a table's real one-hot groups: a column `ratio=debt/income` is no category
+    codes = parse_mutability(spec or None, datamodule.n_features, names, groups=groups)
     lower, upper = resolve_domain(hp.get("domain", "infer"), datamodule.x_train, hp.get("domain_std", 3.0), datamodule)
     immutable = [names[i] if i < len(names) else str(i) for i in torch.nonzero(codes == NONE).flatten().tolist()]
     types = resolve_feature_types(datamodule, names, datamodule.n_features)
-    return EvaluationConstraints(codes, lower, upper, immutable, types, names)
+    return EvaluationConstraints(codes, lower, upper, immutable, types, names,
+                                 one_hot_features(names, groups, datamodule.n_features))

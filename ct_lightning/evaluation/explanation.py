@@ -18,7 +18,7 @@ import pandas as pd
 import torch
 from torch import nn
 
-from ct_lightning.constraints import FeatureTypes, mutability_pairs, parse_mutability
+from ct_lightning.constraints import FeatureTypes, mutability_pairs, one_hot_groups, parse_mutability
 from ct_lightning.evaluation.fewer_changes import column_masks, revert_needless_changes
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, make_generator, prepare_standalone
@@ -136,6 +136,9 @@ def _target_codes(target, codec, predicted: torch.Tensor, probabilities: torch.T
     codes = []
     for label in labels:
         match = [i for i, c in enumerate(codec.classes) if c == label or str(c) == str(label)]
+        if not match:  # 'yes' for the class 'Yes', where no other class reads the same
+            folded = [i for i, c in enumerate(codec.classes) if str(c).casefold() == str(label).casefold()]
+            match = folded if len(folded) == 1 else []
         if not match:
             raise ValueError(f"target: got {label!r}; allowed: {', '.join(map(str, codec.classes))}")
         codes.append(match[0])
@@ -166,7 +169,7 @@ def constraint_tensors(codec, n_features: int, mutability=None):
         own = {name: kind for name, kind in zip(names, own)}
     spec = {**dict(own), **dict(mutability or {})}
     codes = parse_mutability({k: v for k, v in spec.items() if v != "both"}, n_features, names,
-                             argument="mutability")
+                             argument="mutability", groups=one_hot_groups(codec))
     lower, upper = None, None
     bounds = getattr(codec, "encoded_bounds", None)
     if callable(bounds):
@@ -286,11 +289,13 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
 
     predicted_labels = codec.decode_target(predicted.cpu().numpy())
     target_labels = codec.decode_target(targets.cpu().numpy())
+    # the file's currency or percent sign ($36,428.20, 7.5%), shown with the numbers (format_change)
+    units = {c.name: {"unit": c.unit} for c in getattr(codec, "columns", ()) if getattr(c, "unit", None)}
     records = []
     for i in range(len(frame)):
         factual = {c: _plain(frame.at[i, c]) for c in columns}
         counterfactual = {c: _plain(decoded.at[i, c]) for c in columns}
-        changes = [{"feature": c, "from": factual[c], "to": counterfactual[c]} for c in columns
+        changes = [{"feature": c, "from": factual[c], "to": counterfactual[c], **units.get(c, {})} for c in columns
                    if not _same(factual_decoded.at[i, c], decoded.at[i, c])]
         records.append({"factual": factual, "prediction": _plain(predicted_labels[i]),
                         "prediction_probability": float(probabilities[i, predicted[i]]),
@@ -301,20 +306,64 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     return pd.DataFrame(records, columns=COLUMNS)
 
 
-def format_value(value) -> str:
-    """A value as a person reads it: ``54,600``, ``0.25``, ``'rent'`` → ``rent``."""
+def _significant_digits(value: float) -> int:
+    """How many significant digits ``value`` is written with (at most 7): 95.43 → 4, 0.9 → 1."""
+    mantissa = f"{abs(value):.7g}".split("e")[0].replace(".", "").lstrip("0")
+    return max(1, len(mantissa))
+
+
+def _number(value: float, digits: int) -> str:
+    """``value`` with ``digits`` significant digits, never fewer than its whole part has, with thousands commas."""
+    if value.is_integer() and abs(value) < 1e15:
+        return f"{int(value):,}"
+    whole = len(str(int(abs(value)))) if abs(value) >= 1 else 0
+    return f"{value:,.{max(digits, whole)}g}"
+
+
+def format_value(value, digits: int | None = None) -> str:
+    """A value as a person reads it: ``54,600``, ``0.25``, ``36,428.2``, ``'rent'`` → ``rent``; a fraction with the
+    digits it is written with, at least three (``digits``: that many instead)."""
     if isinstance(value, (bool, np.bool_)):
         return str(bool(value))
     if isinstance(value, (int, np.integer)):
         return f"{int(value):,}"
     if isinstance(value, (float, np.floating)):
         value = float(value)
-        if value.is_integer() and abs(value) < 1e15:
-            return f"{int(value):,}"
-        if abs(value) >= 1000:
-            return f"{value:,.0f}"
-        return f"{value:.3g}"
+        return _number(value, digits or max(3, min(_significant_digits(value), 6)))
     return str(value)
+
+
+def _decimals(value: float) -> int:
+    """How many decimals ``value`` is written with (at most 7): 95.43 → 2, 36428.2 → 1, 38.0 → 0."""
+    text = f"{abs(value):.7g}"
+    if "e" in text:
+        return 0 if abs(value) >= 1 else 7
+    return len(text.split(".")[1]) if "." in text else 0
+
+
+def format_change(before, after, unit: str | None = None) -> str:
+    """``before → after`` as a person reads it: ``after`` with the decimals ``before`` is written with
+    (``95.43 → 52.41``, ``18,203.08 → 9,057.99``), more where it would read as ``before`` or as less than two
+    significant digits (``0.9 → 0.9001``, not ``0.9 → 0.9``), in the file's ``unit`` where it wrote one (``"${}"``:
+    ``$36,428.2 → $54,848.2``; ``"{}%"``)."""
+    numbers = all(isinstance(v, (float, np.floating, int, np.integer)) and not isinstance(v, (bool, np.bool_))
+                  for v in (before, after))
+    if not numbers:
+        return f"{format_value(before)} → {format_value(after)}"
+    if any(isinstance(v, (float, np.floating)) for v in (before, after)):
+        before, after = float(before), float(after)
+        shown_decimals = _decimals(before)
+        decimals = shown_decimals
+        if after != 0 and abs(after) < 10 ** (1 - decimals):  # fewer than two significant digits would show
+            decimals = min(7, 1 - math.floor(math.log10(abs(after))))
+        while decimals < 7 and round(after, decimals) == before != after:
+            decimals += 1
+        shown = [f"{before:,.{shown_decimals}f}", f"{after:,.{decimals}f}"]
+    else:
+        shown = [format_value(before), format_value(after)]
+    if unit:
+        shown = [f"-{unit.format(text[1:])}" if text.startswith("-") else unit.format(text) for text in shown]
+    return f"{shown[0]} → {shown[1]}"
 
 
 def describe(explanations: pd.DataFrame) -> str:
@@ -333,7 +382,7 @@ def describe(explanations: pd.DataFrame) -> str:
             already = row["valid"] and _same(row["prediction"], row["target"])
             lines.append(f"    nothing needs to change: already {row['target']}" if already else "    no change found")
         for change in row["changes"]:
-            lines.append(f"    {change['feature']}: {format_value(change['from'])} → {format_value(change['to'])}")
+            lines.append(f"    {change['feature']}: {format_change(change['from'], change['to'], change.get('unit'))}")
         if row["changes"] and row.get("immutable"):
             lines.append(f"    (not allowed to change: {', '.join(row['immutable'])})")
     return "\n".join(lines)

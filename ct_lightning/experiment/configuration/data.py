@@ -5,7 +5,7 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 
-from ct_lightning.constraints import data_mutability, mutability_pairs, parse_mutability
+from ct_lightning.constraints import data_mutability, mutability_pairs, one_hot_groups, parse_mutability
 from ct_lightning.experiment.configuration.settings import data_class, is_table_file, table_options
 
 
@@ -35,19 +35,23 @@ def build_datamodule(config: dict, codec=None):
 
 def mutability_spec(config: dict, datamodule) -> dict[str, str]:
     """Merge the data's own mutability, ``mutability``, ``immutable`` and ``protect`` into one ``{feature: kind}``
-    mapping, validated."""
-    spec = {**data_mutability(datamodule), **command_line_mutability(config, datamodule.feature_names)}
+    mapping, validated. A table's one-hot groups are its codec's (:func:`~ct_lightning.constraints.one_hot_groups`):
+    a continuous column named ``ratio=debt/income`` may be ``decrease``."""
+    groups = one_hot_groups(datamodule)
+    spec = {**data_mutability(datamodule), **command_line_mutability(config, datamodule.feature_names, groups)}
     spec.update({feature: "none" for feature in (datamodule.protected if config.get("protect") else [])})
-    parse_mutability(spec, datamodule.n_features, datamodule.feature_names, argument="mutability/immutable")
+    parse_mutability(spec, datamodule.n_features, datamodule.feature_names, argument="mutability/immutable",
+                     groups=groups)
     return spec
 
 
-def command_line_mutability(config: dict, feature_names: Sequence[str]) -> dict[str, str]:
-    """``mutability`` (``"FEATURE=KIND,..."``) and ``immutable`` (names) as one ``{feature: kind}``, ``immutable``
-    last; each entry is checked against ``feature_names`` by :func:`parse_mutability` and refused in one line
-    naming the option that gave it (the one check of training and of ``train.py --write-data-spec``)."""
+def command_line_mutability(config: dict, feature_names: Sequence[str], groups=None) -> dict[str, str]:
+    """``mutability`` (``"FEATURE=KIND,..."``, split at each item's last ``=``) and ``immutable`` (names) as one
+    ``{feature: kind}``, ``immutable`` last; each entry is checked against ``feature_names`` (and the one-hot
+    ``groups`` where known, :func:`~ct_lightning.constraints.one_hot_groups`) by :func:`parse_mutability` and refused
+    in one line naming the option that gave it (the one check of training and of ``train.py --write-data-spec``)."""
     given = [("mutability", name, kind) for name, kind in mutability_pairs(str(config.get("mutability") or "")).items()]
     given += [("immutable", name, "none") for name in config.get("immutable") or []]
     for option, name, kind in given:
-        parse_mutability({name: kind}, len(feature_names), feature_names, argument=option)
+        parse_mutability({name: kind}, len(feature_names), feature_names, argument=option, groups=groups)
     return {name: kind for _, name, kind in given}

@@ -151,11 +151,12 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
                ) -> tuple[pd.DataFrame, list[str], list[tuple[int, str]]]:
     """The rows ready to explain, notes for the console and the rows left out; a one-line ``InputError`` for rows the
     model cannot read, before any search: missing or unknown columns, unseen categories, non-numbers in numeric
-    columns, missing values (filled as in training where the model was trained with ``--impute median``), numbers
-    outside the model's domain (the one the search keeps to: what the served model refuses too). The target column
-    and the columns the model was trained without (``--drop-columns``) may come along, as in rows taken from the
-    training file. With ``skip_bad_rows`` a row with a problem of its own (a value, not a column) is left out and
-    listed as ``(row, problem)`` instead; the error then comes only when no row is left."""
+    columns, fractions in integer columns, missing values (filled as in training where the model was trained with
+    ``--impute median``), numbers outside the model's domain (the one the search keeps to): what the served model
+    refuses too. The target column and the columns the model was trained without (``--drop-columns``) may come
+    along, as in rows taken from the training file. With ``skip_bad_rows`` a row with a problem of its own (a value,
+    not a column) is left out and listed as ``(row, problem)`` instead; the error then comes only when no row is
+    left."""
     codec = explainable.codec
     columns = [c.name for c in codec.columns]
     frame, derived = _rows_in_model_columns(explainable, frame)
@@ -171,7 +172,10 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
     unknown = [c for c in frame.columns if c not in columns and c not in ignored]
     note = "" if explainable.has_preprocessing else " (the run has no preprocessing.json, so the columns are the " \
                                                     "model's own inputs)"
-    if unknown:
+    if unknown and not missing:  # a CRM export's extra columns (customer_id, notes): the model's are all there
+        frame = frame.drop(columns=unknown)
+        notes.append(f"{option}: columns the model does not read left out: {', '.join(map(str, unknown))}")
+    elif unknown:  # a column missing beside an unknown one: a misspelt name, most likely
         raise InputError(option, unknown[0], f"the model's columns {', '.join(columns)}{note}", "unknown column")
     if missing:
         raise InputError(option, missing[0], f"rows holding every column: {', '.join(columns)}", "missing column")
@@ -179,6 +183,8 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
 
     numeric = [c.name for c in codec.columns if c.kind in ("continuous", "integer")]
     frame = rows_as_written(frame, numeric, getattr(codec, "decimal_comma", False))
+    frame, matched = _matched_categories(frame, codec.columns)
+    notes += [f"{option}: {line}" for line in matched]
     if hasattr(codec, "fill_missing"):
         frame, filled = codec.fill_missing(frame)
         notes += [f"{option}: {line}" for line in filled]
@@ -248,14 +254,43 @@ def _matched_names(frame: pd.DataFrame, names: list[str], option: str) -> tuple[
                                            f"aside: {shown}"]
 
 
+def _matched_categories(frame: pd.DataFrame, columns) -> tuple[pd.DataFrame, list[str]]:
+    """``frame`` with each category value spelt otherwise than the model's, case aside, read as the model's
+    (``false``, ``False`` or JSON's ``false`` for a file's ``FALSE``), where exactly one category matches; a note per
+    column. Other values stay as they are (an unseen category is refused after)."""
+    notes = []
+    for column in columns:
+        if not _is_category(column) or column.name not in frame.columns:
+            continue
+        known = {str(c) for c in column.categories}
+        by_case: dict[str, list] = {}
+        for category in column.categories:
+            by_case.setdefault(str(category).casefold(), []).append(category)
+        values = frame[column.name]
+        spelt = values.notna() & ~values.astype(str).isin(known)
+        read = {v.item() if isinstance(v, np.generic) else v: by_case[str(v).casefold()][0]
+                for v in pd.unique(values[spelt])
+                if len(by_case.get(str(v).casefold(), [])) == 1}
+        if read:
+            frame = frame.copy() if not notes else frame
+            frame[column.name] = values.astype(object).map(lambda v: read.get(v, v) if isinstance(v, (str, bool))
+                                                           else v)
+            pairs = ", ".join(f"{show(v)} as {show(c)}" for v, c in read.items())
+            notes.append(f"{column.name}: read {pairs} (the model's spelling)")
+    return frame, notes
+
+
 def _is_category(column) -> bool:
     return column.kind in ("categorical", "binary") and bool(column.categories)
 
 
 def _value_problems(column, values: pd.Series):
     """The checks of one column's values, in order: ``(rows failing it, (value, allowed, problem) at a position)``
-    for a missing value, then an unseen category, or a non-number and a number outside the model's domain."""
-    from ct_lightning.experiment.runs.request_checks import domain_mask, number_text  # noqa: PLC0415
+    for a missing value, then an unseen category, or a non-number, a fraction in an integer column (``age`` 45.5:
+    the served model's check, :func:`~ct_lightning.experiment.runs.request_checks.fraction_mask`) and a number
+    outside the model's domain."""
+    from ct_lightning.experiment.runs.request_checks import (NOT_WHOLE, WHOLE_NUMBERS, domain_mask,  # noqa: PLC0415
+                                                             fraction_mask, number_text)
 
     name = column.name
     missing = values.isna().to_numpy()
@@ -270,6 +305,8 @@ def _value_problems(column, values: pd.Series):
     numbers = pd.to_numeric(values, errors="coerce")
     yield ~missing & numbers.isna().to_numpy(), lambda p: (f"{name}={values.iloc[p]}", f"a number for {name}",
                                                            "not a number")
+    yield fraction_mask(column, numbers), lambda p: (f"{name}={number_text(numbers.iloc[p])}", WHOLE_NUMBERS,
+                                                     NOT_WHOLE)
     outside, allowed = domain_mask(column, numbers.astype(float))
     yield outside, lambda p: (f"{name}={number_text(numbers.iloc[p])}", allowed, "outside the model's domain")
 
@@ -346,13 +383,13 @@ def _training_data(explainable: Explainable, generator: str) -> tuple[torch.Tens
 
 def flat_table(explanations: pd.DataFrame) -> pd.DataFrame:
     """One row per explained row: the prediction, target, probability, validity and the changes as text."""
-    from ct_lightning.evaluation.explanation import format_value
+    from ct_lightning.evaluation.explanation import format_change
 
     return pd.DataFrame({
         "prediction": explanations["prediction"], "prediction_probability": explanations["prediction_probability"],
         "target": explanations["target"], "probability": explanations["probability"],
         "valid": explanations["valid"],
-        "changes": ["; ".join(f"{c['feature']}: {format_value(c['from'])} → {format_value(c['to'])}" for c in changes)
+        "changes": ["; ".join(f"{c['feature']}: {format_change(c['from'], c['to'], c.get('unit'))}" for c in changes)
                     for changes in explanations["changes"]]})
 
 
@@ -364,7 +401,7 @@ def plot_explanations(explanations: pd.DataFrame, path: str | Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ct_lightning.evaluation.explanation import format_value
+    from ct_lightning.evaluation.explanation import format_change
 
     shown = explanations.head(8)
     fig, axes = plt.subplots(len(shown), 1, figsize=(8, 2.2 * len(shown)), squeeze=False)
@@ -374,7 +411,7 @@ def plot_explanations(explanations: pd.DataFrame, path: str | Path) -> Path:
         ax.set_xlim(0, 1)
         ax.axvline(0.5, color="k", lw=0.5, ls=":")
         ax.set_title(f"row {i}: {row['prediction']} → {row['target']}", fontsize=9, loc="left")
-        text = "\n".join(f"{c['feature']}: {format_value(c['from'])} → {format_value(c['to'])}"
+        text = "\n".join(f"{c['feature']}: {format_change(c['from'], c['to'], c.get('unit'))}"
                          for c in row["changes"][:6]) or "no change"
         ax.text(1.02, 0.5, text, transform=ax.transAxes, va="center", fontsize=8)
     axes[-1, 0].set_xlabel("probability of the target")

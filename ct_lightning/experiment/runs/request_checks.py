@@ -127,13 +127,27 @@ def _numbers(column, values: pd.Series) -> pd.Series:
     if infinite.any():
         row = _first(infinite)
         raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[row])} in row {row} is not a finite number")
-    if column.kind == "integer":
-        fraction = numeric != np.round(numeric)
-        if fraction.any():
-            row = _first(fraction)
-            raise ValueError(f"rows: column {column.name!r}: {number_text(numeric.iloc[row])} in row {row} is not a whole "
-                             f"number; allowed: whole numbers (the column holds integers)")
+    fraction = fraction_mask(column, numeric)
+    if fraction.any():
+        row = _first(fraction)
+        raise ValueError(f"rows: column {column.name!r}: {number_text(numeric.iloc[row])} in row {row} is {NOT_WHOLE}; "
+                         f"allowed: {WHOLE_NUMBERS}")
     return numeric
+
+
+NOT_WHOLE = "not a whole number"  # a fraction in an integer column: the served model's words, and explain.py's
+WHOLE_NUMBERS = "whole numbers (the column holds integers)"
+
+
+def fraction_mask(column, numeric: pd.Series) -> np.ndarray:
+    """Per row, whether its number is a fraction in an integer column (``45.5`` for an age, ``1.5`` children): the
+    served model refuses such a row (:func:`check_rows`) and ``explain.py`` too, with the same words
+    (:data:`NOT_WHOLE`, :data:`WHOLE_NUMBERS`). Missing and infinite values are not fractions (refused otherwise)."""
+    values = pd.to_numeric(numeric, errors="coerce").to_numpy(dtype=float, na_value=np.nan)
+    if getattr(column, "kind", None) != "integer":
+        return np.zeros(len(values), dtype=bool)
+    with np.errstate(invalid="ignore"):
+        return np.isfinite(values) & (values != np.round(values))
 
 
 def _check_columns(names: list[str], frame: pd.DataFrame) -> None:
@@ -260,10 +274,13 @@ class MutabilityRefused(ValueError):
 def _mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
     """The first entry of ``given`` (``{column: kind}``) that a model with ``codec`` cannot hold, as ``(value,
     problem, allowed)``: an unknown column, an unknown kind, or a direction on a categorical or binary column."""
-    from ct_lightning.constraints import MUTABILITY_KINDS  # noqa: PLC0415
+    from ct_lightning.constraints import MUTABILITY_KINDS, one_hot_groups  # noqa: PLC0415
     from ct_lightning.evaluation.explanation import constraint_tensors  # noqa: PLC0415
 
     kinds = {str(c.name): getattr(c, "kind", "continuous") for c in codec.columns}
+    # a table codec knows its columns' kinds (a continuous 'ratio=debt/income' is no category); only a codec of bare
+    # model inputs leaves one-hot columns to be known by their encoded names
+    structured = one_hot_groups(codec) is not None
     unknown = [name for name in given if name not in kinds]
     if unknown:
         return ",".join(unknown), "no such column", f"the model's columns: {_listed(list(kinds))}"
@@ -271,7 +288,7 @@ def _mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
         if kind not in MUTABILITY_KINDS:
             return f"{name}={kind}", "no such kind", ", ".join(MUTABILITY_KINDS)
         column_kind = kinds[name]
-        if column_kind not in ("categorical", "binary"):
+        if column_kind not in ("categorical", "binary") and not structured:
             try:
                 constraint_tensors(codec, len(codec.feature_names), {name: kind})
             except ValueError:

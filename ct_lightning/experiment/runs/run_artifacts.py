@@ -25,6 +25,11 @@ from ct_lightning.experiment.runs.tracking import retry_race
 MODEL_NAME = "model"
 
 
+def param_name(key: str) -> str:
+    """``key`` as MLflow takes a parameter's name: letters, digits, ``_ - . / :`` and spaces; others become ``_``."""
+    return re.sub(r"[^/\w.\- :]", "_", str(key))
+
+
 class EpochStepMLFlowLogger(MLFlowLogger):
     """``MLFlowLogger`` that logs epoch-level metrics with ``step = epoch``, so the UI plots them per epoch.
 
@@ -44,6 +49,14 @@ class EpochStepMLFlowLogger(MLFlowLogger):
         self.flush_seconds = float("inf") if flush_seconds is None else flush_seconds  # None: LastCheckpoint flushes
         self._pending: dict[int, dict] = {}  # step -> {"timestamp": ms of its first metric, "metrics": {...}}
         self._last_flush = time.monotonic()
+
+    @rank_zero_only
+    def log_hyperparams(self, params) -> None:
+        """As ``MLFlowLogger``'s, with each character MLflow refuses in a name (a column's ``%`` or ``=`` in
+        ``mutability/<column>``) written as ``_``: the run's config.json and checkpoints keep the names as given."""
+        from lightning.fabric.utilities.logger import _convert_params, _flatten_dict  # noqa: PLC0415
+
+        super().log_hyperparams({param_name(key): value for key, value in _flatten_dict(_convert_params(params)).items()})
 
     @rank_zero_only
     def log_metrics(self, metrics, step=None):

@@ -314,6 +314,11 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
         module.preprocessing = codec.to_dict()
     if codec is not None and hasattr(datamodule, "describe"):  # a user's table: what was read, inferred and chosen
         echo(datamodule.describe(), flush=True)
+        given = module.hparams.mutability
+        held = {k: v for k, v in given.items() if v != "both"} if isinstance(given, dict) else {}
+        if held:  # the data spec's and --immutable/--mutability/--protect's together: what the searches keep to
+            echo("mutability (data spec and command line): " + ", ".join(f"{k}: {v}" for k, v in held.items()),
+                 flush=True)
         chosen = {k: config[k] for k in ("tau", "nce", "lambda_reg", "batch_size")}
         echo("CT settings (given, else chosen from the training rows' size): "
              + ", ".join(f"{k} {v}" for k, v in chosen.items()), flush=True)

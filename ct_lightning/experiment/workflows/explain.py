@@ -52,6 +52,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     if len(explanations) and not any(len(fixed) for fixed in explanations["immutable"]):
         print("note: every column was free to change (the model was trained without immutable columns, and none was "
               "given): --immutable COLUMN,... holds those a person cannot change, e.g. age")
+    if args.tau is None and settings["tau"] <= 0.5 and len(explanations) and explanations["valid"].any():
+        print(f"note: the search stops once the target is the more likely class (tau {settings['tau']:g}, the model's "
+              "own): such a change sits near the decision boundary; --tau 0.75 asks for one the model is surer of")
     if skipped:
         print(f"{len(skipped)} of {len(skipped) + len(explanations)} rows not explained (listed above: --skip-bad-rows)")
     records = numbered_records(explanations, skipped)

@@ -84,7 +84,9 @@ def _command_line_mutability(config: dict, codec) -> dict[str, str]:
     from ct_lightning.experiment.configuration.data import command_line_mutability  # noqa: PLC0415 - imports torch
     from ct_lightning.experiment.configuration.validation import InputError  # noqa: PLC0415
 
-    pairs = command_line_mutability(config, codec.feature_names)
+    from ct_lightning.constraints import one_hot_groups  # noqa: PLC0415
+
+    pairs = command_line_mutability(config, codec.feature_names, one_hot_groups(codec))
     columns = [column.name for column in codec.columns]
     for name in pairs:
         if name not in columns:
