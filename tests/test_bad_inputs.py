@@ -36,7 +36,7 @@ TRAIN = [
     ("--nce 0", "--nce"), ("--nce -10", "--nce"), ("--batch-size 0", "--batch-size"), ("--epsilon -1", "--epsilon"),
     ("--tau nan", "--tau"), ("--tau 0", "--tau"), ("--lr inf", "--lr"), ("--lambda-div nan", "--lambda-div"),
     ("--burnin 1.5", "--burnin"), ("--lr -1", "--lr"), ("--data nope", "--data"), ("--generator nope", "--generator"),
-    ("--objective nope", "--objective"), ("--pool nope", "--pool"), ("--mutability x1=sideways", "--mutability"),
+    ("--objective nope", "--objective"), ("--pool nope", "--pool"), ("--mutability x1=sideways", "--mutability: got 'x1=sideways' ('sideways' is no kind"),
     ("--mutability x1", "--mutability"), ("--data moons --mutability nofeature=none", "--mutability"),
     ("--data moons --immutable nofeature", "--immutable"),
     ("--summary-json {text}/summary.json", "--summary-json"), ("--summary-json {tmp}", "--summary-json"),

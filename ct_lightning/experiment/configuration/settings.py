@@ -191,8 +191,10 @@ def _check_mutability(value, option: str) -> None:
     allowed = f"FEATURE=KIND,... with KIND one of {', '.join(kinds)}"
     for item in filter(None, (part.strip() for part in str(value).split(","))):
         feature, _, kind = item.rpartition("=")
-        if not feature.strip() or kind.strip() not in kinds:
+        if not feature.strip():
             raise InputError(option, value, allowed, f"{item!r} is not FEATURE=KIND")
+        if kind.strip() not in kinds:  # the feature is fine: name the kind that is not
+            raise InputError(option, value, allowed, f"{kind.strip()!r} is no kind, in {item!r}")
 
 
 def _check_model(value, option: str) -> None:
