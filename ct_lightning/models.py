@@ -87,7 +87,8 @@ def load_factory(spec: str):
     try:
         module = _import_from_path_or_cwd(module_name)
     except ImportError as error:
-        raise ValueError(f"model: cannot import module {module_name!r} of {spec!r} ({error})") from None
+        raise ValueError(f"model: cannot import module {module_name!r} of {spec!r} ({error}); run from the folder "
+                         f"that holds {module_name.split('.')[0]}, or add that folder to PYTHONPATH") from None
     if not hasattr(module, attribute):
         raise ValueError(f"model: module {module_name!r} has no attribute {attribute!r}")
     return getattr(module, attribute)

@@ -115,6 +115,40 @@ def test_finetune_own_model_from_factory(store, tmp_path, monkeypatch):
     assert isinstance(restored.model[1], nn.Tanh)
 
 
+def test_a_model_of_a_class_of_ones_own_loads_from_mlflow_where_its_module_is_not_importable(store, tmp_path,
+                                                                                            monkeypatch):
+    """``--model mynet:make`` with a class of the user's own: the logged model pickles that class, and loading or
+    serving it elsewhere ended in ``ModuleNotFoundError: No module named 'mynet'``. The module's file now travels
+    with the logged model (MLflow's code_paths)."""
+    import subprocess
+    import sys
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "mynet.py").write_text(
+        "from torch import nn\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self, n_features, n_classes):\n"
+        "        super().__init__()\n"
+        "        self.hidden, self.out = nn.Linear(n_features, 8), nn.Linear(8, n_classes)\n"
+        "    def forward(self, x):\n"
+        "        return self.out(self.hidden(x).relu())\n"
+        "def make(n_features, n_classes):\n"
+        "    return Net(n_features, n_classes)\n")
+    monkeypatch.syspath_prepend(str(code))
+    summary = train({**TINY, **store, "model": "mynet:make"})
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    script = ("import sys, torch, mlflow.pytorch; mlflow.set_tracking_uri(sys.argv[1]); "
+              "m = mlflow.pytorch.load_model(f'runs:/{sys.argv[2]}/model', map_location='cpu'); "
+              "print(type(m).__module__, tuple(m(torch.zeros(3, 2)).shape))")
+    done = subprocess.run([sys.executable, "-c", script, store["tracking_uri"], summary["run_id"]], cwd=elsewhere,
+                          capture_output=True, text=True, timeout=300,
+                          env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
+                               "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0 and done.stdout.split() == ["mynet", "(3,", "2)"], done.stderr[-2000:]
+
+
 def test_wrong_checkpoint_unknown_model_and_unknown_config_key_are_clear_errors(store, tmp_path):
     torch.save(build_mlp(2, 2, [16]).state_dict(), tmp_path / "w16.pt")
     with pytest.raises(ValueError, match=r"does not fit the model: shape mismatch in 0\.weight: checkpoint \(16, 2\) "
@@ -126,7 +160,8 @@ def test_wrong_checkpoint_unknown_model_and_unknown_config_key_are_clear_errors(
     (tmp_path / "junk.pt").write_text("not a checkpoint")
     with pytest.raises(ValueError, match="not a readable PyTorch checkpoint"):
         train({**TINY, **store, "from_checkpoint": str(tmp_path / "junk.pt")})
-    with pytest.raises(ValueError, match="cannot import module 'no_such_package.models'"):
+    with pytest.raises(ValueError, match="cannot import module 'no_such_package.models'.*; run from the folder that "
+                                         "holds no_such_package, or add that folder to PYTHONPATH$"):
         train({**TINY, **store, "model": "no_such_package.models:make"})
     (tmp_path / "bad.yaml").write_text("max_epochs: 2\nlearning_rate: 0.1\n")
     with pytest.raises(ValueError, match=r"unknown keys \['learning_rate'\] in .*bad\.yaml"):

@@ -393,3 +393,24 @@ def test_a_deferred_end_rebuilds_a_model_with_its_own_outputs_as_trained(tmp_pat
     rebuilt = mlflow.pyfunc.load_model(f"models:/{models['registered']}/{models['version']}").predict(rows)
     pd.testing.assert_frame_equal(rebuilt, original)
     assert set(original["prediction"]) <= {"yes", "no"}
+
+
+def test_a_model_exactly_as_good_as_the_majority_class_is_warned_about_too():
+    """36 of 60 right with a majority of 36: the accuracy was a float32 mean, 0.6000000238 > 0.6, and the warning
+    ("no better than the majority class", <=) stayed silent for a misread model (two swapped inputs)."""
+    from types import SimpleNamespace
+
+    from ct_lightning.experiment.runs.train import echo_loaded_accuracy
+
+    y = torch.tensor([1] * 36 + [0] * 24)
+    always_one = torch.nn.Linear(1, 2)
+    with torch.no_grad():
+        always_one.weight.zero_()
+        always_one.bias.copy_(torch.tensor([0.0, 1.0]))
+    lines: list[str] = []
+    echo_loaded_accuracy({"from_checkpoint": "model.pt", "data": "moons"}, SimpleNamespace(model=always_one),
+                         SimpleNamespace(x_val=torch.zeros(60, 1), y_val=y),
+                         lambda *parts, **_: lines.append(" ".join(map(str, parts))))
+    assert "validation accuracy 0.600 (the majority class alone: 0.600)" in lines[0]
+    assert lines[1].startswith("warning: model.pt predicts no better than the majority class before training "
+                               "(0.600 <= 0.600)")

@@ -109,6 +109,27 @@ def test_values_of_the_wrong_type_are_refused_not_converted(typed, changes, expe
     assert str(error.value).startswith(expected) and "\n" not in str(error.value), str(error.value)
 
 
+def test_a_text_category_in_another_case_is_that_category_as_explain_py_reads_it(typed):
+    """'Own' for the category 'own': explain.py read it with a note and the served model refused the same applicant
+    as an unseen category. Only text matches text this way; 'false' is still not the category False."""
+    assert check_rows(typed, typed_row(home="OWN"), 1)["home"].tolist() == ["own"]
+
+
+def test_a_json_inputs_body_of_records_is_read_as_its_values(typed):
+    """MLflow hands a body's ``{"inputs": [{"age": 30, ...}]}`` over as records of 0-d arrays; they were refused as
+    "array(30) in row 0 is not a number"."""
+    from mlflow.pyfunc.scoring_server import infer_and_parse_data
+
+    from ct_lightning.experiment.runs.request_checks import as_rows
+
+    schema = predictor_signature(typed).inputs  # the served predictor's own
+    body = json.loads('{"inputs": [{"age": 30, "ratio": 1.5, "home": "own", "grade": 2, "member": true}]}')
+    parsed = infer_and_parse_data(body, schema)
+    assert isinstance(parsed, list) and isinstance(parsed[0]["age"], np.ndarray)  # as MLflow 3 hands it over
+    checked = check_rows(typed, as_rows(parsed), 1)
+    pd.testing.assert_frame_equal(checked, check_rows(typed, typed_row(), 1))
+
+
 def test_in_a_text_column_the_value_that_is_no_number_at_all_is_named_first(typed):
     frame = pd.concat([typed_row(), typed_row()], ignore_index=True).astype({"age": object})
     frame["age"] = ["30", "lots"]  # as a CSV body reads when one value is not a number

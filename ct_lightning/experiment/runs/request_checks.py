@@ -96,7 +96,15 @@ def _categories(column, values: pd.Series) -> pd.Series:
     """The values as the column's own categories (``1.0`` becomes the category ``1``), else a one-line refusal
     of the first unseen one (with the sort of value the categories are, when the value is of another)."""
     known = {_category_key(c): c for c in column.categories}
-    matched = values.map(lambda v: known.get(_category_key(v), _UNSEEN)).astype(object)
+    # text that differs from a text category only in case ('Female' for 'female') is that category, where no other
+    # category reads the same: explain.py reads it so too (explanations._matched_categories)
+    folded: dict[str, list] = {}
+    for category in column.categories:
+        if isinstance(category, str):
+            folded.setdefault(category.casefold(), []).append(category)
+    by_case = {key: found[0] for key, found in folded.items() if len(found) == 1}
+    matched = values.map(lambda v: known.get(_category_key(v), by_case.get(v.casefold(), _UNSEEN)
+                                             if isinstance(v, str) else _UNSEEN)).astype(object)
     unseen = matched.map(lambda v: v is _UNSEEN)
     if unseen.any():
         row = _first(unseen)
@@ -238,6 +246,10 @@ def as_rows(model_input) -> pd.DataFrame:
     a one-line ``ValueError``."""
     if isinstance(model_input, pd.DataFrame):
         return model_input
+    if isinstance(model_input, list) and all(isinstance(row, dict) for row in model_input):
+        # a JSON body's "inputs": [{...}] reaches the predictor as records of 0-d arrays (array(29)): their values
+        model_input = [{key: value.item() if isinstance(value, np.ndarray) and value.ndim == 0 else value
+                        for key, value in row.items()} for row in model_input]
     try:
         return pd.DataFrame(model_input)
     except (ValueError, TypeError) as error:

@@ -132,6 +132,27 @@ def _tracking_uri(uri: str, experiment_id: str | None = None):
                 os.environ["MLFLOW_EXPERIMENT_ID"] = previous_experiment
 
 
+def user_code_paths(model: torch.nn.Module) -> list[str]:
+    """The files of the user's own code a pickled ``model`` needs to load (``--model mynet:Net``: ``mynet.py``, or the
+    package folder of ``pkg.nets``): each class's module that is neither installed (site-packages) nor torch's or
+    ct-lightning's, for MLflow's ``code_paths``, so that the logged model loads and serves where that code is not
+    importable."""
+    import sys  # noqa: PLC0415
+
+    found = []
+    for module in model.modules():
+        top = type(module).__module__.split(".")[0]
+        origin = getattr(sys.modules.get(top), "__file__", None)
+        if not origin or top in ("torch", "ct_lightning", "__main__") or "site-packages" in origin \
+                or "dist-packages" in origin:
+            continue
+        path = Path(origin)
+        path = path.parent if path.name == "__init__.py" else path
+        if str(path) not in found:
+            found.append(str(path))
+    return found
+
+
 def log_classifier(tracking_uri: str, experiment_id: str, run_id: str, model: torch.nn.Module,
                    example: torch.Tensor, step: int = 0):
     """Log ``model`` (returns logits) as the run's MLflow model ``model`` with a signature and an input example.
@@ -151,7 +172,8 @@ def log_classifier(tracking_uri: str, experiment_id: str, run_id: str, model: to
     with _tracking_uri(tracking_uri, experiment_id):
         return mlflow.pytorch.log_model(model, name=MODEL_NAME, run_id=run_id, signature=signature,
                                         input_example=example.numpy(), serialization_format="pickle", step=step,
-                                        pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"])
+                                        pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"],
+                                        code_paths=user_code_paths(model) or None)
 
 
 def _digest(x: torch.Tensor, y: torch.Tensor) -> str:

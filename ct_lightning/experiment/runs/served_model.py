@@ -237,6 +237,8 @@ def log_predictor(model: torch.nn.Module, codec, x_encoded: torch.Tensor, search
     MLflow's own registry lines; :func:`log_models` registers it quietly instead)."""
     from mlflow.models import Model
 
+    from ct_lightning.experiment.runs.run_artifacts import user_code_paths
+
     signature = predictor_signature(codec)
     example = example_rows(codec, x_encoded)
     metadata = {"input_columns": input_columns(codec)}
@@ -250,6 +252,7 @@ def log_predictor(model: torch.nn.Module, codec, x_encoded: torch.Tensor, search
             None, name=PREDICTOR_NAME, flavor=mlflow.pyfunc, python_model=python_model, signature=signature, input_example=example,
             metadata=metadata,
             run_id=run_id, registered_model_name=registered_model_name, step=step,
+            code_paths=user_code_paths(model) or None,  # --model mynet:Net: mynet.py travels with the model
             pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "pandas", f"mlflow=={mlflow.__version__}"])
 
 
