@@ -356,3 +356,15 @@ def test_a_resumed_run_writes_its_summary_where_the_run_was_asked_to(tmp_path, s
     train({**store, "resume": first["run_id"], "max_epochs": 2, "progress": False})
     written = json.loads(path.read_text())
     assert written["run_id"] == first["run_id"] and written["metrics"]["epochs"] == 2
+
+
+def test_weights_of_a_sequential_with_dropout_say_how_to_load_them():
+    """A very common model, Linear-ReLU-Dropout-Linear, saves its last layer as 3.weight: the refusal named the
+    keys only ("missing in checkpoint: 2.weight | not in model: 3.weight") with no way forward."""
+    from ct_lightning.experiment.runs.checkpoints import load_weights
+
+    theirs = nn.Sequential(nn.Linear(2, 32), nn.ReLU(), nn.Dropout(0.2), nn.Linear(32, 2))
+    with pytest.raises(ValueError, match=r"missing in checkpoint: 2\.weight, 2\.bias \| not in model: 3\.weight, "
+                                         r"3\.bias \| its layers sit at other places of an nn\.Sequential \(a Dropout "
+                                         r"or BatchNorm between the Linear layers\?\): pass --model"):
+        load_weights(build_mlp(2, 2, [32]), theirs.state_dict(), "own.pt")
