@@ -493,3 +493,28 @@ def test_a_california_housing_district_is_explained_from_the_raw_files_columns(t
     again = main([*common, "--rows", str(tmp_path / "features.csv")])  # the model's own columns: as before
     assert "cal_housing.data's columns" not in capsys.readouterr().out
     assert [r["factual"] for r in again] == [r["factual"] for r in records]
+
+
+def test_a_value_filled_in_is_marked_so_in_the_explanation():
+    """A row without an income, explained by a model trained with --impute median: its explanation read
+    "income: 48,500 → 61,000" as if the applicant had given 48,500, the training median."""
+    from datamodules.table import TableDataModule
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows, explain_loaded
+
+    frame = pd.read_csv(LOANS)
+    frame.loc[frame.index[:5], "income"] = np.nan
+    codec = TableDataModule(frame, target="approved", impute="median").codec
+    model = torch.nn.Linear(len(codec.feature_names), 2)
+    with torch.no_grad():  # only income decides: more income, more "yes"
+        model.weight.zero_()
+        model.bias.zero_()
+        model.weight[1, codec.feature_names.index("income")] = 4.0
+    rows = frame.drop(columns="approved").iloc[[0, 10]]  # row 0 has no income, row 10 has one
+    rows = rows.assign(income=[np.nan, frame.income.median() - 2000.0])
+    checked, _, _ = check_rows(rows, Explainable(model, codec, {}, None, True), "--rows")
+    explained = explain_loaded(Explainable(model, codec, {}, None, True), checked, target="yes",
+                               settings={"max_steps": 400, "lr": 0.05, "tau": 0.6})
+    first, second = ({c["feature"]: c for c in changes} for changes in explained["changes"])
+    assert first["income"].get("filled") is True and "filled" not in second["income"]
+    text = describe(explained)
+    assert "income (missing: filled in as in training): " in text and text.count("filled in") == 1

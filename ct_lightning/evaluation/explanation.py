@@ -382,7 +382,9 @@ def describe(explanations: pd.DataFrame) -> str:
             already = row["valid"] and _same(row["prediction"], row["target"])
             lines.append(f"    nothing needs to change: already {row['target']}" if already else "    no change found")
         for change in row["changes"]:
-            lines.append(f"    {change['feature']}: {format_change(change['from'], change['to'], change.get('unit'))}")
+            filled = " (missing: filled in as in training)" if change.get("filled") else ""
+            lines.append(f"    {change['feature']}{filled}: "
+                         f"{format_change(change['from'], change['to'], change.get('unit'))}")
         if row["changes"] and row.get("immutable"):
             lines.append(f"    (not allowed to change: {', '.join(row['immutable'])})")
     return "\n".join(lines)

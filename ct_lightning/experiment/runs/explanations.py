@@ -185,7 +185,12 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
     frame = rows_as_written(frame, numeric, getattr(codec, "decimal_comma", False))
     frame, matched = _matched_categories(frame, codec.columns)
     notes += [f"{option}: {line}" for line in matched]
+    gaps = {}  # row: the columns whose missing value is filled in below (an explanation marks them)
     if hasattr(codec, "fill_missing"):
+        for column in codec.columns:
+            if getattr(column, "fill", None) is not None and column.name in frame.columns:
+                for row in frame.index[frame[column.name].isna()]:
+                    gaps.setdefault(row, []).append(column.name)
         frame, filled = codec.fill_missing(frame)
         notes += [f"{option}: {line}" for line in filled]
     problems: dict[int, str] = {}  # position of a row left out: its first problem
@@ -208,6 +213,7 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
     for column in codec.columns:
         if not _is_category(column):
             frame[column.name] = pd.to_numeric(frame[column.name])
+    frame.attrs["filled"] = {row: columns for row, columns in gaps.items() if row in frame.index}
     return frame, notes, skipped
 
 
@@ -354,7 +360,14 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
                   **(settings.pop("mutability", None) or {})}
     explained = explain(explainable.module, rows, target=target, codec=explainable.codec, mutability=mutability,
                         x_train=x_train, y_train=y_train, seed=seed, **settings)
-    return explained.set_axis(rows.index) if isinstance(rows, pd.DataFrame) else explained  # rows keep their numbers
+    if not isinstance(rows, pd.DataFrame):
+        return explained
+    explained = explained.set_axis(rows.index)  # rows keep their numbers
+    for row, columns in rows.attrs.get("filled", {}).items():  # the applicant gave no value: it was filled in
+        for change in explained.at[row, "changes"]:
+            if change["feature"] in columns:
+                change["filled"] = True
+    return explained
 
 
 def _training_data(explainable: Explainable, generator: str) -> tuple[torch.Tensor, torch.Tensor]:
