@@ -414,3 +414,17 @@ def test_a_model_exactly_as_good_as_the_majority_class_is_warned_about_too():
     assert "validation accuracy 0.600 (the majority class alone: 0.600)" in lines[0]
     assert lines[1].startswith("warning: model.pt predicts no better than the majority class before training "
                                "(0.600 <= 0.600)")
+
+
+def test_a_trained_model_no_better_than_the_most_frequent_class_is_named_in_the_result():
+    """A model fine-tuned with its outputs in reversed order ended at test accuracy 0.100 against a majority of 0.6,
+    was registered as the latest version, and the result line gave no sign of it."""
+    from ct_lightning.experiment.runs.train import result_lines
+
+    summary = {"metrics": {"test/acc": 0.1, "val/acc": 0.083, "epochs": 3}, "data": {"class_balance": [0.4, 0.6]}}
+    lines = result_lines(summary)
+    assert lines[0] == "result after 3 epoch(s): test accuracy 0.100, validation accuracy 0.083"
+    assert lines[1].startswith("warning: test accuracy 0.100 is no better than always predicting the most frequent "
+                               "class (0.600 of the training rows)")
+    fine = result_lines({**summary, "metrics": {**summary["metrics"], "test/acc": 0.82}})
+    assert not [line for line in fine if line.startswith("warning:")]

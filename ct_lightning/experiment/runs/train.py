@@ -637,6 +637,12 @@ def result_lines(summary: dict) -> list[str]:
     if scores:
         epochs = metrics.get("epochs")
         lines.append("result" + (f" after {int(epochs)} epoch(s)" if epochs else "") + ": " + ", ".join(scores))
+    majority = max((summary.get("data") or {}).get("class_balance") or [1.0])
+    if isinstance(metrics.get("test/acc"), (int, float)) and metrics["test/acc"] <= majority < 1.0:
+        # a runaway model is still logged and registered: the user decides, but must not miss it
+        lines.append(f"warning: test accuracy {metrics['test/acc']:.3f} is no better than always predicting the most "
+                     f"frequent class ({majority:.3f} of the training rows): train longer, or check the data and, for "
+                     "a model of your own, its --model-inputs (inputs in its order, \"outputs\" in its order)")
     saved = {k: v for k, v in (summary.get("checkpoints") or {}).items() if v}
     if saved:
         lines.append("checkpoints: " + ", ".join(f"{k} {v}" for k, v in saved.items()))
