@@ -149,6 +149,8 @@ def test_tiny_grid_end_to_end_resumes_and_shares_bl(tmp_path, monkeypatch):
     assert len(final["models"]) == 5 and not final["failures"]
     reused = [m for m in final["models"].values() if not m["trained"]]
     assert len(reused) >= len(first["models"])  # what finished before the kill was not trained again
+    resumed = client.get_run(parent.info.run_id)  # the same parent, finished: no longer tagged as interrupted
+    assert resumed.info.status == "FINISHED" and "ct.interrupted" not in resumed.data.tags
     experiment = client.get_experiment_by_name("ct-appendix")
     finished = client.search_runs([experiment.experiment_id],
                                   "tags.`ct.role` = 'grid-model' and attributes.status = 'FINISHED'")

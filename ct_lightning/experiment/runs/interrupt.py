@@ -16,6 +16,13 @@ from contextlib import contextmanager
 INTERRUPTED_TAG = "ct.interrupted"  # on a run that a signal stopped (its status is KILLED)
 
 
+def clear_interrupted(client, run_id: str) -> None:
+    """Remove :data:`INTERRUPTED_TAG` from a parent run that a resume has now finished (the UI showed a FINISHED
+    compare or sweep as interrupted)."""
+    if INTERRUPTED_TAG in client.get_run(run_id).data.tags:
+        client.delete_tag(run_id, INTERRUPTED_TAG)
+
+
 def signal_name(signum: int) -> str:
     """``SIGTERM`` for 15, and so on."""
     try:

@@ -251,6 +251,8 @@ class RayTuneExecutor(Executor):
                 finished(Outcome(index, labels[index], _item_result(result.metrics)))
             else:
                 stopped = True
+        # A stop before a trial started leaves no result for it at all (an empty grid on a Ctrl-C at start-up)
+        stopped = stopped or len(seen) < len(items)
         if stopped:
             # Tune ends fit() early, without an error, only when it was stopped (its handler takes Ctrl-C while fit
             # runs): trials that never reported their end must not read as results.

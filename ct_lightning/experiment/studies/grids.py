@@ -421,7 +421,8 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
     from ct_lightning.experiment.studies.executor import LocalExecutor
     from ct_lightning.experiment.studies.reproduce import stable_key
     from ct_lightning.experiment.runs.atomic_files import write_json_atomic
-    from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG, TrainingInterrupted, stop_between_trainings
+    from ct_lightning.experiment.runs.interrupt import (INTERRUPTED_TAG, TrainingInterrupted, clear_interrupted,
+                                                        stop_between_trainings)
     from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
 
     if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).is_absolute():
@@ -498,6 +499,7 @@ def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str |
         with stop_between_trainings(defer=True) as stopping:  # ``finished`` checks it (bound before any call)
             LocalExecutor(jobs, threads).run(run_item, items, labels, finished)
         status = "FINISHED" if not failures else "FAILED"
+        retry_race(lambda: clear_interrupted(client, parent))  # a resumed grid: no longer interrupted
     except TrainingInterrupted as interrupted:
         status = "KILLED"
         reason = f"{interrupted}; re-run the same command to resume"

@@ -416,6 +416,10 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         client.log_dict(parent, summary, "sweep.json")
         if out_json:
             write_json_atomic(out_json, summary)
+        if status == "FINISHED" and interrupted is None:
+            from ct_lightning.experiment.runs.interrupt import clear_interrupted  # noqa: PLC0415
+
+            clear_interrupted(client, parent)  # a resumed sweep: its earlier interruption no longer describes it
         client.set_terminated(parent, "FAILED" if failures and status != "KILLED" else status)
     if interrupted is not None:
         from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG

@@ -211,12 +211,16 @@ def write_outputs(rows: list[dict], plots: list, args, client, parent: str, comm
                             "search_lr": args.search_lr},
                "rows": rows, "table_markdown": table, "plots": [str(p) for p in plots]}
     write_text_atomic(out_dir / "table.md", table)
-    write_text_atomic(out_dir / "paper_comparison.md", paper_comparison(rows))
+    # beside the paper's tables: the built-in data sets only (a table file, even one named credit.csv, is not)
+    paper_rows = [row for row in rows if row.get("built_in", True)]
+    if paper_rows:
+        write_text_atomic(out_dir / "paper_comparison.md", paper_comparison(paper_rows))
     write_csv(rows, out_dir / "table.csv")
     summary_path = Path(args.summary_json or out_dir / "summary.json")
     write_json_atomic(summary_path, summary, strict=True)  # NaN as null: any JSON reader opens it
     for path in (out_dir / "table.md", out_dir / "paper_comparison.md", out_dir / "table.csv", summary_path):
-        client.log_artifact(parent, str(path))
+        if path.exists():
+            client.log_artifact(parent, str(path))
     return summary
 
 
@@ -319,7 +323,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
             stopping.check()  # a safe point: the outcome and its table row are kept, no write is under way
 
     from ct_lightning.experiment.runs.interrupt import (INTERRUPTED_TAG, TrainingInterrupted,  # noqa: PLC0415
-                                                        stop_between_trainings)
+                                                        clear_interrupted, stop_between_trainings)
 
     # SIGTERM/SIGINT: a training stops after its epoch; outside one (evaluations, tables) the compare stops once the
     # current task is kept (``on_done`` checks; raising in the middle of a store write could leave it locked)
@@ -336,6 +340,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
                     plots.append(figure)
                     client.log_artifact(parent, str(figure), artifact_path="plots")
             summary = write_outputs(ordered, plots, args, client, parent, command, out_dir, final=True)
+            clear_interrupted(client, parent)  # a resumed compare: its earlier interruption no longer describes it
             status = "FINISHED"
         except TrainingInterrupted as interrupted:
             status = "KILLED"
