@@ -132,8 +132,9 @@ def test_compare_on_a_file_named_credit(tmp_path):
     assert row["details"]["plausibility"]["ip"]["significant"] is False  # one evaluation run: no interval
     assert "*" not in summary["table_markdown"].splitlines()[2]
     assert "†" in summary["table_markdown"].splitlines()[2].split("|")[3]  # IP*: fewer than 30 valid
-    words = shlex.split(summary["command"])
-    assert Path(words[1]).is_absolute() and Path(words[1]) == ROOT / "recipes" / "compare.py", words[:2]
+    words = shlex.split(summary["command"])  # from this folder: its relative credit.csv means the same again
+    assert words[:3] == ["cd", str(tmp_path), "&&"], words[:3]
+    assert Path(words[4]).is_absolute() and Path(words[4]) == ROOT / "recipes" / "compare.py", words[:5]
     assert "all features mutable" not in output  # age stays fixed in the training and evaluation of both pairs
     assert "the data spec's own mutability in training and evaluation" in output, output[-3000:]
     assert "- credit, IP/IP*: immutable: age; within the data domain" in output, output[-3000:]

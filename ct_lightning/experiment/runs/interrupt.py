@@ -18,8 +18,13 @@ INTERRUPTED_TAG = "ct.interrupted"  # on a run that a signal stopped (its status
 
 def clear_interrupted(client, run_id: str) -> None:
     """Remove :data:`INTERRUPTED_TAG` from a parent run that a resume has now finished (the UI showed a FINISHED
-    compare or sweep as interrupted)."""
-    if INTERRUPTED_TAG in client.get_run(run_id).data.tags:
+    compare or sweep as interrupted). Never raises: a store that does not answer now (an outage, whose records wait
+    in the outbox) leaves the tag, which is all that is lost."""
+    try:
+        tags = client.get_run(run_id).data.tags
+    except Exception:  # noqa: BLE001 - MLflow and requests raise many types for a store that does not answer
+        return
+    if INTERRUPTED_TAG in tags:
         client.delete_tag(run_id, INTERRUPTED_TAG)
 
 

@@ -254,7 +254,11 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     client, _, artifact_location = open_store(args.tracking_uri, args.experiment)  # created once, under a file lock
     from ct_lightning.experiment.runs.lifecycle import recipe_command  # noqa: PLC0415
 
-    command = recipe_command("compare", list(argv if argv is not None else sys.argv[1:]))
+    # from this folder: its relative paths (--data loans.csv, --out-dir, the default store) mean the same again
+    import shlex  # noqa: PLC0415
+
+    command = f"cd {shlex.quote(os.getcwd())} && " + recipe_command("compare",
+                                                                     list(argv if argv is not None else sys.argv[1:]))
     if seeds is None:
         return run_seed(args, names, reuse_lists, client, artifact_location, command, out_dir)
     summaries = {}
