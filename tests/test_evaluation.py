@@ -242,6 +242,9 @@ def test_evaluate_recipe_end_to_end(trained, tmp_path):
     for name in ("ip", "ip_star", "cost", "validity", "acc", "robust_acc"):
         assert f"eval/{name}" in metrics
     assert metrics["eval/validity"] == pytest.approx(saved["summary"]["validity"])
+    # how they were made: a quick check and a full evaluation read alike in the UI otherwise
+    tag = client.get_run(trained.summary["run_id"]).data.tags["ct.evaluated_with"]
+    assert tag.startswith("reference protocol, 1 run x 15 individuals, test split; "), tag
     plots = {Path(a.path).name for a in client.list_artifacts(trained.summary["run_id"], "plots")}
     assert {"decision_boundary.png", "robust_accuracy.png", "convergence.png"} <= plots
     assert payload["logged"]

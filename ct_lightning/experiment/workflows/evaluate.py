@@ -62,6 +62,9 @@ def load(args: argparse.Namespace):
     return loaded, datamodule, config, constraints
 
 
+EVALUATED_TAG = "ct.evaluated_with"  # on a run that evaluate.py logged eval/* metrics to
+
+
 def run(args: argparse.Namespace) -> dict:
     """Load, evaluate, log to the run, plot, and write the JSON summary; returns it."""
     if args.seed is not None:
@@ -101,6 +104,11 @@ def run(args: argparse.Namespace) -> dict:
     logged = {}
     if client is not None and args.log:
         logged = log_evaluation(client, loaded.run_id, summary)
+        # how the eval/* metrics were made: a quick 2-run check and a full evaluation look alike otherwise
+        client.set_tag(loaded.run_id, EVALUATED_TAG,
+                       f"{getattr(args, 'protocol', None) or 'reference'} protocol, {config.n_runs} "
+                       f"run{'s' if config.n_runs != 1 else ''} x "
+                       f"{config.n_individuals} individuals, {args.split} split; {constraints.in_words()}")
         for path in plots:
             client.log_artifact(loaded.run_id, str(path), artifact_path="plots")
 
