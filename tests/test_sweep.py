@@ -95,6 +95,10 @@ def test_sweep_with_local_processes_resumes_and_reports_failures(tmp_path):
     check_sweep(uri, summary, 2)
     again = run_sweep(base, space, LocalExecutor(1), echo=lambda *a, **k: None)
     assert again["parent_run_id"] == summary["parent_run_id"] and all(t["reused"] for t in again["trials"])
+    # the parent names what its trials share (two sweeps' parents had the same params but for the space)
+    params = MlflowClient(tracking_uri=uri).get_run(summary["parent_run_id"]).data.params
+    assert params["base.data"] == TINY["data"] and params["base.max_epochs"] == str(TINY["max_epochs"])
+    assert "base.nce" not in params and params["space.nce"] == "16"
     # generator_options are only checked when the generator is built: that trial fails inside training.
     failing = run_sweep({**base, "max_epochs": 1}, {"generator_options": ["bogus_option=1", None]},
                         LocalExecutor(1), echo=lambda *a, **k: None)

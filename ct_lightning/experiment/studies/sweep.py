@@ -339,6 +339,12 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         client.log_param(parent, "sweep.trials", len(settings))
         for param, values in space.items():
             client.log_param(parent, f"space.{param}", ",".join(map(str, values))[:500])
+        # the settings every trial shares, so that two sweeps' parents can be told apart in the UI
+        for key in ("data", "target", "objective", "generator", "max_epochs", "seed", "immutable", "mutability"):
+            value = resolved.get(key) if key not in base else base[key]
+            if value not in (None, "", []) and key not in space:
+                client.log_param(parent, f"base.{key}",
+                                 (",".join(map(str, value)) if isinstance(value, list) else str(value))[:500])
     trials = [Trial(i, params, base, parent, metric, threads) for i, params in enumerate(settings)]
     echo(f"sweep: {len(trials)} trials ({search}) in experiment {experiment!r}, parent run {parent}"
          f"{' (resumed: finished trials are reused)' if reopened else ''}; objective {mode} {metric}", flush=True)

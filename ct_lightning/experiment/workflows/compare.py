@@ -293,6 +293,10 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     client.log_param(parent, "data", ",".join(names))
     for key in ("max_epochs", "seed", "protocol", "n_boot", "confidence"):
         client.log_param(parent, key, getattr(args, key))
+    for key in ("target", "immutable", "n_runs", "n_individuals"):  # what tells two compares of one table apart
+        value = getattr(args, key, None)
+        if value not in (None, "", []):
+            client.log_param(parent, key, ",".join(map(str, value)) if isinstance(value, list) else value)
     client.log_param(parent, "lambda_energy", ",".join(f"{v:g}" for v in args.lambda_energies))
     print(f"MLflow parent run: {parent} (re-run the same command to resume; finished trainings and evaluations "
           f"are reused)", flush=True)
