@@ -100,7 +100,7 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str
     if constant:
         what = f"column {constant[0]!r} is" if len(constant) == 1 else \
             f"columns {', '.join(repr(c) for c in constant)} are"
-        problems.append(f"{what} constant in {name} (it cannot explain anything); leave "
+        problems.append(f"{what} constant in {name} (a constant column cannot explain anything); leave "
                         f"{'it' if len(constant) == 1 else 'them'} out with --drop-columns "
                         f"{shlex.quote(','.join(map(str, constant)))}")
     return frame, notes, problems
