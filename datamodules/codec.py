@@ -35,6 +35,15 @@ def _plain(value):
     return value
 
 
+def categories_by_case(categories) -> dict:
+    """``{text, case aside: category}`` for each category whose text no other category shares when case is set aside:
+    how a value spelt otherwise (``yes`` for ``Yes``, ``false`` for ``FALSE``) finds the one category it means."""
+    found: dict[str, list] = {}
+    for category in categories:
+        found.setdefault(str(category).casefold(), []).append(category)
+    return {key: same[0] for key, same in found.items() if len(same) == 1}
+
+
 def _bounds_text(lower, upper) -> str:
     """Declared bounds in words for the start-up message: ``, at least 0``, ``, at most 5``, ``, from 0 to 5``."""
     shown = [f"{_plain(v):g}" if isinstance(_plain(v), float) else str(_plain(v)) for v in (lower, upper)]

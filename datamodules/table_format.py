@@ -139,6 +139,12 @@ def undressed_number(value, decimal_comma: bool):
     return int(number) if number.is_integer() and "." not in body else number
 
 
+def _undressed_or_as_written(value, decimal_comma: bool):
+    """:func:`undressed_number` of ``value`` where it reads one, else ``value`` as it is (refused later)."""
+    number = undressed_number(value, decimal_comma)
+    return value if number is None else number
+
+
 def unit_of(values: pd.Series) -> str | None:
     """The unit every value of a column of dressed numbers shares, as a format for a number: ``"${}"`` for
     ``$36,428.20``, ``"{}%"`` for ``7.5%``, ``"{} €"`` for ``12 €``; ``None`` where they share none."""
@@ -156,22 +162,24 @@ def unit_of(values: pd.Series) -> str | None:
     return units.pop() if len(units) == 1 else None
 
 
-def _dressed_numbers(text: pd.Series, decimal_comma: bool) -> tuple[pd.Series | None, str | None]:
+def _dressed_numbers(text: pd.Series, decimal_comma: bool, notes: list[str], units: dict) -> pd.Series | None:
     """A text column in which every value is a number dressed as text (``$36,428.20``, ``7.5%``) as numbers, with a
-    note showing how its first value was read; ``(None, None)`` where some value is no such number or none is
-    dressed. The numbers' shared unit (:func:`unit_of`) is in the column's ``attrs["unit"]``."""
+    note in ``notes`` showing how its first value was read and its shared unit (:func:`unit_of`) in ``units``;
+    ``None`` where some value is no such number."""
     present = text.dropna()
     if not len(present) or not all(isinstance(v, str) for v in present):
-        return None, None
+        return None
     numbers = present.map(lambda v: undressed_number(v, decimal_comma))
     if numbers.isna().any():
-        return None, None
-    column = pd.to_numeric(text.map(lambda v: undressed_number(v, decimal_comma)))
-    column.attrs["unit"] = unit_of(present)
+        return None
     percent = " ('%' dropped: 7.5% is 7.5)" if present.str.endswith("%").any() and \
         not present.iloc[0].endswith("%") else ""
-    return column, (f"{text.name}: numbers written as text read as numbers ({present.iloc[0]!r} is "
-                    f"{numbers.iloc[0]:g}){percent}; rows to explain may write them either way")
+    notes.append(f"{text.name}: numbers written as text read as numbers ({present.iloc[0]!r} is "
+                 f"{numbers.iloc[0]:g}){percent}; rows to explain may write them either way")
+    unit = unit_of(present)
+    if unit:
+        units[text.name] = unit
+    return pd.to_numeric(numbers.reindex(text.index))  # the missing cells stay missing
 
 
 def _uses_decimal_comma(frame: pd.DataFrame) -> bool:
@@ -282,9 +290,7 @@ def read_csv(path, option: str = "data") -> pd.DataFrame:
         if numbers is not None and sep == ";" and not decimal_comma:
             _check_thousands(cells[name], name, path, sep, option)
         if numbers is None and not (sep == ";" and not decimal_comma):  # ';' without decimal commas: '.' unclear
-            numbers, note = _dressed_numbers(cells[name], decimal_comma)
-            notes += [note] if note else []
-            units.update({name: numbers.attrs["unit"]} if note and numbers.attrs.get("unit") else {})
+            numbers = _dressed_numbers(cells[name], decimal_comma, notes, units)
         frame[name] = cells[name] if numbers is None else numbers
     frame.attrs.update(decimal_comma=decimal_comma, notes=notes, units=units)
     return frame
@@ -321,12 +327,9 @@ def tidy_frame(frame: pd.DataFrame) -> pd.DataFrame:
     frame, notes = frame.apply(_tidy_text), list(frame.attrs.get("notes", ()))
     units = dict(frame.attrs.get("units", {}))
     for name in frame.columns:
-        if _is_text(frame[name]):
-            numbers, note = _dressed_numbers(frame[name], False)
-            if numbers is not None:
-                units.update({name: numbers.attrs["unit"]} if numbers.attrs.get("unit") else {})
-                frame[name] = numbers
-                notes.append(note)
+        numbers = _dressed_numbers(frame[name], False, notes, units) if _is_text(frame[name]) else None
+        if numbers is not None:
+            frame[name] = numbers
     frame.attrs.update(notes=notes, units=units)
     return frame
 
@@ -392,7 +395,6 @@ def rows_as_written(frame: pd.DataFrame, numeric: list[str], decimal_comma: bool
             continue
         values = _tidy_text(frame[name])
         if name in numeric:  # '0,18' in a file with decimal commas, '$36,428.20' as the training file wrote them
-            values = values.map(lambda v: v if not isinstance(v, str) or undressed_number(v, decimal_comma) is None
-                                else undressed_number(v, decimal_comma))
+            values = values.map(lambda v: _undressed_or_as_written(v, decimal_comma))
         frame[name] = values
     return frame

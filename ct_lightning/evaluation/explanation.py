@@ -23,7 +23,7 @@ from ct_lightning.evaluation.fewer_changes import column_masks, revert_needless_
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, make_generator, prepare_standalone
 from ct_lightning.generators.base import generate_counterfactuals
-from datamodules.codec import ColumnSpec  # one description of a column, also for the identity codec
+from datamodules.codec import ColumnSpec, categories_by_case  # ColumnSpec: also the identity codec's columns
 
 EXPLAIN_STEP = 0.05  # the largest search step of an explanation (η); see explanation_search
 EXPLAIN_TRAVEL = 25.0  # η·T of the paper's training search (0.25 · 100 steps): how far an explanation may go
@@ -137,8 +137,8 @@ def _target_codes(target, codec, predicted: torch.Tensor, probabilities: torch.T
     for label in labels:
         match = [i for i, c in enumerate(codec.classes) if c == label or str(c) == str(label)]
         if not match:  # 'yes' for the class 'Yes', where no other class reads the same
-            folded = [i for i, c in enumerate(codec.classes) if str(c).casefold() == str(label).casefold()]
-            match = folded if len(folded) == 1 else []
+            same = categories_by_case(codec.classes).get(str(label).casefold())
+            match = [i for i, c in enumerate(codec.classes) if same is not None and c is same]
         if not match:
             raise ValueError(f"target: got {label!r}; allowed: {', '.join(map(str, codec.classes))}")
         codes.append(match[0])
@@ -312,24 +312,19 @@ def _significant_digits(value: float) -> int:
     return max(1, len(mantissa))
 
 
-def _number(value: float, digits: int) -> str:
-    """``value`` with ``digits`` significant digits, never fewer than its whole part has, with thousands commas."""
-    if value.is_integer() and abs(value) < 1e15:
-        return f"{int(value):,}"
-    whole = len(str(int(abs(value)))) if abs(value) >= 1 else 0
-    return f"{value:,.{max(digits, whole)}g}"
-
-
-def format_value(value, digits: int | None = None) -> str:
+def format_value(value) -> str:
     """A value as a person reads it: ``54,600``, ``0.25``, ``36,428.2``, ``'rent'`` → ``rent``; a fraction with the
-    digits it is written with, at least three (``digits``: that many instead)."""
+    significant digits it is written with (three to six), never fewer than its whole part has."""
     if isinstance(value, (bool, np.bool_)):
         return str(bool(value))
     if isinstance(value, (int, np.integer)):
         return f"{int(value):,}"
     if isinstance(value, (float, np.floating)):
         value = float(value)
-        return _number(value, digits or max(3, min(_significant_digits(value), 6)))
+        if value.is_integer() and abs(value) < 1e15:
+            return f"{int(value):,}"
+        whole = len(str(int(abs(value)))) if abs(value) >= 1 else 0
+        return f"{value:,.{max(3, min(_significant_digits(value), 6), whole)}g}"
     return str(value)
 
 

@@ -18,6 +18,7 @@ from ct_lightning.evaluation.explanation import (FeatureCodec, codec_from_dict, 
                                                  to_records)
 from ct_lightning.experiment.configuration.validation import InputError, show
 from ct_lightning.experiment.runs.checkpoints import load_trained_classifier
+from datamodules.codec import categories_by_case
 
 PREPROCESSING = "preprocessing.json"
 
@@ -269,14 +270,11 @@ def _matched_categories(frame: pd.DataFrame, columns) -> tuple[pd.DataFrame, lis
         if not _is_category(column) or column.name not in frame.columns:
             continue
         known = {str(c) for c in column.categories}
-        by_case: dict[str, list] = {}
-        for category in column.categories:
-            by_case.setdefault(str(category).casefold(), []).append(category)
+        by_case = categories_by_case(column.categories)
         values = frame[column.name]
         spelt = values.notna() & ~values.astype(str).isin(known)
-        read = {v.item() if isinstance(v, np.generic) else v: by_case[str(v).casefold()][0]
-                for v in pd.unique(values[spelt])
-                if len(by_case.get(str(v).casefold(), [])) == 1}
+        read = {v.item() if isinstance(v, np.generic) else v: by_case[str(v).casefold()]
+                for v in pd.unique(values[spelt]) if str(v).casefold() in by_case}
         if read:
             frame = frame.copy() if not notes else frame
             frame[column.name] = values.astype(object).map(lambda v: read.get(v, v) if isinstance(v, (str, bool))

@@ -24,6 +24,8 @@ import os
 import numpy as np
 import pandas as pd
 
+from datamodules.codec import categories_by_case
+
 MAX_ROWS = ("CT_SERVE_MAX_ROWS", 10_000)  # rows in one prediction request
 MAX_EXPLAIN_ROWS = ("CT_SERVE_MAX_EXPLAIN_ROWS", 100)  # rows in one request with explain=true (a search per row)
 MAX_STEPS = 10_000  # the most search steps a request may ask for (params max_steps)
@@ -97,14 +99,14 @@ def _categories(column, values: pd.Series) -> pd.Series:
     of the first unseen one (with the sort of value the categories are, when the value is of another)."""
     known = {_category_key(c): c for c in column.categories}
     # text that differs from a text category only in case ('Female' for 'female') is that category, where no other
-    # category reads the same: explain.py reads it so too (explanations._matched_categories)
-    folded: dict[str, list] = {}
-    for category in column.categories:
-        if isinstance(category, str):
-            folded.setdefault(category.casefold(), []).append(category)
-    by_case = {key: found[0] for key, found in folded.items() if len(found) == 1}
-    matched = values.map(lambda v: known.get(_category_key(v), by_case.get(v.casefold(), _UNSEEN)
-                                             if isinstance(v, str) else _UNSEEN)).astype(object)
+    # text category reads the same: explain.py reads it so too (explanations._matched_categories)
+    by_case = categories_by_case(c for c in column.categories if isinstance(c, str))
+
+    def category(value):
+        found = known.get(_category_key(value), _UNSEEN)
+        return by_case.get(value.casefold(), _UNSEEN) if found is _UNSEEN and isinstance(value, str) else found
+
+    matched = values.map(category).astype(object)
     unseen = matched.map(lambda v: v is _UNSEEN)
     if unseen.any():
         row = _first(unseen)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import math
 import os
+import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
@@ -255,8 +256,6 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     from ct_lightning.experiment.runs.lifecycle import recipe_command  # noqa: PLC0415
 
     # from this folder: its relative paths (--data loans.csv, --out-dir, the default store) mean the same again
-    import shlex  # noqa: PLC0415
-
     command = f"cd {shlex.quote(os.getcwd())} && " + recipe_command("compare",
                                                                      list(argv if argv is not None else sys.argv[1:]))
     if seeds is None:

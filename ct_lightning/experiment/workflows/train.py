@@ -81,10 +81,9 @@ def _command_line_mutability(config: dict, codec) -> dict[str, str]:
     """``--immutable`` and ``--mutability`` as ``{column: kind}``, checked as training checks them
     (:func:`~ct_lightning.experiment.configuration.data.command_line_mutability`); the spec is written per column,
     so each name must also be a column of the table (not a one-hot column nor an index)."""
+    from ct_lightning.constraints import one_hot_groups  # noqa: PLC0415
     from ct_lightning.experiment.configuration.data import command_line_mutability  # noqa: PLC0415 - imports torch
     from ct_lightning.experiment.configuration.validation import InputError  # noqa: PLC0415
-
-    from ct_lightning.constraints import one_hot_groups  # noqa: PLC0415
 
     pairs = command_line_mutability(config, codec.feature_names, one_hot_groups(codec))
     columns = [column.name for column in codec.columns]
