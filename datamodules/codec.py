@@ -132,14 +132,13 @@ def read_spec(spec) -> dict:
         return check_spec(spec)
     import yaml  # noqa: PLC0415
 
+    from datamodules.yaml_file import load_yaml, yaml_problem  # noqa: PLC0415
+
     try:
         with open(spec) as handle:
-            loaded = yaml.safe_load(handle) or {}
+            loaded = load_yaml(handle) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as error:
-        mark = getattr(error, "problem_mark", None)
-        where = f"line {mark.line + 1}, column {mark.column + 1}: " if mark is not None else ""
-        problem = getattr(error, "problem", None) or getattr(error, "reason", None) or str(error)
-        raise ValueError(f"data_spec: got {str(spec)!r} (not valid YAML: {where}{problem}); allowed: "
+        raise ValueError(f"data_spec: got {str(spec)!r} (not valid YAML: {yaml_problem(error)}); allowed: "
                          f"{SPEC_FILE}") from None
     if not isinstance(loaded, Mapping):
         raise ValueError(f"data_spec: got {str(spec)!r} (a {type(loaded).__name__}, not a mapping); allowed: "

@@ -377,3 +377,14 @@ def test_bad_input_is_refused_in_one_line_before_any_work(recipe, arguments, nam
     assert not summary.exists() and not (tmp_path / "out" / "summary.json").exists()
     assert not (work / "mlruns").exists(), "a store was made in the working folder"
     assert not list((tmp_path / "out").glob("*")) if (tmp_path / "out").exists() else True
+
+
+def test_a_config_with_a_key_written_twice_is_refused_with_its_line(tmp_path):
+    # PyYAML keeps the last of two equal keys: a config saying max_epochs twice trained with the second silently
+    from ct_lightning.experiment.configuration.settings import load_config_file
+
+    config = tmp_path / "run.yaml"
+    config.write_text("max_epochs: 50\ntau: 0.9\nmax_epochs: 5\n")
+    with pytest.raises(Exception) as error:
+        load_config_file(config)
+    assert "not valid YAML: line 3, column 1: found 'max_epochs' twice (a key may be written once)" in str(error.value)

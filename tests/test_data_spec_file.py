@@ -230,3 +230,15 @@ def test_an_unquoted_yes_as_the_positive_class_says_to_quote_it(tmp_path):
         TabularCodec.fit(frame, "y", spec)
     spec.write_text("positive: 'Yes'\n")
     assert TabularCodec.fit(frame, "y", spec).positive == "Yes"
+
+
+def test_a_column_written_twice_in_the_spec_is_refused_not_last_one_wins(tmp_path):
+    # PyYAML keeps the last of two equal keys silently: the first entry's immutability would be lost
+    from datamodules.codec import read_spec
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("columns:\n  age: {mutability: none}\n  income: {lower: 0}\n  age: {kind: integer}\n")
+    with pytest.raises(ValueError) as error:
+        read_spec(spec)
+    assert str(error.value).startswith(f"data_spec: got {str(spec)!r} (not valid YAML: line 4, column 3: found "
+                                       "'age' twice (a key may be written once)); allowed: ")

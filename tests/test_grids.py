@@ -272,3 +272,16 @@ def test_the_whole_study_runs_every_grid():
 
     assert sorted(STUDY) == grid_names()  # --grid all leaves no grid out
     assert STUDY.index("note9") < STUDY.index("note11")  # Note 11 reuses Note 9's BLs
+
+
+@pytest.mark.parametrize("text, said", [
+    ("name: mine\ndata: [moons]\nspace: {tau: [0.5], tau: [0.9]}\n", "not valid YAML: line 3, column 21: found 'tau' twice"),
+    ("name: mine\nspace: {tau: [0.5]}\n", "(no data); allowed: "),
+])
+def test_a_grid_file_with_a_key_twice_or_missing_is_refused_in_one_line(tmp_path, text, said):
+    path = tmp_path / "mine.yaml"
+    path.write_text(text)
+    with pytest.raises(ValueError) as error:
+        load_grid(str(path))
+    assert str(error.value).startswith(f"grid: got {str(path)!r} ") and said in str(error.value)
+    assert "\n" not in str(error.value)

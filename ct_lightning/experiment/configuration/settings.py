@@ -25,10 +25,11 @@ from typing import Any
 
 import yaml
 
+from datamodules.yaml_file import load_yaml, yaml_problem
+
 from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.configuration.store import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
-from ct_lightning.experiment.configuration.validation import (BATCHES_ALLOWED, NO_TRAINING, InputError, Rule,
-                                                             one_line)
+from ct_lightning.experiment.configuration.validation import BATCHES_ALLOWED, NO_TRAINING, InputError, Rule
 
 TABLE_SUFFIXES = (".csv", ".parquet", ".pq")  # --data values that are table files
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
@@ -522,10 +523,10 @@ def load_config_file(path: str | Path) -> dict:
     if not path.is_file():
         raise FileNotFoundError(f"config: no file at {path}")
     try:
-        content = yaml.safe_load(path.read_text()) or {}
+        content = load_yaml(path.read_text()) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as error:
         raise InputError("config", str(path), "a YAML file of option names and values",
-                         f"not valid YAML: {one_line(error)}") from None
+                         f"not valid YAML: {yaml_problem(error)}") from None
     if not isinstance(content, dict):
         raise ValueError(f"config: {path} must hold a mapping of option names to values")
     content = {str(k).replace("-", "_"): v for k, v in content.items()}

@@ -28,6 +28,7 @@ import yaml
 
 from ct_lightning.experiment.configuration.console import progress_shown
 from ct_lightning.experiment.runs.tracking import retry_race
+from datamodules.yaml_file import load_yaml, yaml_problem
 
 
 GRID_DIR = Path(__file__).resolve().parents[3] / "configs" / "grids"
@@ -76,7 +77,15 @@ def load_grid(name: str) -> Grid:
         path = GRID_DIR / f"{name}.yaml"
     if not path.is_file():
         raise ValueError(f"grid: unknown {name!r}; allowed: {', '.join(available_grids())} or a YAML file")
-    raw = yaml.safe_load(path.read_text())
+    try:
+        raw = load_yaml(path.read_text())
+    except (yaml.YAMLError, UnicodeDecodeError) as error:
+        raise ValueError(f"grid: got {name!r} (not valid YAML: {yaml_problem(error)}); allowed: "
+                         f"{', '.join(available_grids())} or a YAML file of a grid") from None
+    missing = [key for key in ("name", "data", "space") if not isinstance(raw, dict) or key not in raw]
+    if missing:
+        raise ValueError(f"grid: got {name!r} (no {', '.join(missing)}); allowed: "
+                         f"{', '.join(available_grids())} or a YAML file with name, data and space")
     return Grid(name=raw["name"], title=raw.get("title", raw["name"]), data=list(raw["data"]),
                 space={k: list(v) for k, v in raw["space"].items()}, evaluation=dict(raw.get("evaluation", {})),
                 base=dict(raw.get("base") or {}), paper=raw.get("paper"), paper_table=raw.get("paper_table"))
