@@ -192,3 +192,18 @@ def test_served_predictor_answers_raw_rows_over_http(trained, tmp_path):
             process.wait(timeout=20)
         except subprocess.TimeoutExpired:
             process.kill()
+
+
+def test_both_models_require_ct_lightning_whose_classes_they_pickle(trained):
+    """Both logged models unpickle ct-lightning's classes: an environment MLflow builds from their requirements
+    (``--env-manager virtualenv``, ``build-docker``) lacked it and failed only at load, with ModuleNotFoundError."""
+    from importlib.metadata import version
+
+    import mlflow.artifacts
+
+    for name in ("model", "predictor"):
+        folder = mlflow.artifacts.download_artifacts(f"runs:/{trained['run_id']}/{name}",
+                                                     tracking_uri=trained["tracking_uri"])
+        requirements = (Path(folder) / "requirements.txt").read_text().split()
+        assert f"ct-lightning=={version('ct-lightning')}" in requirements, (name, requirements)
+        assert f"torch=={torch.__version__.split('+')[0]}" in requirements

@@ -153,6 +153,19 @@ def user_code_paths(model: torch.nn.Module) -> list[str]:
     return found
 
 
+def model_requirements(*extra: str) -> list[str]:
+    """The pip requirements of a logged model: this torch, ct-lightning (its classes are pickled in the model; a
+    serving environment of MLflow's own, ``--env-manager virtualenv``, fails clearly at install without it rather than
+    at load), and ``extra``."""
+    from importlib.metadata import PackageNotFoundError, version  # noqa: PLC0415
+
+    try:
+        ours = f"ct-lightning=={version('ct-lightning')}"
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        ours = "ct-lightning"
+    return [f"torch=={torch.__version__.split('+')[0]}", ours, *extra]
+
+
 def log_classifier(tracking_uri: str, experiment_id: str, run_id: str, model: torch.nn.Module,
                    example: torch.Tensor, step: int = 0):
     """Log ``model`` (returns logits) as the run's MLflow model ``model`` with a signature and an input example.
@@ -172,7 +185,7 @@ def log_classifier(tracking_uri: str, experiment_id: str, run_id: str, model: to
     with _tracking_uri(tracking_uri, experiment_id):
         return mlflow.pytorch.log_model(model, name=MODEL_NAME, run_id=run_id, signature=signature,
                                         input_example=example.numpy(), serialization_format="pickle", step=step,
-                                        pip_requirements=[f"torch=={torch.__version__.split('+')[0]}"],
+                                        pip_requirements=model_requirements(),
                                         code_paths=user_code_paths(model) or None)
 
 

@@ -237,7 +237,7 @@ def log_predictor(model: torch.nn.Module, codec, x_encoded: torch.Tensor, search
     MLflow's own registry lines; :func:`log_models` registers it quietly instead)."""
     from mlflow.models import Model
 
-    from ct_lightning.experiment.runs.run_artifacts import user_code_paths
+    from ct_lightning.experiment.runs.run_artifacts import model_requirements, user_code_paths
 
     signature = predictor_signature(codec)
     example = example_rows(codec, x_encoded)
@@ -253,7 +253,7 @@ def log_predictor(model: torch.nn.Module, codec, x_encoded: torch.Tensor, search
             metadata=metadata,
             run_id=run_id, registered_model_name=registered_model_name, step=step,
             code_paths=user_code_paths(model) or None,  # --model mynet:Net: mynet.py travels with the model
-            pip_requirements=[f"torch=={torch.__version__.split('+')[0]}", "pandas", f"mlflow=={mlflow.__version__}"])
+            pip_requirements=model_requirements("pandas", f"mlflow=={mlflow.__version__}"))
 
 
 def final_step(metrics: dict) -> int:
