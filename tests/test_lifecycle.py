@@ -409,9 +409,14 @@ def test_mlflow_ui_names_tags_model_datasets_and_epoch_steps(store, tmp_path):
         runs.append(train({**TINY, **exp, "seed": seed, "objective": "vanilla" if seed else "full"}))
     names = [r["run_name"] for r in runs]
     assert len(set(names)) == 3, names
-    assert names[0].startswith("moons-full-ecco-s0-") and names[2].startswith("moons-vanilla-ecco-s1-")
-    named = train({**TINY, **exp, "max_epochs": 1, "run_name": "my-run"})
+    assert names[0].startswith("moons-full-ecco-s0-") and names[2].startswith("moons-vanilla-s1-")
+    named = train({**TINY, **exp, "max_epochs": 1, "run_name": "my-run", "immutable": ["x1"]})
     assert named["run_name"] == "my-run"
+    # the constraints in one tag, alike for runs with and without them (the params differ in their columns)
+    constraints = {r["run_id"]: client_of(store).get_run(r["run_id"]).data.tags.get("ct.constraints")
+                   for r in (runs[0], named)}
+    assert constraints == {runs[0]["run_id"]: "every feature mutable; within the data domain",
+                           named["run_id"]: "immutable: x1; within the data domain"}
 
     client = client_of(store)
     experiment = client.get_experiment_by_name("ui")

@@ -347,7 +347,7 @@ TABLE: tuple[Setting, ...] = (
     Setting("tracking_uri", DEFAULT_TRACKING_URI, "MLflow tracking URI (default {DFLT})", defines=False, on_resume=True),
     Setting("experiment", DEFAULT_EXPERIMENT, "MLflow experiment name (default {DFLT})", defines=False, on_resume=True),
     Setting("run_name", None, "MLflow run name (default: one that describes the run: DATA-OBJECTIVE-GENERATOR-sSEED-"
-            "SHORTID for a training, generator-VARIANT, consistency-DATA-MODE)", run_only=True),
+            "SHORTID for a training (no GENERATOR for vanilla), generator-VARIANT, consistency-DATA-MODE)", run_only=True),
     Setting("checkpoint_dir", None, "checkpoint folder (default: checkpoints/RUN_ID beside a local SQLite store, "
             "one per run); a folder that already holds files is refused unless --overwrite", run_only=True),
     Setting("summary_json", None, "write the summary here as JSON: run ids, settings and results (compare.py: default "

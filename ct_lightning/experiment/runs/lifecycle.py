@@ -20,6 +20,7 @@ CHECKPOINT_DIR_TAG = "ct.checkpoint_dir"
 SUMMARY_JSON_TAG = "ct.summary_json"  # where the run writes its summary (--summary-json): a resumed run too
 STACK_TAG = "ct.stack"  # "k/K": member k of a stack of K trainings (experiment/runs/stacked_train.py)
 ERROR_TAG = "error"
+CONSTRAINTS_TAG = "ct.constraints"  # what the training's searches kept to, in words: alike for every run
 
 
 def defining_config(config: dict) -> dict:
@@ -50,9 +51,21 @@ def run_tags(config: dict, extra: dict | None = None) -> dict[str, str]:
     return tags
 
 
+def trained_under(module, datamodule) -> str:
+    """The constraints a training's searches keep to, in one line (the data spec's and ``--immutable``,
+    ``--mutability``, ``--protect``'s together): ``immutable: age; decrease only: debt; within the data domain``, or
+    ``every feature mutable; ...``. The params show them only as given (``mutability: None`` or
+    ``mutability/<column>``), so runs with and without constraints have different columns in the UI."""
+    from ct_lightning.evaluation.eval_constraints import evaluation_constraints  # noqa: PLC0415
+
+    return evaluation_constraints(module, datamodule).in_words()
+
+
 def default_run_name(config: dict, role: str | None = None) -> str:
-    """A descriptive run name without the short id: ``data-objective-generator-sSEED[-role]``."""
-    parts = [data_label(config["data"]), config["objective"], config["generator"], f"s{config['seed']}"]
+    """A descriptive run name without the short id: ``data-objective-generator-sSEED[-role]``; a vanilla training
+    searches no counterfactuals, so its name leaves the generator out (``loans-vanilla-s0``)."""
+    generator = [] if config["objective"] == "vanilla" else [config["generator"]]
+    parts = [data_label(config["data"]), config["objective"], *generator, f"s{config['seed']}"]
     return "-".join(parts + ([role] if role else []))
 
 

@@ -26,8 +26,8 @@ from ct_lightning.experiment.configuration.data import build_datamodule, mutabil
 from ct_lightning.experiment.configuration.preflight import preflight_training
 from ct_lightning.experiment.configuration.settings import resolve_config
 from ct_lightning.experiment.configuration.store import local_store_dir
-from ct_lightning.experiment.runs.lifecycle import CHECKPOINT_DIR_TAG, STACK_TAG, check_outputs, create_run, \
-    mark_failed
+from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, CONSTRAINTS_TAG, STACK_TAG, check_outputs,
+                                                    create_run, mark_failed, trained_under)
 from ct_lightning.experiment.runs.interrupt import TrainingInterrupted
 from ct_lightning.experiment.runs.run_artifacts import EpochStepMLFlowLogger, log_training_inputs, log_training_plots
 from ct_lightning.experiment.runs.served_model import log_models
@@ -169,7 +169,7 @@ def record_member(config: dict, module, datamodule, fit: StackedFit, k: int, tag
     client = MlflowClient(tracking_uri=config["tracking_uri"])
     experiment_id = ensure_experiment(client, config["experiment"], artifact_location)
     run_tags = {**(tags or {}), **{f"ct.{key}": value for key, value in cpu_math_state().items()},
-                STACK_TAG: f"{k + 1}/{n_models}"}
+                STACK_TAG: f"{k + 1}/{n_models}", CONSTRAINTS_TAG: trained_under(module, datamodule)}
     run_id, run_name = create_run(client, experiment_id, config, run_tags)
     try:
         config = {**config, "checkpoint_dir": str((local_store_dir(config["tracking_uri"]) / "checkpoints" / run_id)

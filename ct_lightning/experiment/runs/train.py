@@ -30,7 +30,8 @@ from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_con
 from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
 from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG, TrainingInterrupted
 from ct_lightning.experiment.configuration.preflight import preflight_training
-from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, ERROR_TAG, SUMMARY_JSON_TAG, check_outputs,
+from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, CONSTRAINTS_TAG, ERROR_TAG, SUMMARY_JSON_TAG,
+                                              check_outputs, trained_under,
                                               completed_epochs, create_run, defining_config,
                                               find_resumable_run, mark_failed, mark_interrupted,
                                               resume_command)
@@ -343,7 +344,8 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
         client = OutboxClient(client, config["tracking_uri"], lambda *a, **k: echo(*a, file=sys.stderr, **k))
     if run_id is None:
         run_id, run_name = create_run(client, experiment_id, config,
-                                      {**(tags or {}), **{f"ct.{k}": v for k, v in cpu_math_state().items()}})
+                                      {**(tags or {}), **{f"ct.{k}": v for k, v in cpu_math_state().items()},
+                                       CONSTRAINTS_TAG: trained_under(module, datamodule)})
     else:
         run = client.get_run(run_id)
         run_name = run.info.run_name
