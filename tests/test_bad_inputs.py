@@ -44,6 +44,7 @@ TRAIN = [
     ("--tracking-uri {tmp}/mlruns", "--tracking-uri: got"), ("--tracking-uri file:{tmp}/mlruns", "a folder store"),
     ("--from-checkpoint {text}", "--from-checkpoint"), ("--from-checkpoint {tmp}/missing.ckpt", "--from-checkpoint"),
     ("--data moons --from-checkpoint {other_sd}", "--from-checkpoint"),
+    ("--registered-model a/b", "--registered-model: got 'a/b'; allowed: a name of letters, digits"),
     ("--hidden-sizes 0", "--hidden-sizes"), ("--hidden-sizes a,b", "--hidden-sizes"), ("--seed -1", "--seed"),
     ("--model foo", "--model"), ("--activation nope", "--activation"), ("--generator-options {{bad", "--generator-options"),
     ("--generator ecco --generator-options nope=1", "--generator-options"),

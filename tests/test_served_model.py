@@ -207,3 +207,23 @@ def test_both_models_require_ct_lightning_whose_classes_they_pickle(trained):
         requirements = (Path(folder) / "requirements.txt").read_text().split()
         assert f"ct-lightning=={version('ct-lightning')}" in requirements, (name, requirements)
         assert f"torch=={torch.__version__.split('+')[0]}" in requirements
+
+
+def test_registered_model_names_the_registry_entry_or_none_registers_nothing(tmp_path):
+    """Two models of one table (another target, another product) shared ``ct-DATA-ROLE``, so ``latest`` was whichever
+    ran last: ``--registered-model`` names the entry, and ``none`` registers nothing."""
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.runs.train import registered_lines, train
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    named = train({**TINY, "max_epochs": 1, "tracking_uri": store, "registered_model": "moons-product-a"})
+    unregistered = train({**TINY, "max_epochs": 1, "tracking_uri": store, "registered_model": "none"})
+    client = MlflowClient(store)
+    assert [m.name for m in client.search_registered_models()] == ["moons-product-a"]
+    [version] = client.search_model_versions("name = 'moons-product-a'")
+    assert version.run_id == named["run_id"] and named["models"]["registered"] == "moons-product-a"
+    assert registered_lines(named)[0].startswith("registered model moons-product-a version 1: ")
+    assert unregistered["models"]["registered"] is None and registered_lines(unregistered) == []
+    assert unregistered["models"]["predictor"]  # still logged: explain.py --run-id and a later registration use it
+    assert client.get_run(named["run_id"]).data.params["registered_model"] == "moons-product-a"

@@ -203,6 +203,14 @@ def _check_model(value, option: str) -> None:
         raise InputError(option, value, "mlp, cnn or package.module:factory")
 
 
+REGISTERED_NAME = "a name of letters, digits, '.', '_' and '-' (e.g. loans-approval-ct), or none (register nothing)"
+
+
+def _check_registered_model(value, option: str) -> None:
+    if not re.fullmatch(r"[A-Za-z0-9][\w.\-]*", value):  # MLflow refuses '/' and ':'; quotes break its filters
+        raise InputError(option, value, REGISTERED_NAME)
+
+
 def _check_generator_options(value, option: str) -> None:
     try:
         parse_generator_options(value)
@@ -249,7 +257,7 @@ def _check_model_inputs(value, option: str) -> None:
 EXTRA_CHECKS: dict[str, Callable[[Any, str], None]] = {
     "data": _check_data, "data_spec": _check_data_spec, "model_inputs": _check_model_inputs,
     "mutability": _check_mutability, "model": _check_model,
-    "generator_options": _check_generator_options}
+    "generator_options": _check_generator_options, "registered_model": _check_registered_model}
 
 
 DATA, CT, SEARCH, MODEL, START, TRACK = ("data", "counterfactual training", "counterfactual search",
@@ -348,6 +356,10 @@ TABLE: tuple[Setting, ...] = (
     Setting("experiment", DEFAULT_EXPERIMENT, "MLflow experiment name (default {DFLT})", defines=False, on_resume=True),
     Setting("run_name", None, "MLflow run name (default: one that describes the run: DATA-OBJECTIVE-GENERATOR-sSEED-"
             "SHORTID for a training (no GENERATOR for vanilla), generator-VARIANT, consistency-DATA-MODE)", run_only=True),
+    Setting("registered_model", None, "register the run's predictor in MLflow's model registry under this name, so "
+            "that two models of one table (another target, another product) do not share one name's versions "
+            "(default: ct-DATA-ROLE, e.g. ct-loans-ct; none: register nothing; a sweep: its best trial)",
+            defines=False, on_resume=True),
     Setting("checkpoint_dir", None, "checkpoint folder (default: checkpoints/RUN_ID beside a local SQLite store, "
             "one per run); a folder that already holds files is refused unless --overwrite", run_only=True),
     Setting("summary_json", None, "write the summary here as JSON: run ids, settings and results (compare.py: default "

@@ -196,14 +196,27 @@ def registered_name(data: str, objective: str, role: str | None = None) -> str:
     return f"ct-{clean}-{role.lower()}"
 
 
-def register_run_predictor(tracking_uri: str, run_id: str, verbose: bool = False) -> tuple[str, str]:
-    """Register the ``predictor`` run ``run_id`` logged (a sweep's best trial) as ``ct-DATA-ROLE``, once: ``(name,
-    version)``, the existing version when this run is registered there already."""
+def chosen_name(given: str | None, data: str, objective: str, role: str | None = None) -> str | None:
+    """The registered name a run's predictor goes to: ``--registered-model`` as given (``none``: ``None``, not
+    registered), else :func:`registered_name`."""
+    if given:
+        return None if given.lower() == "none" else given
+    return registered_name(data, objective, role)
+
+
+def register_run_predictor(tracking_uri: str, run_id: str, verbose: bool = False) -> tuple[str | None, str | None]:
+    """Register the ``predictor`` run ``run_id`` logged (a sweep's best trial) under its ``--registered-model`` or as
+    ``ct-DATA-ROLE``, once: ``(name, version)``, the existing version when this run is registered there already;
+    ``(None, None)`` for ``--registered-model none``."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
-    tags = client.get_run(run_id).data.tags
-    name = registered_name(tags.get("data", "data"), tags.get("objective", "full"), tags.get("role"))
+    run = client.get_run(run_id)
+    tags = run.data.tags
+    name = chosen_name(run.data.params.get("registered_model"), tags.get("data", "data"),
+                       tags.get("objective", "full"), tags.get("role"))
+    if name is None:
+        return None, None
     if client.search_registered_models(f"name = '{name}'"):
         existing = client.search_model_versions(f"name = '{name}' and run_id = '{run_id}'")
         if existing:
@@ -333,7 +346,7 @@ def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, modul
     # A sweep's trials are candidates: each logs its predictor, and the sweep registers only its best one at the end
     # (register_run_predictor), so `models:/ct-DATA-ROLE/latest` never becomes whichever trial finished last.
     name = None if tags.get("ct.role") == "sweep-trial" else \
-        registered_name(data, config.get("objective", "full"), tags.get("role"))
+        chosen_name(config.get("registered_model"), data, config.get("objective", "full"), tags.get("role"))
     with _tracking_uri(tracking_uri, experiment_id):
         predictor = log_predictor(module.model, codec, datamodule.x_train, search, None, run_id, step)
     version = None

@@ -294,6 +294,8 @@ def _register_best(tracking_uri: str, run_id: str, echo) -> str | None:
         echo(f"warning: the best trial's predictor was not registered ({str(error).splitlines()[0][:200]})",
              flush=True)
         return None
+    if name is None:  # --registered-model none
+        return None
     echo(f"registered the best trial's predictor as {registered_text(name, version, tracking_uri)}", flush=True)
     return f"{name}/{version}"
 
