@@ -25,8 +25,6 @@ from typing import Any
 
 import yaml
 
-from datamodules.yaml_file import load_yaml, yaml_problem
-
 from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.configuration.store import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
 from ct_lightning.experiment.configuration.validation import BATCHES_ALLOWED, NO_TRAINING, InputError, Rule
@@ -534,6 +532,8 @@ def load_config_file(path: str | Path) -> dict:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"config: no file at {path}")
+    from datamodules.yaml_file import load_yaml, yaml_problem  # noqa: PLC0415 - the package loads its registry
+
     try:
         content = load_yaml(path.read_text()) or {}
     except (yaml.YAMLError, UnicodeDecodeError) as error:
