@@ -323,8 +323,13 @@ def test_skip_bad_rows_explains_the_rows_it_can_read_and_lists_the_others_with_t
     rows.loc[4, "debt"] = "lots"  # not a number
     loaded = Explainable(None, codec, {}, None, True)
     with pytest.raises(InputError, match=r"^--rows: got 'income=.*' \(outside the model's domain in row 1\); "
-                                         r"allowed: .*; --skip-bad-rows explains the other rows and lists this one$"):
+                                         r"allowed: .*; --skip-bad-rows explains the other rows and lists this one "
+                                         r"and the 2 more with a problem$"):
         check_rows(rows.copy(), loaded, "--rows")
+    # the first row in the file is named, not the first column's (a purpose column before income: still row 1)
+    with pytest.raises(InputError, match=r"^--rows: got 'purpose=wedding' \(unseen category in row 3\); allowed: .*"
+                                         r"lists this one and the 1 more with a problem$"):
+        check_rows(rows.loc[[0, 3, 4]].copy(), loaded, "--rows")
     kept, _, skipped = check_rows(rows.copy(), loaded, "--rows", skip_bad_rows=True)
     assert kept.index.tolist() == [0, 2, 5] and [row for row, _ in skipped] == [1, 3, 4]
     assert "outside the model's domain" in skipped[0][1] and "'purpose=wedding': unseen category; allowed: one of" \

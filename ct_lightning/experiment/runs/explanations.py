@@ -194,16 +194,18 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
                     gaps.setdefault(row, []).append(column.name)
         frame, filled = codec.fill_missing(frame)
         notes += [f"{option}: {line}" for line in filled]
-    problems: dict[int, str] = {}  # position of a row left out: its first problem
+    found: dict[int, tuple] = {}  # position of a row with a problem: its first (value, allowed, problem)
     for column in codec.columns:
         for bad, describe in _value_problems(column, frame[column.name]):
-            positions = [int(p) for p in np.flatnonzero(bad) if int(p) not in problems]
-            for p in positions:
-                value, allowed, what = describe(p)
-                if not skip_bad_rows:
-                    hint = "; --skip-bad-rows explains the other rows and lists this one" if len(frame) > 1 else ""
-                    raise InputError(option, value, allowed + hint, f"{what} in row {frame.index[p]}")
-                problems[p] = f"{show(value)}: {what}; allowed: {allowed}"
+            for p in (int(p) for p in np.flatnonzero(bad) if int(p) not in found):
+                found[p] = describe(p)
+    if found and not skip_bad_rows:  # the first row in the file, not the first column's: it is fixed first
+        first = min(found)
+        value, allowed, what = found[first]
+        more = f" and the {len(found) - 1} more with a problem" if len(found) > 1 else ""
+        hint = f"; --skip-bad-rows explains the other rows and lists this one{more}" if len(frame) > 1 else ""
+        raise InputError(option, value, allowed + hint, f"{what} in row {frame.index[first]}")
+    problems = {p: f"{show(value)}: {what}; allowed: {allowed}" for p, (value, allowed, what) in found.items()}
     kept = [p for p in range(len(frame)) if p not in problems]
     if problems and not kept:
         first = min(problems)
