@@ -447,3 +447,21 @@ def test_the_start_up_message_names_balancing_rows_outside_declared_bounds_and_c
     declared = TableDataModule(frame, target="approved", spec={"columns": {"grade": {"kind": "categorical"}}})
     assert "grade" not in declared.code_like()
     assert "balanced" not in declared.describe() and "outside the data spec's bounds" not in declared.describe()
+
+
+def test_a_class_too_rare_for_every_split_is_refused_as_a_likely_misspelt_label(loans):
+    """A label written 'Rejectd' once beside 'Rejected' trained a model with a class of its own that no validation
+    or test row held (stratified_split's 'every split sees every class' did not hold), with no word said."""
+    typos = loans.copy()
+    typos.loc[[3], "approved"] = "yse"
+    typos.loc[[5, 8, 13], "approved"] = "maybe"
+    with pytest.raises(ValueError, match=r"^data: target 'approved': classes 'maybe' \(3 rows\), 'yse' \(1 row\) of "
+                                         r"DataFrame have too few rows for the training, validation and test splits "
+                                         r"\(allowed: at least 4 rows per class\); a misspelt label\? write it as one "
+                                         r"of the other classes \('yes', 'no'\), or leave those rows out$"):
+        TableDataModule(typos, target="approved")
+    typos.loc[[3], "approved"] = "maybe"  # four rows: a class each split sees
+    data = TableDataModule(typos, target="approved")
+    assert len(data.codec.classes) == 3
+    for rows in data.rows.values():
+        assert set(typos["approved"].iloc[rows]) == {"yes", "no", "maybe"}
