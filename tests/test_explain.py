@@ -558,3 +558,21 @@ def test_a_batch_is_written_for_a_spreadsheet_with_each_applicants_id(tmp_path, 
     with pytest.raises(CliExit) as refused:
         main(common)
     assert str(refused.value).startswith(f"--csv: got '{table}' (the file exists)")
+
+
+def test_the_logged_plot_shows_amounts_with_their_currency_sign():
+    """The plot of explanations drew "salary: $99,000 → $80,950" as "salary: 99,000→80,950": matplotlib read the
+    text between the two '$' as a formula."""
+    from ct_lightning.experiment.runs.explanations import explanation_figure
+
+    changes = [{"feature": "salary", "from": 99000, "to": 80950, "unit": "${}"}]
+    explained = pd.DataFrame([{"prediction": "Rejected", "target": "Hired", "factual_probability": 0.3,
+                               "probability": 0.6, "valid": True, "changes": changes,
+                               "other_columns": {"note": "asked $90k"}}])
+    from matplotlib.text import Text
+
+    figure = explanation_figure(explained)
+    figure.canvas.draw()
+    texts = {t.get_text(): t for t in figure.findobj(Text) if "$" in t.get_text()}
+    assert set(texts) == {"salary: $99,000 → $80,950", "row 0 (note asked $90k): Rejected → Hired"}
+    assert all(t.get_parse_math() is False for t in texts.values())  # drawn as written: the '$' signs are no formula

@@ -445,8 +445,18 @@ def write_table(path: str | Path, records: list[dict]) -> None:
 
 
 def plot_explanations(explanations: pd.DataFrame, path: str | Path) -> Path:
+    """:func:`explanation_figure` saved as a PNG at ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = explanation_figure(explanations)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)
+
+
+def explanation_figure(explanations: pd.DataFrame):
     """One panel per row (at most 8): the target's probability at the factual and at the decoded counterfactual,
-    and the changes in original units."""
+    and the changes in original units, as written (``$99,000 → $80,950``: no mathtext between two ``$``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -462,14 +472,12 @@ def plot_explanations(explanations: pd.DataFrame, path: str | Path) -> Path:
         ax.set_xlim(0, 1)
         ax.axvline(0.5, color="k", lw=0.5, ls=":")
         ax.set_title(f"{row_label(i, row.get('other_columns'))}: {row['prediction']} → {row['target']}", fontsize=9,
-                     loc="left")
+                     loc="left", parse_math=False)
         text = "\n".join(change_text(c) for c in row["changes"][:6]) or "no change"
-        ax.text(1.02, 0.5, text, transform=ax.transAxes, va="center", fontsize=8)
+        ax.text(1.02, 0.5, text, transform=ax.transAxes, va="center", fontsize=8, parse_math=False)
     axes[-1, 0].set_xlabel("probability of the target")
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return Path(path)
+    return fig
 
 
 def log_explanations(tracking_uri: str, run_id: str, explanations: pd.DataFrame, records: list[dict]) -> str:
