@@ -367,6 +367,7 @@ def test_a_built_in_table_is_explained_in_the_raw_files_units(tmp_path):
                       str(tmp_path / "rows.csv"), "--json", str(out), "--no-log"], cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "LIMIT_BAL as limit_bal" in done.stdout + done.stderr
+    assert "row 0 (ID 1): predicted " in done.stdout  # the raw file's ID names the client
     records = json.loads(out.read_text())
     assert len(records) == 4
     for record, written in zip(records, raw.to_dict("records")):
