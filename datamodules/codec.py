@@ -238,7 +238,8 @@ class TabularCodec:
             raise ValueError(f"data_spec: target {spec['target']!r} is not the column to predict ({target!r}); "
                              f"allowed: {target}, or no target in the data spec")
         frame = frame.drop(columns=[c for c in dropped if c in frame.columns])
-        unknown = [name for name in declared if name not in frame.columns]
+        # a spec written before --drop-columns was chosen (--write-data-spec lists identifiers) names them: no feature
+        unknown = [name for name in declared if name not in frame.columns and name not in dropped]
         if unknown:
             raise ValueError(f"data_spec: unknown column {unknown[0]!r}; columns: {', '.join(map(str, frame.columns))}")
         train = frame if train_rows is None else frame.iloc[np.asarray(train_rows)]

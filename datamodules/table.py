@@ -28,6 +28,8 @@ CODE_LEVELS = 10  # an inferred integer column with at most this many values may
 BALANCE = ("none", "undersample")  # classes: as in the file, or each cut to the smallest's size
 SPLIT = (0.70, 0.15, 0.15)  # train, validation, test
 MAX_CLASSES = 20
+# the fewest rows of a class that give each split one (stratified_split rounds 15 % of 4 rows up to 1)
+MIN_CLASS_ROWS = next(n for n in range(1, 100) if min(round(n * SPLIT[1]), round(n * SPLIT[2])) >= 1)
 
 
 def is_table_path(data) -> bool:
@@ -96,6 +98,7 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str
     if classes > MAX_CLASSES:
         raise ValueError(f"target: column {target!r} has {classes} distinct values in {name}; allowed: a class "
                          f"label with at most {MAX_CLASSES} classes")
+    problems += rare_class_problems(frame[target], target, name)
     constant = [c for c in frame.columns if c != target and frame[c].nunique(dropna=False) <= 1]
     if constant:
         what = f"column {constant[0]!r} is" if len(constant) == 1 else \
@@ -104,6 +107,20 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str
                         f"{'it' if len(constant) == 1 else 'them'} out with --drop-columns "
                         f"{shlex.quote(','.join(map(str, constant)))}")
     return frame, notes, problems
+
+
+def rare_class_problems(labels: pd.Series, target: str, name: str) -> list[str]:
+    """A problem (with its fix) for the classes with fewer than :data:`MIN_CLASS_ROWS` rows: a misspelt label
+    ('Rejectd' once beside 'Rejected') would train as a class of its own that no validation or test row holds."""
+    counts = labels.value_counts()
+    rare = counts[counts < MIN_CLASS_ROWS]
+    if rare.empty:
+        return []
+    shown = ", ".join(f"{label!r} ({count} row{'s' if count > 1 else ''})" for label, count in rare.items())
+    return [f"target {target!r}: {'class' if len(rare) == 1 else 'classes'} {shown} of {name} "
+            f"{'has' if len(rare) == 1 else 'have'} too few rows for the training, validation and test splits "
+            f"(allowed: at least {MIN_CLASS_ROWS} rows per class); a misspelt label? write it as one of the other "
+            f"classes ({', '.join(map(repr, counts.index[counts >= MIN_CLASS_ROWS][:5]))}), or leave those rows out"]
 
 
 def raise_problems(problems: list[str], name: str) -> None:

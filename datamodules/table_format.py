@@ -346,6 +346,23 @@ def _number_text(values: pd.Series) -> str | None:
     return present.iloc[0]
 
 
+STRAY_SHARE = 0.05  # a column of numbers with at most this share of other cells: a typo, not a column of text
+
+
+def _stray_text(values: pd.Series) -> list | None:
+    """The distinct cells of a text column that are no number, where all other cells are numbers (plain or dressed,
+    ``$85,000``) and they are at most :data:`STRAY_SHARE` of the cells (``'forty'`` among ages, ``'85k'`` among
+    salaries): as categories, the column would train as unrelated levels. ``None`` for other columns."""
+    present = values.dropna()
+    if not _is_text(values) or len(present) < 2 or not all(isinstance(v, str) for v in present):
+        return None
+    number = present.map(lambda v: undressed_number(v, False) is not None or undressed_number(v, True) is not None)
+    strays = present[~number]
+    if number.all() or len(strays) > STRAY_SHARE * len(present):
+        return None
+    return list(pd.unique(strays))
+
+
 def _date_text(values: pd.Series):
     """A value of a column of dates (a datetime dtype, or text that is a date in every row), else ``None``."""
     present = values.dropna()
@@ -378,6 +395,12 @@ def text_column_problems(frame: pd.DataFrame, target: str, declared: dict, name:
             problems.append(f"column {column!r} of {name} holds dates ({date!r}); allowed: numbers or categories: "
                             f"leave it out with --drop-columns {quoted}, or turn it into a number (days since, age in "
                             "months) in the file")
+        elif (strays := _stray_text(frame[column])) is not None:
+            shown = ", ".join(map(repr, strays[:3])) + (" ..." if len(strays) > 3 else "")
+            problems.append(f"column {column!r} of {name} holds numbers but for {len(strays)} value(s): {shown}; "
+                            "allowed: a number in every row: correct those cells in the file (or empty them: a "
+                            "missing value, see --impute), or declare the column categorical in --data-spec if its "
+                            "numbers are codes of categories")
         elif _is_text(frame[column]) and frame[column].nunique() > MAX_CATEGORIES:
             problems.append(f"column {column!r} has {frame[column].nunique()} categories; allowed: at most "
                             f"{MAX_CATEGORIES} (an identifier or free text: leave it out with --drop-columns {quoted}; "

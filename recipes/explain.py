@@ -3,6 +3,7 @@
 Examples:
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --row '{"age": 53, "income": 54600, "sex": "female", ...}'
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --target approved --json out.json
+  .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --target approved --csv out.csv   # a spreadsheet
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --skip-bad-rows   # list rows it cannot read
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --immutable age,sex --mutability debt=decrease
   .venv/bin/python recipes/explain.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --row '{"x1": 0.3, "x2": -1}'
@@ -44,6 +45,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "does not need, smallest first, while the target stays as likely as required)")
     parser.add_argument("--json", help="write the explanations here, one object per row (an existing file is "
                         "refused unless --overwrite)")
+    parser.add_argument("--csv", help="write the explanations here as a table for a spreadsheet, one line per row: "
+                        "row, the row's columns the model does not read (e.g. applicant_id), prediction, target, "
+                        "probabilities, valid, the changes in the row's units, and why a row was not explained "
+                        "(an existing file is refused unless --overwrite)")
     add_arguments(parser, ["immutable", "mutability"])  # checked against the model's columns before any search
     add_arguments(parser, ["data"], data=None)  # the training data of a checkpoint copied without its config.json
     add_arguments(parser, ["tracking_uri", "which", "log", "overwrite"])
@@ -52,7 +57,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> list[dict]:
-    """Check the inputs, load the model, explain every row, print, write ``--json`` and log to the run."""
+    """Check the inputs, load the model, explain every row, print, write ``--json`` and ``--csv`` and log to the
+    run."""
     return run_recipe(build_parser(), argv, run)
 
 

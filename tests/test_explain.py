@@ -367,6 +367,7 @@ def test_a_built_in_table_is_explained_in_the_raw_files_units(tmp_path):
                       str(tmp_path / "rows.csv"), "--json", str(out), "--no-log"], cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "LIMIT_BAL as limit_bal" in done.stdout + done.stderr
+    assert "row 0 (ID 1): predicted " in done.stdout  # the raw file's ID names the client
     records = json.loads(out.read_text())
     assert len(records) == 4
     for record, written in zip(records, raw.to_dict("records")):
@@ -518,3 +519,61 @@ def test_a_value_filled_in_is_marked_so_in_the_explanation():
     assert first["income"].get("filled") is True and "filled" not in second["income"]
     text = describe(explained)
     assert "income (missing: filled in as in training): " in text and text.count("filled in") == 1
+
+
+def test_a_batch_is_written_for_a_spreadsheet_with_each_applicants_id(tmp_path, capsys):
+    """Explaining applicants.csv gave "row 5" only: the applicant_id the model was trained without (--drop-columns)
+    was read and thrown away, and the table (for a spreadsheet) existed only as an MLflow artifact, without row
+    numbers. Now each row is named by the columns the model does not read, in the console, --json and --csv."""
+    from recipes.explain import main
+    from ct_lightning.experiment.configuration.validation import CliExit
+    from ct_lightning.experiment.runs.train import train
+
+    loans = pd.read_csv(LOANS)
+    loans.insert(0, "applicant_id", np.arange(500, 500 + len(loans)))
+    loans.to_csv(tmp_path / "ided.csv", index=False)
+    train({"data": str(tmp_path / "ided.csv"), "target": "approved", "drop_columns": ["applicant_id"], "max_epochs": 1,
+           "nce": 16, "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "progress": False,
+           "checkpoint_dir": str(tmp_path / "ct")})
+    rows = loans.drop(columns="approved").head(6).astype({"purpose": object})
+    rows.loc[2, "purpose"] = "yacht"  # a row the model cannot read
+    rows.to_csv(tmp_path / "applicants.csv", index=False)
+    table = tmp_path / "explained.csv"
+    common = ["--checkpoint", str(tmp_path / "ct" / "last.ckpt"), "--rows", str(tmp_path / "applicants.csv"),
+              "--skip-bad-rows", "--max-steps", "60", "--csv", str(table)]
+    records = main([*common, "--json", str(tmp_path / "explained.json")])
+    out = capsys.readouterr().out
+    assert "row 0 (applicant_id 500): predicted " in out and "row 2 (applicant_id 502): not explained: " in out
+    assert [r["other_columns"] for r in records] == [{"applicant_id": 500 + i} for i in range(6)]
+    assert json.loads((tmp_path / "explained.json").read_text()) == records
+    assert table.read_bytes().startswith(b"\xef\xbb\xbf")  # Excel reads a CSV without it as Windows-1252
+    written = pd.read_csv(table, encoding="utf-8-sig")
+    assert list(written.columns) == ["row", "applicant_id", "explained", "prediction", "prediction_probability",
+                                     "target", "probability", "valid", "changes", "problem"]
+    assert written["applicant_id"].tolist() == list(range(500, 506)) and written["row"].tolist() == list(range(6))
+    assert "unseen category" in written.at[2, "problem"] and not written.at[2, "explained"]
+    changed = next(r for r in records if r.get("changes"))
+    first = changed["changes"][0]
+    assert written.at[changed["row"], "changes"].startswith(f"{first['feature']}: ")
+    assert " → " in written.at[changed["row"], "changes"]
+    with pytest.raises(CliExit) as refused:
+        main(common)
+    assert str(refused.value).startswith(f"--csv: got '{table}' (the file exists)")
+
+
+def test_the_logged_plot_shows_amounts_with_their_currency_sign():
+    """The plot of explanations drew "salary: $99,000 → $80,950" as "salary: 99,000→80,950": matplotlib read the
+    text between the two '$' as a formula."""
+    from ct_lightning.experiment.runs.explanations import explanation_figure
+
+    changes = [{"feature": "salary", "from": 99000, "to": 80950, "unit": "${}"}]
+    explained = pd.DataFrame([{"prediction": "Rejected", "target": "Hired", "factual_probability": 0.3,
+                               "probability": 0.6, "valid": True, "changes": changes,
+                               "other_columns": {"note": "asked $90k"}}])
+    from matplotlib.text import Text
+
+    figure = explanation_figure(explained)
+    figure.canvas.draw()
+    texts = {t.get_text(): t for t in figure.findobj(Text) if "$" in t.get_text()}
+    assert set(texts) == {"salary: $99,000 → $80,950", "row 0 (note asked $90k): Rejected → Hired"}
+    assert all(t.get_parse_math() is False for t in texts.values())  # drawn as written: the '$' signs are no formula

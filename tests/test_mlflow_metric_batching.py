@@ -81,3 +81,14 @@ def test_a_resume_logs_the_unsent_epochs_a_checkpoint_holds_and_nothing_twice(ru
         "val/acc": [(0, 0.5), (1, 0.51), (2, 0.52), (3, 0.53)],
         "epoch": [(0, 0.0), (1, 1.0), (2, 2.0), (3, 3.0)]}
     assert log_missing_epoch_metrics(client, run_id, checkpoint) == 0, "a second resume logs nothing again"
+
+
+def test_long_parameters_are_logged_whole(run):
+    """Lightning's MLFlowLogger cut every value to 250 characters: a table's feature_names param ended
+    "..., 'city=Cologne', '" with the remaining categories gone."""
+    uri, client, run_id = run
+    names = [f"city=Town number {i}" for i in range(40)]
+    EpochStepMLFlowLogger(tracking_uri=uri, run_id=run_id).log_hyperparams({"feature_names": names, "seed": 0})
+    params = client.get_run(run_id).data.params
+    assert params["feature_names"] == str(names) and len(params["feature_names"]) > 250
+    assert params["seed"] == "0"

@@ -186,6 +186,19 @@ def test_a_column_without_negative_training_values_is_not_widened_below_zero(cod
     assert not shifted.floored_at_zero and shifted.domain()[0] == pytest.approx(shifted.mean - 3 * shifted.scale)
 
 
+def test_a_column_named_in_another_case_is_refused_with_the_models_spelling(codec):
+    """explain.py --immutable Age said only "(no such column)", where train.py's --immutable Age says "did you mean
+    'age'? names are case-sensitive"; explain.py and a served request's params share this check."""
+    from ct_lightning.experiment.runs.request_checks import MutabilityRefused, requested_mutability
+
+    with pytest.raises(MutabilityRefused) as refused:
+        requested_mutability(codec, {"immutable": "Age,sex"})
+    assert str(refused.value).startswith("params: immutable 'Age' (no such column; did you mean 'age'? names are "
+                                         "case-sensitive); allowed: the model's columns: age, "), str(refused.value)
+    with pytest.raises(MutabilityRefused, match=r"\(no such column\); allowed"):
+        requested_mutability(codec, {"mutability": "agee=none"})
+
+
 def test_params_target_and_max_steps(codec):
     check_params(codec, {"explain": True, "target": "yes", "max_steps": 50})
     check_params(codec, {"target": "", "max_steps": 0})

@@ -323,8 +323,13 @@ def test_skip_bad_rows_explains_the_rows_it_can_read_and_lists_the_others_with_t
     rows.loc[4, "debt"] = "lots"  # not a number
     loaded = Explainable(None, codec, {}, None, True)
     with pytest.raises(InputError, match=r"^--rows: got 'income=.*' \(outside the model's domain in row 1\); "
-                                         r"allowed: .*; --skip-bad-rows explains the other rows and lists this one$"):
+                                         r"allowed: .*; --skip-bad-rows explains the other rows and lists this one "
+                                         r"and the 2 more with a problem$"):
         check_rows(rows.copy(), loaded, "--rows")
+    # the first row in the file is named, not the first column's (a purpose column before income: still row 1)
+    with pytest.raises(InputError, match=r"^--rows: got 'purpose=wedding' \(unseen category in row 3\); allowed: .*"
+                                         r"lists this one and the 1 more with a problem$"):
+        check_rows(rows.loc[[0, 3, 4]].copy(), loaded, "--rows")
     kept, _, skipped = check_rows(rows.copy(), loaded, "--rows", skip_bad_rows=True)
     assert kept.index.tolist() == [0, 2, 5] and [row for row, _ in skipped] == [1, 3, 4]
     assert "outside the model's domain" in skipped[0][1] and "'purpose=wedding': unseen category; allowed: one of" \
@@ -442,3 +447,21 @@ def test_the_start_up_message_names_balancing_rows_outside_declared_bounds_and_c
     declared = TableDataModule(frame, target="approved", spec={"columns": {"grade": {"kind": "categorical"}}})
     assert "grade" not in declared.code_like()
     assert "balanced" not in declared.describe() and "outside the data spec's bounds" not in declared.describe()
+
+
+def test_a_class_too_rare_for_every_split_is_refused_as_a_likely_misspelt_label(loans):
+    """A label written 'Rejectd' once beside 'Rejected' trained a model with a class of its own that no validation
+    or test row held (stratified_split's 'every split sees every class' did not hold), with no word said."""
+    typos = loans.copy()
+    typos.loc[[3], "approved"] = "yse"
+    typos.loc[[5, 8, 13], "approved"] = "maybe"
+    with pytest.raises(ValueError, match=r"^data: target 'approved': classes 'maybe' \(3 rows\), 'yse' \(1 row\) of "
+                                         r"DataFrame have too few rows for the training, validation and test splits "
+                                         r"\(allowed: at least 4 rows per class\); a misspelt label\? write it as one "
+                                         r"of the other classes \('yes', 'no'\), or leave those rows out$"):
+        TableDataModule(typos, target="approved")
+    typos.loc[[3], "approved"] = "maybe"  # four rows: a class each split sees
+    data = TableDataModule(typos, target="approved")
+    assert len(data.codec.classes) == 3
+    for rows in data.rows.values():
+        assert set(typos["approved"].iloc[rows]) == {"yes", "no", "maybe"}

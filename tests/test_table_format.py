@@ -120,6 +120,28 @@ def test_numbers_written_ambiguously_as_text_are_refused_unless_declared(tmp_pat
     assert next(c for c in declared.codec.columns if c.name == "income").kind == "categorical"
 
 
+def test_a_column_of_numbers_with_a_stray_word_is_refused_not_read_as_categories(tmp_path, loans):
+    """An age written 'forty' once trained age as a categorical column of 44 unrelated levels, in silence; a salary
+    '85k' among '$85,000' was refused as '133 categories' with the advice to declare it continuous."""
+    stray = loans.astype({"age": object, "income": object})
+    stray["income"] = [f"${v:,}" for v in loans.income]
+    stray.loc[7, "age"] = "forty"
+    stray.loc[3, "income"] = "85k"
+    stray.to_csv(tmp_path / "stray.csv", index=False)
+    with pytest.raises(ValueError) as refused:
+        TableDataModule(tmp_path / "stray.csv", target="approved")
+    assert "column 'age' of " in str(refused.value) and "holds numbers but for 1 value(s): 'forty'; allowed: a " \
+        "number in every row" in str(refused.value)
+    assert "column 'income' of " in str(refused.value) and "holds numbers but for 1 value(s): '85k'" in \
+        str(refused.value)
+    coded = loans.astype({"age": object})
+    coded.loc[:1, "age"] = ["A", "B"]  # 2 of 120 rows: codes of categories, declared so
+    coded.to_csv(tmp_path / "coded.csv", index=False)
+    declared = TableDataModule(tmp_path / "coded.csv", target="approved",
+                               spec={"columns": {"age": {"kind": "categorical"}}})
+    assert next(c for c in declared.codec.columns if c.name == "age").kind == "categorical"
+
+
 def test_dates_are_refused_unless_left_out(tmp_path, loans):
     dated = loans.assign(applied=[f"2021-{1 + i % 12:02d}-01" for i in range(len(loans))])
     dated.to_csv(tmp_path / "dated.csv", index=False)

@@ -361,11 +361,30 @@ def format_change(before, after, unit: str | None = None) -> str:
     return f"{shown[0]} → {shown[1]}"
 
 
+def change_text(change: dict) -> str:
+    """One change as a person reads it: ``income: 31,000 → 38,400``, marked where the value was filled in."""
+    filled = " (missing: filled in as in training)" if change.get("filled") else ""
+    return f"{change['feature']}{filled}: {format_change(change['from'], change['to'], change.get('unit'))}"
+
+
+def row_label(row: int, other_columns: Mapping | None = None) -> str:
+    """``row 5``, with the row's columns the model does not read where it has some (``row 5 (applicant_id
+    1005)``), so that an explanation can be told to its applicant; long text cut to 30 characters."""
+    if not other_columns:
+        return f"row {row}"
+    shown = []
+    for name, value in other_columns.items():
+        text = str(value) if isinstance(value, (int, np.integer)) else format_value(value)  # an id, not 1,005
+        shown.append(f"{name} {text if len(text) <= 30 else text[:29] + '…'}")
+    return f"row {row} ({', '.join(shown)})"
+
+
 def describe(explanations: pd.DataFrame) -> str:
     """The explanations as text, one block per row: the prediction, then each change ``feature: from → to``."""
     lines = []
     for i, row in explanations.iterrows():
-        lines.append(f"row {i}: predicted {row['prediction']} (probability {row['prediction_probability']:.2f})")
+        label = row_label(i, row.get("other_columns"))
+        lines.append(f"{label}: predicted {row['prediction']} (probability {row['prediction_probability']:.2f})")
         status = "valid" if row["valid"] else "NOT valid: the decoded counterfactual is not predicted as the target"
         if _same(row["prediction"], row["target"]) and row["changes"]:
             # Already the target, below τ (three or more classes): the changes only make the model more certain.
@@ -377,18 +396,18 @@ def describe(explanations: pd.DataFrame) -> str:
             already = row["valid"] and _same(row["prediction"], row["target"])
             lines.append(f"    nothing needs to change: already {row['target']}" if already else "    no change found")
         for change in row["changes"]:
-            filled = " (missing: filled in as in training)" if change.get("filled") else ""
-            lines.append(f"    {change['feature']}{filled}: "
-                         f"{format_change(change['from'], change['to'], change.get('unit'))}")
+            lines.append(f"    {change_text(change)}")
         if row["changes"] and row.get("immutable"):
             lines.append(f"    (not allowed to change: {', '.join(row['immutable'])})")
     return "\n".join(lines)
 
 
 def to_records(explanations: pd.DataFrame) -> list[dict]:
-    """The explanations as a JSON-able list, one object per row."""
+    """The explanations as a JSON-able list, one object per row (with ``other_columns`` where the rows carried
+    columns the model does not read)."""
+    keys = COLUMNS + ["other_columns"] * ("other_columns" in explanations.columns)
     out = []
     for _, row in explanations.iterrows():
         out.append({key: (_plain(row[key]) if not isinstance(row[key], (dict, list)) else row[key])
-                    for key in COLUMNS})
+                    for key in keys})
     return out

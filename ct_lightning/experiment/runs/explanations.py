@@ -14,8 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ct_lightning.evaluation.explanation import (FeatureCodec, codec_from_dict, explain, explanation_search,
-                                                 to_records)
+from ct_lightning.evaluation.explanation import FeatureCodec, codec_from_dict, explain, explanation_search
 from ct_lightning.experiment.configuration.validation import InputError, show
 from ct_lightning.experiment.runs.checkpoints import load_trained_classifier
 from datamodules.codec import categories_by_case
@@ -173,6 +172,7 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
     unknown = [c for c in frame.columns if c not in columns and c not in ignored]
     note = "" if explainable.has_preprocessing else " (the run has no preprocessing.json, so the columns are the " \
                                                     "model's own inputs)"
+    others = _other_columns(frame, [c for c in frame.columns if c not in columns])  # ids: they name the rows
     if unknown and not missing:  # a CRM export's extra columns (customer_id, notes): the model's are all there
         frame = frame.drop(columns=unknown)
         notes.append(f"{option}: columns the model does not read left out: {', '.join(map(str, unknown))}")
@@ -194,16 +194,18 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
                     gaps.setdefault(row, []).append(column.name)
         frame, filled = codec.fill_missing(frame)
         notes += [f"{option}: {line}" for line in filled]
-    problems: dict[int, str] = {}  # position of a row left out: its first problem
+    found: dict[int, tuple] = {}  # position of a row with a problem: its first (value, allowed, problem)
     for column in codec.columns:
         for bad, describe in _value_problems(column, frame[column.name]):
-            positions = [int(p) for p in np.flatnonzero(bad) if int(p) not in problems]
-            for p in positions:
-                value, allowed, what = describe(p)
-                if not skip_bad_rows:
-                    hint = "; --skip-bad-rows explains the other rows and lists this one" if len(frame) > 1 else ""
-                    raise InputError(option, value, allowed + hint, f"{what} in row {frame.index[p]}")
-                problems[p] = f"{show(value)}: {what}; allowed: {allowed}"
+            for p in (int(p) for p in np.flatnonzero(bad) if int(p) not in found):
+                found[p] = describe(p)
+    if found and not skip_bad_rows:  # the first row in the file, not the first column's: it is fixed first
+        first = min(found)
+        value, allowed, what = found[first]
+        more = f" and the {len(found) - 1} more with a problem" if len(found) > 1 else ""
+        hint = f"; --skip-bad-rows explains the other rows and lists this one{more}" if len(frame) > 1 else ""
+        raise InputError(option, value, allowed + hint, f"{what} in row {frame.index[first]}")
+    problems = {p: f"{show(value)}: {what}; allowed: {allowed}" for p, (value, allowed, what) in found.items()}
     kept = [p for p in range(len(frame)) if p not in problems]
     if problems and not kept:
         first = min(problems)
@@ -215,7 +217,20 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
         if not _is_category(column):
             frame[column.name] = pd.to_numeric(frame[column.name])
     frame.attrs["filled"] = {row: columns for row, columns in gaps.items() if row in frame.index}
+    frame.attrs["other_columns"] = others  # every row's, those left out too: they name the rows in the output
     return frame, notes, skipped
+
+
+def _other_columns(frame: pd.DataFrame, names: list) -> dict[int, dict]:
+    """``{row: {column: value}}`` of the columns the model does not read (an applicant's id, left out of training
+    with ``--drop-columns``), in the file's order, missing values as ``None``: explanations carry them."""
+    if not names:
+        return {}
+    from datamodules.codec import _plain  # noqa: PLC0415
+
+    names = [c for c in frame.columns if c in set(names)]
+    return {row: {str(c): None if pd.isna(v) else _plain(v) for c, v in zip(names, values)}
+            for row, values in zip(frame.index, frame[names].itertuples(index=False))}
 
 
 def _plain_name(name) -> str:
@@ -361,6 +376,9 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
     if not isinstance(rows, pd.DataFrame):
         return explained
     explained = explained.set_axis(rows.index)  # rows keep their numbers
+    others = rows.attrs.get("other_columns") or {}
+    if others:
+        explained["other_columns"] = [others.get(row, {}) for row in rows.index]
     for row, columns in rows.attrs.get("filled", {}).items():  # the applicant gave no value: it was filled in
         for change in explained.at[row, "changes"]:
             if change["feature"] in columns:
@@ -392,27 +410,59 @@ def _training_data(explainable: Explainable, generator: str) -> tuple[torch.Tens
     return datamodule.x_train, datamodule.y_train
 
 
-def flat_table(explanations: pd.DataFrame) -> pd.DataFrame:
-    """One row per explained row: the prediction, target, probability, validity and the changes as text."""
-    from ct_lightning.evaluation.explanation import format_change
+FLAT = ["row", "explained", "prediction", "prediction_probability", "target", "probability", "valid", "changes",
+        "problem"]
 
-    return pd.DataFrame({
-        "prediction": explanations["prediction"], "prediction_probability": explanations["prediction_probability"],
-        "target": explanations["target"], "probability": explanations["probability"],
-        "valid": explanations["valid"],
-        "changes": ["; ".join(f"{c['feature']}: {format_change(c['from'], c['to'], c.get('unit'))}" for c in changes)
-                    for changes in explanations["changes"]]})
+
+def flat_table(records: list[dict]) -> pd.DataFrame:
+    """One line per input row, for a spreadsheet: ``row`` (its number in the input, from 0), the row's columns the
+    model does not read (an applicant's id) as they were given, then the prediction, target, probabilities (three
+    decimals), validity and the changes as text in the row's own units (``income: 31,000 → 38,400; ...``), and for
+    a row left out (``--skip-bad-rows``) its ``problem``. ``records``: explain.py's JSON objects."""
+    from ct_lightning.evaluation.explanation import change_text  # noqa: PLC0415
+
+    lines = []
+    for record in records:
+        line = {"row": record["row"]}
+        for name, value in (record.get("other_columns") or {}).items():
+            line[name if name not in FLAT else f"input {name}"] = value  # a column named like ours keeps its value
+        line.update({key: record.get(key) for key in FLAT[1:-2]})
+        for key in ("prediction_probability", "probability"):
+            line[key] = None if line[key] is None else round(float(line[key]), 3)
+        line["changes"] = "; ".join(change_text(c) for c in record.get("changes", ()))
+        line["problem"] = record.get("problem", "")
+        lines.append(line)
+    return pd.DataFrame(lines)
+
+
+def write_table(path: str | Path, records: list[dict]) -> None:
+    """:func:`flat_table` as a CSV a spreadsheet opens as written: UTF-8 with a byte-order mark (Excel reads a CSV
+    without one as Windows-1252, and ``→`` as ``â†’``)."""
+    from ct_lightning.experiment.runs.atomic_files import atomic_file  # noqa: PLC0415
+
+    with atomic_file(path) as temporary:
+        flat_table(records).to_csv(temporary, index=False, encoding="utf-8-sig")
 
 
 def plot_explanations(explanations: pd.DataFrame, path: str | Path) -> Path:
+    """:func:`explanation_figure` saved as a PNG at ``path``."""
+    import matplotlib.pyplot as plt
+
+    fig = explanation_figure(explanations)
+    fig.savefig(path, dpi=110, bbox_inches="tight")
+    plt.close(fig)
+    return Path(path)
+
+
+def explanation_figure(explanations: pd.DataFrame):
     """One panel per row (at most 8): the target's probability at the factual and at the decoded counterfactual,
-    and the changes in original units."""
+    and the changes in original units, as written (``$99,000 → $80,950``: no mathtext between two ``$``)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ct_lightning.evaluation.explanation import format_change
+    from ct_lightning.evaluation.explanation import change_text, row_label
 
     shown = explanations.head(8)
     fig, axes = plt.subplots(len(shown), 1, figsize=(8, 2.2 * len(shown)), squeeze=False)
@@ -421,28 +471,27 @@ def plot_explanations(explanations: pd.DataFrame, path: str | Path) -> Path:
         ax.set_yticks([0, 1], ["factual", "counterfactual"])
         ax.set_xlim(0, 1)
         ax.axvline(0.5, color="k", lw=0.5, ls=":")
-        ax.set_title(f"row {i}: {row['prediction']} → {row['target']}", fontsize=9, loc="left")
-        text = "\n".join(f"{c['feature']}: {format_change(c['from'], c['to'], c.get('unit'))}"
-                         for c in row["changes"][:6]) or "no change"
-        ax.text(1.02, 0.5, text, transform=ax.transAxes, va="center", fontsize=8)
+        ax.set_title(f"{row_label(i, row.get('other_columns'))}: {row['prediction']} → {row['target']}", fontsize=9,
+                     loc="left", parse_math=False)
+        text = "\n".join(change_text(c) for c in row["changes"][:6]) or "no change"
+        ax.text(1.02, 0.5, text, transform=ax.transAxes, va="center", fontsize=8, parse_math=False)
     axes[-1, 0].set_xlabel("probability of the target")
     fig.tight_layout()
-    fig.savefig(path, dpi=110, bbox_inches="tight")
-    plt.close(fig)
-    return Path(path)
+    return fig
 
 
-def log_explanations(tracking_uri: str, run_id: str, explanations: pd.DataFrame) -> str:
-    """Log the explanations to the run itself under ``explanations/UTC-TIME/``: ``explanations.json``,
-    ``explanations.csv`` and ``explanations.png``. Returns that artifact folder."""
+def log_explanations(tracking_uri: str, run_id: str, explanations: pd.DataFrame, records: list[dict]) -> str:
+    """Log the explanations to the run itself under ``explanations/UTC-TIME/``: ``explanations.json`` and
+    ``explanations.csv`` (``records``, explain.py's ``--json`` and ``--csv``) and ``explanations.png``. Returns that
+    artifact folder."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
     folder = f"explanations/{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}"
     with tempfile.TemporaryDirectory(prefix="ct-explain-") as local:
         local = Path(local)
-        (local / "explanations.json").write_text(json.dumps(to_records(explanations), indent=2, default=str))
-        flat_table(explanations).to_csv(local / "explanations.csv", index=False)
+        (local / "explanations.json").write_text(json.dumps(records, indent=2, default=str))
+        write_table(local / "explanations.csv", records)
         plot_explanations(explanations, local / "explanations.png")
         client.log_artifacts(run_id, str(local), artifact_path=folder)
     return folder

@@ -297,7 +297,9 @@ def _mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
     structured = one_hot_groups(codec) is not None
     unknown = [name for name in given if name not in kinds]
     if unknown:
-        return ",".join(unknown), "no such column", f"the model's columns: {_listed(list(kinds))}"
+        same = [name for name in kinds if len(unknown) == 1 and name.casefold() == unknown[0].casefold()]
+        hint = f"; did you mean {same[0]!r}? names are case-sensitive" if same else ""  # as train.py's --immutable
+        return ",".join(unknown), f"no such column{hint}", f"the model's columns: {_listed(list(kinds))}"
     for name, kind in given.items():
         if kind not in MUTABILITY_KINDS:
             return f"{name}={kind}", "no such kind", ", ".join(MUTABILITY_KINDS)

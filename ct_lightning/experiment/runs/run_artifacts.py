@@ -53,10 +53,17 @@ class EpochStepMLFlowLogger(MLFlowLogger):
     @rank_zero_only
     def log_hyperparams(self, params) -> None:
         """As ``MLFlowLogger``'s, with each character MLflow refuses in a name (a column's ``%`` or ``=`` in
-        ``mutability/<column>``) written as ``_``: the run's config.json and checkpoints keep the names as given."""
+        ``mutability/<column>``) written as ``_``: the run's config.json and checkpoints keep the names as given.
+        Values are kept up to MLflow's own limit (6000 characters), not Lightning's 250, which cut a table's
+        ``feature_names`` in the middle of a category."""
         from lightning.fabric.utilities.logger import _convert_params, _flatten_dict  # noqa: PLC0415
+        from mlflow.entities import Param  # noqa: PLC0415
+        from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH  # noqa: PLC0415
 
-        super().log_hyperparams({param_name(key): value for key, value in _flatten_dict(_convert_params(params)).items()})
+        params = [Param(param_name(key), str(value)[:MAX_PARAM_VAL_LENGTH])
+                  for key, value in _flatten_dict(_convert_params(params)).items()]
+        for start in range(0, len(params), 100):  # MLflow's most parameters per log_batch
+            self.experiment.log_batch(run_id=self.run_id, params=params[start:start + 100], **self._log_batch_kwargs)
 
     @rank_zero_only
     def log_metrics(self, metrics, step=None):

@@ -16,9 +16,11 @@ SEARCH = ["generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_ene
 
 
 def run(args: argparse.Namespace) -> list[dict]:
-    """Check the inputs, load the model, explain every row, print, write ``--json`` and log to the run."""
+    """Check the inputs, load the model, explain every row, print, write ``--json`` and ``--csv`` and log to the
+    run."""
     with checking():
         check_output_file("--json", args.json, args.overwrite)
+        check_output_file("--csv", getattr(args, "csv", None), args.overwrite)
         check_checkpoint_file("--checkpoint", args.checkpoint)
         if args.rows and not Path(args.rows).is_file():
             raise EnvironmentProblem(f"--rows: no file at {args.rows}")
@@ -28,7 +30,9 @@ def run(args: argparse.Namespace) -> list[dict]:
             SETTINGS_BY_NAME["data"].checked(args.data, "--data")  # a table file must exist
         from ct_lightning.experiment.runs.explanations import (check_rows, explain_loaded,  # noqa: PLC0415
                                                                explanation_mutability, load_explainable,
-                                                               log_explanations, read_rows, search_settings, use_data)
+                                                               log_explanations, read_rows, search_settings, use_data,
+                                                               write_table)
+        from ct_lightning.evaluation.explanation import describe, row_label  # noqa: PLC0415
 
         rows = read_rows(args.rows, args.row)
         loaded = load_explainable(args.run_id, args.checkpoint, args.tracking_uri, args.which)
@@ -39,15 +43,14 @@ def run(args: argparse.Namespace) -> list[dict]:
                                           skip_bad_rows=args.skip_bad_rows)
         for note in notes:
             print(f"note: {note}")
+        others = rows.attrs.get("other_columns") or {}
         for row, problem in skipped:
-            print(f"row {row}: not explained: {problem}")
+            print(f"{row_label(row, others.get(row))}: not explained: {problem}")
         settings = search_settings(loaded.module, {k: getattr(args, k) for k in SEARCH})
         settings["mutability"] = explanation_mutability(loaded, getattr(args, "immutable", None),
                                                         getattr(args, "mutability", None))
         settings["fewer_changes"] = getattr(args, "fewer_changes", True)
         explanations = explain_loaded(loaded, rows, args.target, settings, args.seed)
-    from ct_lightning.evaluation.explanation import describe  # noqa: PLC0415
-
     print(describe(explanations))
     if len(explanations) and not any(len(fixed) for fixed in explanations["immutable"]):
         print("note: every column was free to change (the model was trained without immutable columns, and none was "
@@ -57,20 +60,25 @@ def run(args: argparse.Namespace) -> list[dict]:
               "own): such a change sits near the decision boundary; --tau 0.75 asks for one the model is surer of")
     if skipped:
         print(f"{len(skipped)} of {len(skipped) + len(explanations)} rows not explained (listed above: --skip-bad-rows)")
-    records = numbered_records(explanations, skipped)
+    records = numbered_records(explanations, skipped, others)
     if args.json:
         write_json_atomic(args.json, records)
+    if getattr(args, "csv", None):
+        write_table(args.csv, records)
     if args.run_id and args.log:
-        print(f"logged {log_explanations(args.tracking_uri, args.run_id, explanations)}/ to run {args.run_id}")
+        print(f"logged {log_explanations(args.tracking_uri, args.run_id, explanations, records)}/ to run {args.run_id}")
     return records
 
 
-def numbered_records(explanations, skipped: list[tuple[int, str]]) -> list[dict]:
+def numbered_records(explanations, skipped: list[tuple[int, str]], others: dict | None = None) -> list[dict]:
     """One JSON object per input row, in the input's order: ``row`` (its number in the input, from 0) and
-    ``explained``; an explained row's explanation, a row left out (``--skip-bad-rows``) its ``problem``."""
+    ``explained``; an explained row's explanation, a row left out (``--skip-bad-rows``) its ``problem``; each with
+    ``other_columns``, the row's columns the model does not read (``others``: an applicant's id), where it has some."""
     from ct_lightning.evaluation.explanation import to_records  # noqa: PLC0415
 
     records = [(int(row), {"row": int(row), "explained": True, **record})
                for row, record in zip(explanations.index, to_records(explanations))]
-    records += [(int(row), {"row": int(row), "explained": False, "problem": problem}) for row, problem in skipped]
+    records += [(int(row), {"row": int(row), "explained": False, "problem": problem,
+                            **({"other_columns": others[row]} if (others or {}).get(row) else {})})
+                for row, problem in skipped]
     return [record for _, record in sorted(records, key=lambda pair: pair[0])]
