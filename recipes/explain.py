@@ -5,6 +5,7 @@ Examples:
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --target approved --json out.json
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --target approved --csv out.csv   # a spreadsheet
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --skip-bad-rows   # list rows it cannot read
+  .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --only-predicted no --csv advice.csv
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --immutable age,sex --mutability debt=decrease
   .venv/bin/python recipes/explain.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --row '{"x1": 0.3, "x2": -1}'
   .venv/bin/python recipes/explain.py --checkpoint copied/last.ckpt --data loans.csv --rows applicants.csv --generator revise
@@ -40,6 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help="--rows: leave out rows the model cannot read (a missing value, an unseen category, a "
                         "non-number, a number outside the model's domain), list them with their problem and explain "
                         "the others (default: such a row stops the run before any search)")
+    parser.add_argument("--only-predicted", metavar="CLASS",
+                        help="explain only the rows the model predicts as CLASS (e.g. Rejected: the applicants to "
+                        "advise); the others are not searched, and --json/--csv give their prediction")
     parser.add_argument("--all-changes", dest="fewer_changes", action="store_false",
                         help="keep every change the search made (default: give back each change the counterfactual "
                         "does not need, smallest first, while the target stays as likely as required)")

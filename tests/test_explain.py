@@ -577,3 +577,35 @@ def test_the_logged_plot_shows_amounts_with_their_currency_sign():
     texts = {t.get_text(): t for t in figure.findobj(Text) if "$" in t.get_text()}
     assert set(texts) == {"salary: $99,000 → $80,950", "row 0 (note asked $90k): Rejected → Hired"}
     assert all(t.get_parse_math() is False for t in texts.values())  # drawn as written: the '$' signs are no formula
+
+
+def test_only_the_rows_predicted_as_a_class_are_searched_and_the_others_keep_their_prediction(tmp_path, capsys):
+    """An HR batch mixes applicants the model rejects and accepts: explaining all of them told the accepted ones how to
+    be rejected. --only-predicted CLASS searches only the rows predicted so; the others are listed with their
+    prediction (--json, --csv), and a CLASS that is no class is refused before any search."""
+    from recipes.explain import main
+    from ct_lightning.experiment.configuration.validation import CliExit
+    from ct_lightning.experiment.runs.train import train
+
+    train({"data": str(LOANS), "target": "approved", "max_epochs": 1, "nce": 16, "progress": False,
+           "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "checkpoint_dir": str(tmp_path / "ct")})
+    pd.read_csv(LOANS).drop(columns="approved").head(12).to_csv(tmp_path / "applicants.csv", index=False)
+    common = ["--checkpoint", str(tmp_path / "ct" / "last.ckpt"), "--rows", str(tmp_path / "applicants.csv"),
+              "--max-steps", "40"]
+    every = main(common)
+    predictions = [r["prediction"] for r in every]
+    chosen = predictions[0]
+    capsys.readouterr()
+    records = main([*common, "--only-predicted", str(chosen).upper(), "--csv", str(tmp_path / "advice.csv")])
+    out = capsys.readouterr().out
+    assert [r["explained"] for r in records] == [p == chosen for p in predictions]
+    assert [r["prediction"] for r in records] == predictions
+    assert all(r["problem"] == f"predicted {r['prediction']}, not {chosen} (--only-predicted)"
+               for r in records if not r["explained"])
+    kept = sum(p == chosen for p in predictions)
+    assert 0 < kept < 12, predictions  # both kinds of rows are there
+    assert f"--only-predicted {chosen}: {kept} of 12 rows are predicted {chosen} and explained" in out
+    assert len(pd.read_csv(tmp_path / "advice.csv", encoding="utf-8-sig")) == 12
+    with pytest.raises(CliExit) as refused:
+        main([*common, "--only-predicted", "maybe"])
+    assert str(refused.value).startswith("--only-predicted: got 'maybe'; allowed: ")

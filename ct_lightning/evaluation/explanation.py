@@ -124,6 +124,30 @@ def _column_names(codec) -> list[str]:
     return [c.name for c in codec.columns]
 
 
+def class_named(label, classes, option: str):
+    """The class of ``classes`` that ``label`` names (as text, or in another case where that is unambiguous: ``yes``
+    for ``Yes``), else a one-line ``ValueError`` naming ``option`` and the classes."""
+    match = [c for c in classes if c == label or str(c) == str(label)]
+    if not match:
+        same = categories_by_case(classes).get(str(label).casefold())
+        match = [same] if same is not None else []
+    if not match:
+        raise ValueError(f"{option}: got {label!r}; allowed: {', '.join(map(str, classes))}")
+    return match[0]
+
+
+def predicted_classes(model: nn.Module, rows: pd.DataFrame, codec) -> list:
+    """The class the model predicts for each row (in original units, checked as :func:`explain` checks them), as the
+    codec's labels: no search."""
+    classifier = getattr(model, "model", model)
+    frame = codec.without_dropped(rows) if hasattr(codec, "without_dropped") else rows
+    check_columns(frame, _column_names(codec))
+    x = torch.tensor(np.array(codec.encode(frame[_column_names(codec)].reset_index(drop=True)), dtype=np.float32))
+    with eval_mode(classifier), torch.no_grad():
+        predicted = classifier(x.to(next(classifier.parameters()).device)).argmax(1).cpu().tolist()
+    return [codec.classes[i] for i in predicted]
+
+
 def _target_codes(target, codec, predicted: torch.Tensor, probabilities: torch.Tensor) -> torch.Tensor:
     """Target class indices: the given label for every row, else the most likely class other than the prediction."""
     if target is None:
@@ -133,15 +157,9 @@ def _target_codes(target, codec, predicted: torch.Tensor, probabilities: torch.T
     labels = list(target) if isinstance(target, (list, tuple, np.ndarray, pd.Series)) else [target] * len(predicted)
     if len(labels) != len(predicted):
         raise ValueError(f"target: {len(labels)} targets for {len(predicted)} rows")
-    codes = []
-    for label in labels:
-        match = [i for i, c in enumerate(codec.classes) if c == label or str(c) == str(label)]
-        if not match:  # 'yes' for the class 'Yes', where no other class reads the same
-            same = categories_by_case(codec.classes).get(str(label).casefold())
-            match = [i for i, c in enumerate(codec.classes) if same is not None and c is same]
-        if not match:
-            raise ValueError(f"target: got {label!r}; allowed: {', '.join(map(str, codec.classes))}")
-        codes.append(match[0])
+    classes = list(codec.classes)
+    codes = [next(i for i, c in enumerate(classes) if c is named or c == named)
+             for named in (class_named(label, classes, "target") for label in labels)]
     return torch.tensor(codes, dtype=torch.long)
 
 

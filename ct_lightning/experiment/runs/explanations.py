@@ -482,8 +482,8 @@ def explanation_figure(explanations: pd.DataFrame):
 
 def log_explanations(tracking_uri: str, run_id: str, explanations: pd.DataFrame, records: list[dict]) -> str:
     """Log the explanations to the run itself under ``explanations/UTC-TIME/``: ``explanations.json`` and
-    ``explanations.csv`` (``records``, explain.py's ``--json`` and ``--csv``) and ``explanations.png``. Returns that
-    artifact folder."""
+    ``explanations.csv`` (``records``, explain.py's ``--json`` and ``--csv``) and ``explanations.png`` (where a row
+    was explained). Returns that artifact folder."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -492,6 +492,7 @@ def log_explanations(tracking_uri: str, run_id: str, explanations: pd.DataFrame,
         local = Path(local)
         (local / "explanations.json").write_text(json.dumps(records, indent=2, default=str))
         write_table(local / "explanations.csv", records)
-        plot_explanations(explanations, local / "explanations.png")
+        if len(explanations):
+            plot_explanations(explanations, local / "explanations.png")
         client.log_artifacts(run_id, str(local), artifact_path=folder)
     return folder

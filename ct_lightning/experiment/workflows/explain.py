@@ -50,8 +50,11 @@ def run(args: argparse.Namespace) -> list[dict]:
         settings["mutability"] = explanation_mutability(loaded, getattr(args, "immutable", None),
                                                         getattr(args, "mutability", None))
         settings["fewer_changes"] = getattr(args, "fewer_changes", True)
-        explanations = explain_loaded(loaded, rows, args.target, settings, args.seed)
-    print(describe(explanations))
+        rows, passed, wanted = only_predicted(loaded, rows, getattr(args, "only_predicted", None))
+        explanations = explain_loaded(loaded, rows, args.target, settings, args.seed) if len(rows) else \
+            rows.iloc[:0, :0]  # no row is predicted as --only-predicted asks: nothing to search
+    if len(explanations):
+        print(describe(explanations))
     if len(explanations) and not any(len(fixed) for fixed in explanations["immutable"]):
         print("note: every column was free to change (the model was trained without immutable columns, and none was "
               "given): --immutable COLUMN,... holds those a person cannot change, e.g. age")
@@ -59,8 +62,13 @@ def run(args: argparse.Namespace) -> list[dict]:
         print(f"note: the search stops once the target is the more likely class (tau {settings['tau']:g}, the model's "
               "own): such a change sits near the decision boundary; --tau 0.75 asks for one the model is surer of")
     if skipped:
-        print(f"{len(skipped)} of {len(skipped) + len(explanations)} rows not explained (listed above: --skip-bad-rows)")
-    records = numbered_records(explanations, skipped, others)
+        print(f"{len(skipped)} of {len(skipped) + len(explanations) + len(passed)} rows not explained (listed above: "
+              "--skip-bad-rows)")
+    if wanted is not None:
+        print(f"--only-predicted {wanted}: {len(explanations)} of {len(explanations) + len(passed)} rows are "
+              f"predicted {wanted} and explained"
+              + (f"; the {len(passed)} others are not (their predictions are in --json and --csv)" if passed else ""))
+    records = numbered_records(explanations, skipped, others, passed)
     if args.json:
         write_json_atomic(args.json, records)
     if getattr(args, "csv", None):
@@ -70,15 +78,40 @@ def run(args: argparse.Namespace) -> list[dict]:
     return records
 
 
-def numbered_records(explanations, skipped: list[tuple[int, str]], others: dict | None = None) -> list[dict]:
+def only_predicted(loaded, rows, label) -> tuple:
+    """``--only-predicted``: the rows the model predicts as the class ``label`` names (all rows when ``label`` is
+    ``None``), ``(row, prediction, why)`` for each other row, and that class. A label that is no class is a one-line
+    error."""
+    if label is None:
+        return rows, [], None
+    from ct_lightning.evaluation.explanation import class_named, predicted_classes  # noqa: PLC0415
+
+    wanted = class_named(label, list(loaded.codec.classes), "--only-predicted")
+    predicted = predicted_classes(loaded.module, rows, loaded.codec)
+    keep = [p == wanted for p in predicted]
+    passed = [(row, p, f"predicted {p}, not {wanted} (--only-predicted)")
+              for row, p, kept in zip(rows.index, predicted, keep) if not kept]
+    kept_rows = rows[keep]
+    kept_rows.attrs = rows.attrs  # the rows' other columns and filled values, by row number
+    return kept_rows, passed, wanted
+
+
+def numbered_records(explanations, skipped: list[tuple[int, str]], others: dict | None = None,
+                     passed: list[tuple[int, object, str]] = ()) -> list[dict]:
     """One JSON object per input row, in the input's order: ``row`` (its number in the input, from 0) and
-    ``explained``; an explained row's explanation, a row left out (``--skip-bad-rows``) its ``problem``; each with
-    ``other_columns``, the row's columns the model does not read (``others``: an applicant's id), where it has some."""
-    from ct_lightning.evaluation.explanation import to_records  # noqa: PLC0415
+    ``explained``; an explained row's explanation, a row left out (``--skip-bad-rows``) its ``problem``, a row of
+    another prediction (``passed``, ``--only-predicted``) its ``prediction`` and why; each with ``other_columns``,
+    the row's columns the model does not read (``others``: an applicant's id), where it has some."""
+    from ct_lightning.evaluation.explanation import _plain, to_records  # noqa: PLC0415
+
+    def other(row) -> dict:
+        return {"other_columns": others[row]} if (others or {}).get(row) else {}
 
     records = [(int(row), {"row": int(row), "explained": True, **record})
-               for row, record in zip(explanations.index, to_records(explanations))]
-    records += [(int(row), {"row": int(row), "explained": False, "problem": problem,
-                            **({"other_columns": others[row]} if (others or {}).get(row) else {})})
+               for row, record in zip(explanations.index, to_records(explanations))] if len(explanations) else []
+    records += [(int(row), {"row": int(row), "explained": False, "problem": problem, **other(row)})
                 for row, problem in skipped]
+    records += [(int(row), {"row": int(row), "explained": False, "prediction": _plain(prediction), "problem": why,
+                            **other(row)})
+                for row, prediction, why in passed]
     return [record for _, record in sorted(records, key=lambda pair: pair[0])]
