@@ -134,6 +134,10 @@ EVALUATE = [
      "--model-inputs: got"),
 ]
 COMPARE = [
+    # train.py's --mutability is no compare option: say where compare takes it from, not only "unrecognized"
+    ("--data circles --mutability x1=increase", "unrecognized arguments: --mutability x1=increase; --mutability: "
+                                                 "compare.py takes a table's increase/decrease-only columns from its "
+                                                 "data spec"),
     ("--data circles --jobs 0", "--jobs"), ("--data nope", "--data"), ("--data circles --n-runs 0", "--n-runs"),
     ("--data circles --bl-run-id 0123456789abcdef --ct-run-id fedcba9876543210 --no-actionability "
      "--tracking-uri {empty_store}", "--bl-run-id"),

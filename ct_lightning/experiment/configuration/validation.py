@@ -213,10 +213,18 @@ class Rule:
 
 
 class Parser(argparse.ArgumentParser):
-    """``argparse.ArgumentParser`` whose errors are one line: ``error: --option: ...`` and exit code 2."""
+    """``argparse.ArgumentParser`` whose errors are one line: ``error: --option: ...`` and exit code 2.
+
+    ``hints``: for an option this recipe does not take but another does, what to do instead (added to argparse's
+    "unrecognized arguments")."""
+
+    hints: dict[str, str] = {}
 
     def error(self, message: str):  # noqa: D102 - argparse's hook
         message = re.sub(r"^argument ([^:]+): ", lambda m: m.group(1).split("/")[0] + ": ", message)
+        if message.startswith("unrecognized arguments"):
+            given = {word.split("=")[0] for word in message.split(":", 1)[-1].split()}
+            message += "".join(f"; {option}: {hint}" for option, hint in self.hints.items() if option in given)
         fail(f"{one_line(message)} (see {self.prog} --help)", 2)
 
 
