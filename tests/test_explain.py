@@ -609,3 +609,23 @@ def test_only_the_rows_predicted_as_a_class_are_searched_and_the_others_keep_the
     with pytest.raises(CliExit) as refused:
         main([*common, "--only-predicted", "maybe"])
     assert str(refused.value).startswith("--only-predicted: got 'maybe'; allowed: ")
+
+
+def test_the_plot_of_a_batch_shows_the_rows_with_changes_first():
+    """The logged plot showed a batch's first 8 rows: where those needed no change (already the target), it showed
+    no change at all, though later rows had some."""
+    from matplotlib.text import Text
+
+    from ct_lightning.experiment.runs.explanations import explanation_figure
+
+    def row(changes):
+        return {"prediction": "Hired", "target": "Hired", "factual_probability": 0.9, "probability": 0.9,
+                "valid": True, "changes": changes}
+
+    rows = [row([]) for _ in range(9)] + [row([{"feature": "score", "from": 50, "to": 70}])]
+    figure = explanation_figure(pd.DataFrame(rows))
+    titles = [t.get_text() for t in figure.findobj(Text) if t.get_text().startswith("row ")]
+    assert len(titles) == 8 and titles[0].startswith("row 9: ")
+    assert titles[1:] == [f"row {i}: Hired → Hired" for i in range(7)]  # the others keep their order
+    assert any(t.get_text() == "8 of 10 rows, those with changes first (all: explanations.csv)"
+               for t in figure.findobj(Text))

@@ -455,8 +455,9 @@ def plot_explanations(explanations: pd.DataFrame, path: str | Path) -> Path:
 
 
 def explanation_figure(explanations: pd.DataFrame):
-    """One panel per row (at most 8): the target's probability at the factual and at the decoded counterfactual,
-    and the changes in original units, as written (``$99,000 → $80,950``: no mathtext between two ``$``)."""
+    """One panel per row (at most 8, the rows with changes first: a batch whose first rows need none showed no
+    change at all): the target's probability at the factual and at the decoded counterfactual, and the changes in
+    original units, as written (``$99,000 → $80,950``: no mathtext between two ``$``)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -464,8 +465,12 @@ def explanation_figure(explanations: pd.DataFrame):
 
     from ct_lightning.evaluation.explanation import change_text, row_label
 
-    shown = explanations.head(8)
+    changed = explanations[[bool(changes) for changes in explanations["changes"]]]
+    shown = pd.concat([changed, explanations.drop(index=changed.index)]).head(8)
     fig, axes = plt.subplots(len(shown), 1, figsize=(8, 2.2 * len(shown)), squeeze=False)
+    if len(explanations) > len(shown):
+        fig.suptitle(f"{len(shown)} of {len(explanations)} rows, those with changes first (all: explanations.csv)",
+                     fontsize=9, x=0.01, ha="left")
     for ax, (i, row) in zip(axes[:, 0], shown.iterrows()):
         ax.barh([0, 1], [row["factual_probability"], row["probability"]], color=["#999999", "#2a7ab0" if row["valid"] else "#c0392b"])
         ax.set_yticks([0, 1], ["factual", "counterfactual"])
