@@ -21,10 +21,98 @@ def test_parse_space_reads_values_with_the_settings_types():
                          "protect=true,false"])
     assert space == {"lambda_div": [0.01, 0.1], "nce": [100, 1000], "generator": ["ecco", "revise"],
                      "hidden_sizes": [[32], [64, 64]], "protect": [True, False]}
-    with pytest.raises(ValueError, match="param: unknown setting 'lambda_bogus'"):
+    with pytest.raises(ValueError, match=r"--param: got 'lambda_bogus=1' \(unknown setting 'lambda_bogus'\); allowed: "
+                                         r"NAME=V1,V2,\.\.\. with NAME a setting .*lambda_div"):
         parse_space(["lambda_bogus=1"])
-    with pytest.raises(ValueError, match="nce='x' cannot be read"):
+    with pytest.raises(ValueError, match=r"--param: got 'nce=x' \('x' cannot be read as a value of nce\); allowed: "
+                                         r"nce=V1,V2,\.\.\. with each value an integer ≥ 1"):
         parse_space(["nce=x"])
+
+
+# Bad sweep inputs that need no data: (arguments, what the one error line says, exit code). Every value error names
+# the option, the value given and the values allowed; an environment error names the option and the file.
+REFUSED_BEFORE_THE_DATA = [
+    (["--param", "tau="], "--param: got 'tau=' (no values); allowed: tau=V1,V2,... with each value a finite number "
+                          "in (0, 1]", 2),
+    (["--param", "tau=0.5,7"], "--param: got 'tau=0.5,7' (7 is not allowed for tau); allowed: tau=V1,V2,... with "
+                               "each value a finite number in (0, 1]", 2),
+    (["--param", "tau"], "--param: got 'tau' (no '='); allowed: NAME=V1,V2,... with NAME a setting", 2),
+    (["--param", "bogus=1,2"], "--param: got 'bogus=1,2' (unknown setting 'bogus'); allowed: NAME=V1,V2,...", 2),
+    (["--param", "tau=0.5", "--param", "tau=0.7"], "(tau is already given); allowed: one --param per setting", 2),
+    (["--param", "tau=0.5,0.5"], "(0.5 is given twice); allowed: tau=V1,V2,...", 2),
+    (["--param", "nce=x"], "('x' cannot be read as a value of nce); allowed: nce=V1,V2,... with each value an "
+                           "integer ≥ 1", 2),
+    (["--param", "protect=maybe"], "('maybe' is not true or false); allowed: protect=V1,V2,... with each value true "
+                                   "or false", 2),
+    (["--param", "generator=ecco,nosuch"], "allowed: generator=V1,V2,... with each value one of amortised, ecco", 2),
+    (["--param", "run_name=a,b"], "(run_name does not change the trained model: give it once, as --run-name, for "
+                                  "every trial); allowed: NAME=V1,V2,...", 2),
+    ([], "--param: none given; allowed: one or more --param NAME=V1,V2,...", 2),
+    (["--param", "nce=16", "--search", "random", "--num-samples", "0"], "--num-samples: got 0; allowed: an integer "
+                                                                        "≥ 1", 2),
+    (["--param", "nce=16", "--metric", "val/bogus"], "--metric: got 'val/bogus' (not logged by the trials); "
+                                                     "allowed: val/acc, ", 2),
+    (["--param", "nce=16", "--metric", "val/ip"], "(logged only with --eval-every N); allowed: val/acc", 2),
+    (["--param", "nce=16", "--cpus-per-trial", "-1"], "--cpus-per-trial: got -1; allowed: a finite number ≥ 0", 2),
+    (["--param", "nce=16", "--max-concurrent", "-1", "--executor", "ray"], "--max-concurrent: got -1; allowed: an "
+                                                                           "integer ≥ 0", 2),
+    (["--param", "nce=16", "--gpus-per-trial", "1"], "--gpus-per-trial: got 1.0 (local trials are processes of this "
+                                                     "machine, not Ray Tune trials); allowed: only with --executor ray", 2),
+    (["--param", "nce=16", "--executor", "ray", "--jobs", "2"], "--jobs: got 2", 2),
+    (["--param", "limit_train_batches=2,0"], "--limit-train-batches: got 0 (no --from-checkpoint", 2),
+    (["--param", "nce=16", "--summary-json", "s.json"], "--summary-json: got 's.json' (it applies to one run, a sweep "
+                                                        "trains many); allowed: --sweep-json FILE", 2),
+    (["--param", "nce=16", "--from-checkpoint", "missing.ckpt"], "--from-checkpoint: no file at missing.ckpt", 1),
+    (["--param", "nce=16", "--config", "missing.yaml"], "--config: no file at missing.yaml", 1),
+    (["--param", "nce=16", "--sweep-json", "{loans}/sweep.json"], "--sweep-json", 1),
+]
+
+
+def test_bad_sweep_inputs_are_refused_before_torch_or_the_data_is_loaded(tmp_path):
+    """Each refusal that needs no data ends ``recipes/sweep.py`` in one line before torch, Lightning, pandas or
+    MLflow is imported, so before the table is read (they used to come after seconds of imports, some after the
+    table was read, some only once trials had failed)."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    loans = tmp_path / "loans.csv"
+    loans.write_text((root / "tests" / "fixtures" / "loans.csv").read_text())
+    base = ["--data", str(loans), "--target", "approved", "--executor", "local", "--max-epochs", "1",
+            "--tracking-uri", f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"]
+    cases = [[*base, *(a.format(loans=loans) for a in arguments)] for arguments, _, _ in REFUSED_BEFORE_THE_DATA]
+    driver = """if True:
+        import contextlib, io, json, sys
+        sys.path.insert(0, sys.argv[2])
+        from recipe_loader import load_recipe
+        sweep, answers = load_recipe("sweep"), []
+        for argv in json.loads(sys.argv[1]):
+            stderr = io.StringIO()
+            with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    sweep.main(argv)
+                    code = 0
+                except SystemExit as error:
+                    code = error.code
+            heavy = sorted(m for m in ("torch", "lightning", "pandas", "mlflow", "ray") if m in sys.modules)
+            answers.append({"code": code, "stderr": stderr.getvalue(), "heavy": heavy})
+        print(json.dumps(answers))
+    """
+    env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-c", driver, json.dumps(cases), str(root / "tests" / "helpers")],
+                          cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout.splitlines()[-1])
+    for (arguments, said, code), answer in zip(REFUSED_BEFORE_THE_DATA, answers):
+        lines = answer["stderr"].strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (arguments, answer["stderr"])
+        assert said.format(loans=loans) in lines[0], (arguments, lines[0])
+        assert answer["code"] == code, (arguments, answer)
+        assert answer["heavy"] == [], (arguments, f"refused after importing {answer['heavy']}")
+    assert not (tmp_path / "store").exists(), "nothing was written"
 
 
 def test_grid_and_random_combinations():
@@ -34,7 +122,7 @@ def test_grid_and_random_combinations():
     drawn = combinations(space, "random", num_samples=4, seed=1)
     assert len(drawn) == 4 and len({tuple(c.values()) for c in drawn}) == 4
     assert drawn == combinations(space, "random", num_samples=4, seed=1)  # reproducible, so resumable
-    with pytest.raises(ValueError, match="search: 'bayes' is not allowed; allowed: grid, random"):
+    with pytest.raises(ValueError, match="--search: got 'bayes'; allowed: grid, random"):
         combinations(space, "bayes")
 
 
@@ -175,7 +263,7 @@ def test_run_only_options_are_shared_made_per_trial_or_refused_before_any_work(t
     refused up front (each trial after the first used to fail on them), ``--checkpoint-dir`` gives every trial
     its own folder in it; a new run-only setting is refused until the sweep decides how it applies."""
     from ct_lightning.experiment.configuration.settings import RUN_ONLY_KEYS
-    from ct_lightning.experiment.studies.sweep import PER_TRIAL_RUN_ONLY, SHARED_RUN_ONLY
+    from ct_lightning.experiment.configuration.sweep_space import PER_TRIAL_RUN_ONLY, SHARED_RUN_ONLY
 
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     for name in sorted(RUN_ONLY_KEYS - SHARED_RUN_ONLY - PER_TRIAL_RUN_ONLY):

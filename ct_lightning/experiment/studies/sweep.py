@@ -11,9 +11,7 @@ The objective is any metric logged on the trial runs (``val/acc``, ``val/ip`` fr
 
 from __future__ import annotations
 
-import itertools
 import math
-import random
 import signal
 import sys
 import time
@@ -21,54 +19,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG, NON_DEFINING_KEYS, stable_key, training_key
-from ct_lightning.experiment.configuration.settings import RUN_ONLY_KEYS, SETTINGS_BY_NAME, TABLE_KEYS, resolve_config
+from ct_lightning.experiment.configuration.settings import TABLE_KEYS, resolve_config
+from ct_lightning.experiment.configuration.sweep_space import (MODES, SEARCHES, check_metric, combinations,  # noqa: F401
+                                                               parse_space, refuse_one_run_options, with_config_file)
 from ct_lightning.experiment.configuration.validation import InputError
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
 
 SWEEP_KEY_TAG = "ct.sweep_key"
-SEARCHES = ("grid", "random")
-MODES = ("max", "min")
-
-# The run-only settings (settings.RUN_ONLY_KEYS) name one run's own outputs, how it shows itself, or the run to
-# continue. A sweep shares these with every trial, gives each trial its own folder under this one, and refuses
-# every other run-only setting before any work: a new one is refused until it is decided here.
-SHARED_RUN_ONLY = frozenset({"config", "run_name", "overwrite", "progress", "verbose"})
-PER_TRIAL_RUN_ONLY = frozenset({"checkpoint_dir"})  # trial N: CHECKPOINT_DIR/sweep-PARENT/trial-N
-INSTEAD = {"summary_json": "--sweep-json FILE (the sweep's summary; each trial's summary is in its MLflow run)",
-           "resume": "re-run the same sweep command without --resume (finished trials are reused, interrupted "
-                     "ones resume from their checkpoints)"}
-
-
-def refuse_one_run_options(base: dict) -> None:
-    """A one-line :class:`InputError` for a run-only setting in ``base`` that names one run (see ``INSTEAD``)."""
-    for name in sorted(RUN_ONLY_KEYS - SHARED_RUN_ONLY - PER_TRIAL_RUN_ONLY):
-        if base.get(name) is not None:
-            raise InputError(name, base[name], INSTEAD.get(name, "leave it out: a sweep trains many runs"),
-                             "it applies to one run, a sweep trains many")
-
-
-def objective_metrics(evaluates: bool) -> tuple[str, ...]:
-    """The metrics a trial's run logs, any of which a sweep may optimise (``evaluates``: with ``eval_every``)."""
-    from ct_lightning.generators.base import SEARCH_STATS
-    from ct_lightning.metrics.names import METRICS, validation_metrics
-    from ct_lightning.module import TERMS
-
-    names = ["val/acc", "val/loss", "test/acc", "test/loss", "train/acc", "train/loss", "train/ct_active",
-             *(f"train/{term}" for term in TERMS),
-             *(f"train/cf_{stat}" for stat in (*SEARCH_STATS, "search_seconds", "count")), "fit_seconds", "epoch"]
-    return tuple(names + ([f"val/{METRICS[key].logged}" for key in validation_metrics()] if evaluates else []))
-
-
-def check_metric(metric: str, evaluates: bool) -> None:
-    """A one-line :class:`InputError` unless the trials log ``metric``."""
-    allowed = objective_metrics(evaluates)
-    if metric in allowed:
-        return
-    detail = "not logged by the trials"
-    if not evaluates and metric in objective_metrics(True):
-        detail = "logged only with --eval-every N"
-    raise InputError("metric", metric, ", ".join(allowed), detail)
 
 
 def check_data_options(configs: list[dict]) -> None:
@@ -83,58 +41,6 @@ def check_data_options(configs: list[dict]) -> None:
         if key not in seen:
             seen.add(key)
             mutability_spec(config, build_datamodule(config))
-
-
-def parse_value(name: str, text: str):
-    """A value of setting ``name`` from text, read with the setting's type (``"0.1"`` → 0.1 for ``lambda_div``)."""
-    setting = SETTINGS_BY_NAME.get(name)
-    if setting is None:
-        raise ValueError(f"param: unknown setting {name!r}; allowed: {', '.join(sorted(SETTINGS_BY_NAME))}")
-    if setting.action in ("store_true", "store_false"):
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"param: {name} takes true or false, got {text!r}")
-        return text.lower() in ("true", "1")
-    reader = setting.type or str
-    try:
-        return reader(text)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"param: {name}={text!r} cannot be read ({error})") from None
-
-
-def parse_space(specs: list[str]) -> dict[str, list]:
-    """``["lambda_div=0.01,0.1,1", "nce=100,1000"]`` → ``{"lambda_div": [0.01, 0.1, 1.0], "nce": [100, 1000]}``.
-
-    A value list uses ``,``; settings whose values contain commas (``hidden_sizes``) separate values with ``;``.
-    """
-    space: dict[str, list] = {}
-    for spec in specs:
-        if "=" not in spec:
-            raise ValueError(f"param: expected NAME=V1,V2,..., got {spec!r}")
-        name, values = (part.strip() for part in spec.split("=", 1))
-        name = name.replace("-", "_")
-        separator = ";" if ";" in values or name == "hidden_sizes" else ","
-        parsed = [parse_value(name, v.strip()) for v in values.split(separator) if v.strip()]
-        if not parsed:
-            raise ValueError(f"param: {name} has no values")
-        if name in space:
-            raise ValueError(f"param: {name} given twice")
-        space[name] = parsed
-    if not space:
-        raise ValueError("param: give at least one --param NAME=V1,V2,...")
-    return space
-
-
-def combinations(space: dict[str, list], search: str = "grid", num_samples: int = 10, seed: int = 0) -> list[dict]:
-    """The trials' settings: every combination (``grid``) or ``num_samples`` distinct ones drawn at random."""
-    if search not in SEARCHES:
-        raise ValueError(f"search: {search!r} is not allowed; allowed: {', '.join(SEARCHES)}")
-    names = list(space)
-    grid = [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
-    if search == "grid":
-        return grid
-    if num_samples < 1:
-        raise ValueError(f"num_samples: must be at least 1, got {num_samples}")
-    return random.Random(seed).sample(grid, min(num_samples, len(grid)))
 
 
 @dataclass
@@ -308,14 +214,17 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
     """
     from mlflow.tracking import MlflowClient
 
+    from ct_lightning.metrics.names import METRICS, validation_metrics
+
     if mode not in MODES:
-        raise ValueError(f"mode: {mode!r} is not allowed; allowed: {', '.join(MODES)}")
-    base = {k: v for k, v in base.items() if v is not None}
+        raise InputError("mode", mode, ", ".join(MODES))
+    base = with_config_file({k: v for k, v in base.items() if v is not None})
     refuse_one_run_options(base)
     settings = combinations(space, search, num_samples, seed)
     # every trial's configuration is valid before anything runs: values, objective, the table's columns
     configs = [resolve_config({**base, **params}) for params in settings]
-    check_metric(metric, any(config["eval_every"] for config in configs))
+    check_metric(metric, any(config["eval_every"] for config in configs),
+                 tuple(METRICS[key].logged for key in validation_metrics()))  # rows registered at run time too
     check_data_options(configs)
     resolved = resolve_config(base)
     tracking_uri, experiment = resolved["tracking_uri"], resolved["experiment"]
