@@ -56,8 +56,9 @@ REFUSED_BEFORE_THE_DATA = [
     (["--param", "nce=16", "--cpus-per-trial", "-1"], "--cpus-per-trial: got -1; allowed: a finite number ≥ 0", 2),
     (["--param", "nce=16", "--max-concurrent", "-1", "--executor", "ray"], "--max-concurrent: got -1; allowed: an "
                                                                            "integer ≥ 0", 2),
-    (["--param", "nce=16", "--gpus-per-trial", "1"], "--gpus-per-trial: got 1.0 (local trials are processes of this "
-                                                     "machine, not Ray Tune trials); allowed: only with --executor ray", 2),
+    (["--param", "nce=16", "--gpus-per-trial", "1"], "--gpus-per-trial: got 1.0 (local trials are processes of "
+                                                     "this machine, not Ray Tune trials); allowed: only with --executor "
+                                                     "ray", 2),
     (["--param", "nce=16", "--executor", "ray", "--jobs", "2"], "--jobs: got 2", 2),
     (["--param", "limit_train_batches=2,0"], "--limit-train-batches: got 0 (no --from-checkpoint", 2),
     (["--param", "nce=16", "--summary-json", "s.json"], "--summary-json: got 's.json' (it applies to one run, a sweep "
@@ -192,6 +193,45 @@ def test_sweep_with_local_processes_resumes_and_reports_failures(tmp_path):
                         LocalExecutor(1), echo=lambda *a, **k: None)
     assert [f["params"] for f in failing["failures"]] == [{"generator_options": "bogus_option=1"}]
     assert [t["params"] for t in failing["trials"]] == [{"generator_options": None}]
+
+
+def test_vanilla_trials_that_differ_only_in_what_vanilla_does_not_read_share_one_training(tmp_path):
+    """lambda_energy x objective full/vanilla: the two vanilla trials are one training (vanilla reads no
+    lambda_energy, as in the appendix grids); the second is a FINISHED child run that names the run and trial it
+    shares and reports that training's results, which equal a training of its own configuration."""
+    from ct_lightning.experiment.runs.train import train
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    base = {**TINY, "tracking_uri": uri}
+    space = {"lambda_energy": [1.0, 5.0], "objective": ["full", "vanilla"]}  # trials 1 and 3 are vanilla
+    summary = run_sweep(base, space, LocalExecutor(1), echo=lambda *a, **k: None)
+    rows = {row["trial"]: row for row in summary["trials"]}
+    assert len({row["run_id"] for row in rows.values()}) == 3, "four trials, three trainings"
+    assert summary["failures"] == [] and summary["n_trials"] == 4 and summary["n_trainings"] == 3
+    assert rows[3]["shares_training_of"] == 1 and rows[3]["run_id"] == rows[1]["run_id"]
+    assert rows[3]["metrics"] == rows[1]["metrics"] and "shares_training_of" not in rows[1]
+    assert len({rows[i]["run_id"] for i in (0, 1, 2)}) == 3
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.get_experiment_by_name("sweep-test").experiment_id
+    children = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{summary['parent_run_id']}'")
+    assert len(children) == 4 and all(c.info.status == "FINISHED" for c in children)
+    from ct_lightning.experiment.studies.sweep import SHARES_TAG, SHARES_TRIAL_TAG
+
+    (shared,) = [c for c in children if SHARES_TAG in c.data.tags]
+    assert shared.data.tags[SHARES_TAG] == rows[1]["run_id"] and shared.data.tags[SHARES_TRIAL_TAG] == "1"
+    assert shared.data.params["lambda_energy"] == "5.0" and shared.data.params["objective"] == "vanilla"
+    assert shared.info.run_name.startswith("trial-3 ") and "trial 1" in shared.data.tags["mlflow.note.content"]
+    assert shared.data.metrics["val/acc"] == rows[3]["metrics"]["val/acc"]
+    # the same results as training trial 3's configuration on its own
+    alone = train({**base, "experiment": "alone", "lambda_energy": 5.0, "objective": "vanilla", "progress": False})
+    metrics = client.get_run(alone["run_id"]).data.metrics
+    assert {k: metrics[k] for k in ("val/acc", "val/loss", "test/acc")} == \
+        {k: rows[3]["metrics"][k] for k in ("val/acc", "val/loss", "test/acc")}
+    # resumed: every trial reused, the shared one still shares, nothing trained or recorded again
+    again = run_sweep(base, space, LocalExecutor(1), echo=lambda *a, **k: None)
+    assert all(t["reused"] for t in again["trials"]) and again["trials"][3]["shares_training_of"] == 1
+    assert [t["run_id"] for t in again["trials"]] == [t["run_id"] for t in summary["trials"]]
+    assert len(client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{summary['parent_run_id']}'")) == 4
 
 
 @pytest.mark.skipif(HAS_RAY, reason="Ray is installed here; the message for a missing Ray is checked without it")
