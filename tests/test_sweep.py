@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -75,7 +76,6 @@ def test_bad_sweep_inputs_are_refused_before_torch_or_the_data_is_loaded(tmp_pat
     table was read, some only once trials had failed)."""
     import json
     import subprocess
-    import sys
     from pathlib import Path
 
     root = Path(__file__).resolve().parents[1]
@@ -368,3 +368,57 @@ def test_ctrl_c_stops_a_local_sweep_cleanly_and_the_same_command_resumes_its_tri
     assert {r.info.run_id for r in children} == {r.info.run_id for r in killed}, "resumed, not trained again"
     assert all(r.info.status == "FINISHED" for r in children)
     assert client.get_run(parent.info.run_id).info.status == "FINISHED"
+
+
+def spawned_workers(pid: int) -> list[int]:
+    """The worker processes (``multiprocessing.spawn``) that process ``pid`` started, from ``/proc``."""
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if f"\nPPid:\t{pid}\n" in status and b"multiprocessing.spawn" in command:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker processes in /proc")
+def test_ctrl_c_while_local_workers_start_is_an_interruption_not_failed_trials(tmp_path):
+    """Ctrl-C the moment the ``--executor local`` workers exist, while they still import torch: they used to die with
+    a KeyboardInterrupt traceback, breaking the process pool, and every trial read as failed (exit 1). Now it reads
+    as a later Ctrl-C does: the parent KILLED and tagged interrupted, the line naming the command to re-run, 130."""
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG
+
+    root = Path(__file__).resolve().parents[1]
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    command = [sys.executable, str(root / "recipes" / "sweep.py"), "--data", "circles", "--executor", "local",
+               "--jobs", "2", "--param", "lambda_div=0.1,0.3,0.5", "--max-epochs", "2", "--limit-train-batches", "2",
+               "--limit-val-batches", "1", "--nce", "16", "--accelerator", "cpu", "--experiment", "sweep-test",
+               "--tracking-uri", uri, "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while not spawned_workers(process.pid) and process.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the sweep and its workers, which take a second or more to start
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, out[-2000:] + err[-3000:]
+    assert "Traceback" not in err and "BrokenProcessPool" not in out + err and "FAILED" not in out, out + err
+    assert "KILLED with 0 of 3 trials finished" in err and "re-run the same command" in err.strip().splitlines()[-1]
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.get_experiment_by_name("sweep-test").experiment_id
+    (parent,) = client.search_runs([experiment_id], f"tags.`{SWEEP_KEY_TAG}` != ''")
+    assert parent.info.status == "KILLED" and INTERRUPTED_TAG in parent.data.tags
+    assert client.search_runs([experiment_id], "tags.`mlflow.parentRunId` != ''") == [], \
+        "the signal came while the workers started: no trial began"
