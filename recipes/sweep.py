@@ -21,13 +21,13 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.configuration.options import add_arguments
+from ct_lightning.experiment.configuration.sweep_space import EXECUTORS, MODES, SEARCHES
+from ct_lightning.experiment.configuration.validation import Rule
 from ct_lightning.experiment.runner import console_entry, recipe_parser, run_recipe
 
-
-SWEEP = "ct_lightning.experiment.studies.sweep"  # read without importing torch (see catalogue)
-MODES, SEARCHES = catalogue.constant(SWEEP, "MODES"), catalogue.constant(SWEEP, "SEARCHES")
+# checked as they are parsed: --num-samples 0 is refused at once, with what is allowed
+POSITIVE, COUNT, AMOUNT = (Rule(kind, low=low).argtype() for kind, low in (("int", 1), ("int", 0), ("float", 0)))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -40,20 +40,21 @@ def build_parser() -> argparse.ArgumentParser:
                             "that contain commas, e.g. hidden_sizes=32;64,64)")
     group.add_argument("--search", choices=SEARCHES, default="grid", help="grid: every combination (default); "
                        "random: --num-samples combinations drawn at random")
-    group.add_argument("--num-samples", type=int, default=10, help="combinations for --search random (default 10)")
+    group.add_argument("--num-samples", type=POSITIVE, default=10,
+                       help="combinations for --search random (default 10)")
     group.add_argument("--sweep-seed", type=int, default=0, help="seed of the random draw of combinations")
     group.add_argument("--metric", default="val/acc", help="objective: any metric logged on the trial runs, "
                        "e.g. val/acc, val/ip, val/ip_star (with --eval-every) (default val/acc)")
     group.add_argument("--mode", choices=MODES, default="max", help="maximise or minimise --metric (default max)")
-    group.add_argument("--executor", choices=("ray", "local"), default="ray",
+    group.add_argument("--executor", choices=EXECUTORS, default="ray",
                        help="ray: Ray Tune trials (default); local: --jobs local processes, no Ray needed")
     group.add_argument("--address", default=None, help="Ray cluster to join (auto, ray://HOST:10001); "
                        "default: start a local Ray")
-    group.add_argument("--cpus-per-trial", type=float, default=1, help="CPUs per trial (default 1; also its "
+    group.add_argument("--cpus-per-trial", type=AMOUNT, default=1, help="CPUs per trial (default 1; also its "
                        "torch threads)")
-    group.add_argument("--gpus-per-trial", type=float, default=0, help="GPUs per trial (default 0)")
-    group.add_argument("--max-concurrent", type=int, default=0, help="most trials at once (default 0: as many as "
-                       "the resources allow)")
+    group.add_argument("--gpus-per-trial", type=AMOUNT, default=0, help="GPUs per trial (default 0)")
+    group.add_argument("--max-concurrent", type=COUNT, default=0, help="most trials at once (default 0: as many "
+                       "as the resources allow)")
     add_arguments(group, ["jobs"])
     group.add_argument("--sweep-name", default=None, help="name of the parent MLflow run")
     group.add_argument("--sweep-json", default=None, help="also write the sweep summary here")

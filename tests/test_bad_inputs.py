@@ -209,6 +209,10 @@ SWEEP = [  # refused before the first trial, not by every trial (recipes/sweep.p
     ("--data {loans} --target nope", "--target"),
     ("--limit-val-batches 0", "--limit-val-batches: got 0"),
     ("--param limit_train_batches=2,0", "limit-train-batches: got 0 (no --from-checkpoint"),
+    # refused before the first trial (each trial used to fail on them, or the sweep after its trials)
+    ("--from-checkpoint {tmp}/missing.ckpt", "--from-checkpoint"), ("--config {tmp}/missing.yaml", "--config"),
+    ("--sweep-json {text}/sweep.json", "--sweep-json"), ("--checkpoint-dir {text}", "--checkpoint-dir"),
+    ("--param accelerator=cpu,gpu", "--param: got 'accelerator=cpu,gpu' (accelerator does not change the trained"),
 ]
 CASES = [("sweep", *c) for c in SWEEP] + [("train", *c) for c in TRAIN] + [("evaluate", *c) for c in EVALUATE] + [("compare", *c) for c in COMPARE] \
     + [("consistency", *c) for c in CONSISTENCY] + [("train_generator", *c) for c in TRAIN_GENERATOR] \

@@ -8,6 +8,7 @@ work; the plan says which features each pair may change; ``summary.json`` is str
 
 from __future__ import annotations
 
+import csv
 import json
 import os
 import shlex
@@ -21,7 +22,7 @@ from preloaded import run_script
 
 from ct_lightning.evaluation import EvaluationConfig
 from ct_lightning.evaluation.compare import (bootstrap_comparison, compare_evaluations, format_cell, run_comparison,
-                                             table_row)
+                                             table_row, write_csv)
 from ct_lightning.evaluation.paper import paper_comparison
 from ct_lightning.evaluation.protocol import EvaluationResult
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
@@ -78,6 +79,26 @@ def test_ip_star_from_few_valid_counterfactuals_gets_the_dagger():
     assert "†" not in format_cell(row, "ip_star")  # 40 valid counterfactuals a side
 
 
+def test_table_csv_writes_nested_values_as_json(tmp_path):
+    """A compare row's nested values (the comparison details, per-λ values, the protocol's λ list) were written to
+    table.csv as Python reprs ('{'bl_mean': nan, ...}', '(0.1, 0.5)'), which no JSON reader parses; now JSON, a
+    missing number null, equal to what summary.json holds."""
+    bl, ct = _result([2, 3], [0.4, float("nan")]), _result([10, 10], [0.2, 0.3])
+    pair = compare_evaluations(bl, ct, ("ip", "ip_star"), n_boot=10)
+    row = table_row("loans", pair, {}, bl.summary(), ct.summary())
+    row["protocol"] = {"bl": {"lambda_energies": (0.1, 0.5), "n_runs": 1}}
+    row["details"] = {"plausibility": pair, "per_lambda": {"bl": bl.summary()["per_lambda"]}}
+    write_csv([row], tmp_path / "table.csv")
+    write_json_atomic(tmp_path / "summary.json", {"rows": [row]}, strict=True)
+    with open(tmp_path / "table.csv", newline="") as handle:
+        [cells] = list(csv.DictReader(handle))
+    [expected] = _strict((tmp_path / "summary.json").read_text())["rows"]
+    assert _strict(cells["details_plausibility_ip_star"]) == expected["details"]["plausibility"]["ip_star"]
+    assert _strict(cells["details_per_lambda_bl"]) == expected["details"]["per_lambda"]["bl"]
+    assert _strict(cells["protocol_bl_lambda_energies"]) == [0.1, 0.5] and cells["protocol_bl_n_runs"] == "1"
+    assert cells["data"] == "loans"
+
+
 # ---------------------------------------------------------------------------------- paper comparison
 def test_a_users_table_is_never_put_beside_the_paper():
     row = {"data": "credit", "ip_reduction_pct": -12.4, "ip_se": 1.0, "ip_star_reduction_pct": 3.0,
@@ -130,6 +151,10 @@ def test_compare_on_a_file_named_credit(tmp_path):
     [row] = summary["rows"]
     assert row["built_in"] is False and not any(row["significant"].values())
     assert row["details"]["plausibility"]["ip"]["significant"] is False  # one evaluation run: no interval
+    with open(out / "table.csv", newline="") as handle:  # nested values as JSON, the same as summary.json's
+        [cells] = list(csv.DictReader(handle))
+    assert _strict(cells["details_plausibility_ip"]) == row["details"]["plausibility"]["ip"]
+    assert _strict(cells["robust_curves_ct_accuracy"]) == row["robust_curves"]["ct"]["accuracy"]
     assert "*" not in summary["table_markdown"].splitlines()[2]
     assert "†" in summary["table_markdown"].splitlines()[2].split("|")[3]  # IP*: fewer than 30 valid
     words = shlex.split(summary["command"])  # from this folder: its relative credit.csv means the same again

@@ -152,6 +152,7 @@ def test_catalogue_read_from_source_equals_the_imported_registries():
     from ct_lightning.experiment.configuration import catalogue
     from ct_lightning.generators import GENERATORS
     from ct_lightning.losses import OBJECTIVES
+    from ct_lightning.metrics.names import METRICS, validation_metrics
     from ct_lightning.module import POOL_MODES
     from datamodules import canonical_name
 
@@ -161,6 +162,7 @@ def test_catalogue_read_from_source_equals_the_imported_registries():
     assert catalogue.objectives() == list(OBJECTIVES)
     assert catalogue.pool_modes() == tuple(POOL_MODES)
     assert catalogue.mutability_kinds() == tuple(MUTABILITY_KINDS)
+    assert catalogue._static_validation_metrics() == tuple(METRICS[key].logged for key in validation_metrics())
     parameters = inspect.signature(CTModule.__init__).parameters
     assert catalogue.module_defaults() == {k: p.default for k, p in parameters.items()
                                            if p.default is not inspect.Parameter.empty}
@@ -178,7 +180,8 @@ def test_command_line_modules_do_not_import_torch():
     import sys
 
     code = ("import json, sys; import ct_lightning.experiment.configuration.settings, ct_lightning.experiment.configuration.preflight, "
-            "ct_lightning.experiment.configuration.protocol_options; print(json.dumps(sorted(sys.modules)))")
+            "ct_lightning.experiment.configuration.protocol_options, ct_lightning.experiment.configuration.sweep_space; "
+            "print(json.dumps(sorted(sys.modules)))")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
                           cwd=Path(__file__).resolve().parents[1])
     modules = set(json.loads(done.stdout.splitlines()[-1]))

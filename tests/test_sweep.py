@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 
 import pytest
 from mlflow.tracking import MlflowClient
@@ -21,10 +22,98 @@ def test_parse_space_reads_values_with_the_settings_types():
                          "protect=true,false"])
     assert space == {"lambda_div": [0.01, 0.1], "nce": [100, 1000], "generator": ["ecco", "revise"],
                      "hidden_sizes": [[32], [64, 64]], "protect": [True, False]}
-    with pytest.raises(ValueError, match="param: unknown setting 'lambda_bogus'"):
+    with pytest.raises(ValueError, match=r"--param: got 'lambda_bogus=1' \(unknown setting 'lambda_bogus'\); allowed: "
+                                         r"NAME=V1,V2,\.\.\. with NAME a setting .*lambda_div"):
         parse_space(["lambda_bogus=1"])
-    with pytest.raises(ValueError, match="nce='x' cannot be read"):
+    with pytest.raises(ValueError, match=r"--param: got 'nce=x' \('x' cannot be read as a value of nce\); allowed: "
+                                         r"nce=V1,V2,\.\.\. with each value an integer ≥ 1"):
         parse_space(["nce=x"])
+
+
+# Bad sweep inputs that need no data: (arguments, what the one error line says, exit code). Every value error names
+# the option, the value given and the values allowed; an environment error names the option and the file.
+REFUSED_BEFORE_THE_DATA = [
+    (["--param", "tau="], "--param: got 'tau=' (no values); allowed: tau=V1,V2,... with each value a finite number "
+                          "in (0, 1]", 2),
+    (["--param", "tau=0.5,7"], "--param: got 'tau=0.5,7' (7 is not allowed for tau); allowed: tau=V1,V2,... with "
+                               "each value a finite number in (0, 1]", 2),
+    (["--param", "tau"], "--param: got 'tau' (no '='); allowed: NAME=V1,V2,... with NAME a setting", 2),
+    (["--param", "bogus=1,2"], "--param: got 'bogus=1,2' (unknown setting 'bogus'); allowed: NAME=V1,V2,...", 2),
+    (["--param", "tau=0.5", "--param", "tau=0.7"], "(tau is already given); allowed: one --param per setting", 2),
+    (["--param", "tau=0.5,0.5"], "(0.5 is given twice); allowed: tau=V1,V2,...", 2),
+    (["--param", "nce=x"], "('x' cannot be read as a value of nce); allowed: nce=V1,V2,... with each value an "
+                           "integer ≥ 1", 2),
+    (["--param", "protect=maybe"], "('maybe' is not true or false); allowed: protect=V1,V2,... with each value true "
+                                   "or false", 2),
+    (["--param", "generator=ecco,nosuch"], "allowed: generator=V1,V2,... with each value one of amortised, ecco", 2),
+    (["--param", "run_name=a,b"], "(run_name does not change the trained model: give it once, as --run-name, for "
+                                  "every trial); allowed: NAME=V1,V2,...", 2),
+    ([], "--param: none given; allowed: one or more --param NAME=V1,V2,...", 2),
+    (["--param", "nce=16", "--search", "random", "--num-samples", "0"], "--num-samples: got 0; allowed: an integer "
+                                                                        "≥ 1", 2),
+    (["--param", "nce=16", "--metric", "val/bogus"], "--metric: got 'val/bogus' (not logged by the trials); "
+                                                     "allowed: val/acc, ", 2),
+    (["--param", "nce=16", "--metric", "val/ip"], "(logged only with --eval-every N); allowed: val/acc", 2),
+    (["--param", "nce=16", "--cpus-per-trial", "-1"], "--cpus-per-trial: got -1; allowed: a finite number ≥ 0", 2),
+    (["--param", "nce=16", "--max-concurrent", "-1", "--executor", "ray"], "--max-concurrent: got -1; allowed: an "
+                                                                           "integer ≥ 0", 2),
+    (["--param", "nce=16", "--gpus-per-trial", "1"], "--gpus-per-trial: got 1.0 (local trials are processes of "
+                                                     "this machine, not Ray Tune trials); allowed: only with --executor "
+                                                     "ray", 2),
+    (["--param", "nce=16", "--executor", "ray", "--jobs", "2"], "--jobs: got 2", 2),
+    (["--param", "limit_train_batches=2,0"], "--limit-train-batches: got 0 (no --from-checkpoint", 2),
+    (["--param", "nce=16", "--summary-json", "s.json"], "--summary-json: got 's.json' (it applies to one run, a sweep "
+                                                        "trains many); allowed: --sweep-json FILE", 2),
+    (["--param", "nce=16", "--from-checkpoint", "missing.ckpt"], "--from-checkpoint: no file at missing.ckpt", 1),
+    (["--param", "nce=16", "--config", "missing.yaml"], "--config: no file at missing.yaml", 1),
+    (["--param", "nce=16", "--sweep-json", "{loans}/sweep.json"], "--sweep-json", 1),
+]
+
+
+def test_bad_sweep_inputs_are_refused_before_torch_or_the_data_is_loaded(tmp_path):
+    """Each refusal that needs no data ends ``recipes/sweep.py`` in one line before torch, Lightning, pandas or
+    MLflow is imported, so before the table is read (they used to come after seconds of imports, some after the
+    table was read, some only once trials had failed)."""
+    import json
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    loans = tmp_path / "loans.csv"
+    loans.write_text((root / "tests" / "fixtures" / "loans.csv").read_text())
+    base = ["--data", str(loans), "--target", "approved", "--executor", "local", "--max-epochs", "1",
+            "--tracking-uri", f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"]
+    cases = [[*base, *(a.format(loans=loans) for a in arguments)] for arguments, _, _ in REFUSED_BEFORE_THE_DATA]
+    driver = """if True:
+        import contextlib, io, json, sys
+        sys.path.insert(0, sys.argv[2])
+        from recipe_loader import load_recipe
+        sweep, answers = load_recipe("sweep"), []
+        for argv in json.loads(sys.argv[1]):
+            stderr = io.StringIO()
+            with contextlib.redirect_stderr(stderr), contextlib.redirect_stdout(io.StringIO()):
+                try:
+                    sweep.main(argv)
+                    code = 0
+                except SystemExit as error:
+                    code = error.code
+            heavy = sorted(m for m in ("torch", "lightning", "pandas", "mlflow", "ray") if m in sys.modules)
+            answers.append({"code": code, "stderr": stderr.getvalue(), "heavy": heavy})
+        print(json.dumps(answers))
+    """
+    env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
+    done = subprocess.run([sys.executable, "-c", driver, json.dumps(cases), str(root / "tests" / "helpers")],
+                          cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-3000:]
+    answers = json.loads(done.stdout.splitlines()[-1])
+    for (arguments, said, code), answer in zip(REFUSED_BEFORE_THE_DATA, answers):
+        lines = answer["stderr"].strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("error: "), (arguments, answer["stderr"])
+        assert said.format(loans=loans) in lines[0], (arguments, lines[0])
+        assert answer["code"] == code, (arguments, answer)
+        assert answer["heavy"] == [], (arguments, f"refused after importing {answer['heavy']}")
+    assert not (tmp_path / "store").exists(), "nothing was written"
 
 
 def test_grid_and_random_combinations():
@@ -34,7 +123,7 @@ def test_grid_and_random_combinations():
     drawn = combinations(space, "random", num_samples=4, seed=1)
     assert len(drawn) == 4 and len({tuple(c.values()) for c in drawn}) == 4
     assert drawn == combinations(space, "random", num_samples=4, seed=1)  # reproducible, so resumable
-    with pytest.raises(ValueError, match="search: 'bayes' is not allowed; allowed: grid, random"):
+    with pytest.raises(ValueError, match="--search: got 'bayes'; allowed: grid, random"):
         combinations(space, "bayes")
 
 
@@ -106,6 +195,45 @@ def test_sweep_with_local_processes_resumes_and_reports_failures(tmp_path):
     assert [t["params"] for t in failing["trials"]] == [{"generator_options": None}]
 
 
+def test_vanilla_trials_that_differ_only_in_what_vanilla_does_not_read_share_one_training(tmp_path):
+    """lambda_energy x objective full/vanilla: the two vanilla trials are one training (vanilla reads no
+    lambda_energy, as in the appendix grids); the second is a FINISHED child run that names the run and trial it
+    shares and reports that training's results, which equal a training of its own configuration."""
+    from ct_lightning.experiment.runs.train import train
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    base = {**TINY, "tracking_uri": uri}
+    space = {"lambda_energy": [1.0, 5.0], "objective": ["full", "vanilla"]}  # trials 1 and 3 are vanilla
+    summary = run_sweep(base, space, LocalExecutor(1), echo=lambda *a, **k: None)
+    rows = {row["trial"]: row for row in summary["trials"]}
+    assert len({row["run_id"] for row in rows.values()}) == 3, "four trials, three trainings"
+    assert summary["failures"] == [] and summary["n_trials"] == 4 and summary["n_trainings"] == 3
+    assert rows[3]["shares_training_of"] == 1 and rows[3]["run_id"] == rows[1]["run_id"]
+    assert rows[3]["metrics"] == rows[1]["metrics"] and "shares_training_of" not in rows[1]
+    assert len({rows[i]["run_id"] for i in (0, 1, 2)}) == 3
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.get_experiment_by_name("sweep-test").experiment_id
+    children = client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{summary['parent_run_id']}'")
+    assert len(children) == 4 and all(c.info.status == "FINISHED" for c in children)
+    from ct_lightning.experiment.studies.sweep import SHARES_TAG, SHARES_TRIAL_TAG
+
+    (shared,) = [c for c in children if SHARES_TAG in c.data.tags]
+    assert shared.data.tags[SHARES_TAG] == rows[1]["run_id"] and shared.data.tags[SHARES_TRIAL_TAG] == "1"
+    assert shared.data.params["lambda_energy"] == "5.0" and shared.data.params["objective"] == "vanilla"
+    assert shared.info.run_name.startswith("trial-3 ") and "trial 1" in shared.data.tags["mlflow.note.content"]
+    assert shared.data.metrics["val/acc"] == rows[3]["metrics"]["val/acc"]
+    # the same results as training trial 3's configuration on its own
+    alone = train({**base, "experiment": "alone", "lambda_energy": 5.0, "objective": "vanilla", "progress": False})
+    metrics = client.get_run(alone["run_id"]).data.metrics
+    assert {k: metrics[k] for k in ("val/acc", "val/loss", "test/acc")} == \
+        {k: rows[3]["metrics"][k] for k in ("val/acc", "val/loss", "test/acc")}
+    # resumed: every trial reused, the shared one still shares, nothing trained or recorded again
+    again = run_sweep(base, space, LocalExecutor(1), echo=lambda *a, **k: None)
+    assert all(t["reused"] for t in again["trials"]) and again["trials"][3]["shares_training_of"] == 1
+    assert [t["run_id"] for t in again["trials"]] == [t["run_id"] for t in summary["trials"]]
+    assert len(client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{summary['parent_run_id']}'")) == 4
+
+
 @pytest.mark.skipif(HAS_RAY, reason="Ray is installed here; the message for a missing Ray is checked without it")
 def test_sweep_recipe_names_the_extra_when_ray_is_missing(tmp_path):
     from recipe_loader import load_recipe
@@ -175,7 +303,7 @@ def test_run_only_options_are_shared_made_per_trial_or_refused_before_any_work(t
     refused up front (each trial after the first used to fail on them), ``--checkpoint-dir`` gives every trial
     its own folder in it; a new run-only setting is refused until the sweep decides how it applies."""
     from ct_lightning.experiment.configuration.settings import RUN_ONLY_KEYS
-    from ct_lightning.experiment.studies.sweep import PER_TRIAL_RUN_ONLY, SHARED_RUN_ONLY
+    from ct_lightning.experiment.configuration.sweep_space import PER_TRIAL_RUN_ONLY, SHARED_RUN_ONLY
 
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     for name in sorted(RUN_ONLY_KEYS - SHARED_RUN_ONLY - PER_TRIAL_RUN_ONLY):
@@ -240,3 +368,57 @@ def test_ctrl_c_stops_a_local_sweep_cleanly_and_the_same_command_resumes_its_tri
     assert {r.info.run_id for r in children} == {r.info.run_id for r in killed}, "resumed, not trained again"
     assert all(r.info.status == "FINISHED" for r in children)
     assert client.get_run(parent.info.run_id).info.status == "FINISHED"
+
+
+def spawned_workers(pid: int) -> list[int]:
+    """The worker processes (``multiprocessing.spawn``) that process ``pid`` started, from ``/proc``."""
+    from pathlib import Path
+
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            status = (entry / "status").read_text()
+            command = (entry / "cmdline").read_bytes()
+        except (OSError, ValueError):
+            continue
+        if f"\nPPid:\t{pid}\n" in status and b"multiprocessing.spawn" in command:
+            found.append(int(entry.name))
+    return found
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="finds the worker processes in /proc")
+def test_ctrl_c_while_local_workers_start_is_an_interruption_not_failed_trials(tmp_path):
+    """Ctrl-C the moment the ``--executor local`` workers exist, while they still import torch: they used to die with
+    a KeyboardInterrupt traceback, breaking the process pool, and every trial read as failed (exit 1). Now it reads
+    as a later Ctrl-C does: the parent KILLED and tagged interrupted, the line naming the command to re-run, 130."""
+    import signal
+    import subprocess
+    import time
+    from pathlib import Path
+
+    from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG
+
+    root = Path(__file__).resolve().parents[1]
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    command = [sys.executable, str(root / "recipes" / "sweep.py"), "--data", "circles", "--executor", "local",
+               "--jobs", "2", "--param", "lambda_div=0.1,0.3,0.5", "--max-epochs", "2", "--limit-train-batches", "2",
+               "--limit-val-batches", "1", "--nce", "16", "--accelerator", "cpu", "--experiment", "sweep-test",
+               "--tracking-uri", uri, "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    deadline = time.time() + 120
+    while not spawned_workers(process.pid) and process.poll() is None and time.time() < deadline:
+        time.sleep(0.01)
+    os.killpg(process.pid, signal.SIGINT)  # Ctrl-C: the sweep and its workers, which take a second or more to start
+    out, err = process.communicate(timeout=120)
+    assert process.returncode == 130, out[-2000:] + err[-3000:]
+    assert "Traceback" not in err and "BrokenProcessPool" not in out + err and "FAILED" not in out, out + err
+    assert "KILLED with 0 of 3 trials finished" in err and "re-run the same command" in err.strip().splitlines()[-1]
+    client = MlflowClient(tracking_uri=uri)
+    experiment_id = client.get_experiment_by_name("sweep-test").experiment_id
+    (parent,) = client.search_runs([experiment_id], f"tags.`{SWEEP_KEY_TAG}` != ''")
+    assert parent.info.status == "KILLED" and INTERRUPTED_TAG in parent.data.tags
+    assert client.search_runs([experiment_id], "tags.`mlflow.parentRunId` != ''") == [], \
+        "the signal came while the workers started: no trial began"

@@ -11,6 +11,7 @@ percentile bootstrap confidence interval (99% by default, as in Table 3); the ef
 from __future__ import annotations
 
 import csv
+import json
 import math
 from pathlib import Path
 
@@ -282,9 +283,32 @@ def flat_row(row: dict) -> dict:
     return out
 
 
+def _plain(value):
+    """``value`` as plain JSON data: NumPy scalars as Python numbers, NaN and infinities as ``None``, tuples as lists."""
+    if isinstance(value, np.generic):
+        value = value.item()
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(key): _plain(inner) for key, inner in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(inner) for inner in value]
+    return value
+
+
+def csv_cell(value):
+    """A cell of ``table.csv``: a number or text as it is; a dict, list or tuple (a comparison's details, the
+    per-λ values, a protocol's λ list, a robustness curve) as JSON, with a missing number as ``null``, so that any
+    program reads it with a JSON parser (not Python's repr, which needs Python and fails on ``nan``)."""
+    if isinstance(value, (dict, list, tuple)):
+        return json.dumps(_plain(value), default=str)
+    return value
+
+
 def write_csv(rows: list[dict], path) -> None:
-    """Write the flattened rows as CSV (columns: union of all rows' keys, first-seen order)."""
-    flat = [flat_row(r) for r in rows]
+    """Write the flattened rows as CSV (columns: union of all rows' keys, first-seen order); nested values as JSON
+    (:func:`csv_cell`)."""
+    flat = [{key: csv_cell(value) for key, value in flat_row(r).items()} for r in rows]
     columns: list[str] = []
     for r in flat:
         columns += [k for k in r if k not in columns]

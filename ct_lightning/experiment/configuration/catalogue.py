@@ -167,6 +167,37 @@ def class_defaults(module: str, name: str) -> dict:
         return {f.name: f.default for f in dataclasses.fields(cls) if f.default is not dataclasses.MISSING}
 
 
+def validation_metrics() -> tuple[str, ...]:
+    """The ``val/`` names the evaluation callback logs (``METRICS[key].logged`` for each key of
+    ``ct_lightning.metrics.names.validation_metrics()``, in table order); rows registered at run time count where
+    the table is already imported."""
+    names = sys.modules.get("ct_lightning.metrics.names")
+    if names is not None:
+        return tuple(names.METRICS[key].logged for key in names.validation_metrics())
+    return _static_validation_metrics()
+
+
+@cache
+def _static_validation_metrics() -> tuple[str, ...]:
+    # The rows MetricName(key, label, higher_is_better, logged, ..., scope=..., validation=...) of the table.
+    try:
+        found = []
+        for node in ast.walk(ast.parse(_source("ct_lightning.metrics.names").read_text())):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "MetricName":
+                keywords = {k.arg: _literal_or_none(k.value) for k in node.keywords}
+                logged = keywords["logged"] if "logged" in keywords else ast.literal_eval(node.args[3])
+                if keywords.get("scope") is not None and keywords.get("validation", True):
+                    found.append(logged)
+        if found:
+            return tuple(found)
+    except (OSError, SyntaxError, ValueError, IndexError):
+        pass
+    from ct_lightning.metrics.names import METRICS  # noqa: PLC0415 - fallback: the table itself
+    from ct_lightning.metrics.names import validation_metrics as keys  # noqa: PLC0415
+
+    return tuple(METRICS[key].logged for key in keys())
+
+
 def objectives() -> list[str]:
     """Training objectives (the keys of ``ct_lightning.losses.OBJECTIVES``)."""
     return list(constant("ct_lightning.losses", "OBJECTIVES"))

@@ -22,10 +22,11 @@ class Checked(NamedTuple):
     given: dict
 
 
-def preflight_training(overrides: dict) -> Checked:
+def preflight_training(overrides: dict, store: bool = True) -> Checked:
     """Check a training's inputs and environment; raise ``ValueError`` (a value) or ``OSError``/``EnvironmentProblem``.
 
     Nothing is created: no store, no run, no folder. A local SQLite tracking URI is anchored to an absolute path.
+    ``store=False`` leaves out the tracking store's check (a sweep checks its store once, and each trial's rest).
     """
     unknown = sorted(set(overrides) - set(DEFAULTS))
     if unknown:
@@ -34,9 +35,9 @@ def preflight_training(overrides: dict) -> Checked:
     from_file = load_config_file(given["config"]) if given.get("config") and not given.get("resume") else {}
     merged = {**from_file, **given}
     uri = anchor_tracking_uri(merged.get("tracking_uri") or DEFAULTS["tracking_uri"])
-    if merged.get("resume"):
+    if store and merged.get("resume"):
         check_store_exists("tracking_uri", uri, f"the run to resume ({merged['resume']})")
-    else:
+    elif store:
         check_tracking_reachable(uri, "tracking_uri")
     check_output_file("summary_json", merged.get("summary_json"))
     if merged.get("checkpoint_dir"):

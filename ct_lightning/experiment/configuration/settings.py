@@ -489,6 +489,16 @@ def resolve_config(overrides: dict) -> dict:
         if isinstance(config[name], str):
             config[name] = csv_names(config[name])
     config = validate_config(config)
+    check_combination(config)
+    return config
+
+
+def check_combination(config: dict) -> None:
+    """Refuse settings that are allowed alone but not together (``center_distance`` with data that is no blob set,
+    ``model_inputs`` without a table, 0 training batches without ``from_checkpoint``, the fused loop with a setting
+    that rules it out). ``config``: every setting, checked (:func:`validate_config`); reads no data, so it also
+    checks a configuration before its data is loaded."""
+    data = catalogue.canonical_dataset(config["data"]) or config["data"]
     if config["center_distance"] is not None and not data_class(data).blob:
         from datamodules import available  # noqa: PLC0415
 
@@ -504,7 +514,6 @@ def resolve_config(overrides: dict) -> dict:
     blocker = fused_blocker(config)
     if config["epoch_loop"] == "fused" and blocker:
         raise ValueError(f"epoch_loop: 'fused' is not allowed with {blocker}; allowed: auto or lightning")
-    return config
 
 
 def fused_blocker(config: dict) -> str | None:

@@ -25,7 +25,7 @@ class InputError(ValueError):
     """A value that is not allowed (exit code 2). ``option`` names it as the user typed it."""
 
     def __init__(self, option: str, value: Any, allowed: str, detail: str = ""):
-        self.option, self.value, self.allowed = option, value, allowed
+        self.option, self.value, self.allowed, self.detail = option, value, allowed, detail
         super().__init__(f"{option}: got {show(value)}{f' ({detail})' if detail else ''}; allowed: {allowed}")
 
 

@@ -14,6 +14,7 @@ stop the others). ``fn`` must be a module-level function and the items picklable
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import signal
@@ -71,14 +72,56 @@ def _die_with_parent() -> None:
 
 
 _SIGNALLED: list[int] = []  # in a worker process: the SIGINT/SIGTERM it received outside a training
+_STOP_SIGNALS = {signal.SIGINT, signal.SIGTERM}
+_PARENT_STOPPED = None  # in a worker process: the parent's stop signal, shared (0: none), see _stop_signals_shared
 
 
 def _remember_signal(signum, frame) -> None:
     _SIGNALLED.append(signum)
 
 
-def _set_threads(threads: int) -> None:
+@contextlib.contextmanager
+def _stop_signals_shared(stopped):
+    """While workers run: a SIGINT or SIGTERM that this process receives is also written to ``stopped`` (which the
+    workers read before each item, :func:`_run_in_worker`), then handled as before. A worker started just after a
+    Ctrl-C never received it itself, and would otherwise begin a whole training."""
+    previous = {}
+
+    def forward(signum, frame) -> None:
+        stopped.value = signum
+        previous[signum](signum, frame)
+
+    try:
+        for signum in _STOP_SIGNALS:
+            if callable(signal.getsignal(signum)):  # SIG_DFL and SIG_IGN keep their meaning: not forwarded
+                previous[signum] = signal.getsignal(signum)
+                signal.signal(signum, forward)
+    except ValueError:  # not the main thread: no handler of ours
+        pass
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def _stop_signals_held():
+    """Hold SIGINT and SIGTERM back in this thread while it starts worker processes: a spawned worker keeps the
+    mask, so a Ctrl-C while it starts and imports torch waits until :func:`_set_threads` has its handler (it would
+    die with a KeyboardInterrupt traceback, break the pool and fail every item). Held here, they are delivered to
+    this process's own handlers when the block ends."""
+    held = signal.pthread_sigmask(signal.SIG_BLOCK, _STOP_SIGNALS)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+
+def _set_threads(threads: int, stopped=None) -> None:
+    global _PARENT_STOPPED
     _die_with_parent()
+    _PARENT_STOPPED = stopped
     if threads > 0:  # 0: torch's default
         torch.set_num_threads(threads)
     # Ctrl-C reaches every worker: an idle one must not die with a KeyboardInterrupt traceback (and break the pool);
@@ -87,15 +130,19 @@ def _set_threads(threads: int) -> None:
         for signum in (signal.SIGINT, signal.SIGTERM):
             signal.signal(signum, _remember_signal)
     except ValueError:  # not the main thread (a Ray trial): the defaults stay
-        pass
+        return
+    # a worker starts with them held back (_stop_signals_held): one that came while it started is remembered now
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, _STOP_SIGNALS)
 
 
 def _run_in_worker(fn: Callable, item) -> Any:
-    """``fn(item)`` in a worker, unless a signal came: then :class:`TrainingInterrupted` instead of a new item."""
-    if _SIGNALLED:
+    """``fn(item)`` in a worker, unless a signal came (to it, or to the parent): then :class:`TrainingInterrupted`
+    instead of a new item."""
+    signum = _SIGNALLED[0] if _SIGNALLED else _PARENT_STOPPED.value if _PARENT_STOPPED is not None else 0
+    if signum:
         from ct_lightning.experiment.runs.interrupt import TrainingInterrupted
 
-        raise TrainingInterrupted(_SIGNALLED[0])
+        raise TrainingInterrupted(signum)
     return fn(item)
 
 
@@ -130,9 +177,12 @@ class LocalExecutor(Executor):
                     continue
                 finished(Outcome(index, label, result))
             return outcomes
-        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=get_context("spawn"), initializer=_set_threads,
-                                 initargs=(self.threads,)) as pool:
-            pending = {pool.submit(_run_in_worker, fn, item): index for index, item in enumerate(items)}
+        context = get_context("spawn")
+        stopped = context.RawValue("i", 0)
+        with ProcessPoolExecutor(max_workers=self.jobs, mp_context=context, initializer=_set_threads,
+                                 initargs=(self.threads, stopped)) as pool, _stop_signals_shared(stopped):
+            with _stop_signals_held():  # the workers start (in submit) with Ctrl-C held back until they can take it
+                pending = {pool.submit(_run_in_worker, fn, item): index for index, item in enumerate(items)}
             try:
                 while pending:
                     completed, _ = wait(pending, return_when=FIRST_COMPLETED)

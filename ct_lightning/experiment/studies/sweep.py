@@ -6,14 +6,15 @@ configuration, as in :mod:`ct_lightning.experiment.studies.reproduce`). The tria
 :class:`~ct_lightning.experiment.studies.executor.Executor` (Ray Tune by default, local processes without
 Ray). Re-running the same sweep reopens its parent and reuses every trial that already finished,
 so an interrupted sweep resumes without redoing them; a failed trial is reported, the others go on.
+Trials that are one training (vanilla trials that differ only in what a vanilla training does not read,
+:func:`shaping_key`) are trained once, before they reach the executor; the others get a child run that
+names the training they share (:func:`record_shared_trial`) and report its results.
 The objective is any metric logged on the trial runs (``val/acc``, ``val/ip`` from ``--eval-every``, ...).
 """
 
 from __future__ import annotations
 
-import itertools
 import math
-import random
 import signal
 import sys
 import time
@@ -21,54 +22,15 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG, NON_DEFINING_KEYS, stable_key, training_key
-from ct_lightning.experiment.configuration.settings import RUN_ONLY_KEYS, SETTINGS_BY_NAME, TABLE_KEYS, resolve_config
+from ct_lightning.experiment.configuration.settings import TABLE_KEYS, resolve_config
+from ct_lightning.experiment.configuration.sweep_space import (MODES, SEARCHES, check_metric,  # noqa: F401 - and
+                                                               combinations, parse_space,  # callers' imports from here
+                                                               refuse_one_run_options, with_config_file)
 from ct_lightning.experiment.configuration.validation import InputError
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
 
 SWEEP_KEY_TAG = "ct.sweep_key"
-SEARCHES = ("grid", "random")
-MODES = ("max", "min")
-
-# The run-only settings (settings.RUN_ONLY_KEYS) name one run's own outputs, how it shows itself, or the run to
-# continue. A sweep shares these with every trial, gives each trial its own folder under this one, and refuses
-# every other run-only setting before any work: a new one is refused until it is decided here.
-SHARED_RUN_ONLY = frozenset({"config", "run_name", "overwrite", "progress", "verbose"})
-PER_TRIAL_RUN_ONLY = frozenset({"checkpoint_dir"})  # trial N: CHECKPOINT_DIR/sweep-PARENT/trial-N
-INSTEAD = {"summary_json": "--sweep-json FILE (the sweep's summary; each trial's summary is in its MLflow run)",
-           "resume": "re-run the same sweep command without --resume (finished trials are reused, interrupted "
-                     "ones resume from their checkpoints)"}
-
-
-def refuse_one_run_options(base: dict) -> None:
-    """A one-line :class:`InputError` for a run-only setting in ``base`` that names one run (see ``INSTEAD``)."""
-    for name in sorted(RUN_ONLY_KEYS - SHARED_RUN_ONLY - PER_TRIAL_RUN_ONLY):
-        if base.get(name) is not None:
-            raise InputError(name, base[name], INSTEAD.get(name, "leave it out: a sweep trains many runs"),
-                             "it applies to one run, a sweep trains many")
-
-
-def objective_metrics(evaluates: bool) -> tuple[str, ...]:
-    """The metrics a trial's run logs, any of which a sweep may optimise (``evaluates``: with ``eval_every``)."""
-    from ct_lightning.generators.base import SEARCH_STATS
-    from ct_lightning.metrics.names import METRICS, validation_metrics
-    from ct_lightning.module import TERMS
-
-    names = ["val/acc", "val/loss", "test/acc", "test/loss", "train/acc", "train/loss", "train/ct_active",
-             *(f"train/{term}" for term in TERMS),
-             *(f"train/cf_{stat}" for stat in (*SEARCH_STATS, "search_seconds", "count")), "fit_seconds", "epoch"]
-    return tuple(names + ([f"val/{METRICS[key].logged}" for key in validation_metrics()] if evaluates else []))
-
-
-def check_metric(metric: str, evaluates: bool) -> None:
-    """A one-line :class:`InputError` unless the trials log ``metric``."""
-    allowed = objective_metrics(evaluates)
-    if metric in allowed:
-        return
-    detail = "not logged by the trials"
-    if not evaluates and metric in objective_metrics(True):
-        detail = "logged only with --eval-every N"
-    raise InputError("metric", metric, ", ".join(allowed), detail)
 
 
 def check_data_options(configs: list[dict]) -> None:
@@ -85,56 +47,63 @@ def check_data_options(configs: list[dict]) -> None:
             mutability_spec(config, build_datamodule(config))
 
 
-def parse_value(name: str, text: str):
-    """A value of setting ``name`` from text, read with the setting's type (``"0.1"`` → 0.1 for ``lambda_div``)."""
-    setting = SETTINGS_BY_NAME.get(name)
-    if setting is None:
-        raise ValueError(f"param: unknown setting {name!r}; allowed: {', '.join(sorted(SETTINGS_BY_NAME))}")
-    if setting.action in ("store_true", "store_false"):
-        if text.lower() not in ("true", "false", "1", "0"):
-            raise ValueError(f"param: {name} takes true or false, got {text!r}")
-        return text.lower() in ("true", "1")
-    reader = setting.type or str
-    try:
-        return reader(text)
-    except (TypeError, ValueError) as error:
-        raise ValueError(f"param: {name}={text!r} cannot be read ({error})") from None
+def shaping_key(config: dict) -> str:
+    """Key of what shapes a trial's model, from its resolved configuration: a vanilla training never reads the
+    search, the generator or the CT penalties (``grids.VANILLA_IGNORED``), so vanilla trials that differ only in
+    those are one training, as in the appendix grids. Generator options are checked when the generator is built,
+    vanilla or not, so with them nothing is left out (a trial with options its generator refuses still fails)."""
+    from ct_lightning.experiment.studies.grids import effective_overrides
+
+    return training_key(config if config.get("generator_options") else effective_overrides(config))
 
 
-def parse_space(specs: list[str]) -> dict[str, list]:
-    """``["lambda_div=0.01,0.1,1", "nce=100,1000"]`` → ``{"lambda_div": [0.01, 0.1, 1.0], "nce": [100, 1000]}``.
-
-    A value list uses ``,``; settings whose values contain commas (``hidden_sizes``) separate values with ``;``.
-    """
-    space: dict[str, list] = {}
-    for spec in specs:
-        if "=" not in spec:
-            raise ValueError(f"param: expected NAME=V1,V2,..., got {spec!r}")
-        name, values = (part.strip() for part in spec.split("=", 1))
-        name = name.replace("-", "_")
-        separator = ";" if ";" in values or name == "hidden_sizes" else ","
-        parsed = [parse_value(name, v.strip()) for v in values.split(separator) if v.strip()]
-        if not parsed:
-            raise ValueError(f"param: {name} has no values")
-        if name in space:
-            raise ValueError(f"param: {name} given twice")
-        space[name] = parsed
-    if not space:
-        raise ValueError("param: give at least one --param NAME=V1,V2,...")
-    return space
+def share_groups(configs: list[dict]) -> dict[int, list[int]]:
+    """``{first trial: the later trials that are the same training}`` over the trials' resolved configurations
+    (every trial is in one group; a trial that shares with none is a group of its own)."""
+    groups: dict[str, list[int]] = {}
+    for index, config in enumerate(configs):
+        groups.setdefault(shaping_key(config), []).append(index)
+    return {members[0]: members[1:] for members in groups.values()}
 
 
-def combinations(space: dict[str, list], search: str = "grid", num_samples: int = 10, seed: int = 0) -> list[dict]:
-    """The trials' settings: every combination (``grid``) or ``num_samples`` distinct ones drawn at random."""
-    if search not in SEARCHES:
-        raise ValueError(f"search: {search!r} is not allowed; allowed: {', '.join(SEARCHES)}")
-    names = list(space)
-    grid = [dict(zip(names, values)) for values in itertools.product(*(space[n] for n in names))]
-    if search == "grid":
-        return grid
-    if num_samples < 1:
-        raise ValueError(f"num_samples: must be at least 1, got {num_samples}")
-    return random.Random(seed).sample(grid, min(num_samples, len(grid)))
+SHARES_TAG = "ct.sweep_shares_training_of"  # on a shared trial's run: the run that trained its model
+SHARES_TRIAL_TAG = "ct.sweep_shares_trial"  # ... and that run's trial index
+
+
+def record_shared_trial(client, experiment_id: str, trial: "Trial", key: str, trained_run_id: str,
+                        source: "Trial") -> str:
+    """A FINISHED child run for ``trial``, whose model is the one ``source`` trained in run ``trained_run_id``:
+    nothing is trained; its parameters are that run's with this trial's settings, its metrics that run's final
+    values, its tags name the run and trial it shares (:data:`SHARES_TAG`) and its note says why. Its run id."""
+    from mlflow.entities import Metric, Param
+
+    trained = client.get_run(trained_run_id)
+    differ = ", ".join(k for k in trial.params if trial.params[k] != source.params.get(k)) or "no setting"
+    note = (f"Not trained: this trial is the same training as trial {source.index} (run {trained_run_id}), which "
+            f"differs only in {differ}, which a vanilla training does not read. Its metrics are copied from there; "
+            f"its model is that run's.")
+    tags = {CONFIG_KEY_TAG: key, "mlflow.parentRunId": trial.parent_run_id, "ct.role": "sweep-trial",
+            SHARES_TAG: trained_run_id, SHARES_TRIAL_TAG: str(source.index), "mlflow.note.content": note,
+            **{f"sweep.{k}": str(v) for k, v in trial.params.items()}}
+    run = client.create_run(experiment_id, run_name=trial.overrides()["run_name"], tags=tags)
+    params = {**trained.data.params, **{k: str(v) for k, v in trial.params.items()}}
+    now = int(time.time() * 1000)
+    metrics = [Metric(k, float(v), now, 0) for k, v in trained.data.metrics.items()]
+    client.log_batch(run.info.run_id, metrics=metrics, params=[Param(k, v[:6000]) for k, v in params.items()])
+    client.set_terminated(run.info.run_id, "FINISHED")
+    return run.info.run_id
+
+
+def stored_outcome(client, run_id: str, index: int, label: str):
+    """The outcome of trial ``index`` from its finished run ``run_id`` (of an earlier run of the sweep); a shared
+    trial's outcome names the run that trained its model and, as ``shares``, that run's trial."""
+    from ct_lightning.experiment.studies.executor import Outcome
+
+    run = client.get_run(run_id)
+    shares = run.data.tags.get(SHARES_TRIAL_TAG)
+    return Outcome(index, label, {"run_id": run.data.tags.get(SHARES_TAG, run_id), "reused": 1, "trial_seconds": 0.0,
+                                  "shares": None if shares is None else int(shares),
+                                  **{f"metric:{k}": float(v) for k, v in run.data.metrics.items()}})
 
 
 @dataclass
@@ -310,15 +279,19 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
     """
     from mlflow.tracking import MlflowClient
 
+    from ct_lightning.metrics.names import METRICS, validation_metrics
+
     if mode not in MODES:
-        raise ValueError(f"mode: {mode!r} is not allowed; allowed: {', '.join(MODES)}")
-    base = {k: v for k, v in base.items() if v is not None}
+        raise InputError("mode", mode, ", ".join(MODES))
+    base = with_config_file({k: v for k, v in base.items() if v is not None})
     refuse_one_run_options(base)
     settings = combinations(space, search, num_samples, seed)
     # every trial's configuration is valid before anything runs: values, objective, the table's columns
     configs = [resolve_config({**base, **params}) for params in settings]
-    check_metric(metric, any(config["eval_every"] for config in configs))
+    check_metric(metric, any(config["eval_every"] for config in configs),
+                 tuple(METRICS[key].logged for key in validation_metrics()))  # rows registered at run time too
     check_data_options(configs)
+    groups = share_groups(configs)  # the first trial of each training → the later trials that share it
     resolved = resolve_config(base)
     tracking_uri, experiment = resolved["tracking_uri"], resolved["experiment"]
     if tracking_uri.startswith("sqlite:///") and not Path(tracking_uri[len("sqlite:///"):]).is_absolute():
@@ -339,6 +312,7 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         client.log_param(parent, "sweep.search", search)
         client.log_param(parent, "sweep.goal", f"{mode} {metric}")
         client.log_param(parent, "sweep.trials", len(settings))
+        client.log_param(parent, "sweep.trainings", len(groups))
         for param, values in space.items():
             client.log_param(parent, f"space.{param}", ",".join(map(str, values))[:500])
         # the settings every trial shares, so that two sweeps' parents can be told apart in the UI
@@ -348,13 +322,17 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
                 client.log_param(parent, f"base.{key}",
                                  (",".join(map(str, value)) if isinstance(value, list) else str(value))[:500])
     trials = [Trial(i, params, base, parent, metric, threads) for i, params in enumerate(settings)]
-    echo(f"sweep: {len(trials)} trials ({search}) in experiment {experiment!r}, parent run {parent}"
+    keys = [trial.key() for trial in trials]
+    shared_note = "" if len(groups) == len(trials) else \
+        f" as {len(groups)} trainings (vanilla trials that differ only in settings vanilla does not read share one)"
+    echo(f"sweep: {len(trials)} trials ({search}){shared_note} in experiment {experiment!r}, parent run {parent}"
          f"{' (resumed: finished trials are reused)' if reopened else ''}; objective {mode} {metric}", flush=True)
     started = time.perf_counter()
     rows: list[dict] = []
     failures: list[dict] = []
+    waiting: dict[int, list[int]] = {}  # a trial to train → the trials that share its training
 
-    def finished(outcome) -> None:
+    def record(outcome) -> None:
         trial = trials[outcome.index]
         if not outcome.ok:
             failures.append({"trial": outcome.index, "params": trial.params, "error": outcome.error})
@@ -362,13 +340,34 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
             return
         metrics = trial_metrics(outcome.result)
         value = metrics.get(metric)
+        shares = outcome.result.get("shares")
         rows.append({"trial": outcome.index, "params": trial.params, "run_id": outcome.result["run_id"],
                      "reused": bool(outcome.result["reused"]), "objective": value,
-                     "seconds": outcome.result["trial_seconds"], "metrics": metrics})
+                     "seconds": outcome.result["trial_seconds"], "metrics": metrics,
+                     **({"shares_training_of": shares} if shares is not None else {})})
         what = "reused" if outcome.result["reused"] else f"trained in {outcome.result['trial_seconds']:.1f}s"
+        if shares is not None:
+            what = f"{'reused (it shares' if outcome.result['reused'] else 'shares'} trial {shares}'s training" \
+                   f"{')' if outcome.result['reused'] else ''}"
         shown = "missing" if value is None else f"{value:.4g}"
         echo(f"[{len(rows) + len(failures)}/{len(trials)}] trial {outcome.index} ({trial.label}) {what}; "
              f"{metric} = {shown}", flush=True)
+
+    def share(index: int, source) -> None:
+        """Trial ``index`` is the training of the outcome ``source`` (of another trial): record it, or its failure."""
+        trial = trials[index]
+        if not source.ok:
+            record(Outcome(index, trial.label, error=f"shares trial {source.index}'s training, which failed: "
+                                                     f"{source.error}"))
+            return
+        record_shared_trial(client, experiment_id, trial, keys[index], source.result["run_id"], trials[source.index])
+        record(Outcome(index, trial.label, {**source.result, "reused": 0, "trial_seconds": 0.0,
+                                            "shares": source.index}))
+
+    def finished(outcome) -> None:
+        record(outcome)
+        for index in waiting.pop(outcome.index, []):
+            share(index, outcome)
         if stopping is not None and len(rows) + len(failures) < len(trials):
             stopping.check()  # a safe point: the outcome is kept, no write is under way
 
@@ -378,16 +377,24 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
     from ct_lightning.experiment.studies.executor import Outcome
 
     todo = []
-    for trial in trials:  # finished trials are read from the store here, not dispatched again
-        run_id = find_finished_trial(client, experiment_id, parent, trial.key())
-        if run_id is None:
-            todo.append(trial)
-        else:
-            metrics = client.get_run(run_id).data.metrics
-            finished(Outcome(trial.index, trial.label, {"run_id": run_id, "reused": 1, "trial_seconds": 0.0,
-                                                        **{f"metric:{k}": float(v) for k, v in metrics.items()}}))
-    if len(todo) < len(trials):
-        echo(f"{len(trials) - len(todo)} trials already finished; {len(todo)} to run", flush=True)
+    for first, others in groups.items():  # finished trials are read from the store here, not dispatched again
+        found = {index: find_finished_trial(client, experiment_id, parent, keys[index]) for index in (first, *others)}
+        source = None  # the outcome of the group's training, where the store has it
+        for index, run_id in found.items():
+            if run_id is not None:
+                outcome = stored_outcome(client, run_id, index, trials[index].label)
+                record(outcome)
+                shares = outcome.result["shares"]
+                source = source or Outcome(index if shares is None else shares, "", {**outcome.result, "shares": None})
+        missing = [index for index, run_id in found.items() if run_id is None]
+        if missing and source is not None:  # the training is there: the trials without a run of their own share it
+            for index in missing:
+                share(index, source)
+        elif missing:
+            todo.append(trials[missing[0]])
+            waiting[missing[0]] = missing[1:]
+    if todo and len(rows) + len(failures):
+        echo(f"{len(rows) + len(failures)} trials already finished; {len(todo)} trainings to run", flush=True)
     status = "FAILED"
     interrupted = None
     try:
@@ -411,6 +418,7 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         best = min(scored, key=lambda r: (sign * r["objective"], r["trial"])) if scored else None
         summary = {"parent_run_id": parent, "experiment": experiment, "tracking_uri": tracking_uri,
                    "search": search, "metric": metric, "mode": mode, "n_trials": len(trials),
+                   "n_trainings": len(groups),
                    "wall_seconds": time.perf_counter() - started,
                    "trials": sorted(rows, key=lambda r: r["trial"]), "failures": failures, "best": best}
         if best is not None:
