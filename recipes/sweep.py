@@ -36,8 +36,8 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(parser)
     group = parser.add_argument_group("sweep")
     group.add_argument("--param", action="append", default=[], metavar="NAME=V1,V2,...",
-                       help="a training option and its values (repeat for more options; ';' separates values "
-                            "that contain commas, e.g. hidden_sizes=32;64,64)")
+                       help="a training setting that defines the model, and its values (repeat for more; ';' "
+                            "separates values that contain commas, e.g. hidden_sizes=32;64,64)")
     group.add_argument("--search", choices=SEARCHES, default="grid", help="grid: every combination (default); "
                        "random: --num-samples combinations drawn at random")
     group.add_argument("--num-samples", type=POSITIVE, default=10,
