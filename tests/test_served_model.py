@@ -218,7 +218,7 @@ def test_registered_model_names_the_registry_entry_or_none_registers_nothing(tmp
 
     store = f"sqlite:///{tmp_path / 'mlflow.db'}"
     named = train({**TINY, "max_epochs": 1, "tracking_uri": store, "registered_model": "moons-product-a"})
-    unregistered = train({**TINY, "max_epochs": 1, "tracking_uri": store, "registered_model": "none"})
+    unregistered = train({**TINY, "max_epochs": 1, "tracking_uri": store, "registered_model": "None"})
     client = MlflowClient(store)
     assert [m.name for m in client.search_registered_models()] == ["moons-product-a"]
     [version] = client.search_model_versions("name = 'moons-product-a'")

@@ -174,6 +174,8 @@ class Setting:
             EXTRA_CHECKS[self.name](value, option)
         if self.name == "data" and catalogue.canonical_dataset(value) is not None:
             value = value.lower()  # data set names are case-insensitive; file paths keep their case
+        if self.name == "registered_model" and value is not None and value.lower() == "none":
+            value = "none"  # the logged param of an unset name reads "None"
         return value
 
     def check(self, value) -> str | None:

@@ -213,7 +213,8 @@ def register_run_predictor(tracking_uri: str, run_id: str, verbose: bool = False
     client = MlflowClient(tracking_uri=tracking_uri)
     run = client.get_run(run_id)
     tags = run.data.tags
-    name = chosen_name(run.data.params.get("registered_model"), tags.get("data", "data"),
+    given = run.data.params.get("registered_model")  # "None" where the trials were given no name
+    name = chosen_name(None if given == "None" else given, tags.get("data", "data"),
                        tags.get("objective", "full"), tags.get("role"))
     if name is None:
         return None, None
