@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import cProfile
+import pstats
 from pathlib import Path
 
 import pandas as pd
@@ -278,3 +280,25 @@ def test_every_problem_of_a_file_is_reported_at_once_each_with_its_fix(tmp_path,
     with pytest.raises(ValueError, match=r"^data: columns 'country', 'region' are constant in .*; leave them out with "
                                          r"--drop-columns country,region$"):
         TableDataModule(loans.assign(country="FR", region="EU"), target="approved")
+
+
+def test_reading_checking_and_encoding_a_table_does_no_python_work_per_cell(tmp_path):
+    """A 200 000-row table with ten text columns took 58 s from its file to training (40 s of it converting every
+    cell of its category columns in Python, to find out that 'L13' is no '$36,428.20'); each distinct value is
+    judged once now, and categories are encoded by their distinct values. No Python function runs once per row."""
+    rows = 3000
+    frame = pd.DataFrame({"age": [18 + i % 60 for i in range(rows)], "grade": [f"L{i % 50:02d}" for i in range(rows)],
+                          "income": [f"${1000 + 3 * (i % 7):,}" for i in range(rows)],
+                          "home": ["rent" if i % 3 else "own" for i in range(rows)],
+                          "y": ["yes" if i % 4 else "no" for i in range(rows)]})
+    frame.to_csv(tmp_path / "wide.csv", index=False)
+    profile = cProfile.Profile()
+    data = profile.runcall(TableDataModule, tmp_path / "wide.csv", target="y")
+    profile.runcall(data.setup, "fit")
+    calls = {where: stat[1] for where, stat in pstats.Stats(profile).stats.items() if where[0] != "~"}  # not builtins
+    busiest = max(calls, key=calls.get)
+    assert calls[busiest] < rows, f"{busiest} ran {calls[busiest]} times for {rows} rows"
+    assert data.frame.income.tolist() == [1000 + 3 * (i % 7) for i in range(rows)]
+    grade = data.x_train[:, data.codec.feature_names.index("grade=L07")]
+    assert grade.sum() == (data.frame.grade.iloc[data.rows["train"]] == "L07").sum()
+
