@@ -302,3 +302,19 @@ def test_reading_checking_and_encoding_a_table_does_no_python_work_per_cell(tmp_
     grade = data.x_train[:, data.codec.feature_names.index("grade=L07")]
     assert grade.sum() == (data.frame.grade.iloc[data.rows["train"]] == "L07").sum()
 
+
+def test_a_training_reads_its_file_once(tmp_path, loans):
+    """Choosing a table's CT settings (from its training rows) and building its data module each read the file: a
+    200 000-row CSV twice. The second reading reuses the first, as long as the file holds the same bytes."""
+    from ct_lightning.experiment.configuration.data import build_datamodule
+    from ct_lightning.experiment.configuration.settings import resolve_config
+
+    path = tmp_path / "loans.csv"
+    loans.to_csv(path, index=False)
+    profile = cProfile.Profile()
+    data = profile.runcall(lambda: build_datamodule(resolve_config({"data": str(path), "target": "approved"})))
+    reads = sum(stat[1] for where, stat in pstats.Stats(profile).stats.items()
+                if where[0].endswith("table_format.py") and where[2] == "read_csv")
+    assert reads == 1 and len(data.frame) == len(loans)
+    loans.assign(income=loans.income + 1).to_csv(path, index=False)  # same path, new content: read again
+    assert TableDataModule(path, target="approved").frame.income.tolist() == (loans.income + 1).tolist()
