@@ -228,9 +228,11 @@ class TableDataModule(TensorDataModule):
         self.protected_features = tuple(c.name for c in self.codec.columns if c.mutability == "none")
 
     def load_splits(self) -> dict:
-        features = self.frame.drop(columns=[self.target])
-        x, y = self.codec.encode(features), self.codec.encode_target(self.frame[self.target])
-        splits = {f"{key}_{split}": value[rows] for split, rows in self.rows.items() for key, value in (("x", x), ("y", y))}
+        features, target = self.frame.drop(columns=[self.target]), self.frame[self.target]
+        splits = {}
+        for split, rows in self.rows.items():  # split by split: the encoded table exists once, not also as a whole
+            splits[f"x_{split}"] = self.codec.encode(features.iloc[rows])
+            splits[f"y_{split}"] = self.codec.encode_target(target.iloc[rows])
         return {**splits, "feature_names": self.codec.feature_names, "protected": list(self.protected_features),
                 "n_classes": len(self.codec.classes)}
 
