@@ -38,3 +38,16 @@ def test_recording_the_splits_does_not_copy_them(client):
     split = data.x_train.numel() * data.x_train.element_size()
     assert peak < 0.5 * split, f"peak {peak / split:.2f} x the training split"
     assert {d.dataset.name for d in client.get_run(run_id).inputs.dataset_inputs} == {"table-train", "table-test"}
+
+
+def test_a_tables_splits_point_to_its_file(client, tmp_path):
+    """The dataset inputs of a run on loans.csv named ct-lightning's own datamodules/__init__.py as their source
+    (the fallback of the embedded synthetic sets), so the MLflow UI could not tell which file a model learnt from."""
+    path = tmp_path / "loans.csv"
+    table(300).to_csv(path, index=False)
+    data = TableDataModule(path, target="y")
+    data.setup("fit")
+    run_id = client.create_run(client.create_experiment("datasets")).info.run_id
+    log_datasets(client, run_id, data)
+    sources = {d.dataset.name: d.dataset.source for d in client.get_run(run_id).inputs.dataset_inputs}
+    assert sources == {name: f'{{"uri": "{path.resolve().as_uri()}"}}' for name in ("loans-train", "loans-test")}

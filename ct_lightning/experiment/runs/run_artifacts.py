@@ -186,18 +186,24 @@ def _digest(x: torch.Tensor, y: torch.Tensor) -> str:
 SCHEMA_ROWS = 64  # rows the dataset schema is inferred from
 
 
+def _dataset_source(datamodule, data_dir: str | None = None) -> Path:
+    """Where a run's data comes from: a table's own file, the raw files' folder for real data, the generating
+    module's file for the embedded synthetic sets."""
+    import datamodules
+
+    table = getattr(datamodule, "source", None)
+    if isinstance(table, (str, Path)):
+        return Path(table).resolve()
+    return Path(data_dir or getattr(datamodule, "data_dir", None) or datamodules.__file__).resolve()
+
+
 def log_datasets(client, run_id: str, datamodule, data_dir: str | None = None) -> None:
     """Record the training and test splits as MLflow dataset inputs (name, digest, source, feature schema)."""
     import mlflow.data
     import pandas as pd
     from mlflow.entities import DatasetInput, InputTag
 
-    import datamodules
-
-    # The raw files' folder for real data; the generating module's file for the embedded synthetic sets.
-    source = Path(data_dir).resolve() if data_dir else Path(getattr(datamodule, "data_dir", None) or
-                                                             datamodules.__file__).resolve()
-    source = source.as_uri()
+    source = _dataset_source(datamodule, data_dir).as_uri()
     inputs = []
     for split in ("train", "test"):
         x, y = getattr(datamodule, f"x_{split}"), getattr(datamodule, f"y_{split}")
