@@ -318,3 +318,19 @@ def test_a_training_reads_its_file_once(tmp_path, loans):
     assert reads == 1 and len(data.frame) == len(loans)
     loans.assign(income=loans.income + 1).to_csv(path, index=False)  # same path, new content: read again
     assert TableDataModule(path, target="approved").frame.income.tolist() == (loans.income + 1).tolist()
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".txt"])
+def test_a_tab_separated_tsv_or_txt_file_is_a_table(tmp_path, loans, suffix):
+    """The reader finds tabs from the header line, but --data took only .csv and .parquet: 'loans.tsv' was refused as
+    an unknown data set (rename it to .csv, the error did not say)."""
+    from ct_lightning.experiment.configuration.data import build_datamodule
+    from ct_lightning.experiment.configuration.settings import resolve_config
+    from ct_lightning.experiment.runs.lifecycle import data_label
+
+    path = tmp_path / f"loans{suffix}"
+    european(loans).to_csv(path, sep="\t", index=False)
+    config = resolve_config({"data": str(path), "target": "approved"})
+    data = build_datamodule(config)
+    assert data.frame.debt_ratio.tolist() == loans.debt_ratio.tolist() and data_label(config["data"]) == "loans"
+    assert f"note: loans{suffix}: columns separated by '\\t'" in data.describe()

@@ -50,7 +50,7 @@ def write_data_spec(overrides: dict, path: str) -> dict:
     overrides = {**(load_config_file(overrides["config"]) if overrides.get("config") else {}), **given}
     data = overrides.get("data")
     if not data or not is_table_file(data):
-        raise InputError("write_data_spec", path, "only with a table file in --data (.csv, .parquet) and --target",
+        raise InputError("write_data_spec", path, "only with a table file in --data (.csv, .tsv, .txt, .parquet) and --target",
                          f"--data is {data or 'not given'}")
     if overrides.get("resume"):
         raise InputError("write_data_spec", path, "without --resume (a resumed run keeps its own data spec)")
