@@ -20,14 +20,13 @@ from datamodules.base import TensorDataModule
 from datamodules.codec import TabularCodec, _plain, read_spec
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
-from datamodules.table_format import read_table, text_column_problems, tidy_frame
+from datamodules.table_format import check_target, read_table, text_column_problems, tidy_frame
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")  # a CSV's delimiter is read from its header
 IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
 CODE_LEVELS = 10  # an inferred integer column with at most this many values may be category codes (SEX 1/2)
 BALANCE = ("none", "undersample")  # classes: as in the file, or each cut to the smallest's size
 SPLIT = (0.70, 0.15, 0.15)  # train, validation, test
-MAX_CLASSES = 20
 
 
 def is_table_path(data) -> bool:
@@ -65,12 +64,7 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str
     problems of its feature columns that stop a training (missing values, constant columns; each a message with its
     fix, reported together by :func:`raise_problems`); a one-line ``ValueError`` at once for a target that cannot
     be trained on: none, not a column, one class, too many classes."""
-    if not target:
-        raise ValueError(f"target: required with a table file ({name}); allowed: one of its columns: "
-                         f"{', '.join(map(str, frame.columns))}")
-    if target not in frame.columns:
-        raise ValueError(f"target: column {target!r} not found in {name}; allowed: "
-                         f"{', '.join(map(str, frame.columns))}")
+    check_target(frame, target, name)
     if impute not in IMPUTE:
         raise ValueError(f"impute: got {impute!r}; allowed: {', '.join(IMPUTE)}")
     notes = []
@@ -89,13 +83,9 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str
         before = len(frame)
         frame = frame.dropna().reset_index(drop=True)
         notes.append(f"{before - len(frame)} row(s) with a missing value left out (--impute drop)")
-    classes = frame[target].nunique()
-    if classes < 2:
+    if frame[target].nunique() < 2:  # its other classes were only in rows --impute drop left out
         raise ValueError(f"target: column {target!r} has only one class ({frame[target].iloc[0]!r}) in {name}; "
                          "allowed: a column with at least two classes")
-    if classes > MAX_CLASSES:
-        raise ValueError(f"target: column {target!r} has {classes} distinct values in {name}; allowed: a class "
-                         f"label with at most {MAX_CLASSES} classes")
     constant = [c for c in frame.columns if c != target and frame[c].nunique(dropna=False) <= 1]
     if constant:
         what = f"column {constant[0]!r} is" if len(constant) == 1 else \

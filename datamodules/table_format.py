@@ -420,6 +420,35 @@ def text_column_problems(frame: pd.DataFrame, target: str, declared: dict, name:
     return problems
 
 
+MAX_CLASSES = 20  # a target with more different values is no class label
+
+
+def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
+    """A one-line ``ValueError`` for a target column a classifier cannot be trained on: none given, not a column of
+    the table, one class, or more than :data:`MAX_CLASSES` (an amount such as a loss: regression, which CT does not
+    do). Rows without a label do not count (a training leaves them out)."""
+    columns = ", ".join(map(str, frame.columns))
+    if not target:
+        raise ValueError(f"target: required with a table file ({name}); allowed: one of its columns: {columns}")
+    if target not in frame.columns:
+        raise ValueError(f"target: column {target!r} not found in {name}; allowed: {columns}")
+    labels = frame[target].dropna()
+    classes = labels.nunique()
+    if classes < 2:
+        shown = f" ({labels.iloc[0]!r})" if len(labels) else ""
+        raise ValueError(f"target: column {target!r} has only one class{shown} in {name}; allowed: a column with at "
+                         "least two classes")
+    if classes <= MAX_CLASSES:
+        return
+    allowed = f"allowed: a class label with at most {MAX_CLASSES} classes"
+    if pd.api.types.is_numeric_dtype(labels) and not pd.api.types.is_bool_dtype(labels):
+        shown = ", ".join(f"{v:g}" for v in labels.head(3))
+        raise ValueError(f"target: column {target!r} of {name} holds an amount ({classes} different numbers: {shown}, "
+                         f"...): predicting it is regression, which counterfactual training does not do; {allowed}, "
+                         f"e.g. a column of your own that says whether {target} is above a threshold")
+    raise ValueError(f"target: column {target!r} has {classes} distinct values in {name}; {allowed}")
+
+
 def rows_as_written(frame: pd.DataFrame, numeric: list[str], decimal_comma: bool) -> pd.DataFrame:
     """Rows to explain (``--row``, ``--rows``) read as the training file was: text without surrounding spaces, empty
     and ``?`` cells missing, and, for a model trained on a file with decimal commas, the ``numeric`` columns' text
