@@ -112,7 +112,7 @@ def category_codes(values: pd.Series, categories) -> np.ndarray:
     ``1.0``, equal to one another for pandas, different as text) once per row."""
     known = {str(c): i for i, c in enumerate(categories)}
     if values.dtype == object and pd.api.types.infer_dtype(values, skipna=False) != "string":
-        return values.map(lambda v: known.get(str(v), -1)).to_numpy()
+        return np.array(values.map(lambda v: known.get(str(v), -1)), dtype=np.int64)  # writable, unlike to_numpy's
     index, distinct = pd.factorize(values)  # a missing value is index -1: the appended -1
     return np.array([known.get(str(v), -1) for v in distinct] + [-1], dtype=np.int64)[index]
 

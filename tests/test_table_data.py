@@ -461,3 +461,15 @@ def test_encoding_a_table_holds_its_inputs_in_memory_once():
         tracemalloc.stop()
     encoded = sum(x.numel() * x.element_size() for x in (data.x_train, data.x_val, data.x_test))
     assert data.n_features == 61 and peak < 1.5 * encoded, f"peak {peak / encoded:.2f} x the encoded splits"
+
+
+def test_a_numeric_target_gives_writable_labels_without_a_warning():
+    """The target 0/1 (numbers, looked up per row) came back as a read-only array from pandas, and torch warned at
+    every start: 'The given NumPy array is not writable'."""
+    import warnings
+
+    data = TableDataModule(pd.DataFrame({"age": range(40), "default": [0, 1] * 20}), target="default")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        data.setup("fit")
+    assert len(data.y_train) == 28 and int(data.y_train.sum()) == 14
