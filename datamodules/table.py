@@ -27,6 +27,7 @@ IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, 
 CODE_LEVELS = 10  # an inferred integer column with at most this many values may be category codes (SEX 1/2)
 BALANCE = ("none", "undersample")  # classes: as in the file, or each cut to the smallest's size
 SPLIT = (0.70, 0.15, 0.15)  # train, validation, test
+SPLIT_MEASURES = {"val": ("validation", "val/acc"), "test": ("test", "the test accuracy")}  # what each tells
 
 
 def is_table_path(data) -> bool:
@@ -118,7 +119,8 @@ def identifier_candidates(features: pd.DataFrame) -> set[str]:
 
 
 def stratified_split(y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
-    """Seeded train/val/test row positions with each class split 70/15/15 (every split sees every class)."""
+    """Seeded train/val/test row positions with each class split 70/15/15, rounded per class: a class of fewer than
+    4 rows has none in validation and test (:func:`check_splits`, :meth:`TableDataModule.unseen_in_splits`)."""
     rng = np.random.default_rng(seed)
     parts = {"train": [], "val": [], "test": []}
     for label in np.unique(y):
@@ -128,6 +130,18 @@ def stratified_split(y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
         parts["test"].append(rows[n_val:n_val + n_test])
         parts["train"].append(rows[n_val + n_test:])
     return {split: np.sort(np.concatenate(rows)) for split, rows in parts.items()}
+
+
+def check_splits(rows: dict[str, np.ndarray], name: str, balanced: bool) -> None:
+    """A one-line ``ValueError`` for a table too small to validate and test on: a split without rows would leave the
+    run without val/acc (its best checkpoint and result) or test accuracy."""
+    empty = [SPLIT_MEASURES[split][0] for split in ("val", "test") if not len(rows[split])]
+    if empty:
+        total = sum(len(part) for part in rows.values())
+        kept = " (after --balance undersample)" if balanced else ""
+        raise ValueError(f"data: {total} rows of {name}{kept} leave the {' and '.join(empty)} split"
+                         f"{'s' if len(empty) > 1 else ''} without a row (each takes 15 % of each class's rows, "
+                         "rounded); allowed: a table with at least 4 rows of some class")
 
 
 def training_fills(frame: pd.DataFrame, train: np.ndarray, target: str) -> dict:
@@ -194,6 +208,7 @@ class TableDataModule(TensorDataModule):
             kept = undersample(self.frame[target].astype(str).to_numpy(), np.random.default_rng(data_seed))
             self.frame = self.frame.iloc[kept].reset_index(drop=True)
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
+        check_splits(self.rows, self.label_of_source, balance == "undersample")
         fills = training_fills(self.frame, self.rows["train"], target) if impute == "median" else None
         if fills:
             self.read_notes += [f"{column}: missing in {count} row(s), filled with {fills[column]!r}, the training rows' "
@@ -252,7 +267,7 @@ class TableDataModule(TensorDataModule):
                 + "".join(f"\nnote: {name!r} holds a different whole number in every row, numbered like rows: an "
                           f"identifier? it trains as a feature; leave it out with --drop-columns {shlex.quote(name)}"
                           for name in self.identifier_like())
-                + "".join(f"\nnote: {line}" for line in self.read_notes + self.case_variants())
+                + "".join(f"\nnote: {line}" for line in self.read_notes + self.case_variants() + self.unseen_in_splits())
                 + "".join(f"\nnote: {line}" for line in self.outside_declared_bounds())
                 + (f"\nnote: {', '.join(self.code_like())} "
                    f"{'hold' if len(self.code_like()) > 1 else 'holds'} at most {CODE_LEVELS} different whole numbers"
@@ -275,6 +290,23 @@ class TableDataModule(TensorDataModule):
                 shown = "; ".join(", ".join(map(repr, group)) for group in clashes[:3])
                 lines.append(f"{name}: {shown} differ only in case: they are different categories; write each the "
                              "same way in the file if they are one")
+        return lines
+
+    def unseen_in_splits(self) -> list[str]:
+        """One line per class with no row in validation or test (fewer than 4 rows: 15 % of them rounds to none):
+        val/acc and the test accuracy then say nothing about it."""
+        labels = self.frame[self.target].astype(str).to_numpy()
+        lines = []
+        for value in self.codec.classes:
+            splits = [split for split in ("val", "test") if not (labels[self.rows[split]] == str(value)).any()]
+            if not splits:
+                continue
+            names = " and ".join(SPLIT_MEASURES[split][0] for split in splits)
+            measures = " and ".join(SPLIT_MEASURES[split][1] for split in splits)
+            hold, say = ("splits hold", "say") if len(splits) > 1 else ("split holds", "says")
+            lines.append(f"class {_plain(value)!r} has {int((labels == str(value)).sum())} row(s): the {names} {hold} "
+                         f"none of them, so {measures} {say} nothing about it (15 % of a class's rows go to each; "
+                         "4 rows give them one each)")
         return lines
 
     def code_like(self) -> list[str]:

@@ -473,3 +473,29 @@ def test_a_numeric_target_gives_writable_labels_without_a_warning():
         warnings.simplefilter("error")
         data.setup("fit")
     assert len(data.y_train) == 28 and int(data.y_train.sum()) == 14
+
+
+def small_loans(rows: int, positives: int) -> pd.DataFrame:
+    """``rows`` applicants, ``positives`` of them defaulted (the first ones)."""
+    return pd.DataFrame({"income": [20000 + 731 * i for i in range(rows)], "home": ["rent", "own", "mortgage"] * (rows // 3),
+                         "default": [1] * positives + [0] * (rows - positives)})
+
+
+def test_a_table_too_small_for_validation_and_test_is_refused_in_one_line():
+    """60 loans with 2 defaults under --balance undersample kept 4 rows: all four trained, validation and test had
+    none, Lightning warned of an empty DataLoader and a missing val/acc, and the run ended without a result line
+    but with a registered model."""
+    with pytest.raises(ValueError, match=r"^data: 4 rows of DataFrame \(after --balance undersample\) leave the "
+                                         r"validation and test splits without a row \(each takes 15 % of each "
+                                         r"class's rows, rounded\); allowed: a table with at least 4 rows of some "
+                                         r"class$"):
+        TableDataModule(small_loans(60, 2), target="default", balance="undersample")
+
+
+def test_a_class_too_rare_for_validation_and_test_is_named():
+    """With 2 defaults in 60 rows, validation and test held none: val/acc and the test accuracy (0.889) measured the
+    other class alone, and nothing said so."""
+    data = TableDataModule(small_loans(60, 2), target="default")
+    assert ("note: class 1 has 2 row(s): the validation and test splits hold none of them, so val/acc and the test "
+            "accuracy say nothing about it") in data.describe()
+    assert "note: class" not in TableDataModule(small_loans(60, 4), target="default").describe()
