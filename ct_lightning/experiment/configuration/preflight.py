@@ -45,19 +45,20 @@ def preflight_training(overrides: dict) -> Checked:
         check_data_dir(merged["data_dir"])
     check_checkpoint_file("from_checkpoint", merged.get("from_checkpoint"))
     check_accelerator("accelerator", merged.get("accelerator"))
-    if not merged.get("resume") and is_table_file(merged.get("data")):
-        check_table_target(merged["data"], merged.get("target"))
     return Checked({**overrides, "tracking_uri": uri}, {**merged, "tracking_uri": uri})
 
 
-def check_table_target(path: str, target: str | None) -> None:
-    """The ``target`` column of table file ``path`` is one a classifier can be trained on (one-line ``ValueError``,
-    :func:`datamodules.table_format.check_target`): checked before torch is imported, so that a misspelt column or
-    an amount to predict (regression) is refused in a second, not after the imports. Reading needs pandas only, and
-    the data module reuses what is read here (:func:`~datamodules.table_format.read_table`)."""
+def check_table_target(given: dict) -> None:
+    """The ``target`` column of a table file in ``--data`` (merged ``given`` settings; not on ``--resume``) is one a
+    classifier can be trained on (one-line ``ValueError``, :func:`datamodules.table_format.check_target`). The recipe
+    checks it before torch is imported, so that a misspelt column or an amount to predict (regression) is refused in a
+    second, not after the imports; reading needs pandas only, and the data module reuses what is read here
+    (:func:`~datamodules.table_format.read_table`)."""
+    if given.get("resume") or not is_table_file(given.get("data")):
+        return
     from datamodules.table_format import check_target, read_table  # noqa: PLC0415 - pandas: for table files only
 
-    check_target(read_table(path), target, path)
+    check_target(read_table(given["data"]), given.get("target"), given["data"])
 
 
 def check_data_dir(path) -> None:
