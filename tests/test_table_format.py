@@ -334,3 +334,16 @@ def test_a_tab_separated_tsv_or_txt_file_is_a_table(tmp_path, loans, suffix):
     data = build_datamodule(config)
     assert data.frame.debt_ratio.tolist() == loans.debt_ratio.tolist() and data_label(config["data"]) == "loans"
     assert f"note: loans{suffix}: columns separated by '\\t'" in data.describe()
+
+
+@pytest.mark.parametrize("suffix", [".tsv", ".pq"])
+def test_a_model_of_a_tsv_or_pq_table_is_registered_by_the_files_stem(tmp_path, loans, suffix):
+    """Only .csv and .parquet lost their suffix in the registered model's name: loans.tsv registered
+    'ct--tmp-...-loans.tsv-ct' (the whole path), where loans.csv registers 'ct-loans-ct'."""
+    from ct_lightning.experiment.runs.train import train
+
+    path = tmp_path / f"loans{suffix}"
+    loans.to_parquet(path) if suffix == ".pq" else loans.to_csv(path, sep="\t", index=False)
+    summary = train({"data": str(path), "target": "approved", "max_epochs": 1, "nce": 16, "progress": False,
+                     "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "checkpoint_dir": str(tmp_path / "ct")})
+    assert summary["models"]["registered"] == "ct-loans-ct"
