@@ -24,13 +24,13 @@ from ct_lightning.metrics.names import METRICS as METRIC_TABLE, table_label
 def paper_label(data: str) -> str:
     """The paper's row label of data set ``data``: its data module's ``paper_label`` (else the name; a table
     file's stem)."""
-    from ct_lightning.experiment.configuration.settings import is_table_file  # noqa: PLC0415
     from datamodules import get_datamodule_class  # noqa: PLC0415 - the data modules hold the facts
+    from datamodules.table import is_table_path  # noqa: PLC0415
 
     try:
         return get_datamodule_class(data).label()
     except ValueError:
-        return Path(data).stem if is_table_file(data) else data
+        return Path(data).stem if is_table_path(data) else data
 
 
 def published_label(row: dict) -> str | None:
