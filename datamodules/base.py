@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import lightning as L
+import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, RandomSampler, SequentialSampler, TensorDataset
 
@@ -10,6 +11,12 @@ from datamodules.domain import infer_domain
 from datamodules.feature_types import FeatureTypes
 
 EVAL_BATCH_SIZE = 4096  # rows per forward pass of the validation and test loaders
+
+
+def all_finite(x: torch.Tensor) -> bool:
+    """Whether every value of ``x`` is finite. numpy's test makes one boolean mask; ``torch.isfinite`` makes a float
+    copy and two masks first (238 MiB for a 200 000-row table's 140 000 x 252 training inputs)."""
+    return bool(np.isfinite(x.detach().cpu().numpy()).all())
 
 
 class IndexedTensorDataset(TensorDataset):
@@ -113,7 +120,7 @@ class TensorDataModule(L.LightningDataModule):
         for key in ("x_train", "y_train", "x_val", "y_val", "x_test", "y_test"):
             value = torch.as_tensor(splits[key])
             value = value.float() if key.startswith("x") else value.long()
-            if key.startswith("x") and not torch.isfinite(value).all():
+            if key.startswith("x") and not all_finite(value):
                 raise ValueError(f"data {self.name}: {key} contains NaN or infinite values after preprocessing")
             setattr(self, key, value)
         self.feature_names = list(splits["feature_names"])

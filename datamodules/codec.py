@@ -106,6 +106,17 @@ def _decimals(scale: float) -> int:
     return max(0, 6 - int(np.floor(np.log10(scale)))) if scale > 0 and np.isfinite(scale) else 6
 
 
+def category_codes(values: pd.Series, categories) -> np.ndarray:
+    """Each value's position in ``categories``, matched by text (``1`` is the category ``"1"``), -1 where it is none
+    of them. Looked up once per distinct value; an object column that mixes kinds of values (``1``, ``True``,
+    ``1.0``, equal to one another for pandas, different as text) once per row."""
+    known = {str(c): i for i, c in enumerate(categories)}
+    if values.dtype == object and pd.api.types.infer_dtype(values, skipna=False) != "string":
+        return np.array(values.map(lambda v: known.get(str(v), -1)), dtype=np.int64)  # writable, unlike to_numpy's
+    index, distinct = pd.factorize(values)  # a missing value is index -1: the appended -1
+    return np.array([known.get(str(v), -1) for v in distinct] + [-1], dtype=np.int64)[index]
+
+
 def infer_kind(values: pd.Series) -> str:
     """The kind of a column from its dtype: bool or two numeric levels 0/1 → binary, text → categorical
     (binary with two levels), integers → integer, other numbers → continuous."""
@@ -322,8 +333,7 @@ class TabularCodec:
             if values.isna().any():
                 raise ValueError(f"rows: column {column.name!r} has a missing value (row {int(np.flatnonzero(values.isna())[0])})")
             if column.kind in ("categorical", "binary"):
-                known = {str(c): i for i, c in enumerate(column.categories)}
-                codes = values.map(lambda v: known.get(str(v), -1)).to_numpy()
+                codes = category_codes(values, column.categories)
                 if (codes < 0).any():
                     unseen = values.iloc[int(np.flatnonzero(codes < 0)[0])]
                     raise ValueError(f"rows: column {column.name!r}: unseen category {unseen!r}; allowed: "
@@ -361,8 +371,7 @@ class TabularCodec:
 
     def encode_target(self, values) -> np.ndarray:
         """Target values as class labels ``0 … K−1`` (the positive class is the last)."""
-        index = {str(c): i for i, c in enumerate(self.classes)}
-        labels = [index.get(str(v), -1) for v in np.asarray(values, dtype=object).reshape(-1)]
+        labels = category_codes(pd.Series(np.asarray(values, dtype=object).reshape(-1)), self.classes)
         if min(labels, default=0) < 0:
             unknown = next(v for v, code in zip(np.asarray(values, dtype=object).reshape(-1), labels) if code < 0)
             raise ValueError(f"target: unknown class {unknown!r}; allowed: {', '.join(map(str, self.classes))}")

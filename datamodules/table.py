@@ -20,14 +20,13 @@ from datamodules.base import TensorDataModule
 from datamodules.codec import TabularCodec, _plain, read_spec
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
-from datamodules.table_format import read_table, text_column_problems, tidy_frame
+from datamodules.table_format import check_target, read_table, text_column_problems, tidy_frame
 
-TABLE_SUFFIXES = (".csv", ".parquet", ".pq")
+TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")  # a CSV's delimiter is read from its header
 IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
 CODE_LEVELS = 10  # an inferred integer column with at most this many values may be category codes (SEX 1/2)
 BALANCE = ("none", "undersample")  # classes: as in the file, or each cut to the smallest's size
 SPLIT = (0.70, 0.15, 0.15)  # train, validation, test
-MAX_CLASSES = 20
 # the fewest rows of a class that give each split one (stratified_split rounds 15 % of 4 rows up to 1)
 MIN_CLASS_ROWS = next(n for n in range(1, 100) if min(round(n * SPLIT[1]), round(n * SPLIT[2])) >= 1)
 
@@ -67,12 +66,7 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str
     problems of its feature columns that stop a training (missing values, constant columns; each a message with its
     fix, reported together by :func:`raise_problems`); a one-line ``ValueError`` at once for a target that cannot
     be trained on: none, not a column, one class, too many classes."""
-    if not target:
-        raise ValueError(f"target: required with a table file ({name}); allowed: one of its columns: "
-                         f"{', '.join(map(str, frame.columns))}")
-    if target not in frame.columns:
-        raise ValueError(f"target: column {target!r} not found in {name}; allowed: "
-                         f"{', '.join(map(str, frame.columns))}")
+    check_target(frame, target, name)
     if impute not in IMPUTE:
         raise ValueError(f"impute: got {impute!r}; allowed: {', '.join(IMPUTE)}")
     notes = []
@@ -91,13 +85,9 @@ def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str
         before = len(frame)
         frame = frame.dropna().reset_index(drop=True)
         notes.append(f"{before - len(frame)} row(s) with a missing value left out (--impute drop)")
-    classes = frame[target].nunique()
-    if classes < 2:
+    if frame[target].nunique() < 2:  # its other classes were only in rows --impute drop left out
         raise ValueError(f"target: column {target!r} has only one class ({frame[target].iloc[0]!r}) in {name}; "
                          "allowed: a column with at least two classes")
-    if classes > MAX_CLASSES:
-        raise ValueError(f"target: column {target!r} has {classes} distinct values in {name}; allowed: a class "
-                         f"label with at most {MAX_CLASSES} classes")
     problems += rare_class_problems(frame[target], target, name)
     constant = [c for c in frame.columns if c != target and frame[c].nunique(dropna=False) <= 1]
     if constant:
@@ -145,7 +135,8 @@ def identifier_candidates(features: pd.DataFrame) -> set[str]:
 
 
 def stratified_split(y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
-    """Seeded train/val/test row positions with each class split 70/15/15 (every split sees every class)."""
+    """Seeded train/val/test row positions with each class split 70/15/15, rounded per class: every split sees every
+    class of at least :data:`MIN_CLASS_ROWS` rows (a rarer class is refused, :func:`rare_class_problems`)."""
     rng = np.random.default_rng(seed)
     parts = {"train": [], "val": [], "test": []}
     for label in np.unique(y):
@@ -245,9 +236,11 @@ class TableDataModule(TensorDataModule):
         self.protected_features = tuple(c.name for c in self.codec.columns if c.mutability == "none")
 
     def load_splits(self) -> dict:
-        features = self.frame.drop(columns=[self.target])
-        x, y = self.codec.encode(features), self.codec.encode_target(self.frame[self.target])
-        splits = {f"{key}_{split}": value[rows] for split, rows in self.rows.items() for key, value in (("x", x), ("y", y))}
+        features, target = self.frame.drop(columns=[self.target]), self.frame[self.target]
+        splits = {}
+        for split, rows in self.rows.items():  # split by split: the encoded table exists once, not also as a whole
+            splits[f"x_{split}"] = self.codec.encode(features.iloc[rows])
+            splits[f"y_{split}"] = self.codec.encode_target(target.iloc[rows])
         return {**splits, "feature_names": self.codec.feature_names, "protected": list(self.protected_features),
                 "n_classes": len(self.codec.classes)}
 

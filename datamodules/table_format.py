@@ -30,6 +30,7 @@ with ``--drop-columns``; the data module reports every such problem of a file at
 from __future__ import annotations
 
 import csv
+import hashlib
 import re
 import shlex
 from pathlib import Path
@@ -108,6 +109,8 @@ def _as_numbers(text: pd.Series, decimal_comma: bool) -> pd.Series | None:
         return None
     if decimal_comma and present.str.fullmatch(DECIMAL_COMMA.pattern).all():
         return pd.to_numeric(text.str.replace(".", "", regex=False).str.replace(",", ".", regex=False))
+    if pd.isna(pd.to_numeric(present.iloc[:1], errors="coerce").iloc[0]):
+        return None  # a column of words: its first value says so without parsing every cell
     numbers = pd.to_numeric(text, errors="coerce")
     return numbers if numbers[text.notna()].notna().all() else None
 
@@ -145,7 +148,7 @@ def _undressed_or_as_written(value, decimal_comma: bool):
     return value if number is None else number
 
 
-def unit_of(values: pd.Series) -> str | None:
+def unit_of(values) -> str | None:
     """The unit every value of a column of dressed numbers shares, as a format for a number: ``"${}"`` for
     ``$36,428.20``, ``"{}%"`` for ``7.5%``, ``"{} €"`` for ``12 €``; ``None`` where they share none."""
     units = set()
@@ -166,20 +169,33 @@ def _dressed_numbers(text: pd.Series, decimal_comma: bool, notes: list[str], uni
     """A text column in which every value is a number dressed as text (``$36,428.20``, ``7.5%``) as numbers, with a
     note in ``notes`` showing how its first value was read and its shared unit (:func:`unit_of`) in ``units``;
     ``None`` where some value is no such number."""
-    present = text.dropna()
-    if not len(present) or not all(isinstance(v, str) for v in present):
+    values = _distinct_text(text)
+    if values is None:
         return None
-    numbers = present.map(lambda v: undressed_number(v, decimal_comma))
-    if numbers.isna().any():
-        return None
-    percent = " ('%' dropped: 7.5% is 7.5)" if present.str.endswith("%").any() and \
-        not present.iloc[0].endswith("%") else ""
-    notes.append(f"{text.name}: numbers written as text read as numbers ({present.iloc[0]!r} is "
-                 f"{numbers.iloc[0]:g}){percent}; rows to explain may write them either way")
-    unit = unit_of(present)
+    numbers = {}
+    for value in values:  # each distinct value once; a column of words stops at its first
+        number = undressed_number(value, decimal_comma)
+        if number is None:
+            return None
+        numbers[value] = number
+    first = values[0]
+    percent = " ('%' dropped: 7.5% is 7.5)" if any(v.endswith("%") for v in values) and \
+        not first.endswith("%") else ""
+    notes.append(f"{text.name}: numbers written as text read as numbers ({first!r} is "
+                 f"{numbers[first]:g}){percent}; rows to explain may write them either way")
+    unit = unit_of(values)
     if unit:
         units[text.name] = unit
-    return pd.to_numeric(numbers.reindex(text.index))  # the missing cells stay missing
+    return pd.to_numeric(text.astype(object).map(numbers))  # the missing cells stay missing
+
+
+def _distinct_text(values: pd.Series) -> list[str] | None:
+    """The distinct values of a column's present cells, in the order they first appear, when every one is text;
+    else ``None``. Checks and conversions run on these: a column of 200 000 rows may hold 50 values."""
+    present = list(values.dropna().unique())
+    if not present or not all(isinstance(v, str) for v in present):
+        return None
+    return present
 
 
 def _uses_decimal_comma(frame: pd.DataFrame) -> bool:
@@ -306,6 +322,21 @@ def read_table(path, option: str = "data") -> pd.DataFrame:
     path = Path(path)
     if not path.is_file():
         raise FileNotFoundError(f"{option}: file {str(path)!r} not found")
+    with open(path, "rb") as handle:  # by content: a file rewritten within the clock's tick keeps its mtime
+        key = (str(path.resolve()), hashlib.file_digest(handle, "blake2b").hexdigest())
+    if key not in _LAST_READ:
+        _LAST_READ.clear()  # one table at a time: a command reads its data file, then perhaps rows to explain
+        _LAST_READ[key] = _read_table_file(path, option)
+    return _LAST_READ[key].copy(deep=False)  # copy-on-write: a caller's changes never reach the kept frame
+
+
+# The last table file read, by path and content: a training reads its file once, although choosing
+# its CT settings and building its data module both read it (a 200 000-row CSV takes seconds).
+_LAST_READ: dict[tuple, pd.DataFrame] = {}
+
+
+def _read_table_file(path: Path, option: str) -> pd.DataFrame:
+    """:func:`read_table`'s reading of ``path``, without the reuse of the last file read."""
     try:
         frame = tidy_frame(pd.read_parquet(path)) if path.suffix.lower() in (".parquet", ".pq") \
             else read_csv(path, option)
@@ -337,13 +368,16 @@ def tidy_frame(frame: pd.DataFrame) -> pd.DataFrame:
 def _number_text(values: pd.Series) -> str | None:
     """A value of a text column in which every value is a number dressed as text (``$12,000``, ``35%``), else
     ``None``."""
-    present = values.dropna()
-    if not _is_text(values) or not len(present) or not all(isinstance(v, str) for v in present):
+    distinct = _distinct_text(values) if _is_text(values) else None
+    if distinct is None or not _bare_numbers(distinct[:1]) or not _bare_numbers(distinct):  # words: the first says so
         return None
-    bare = present.map(lambda v: NUMBER_DRESS.sub("", v))
-    if (bare == "").any() or pd.to_numeric(bare, errors="coerce").isna().any():
-        return None
-    return present.iloc[0]
+    return distinct[0]
+
+
+def _bare_numbers(texts: list[str]) -> bool:
+    """Whether every text is a number once its currency and percent signs, spaces and separators are dropped."""
+    bare = pd.Series([NUMBER_DRESS.sub("", v) for v in texts])
+    return not (bare == "").any() and not pd.to_numeric(bare, errors="coerce").isna().any()
 
 
 STRAY_SHARE = 0.05  # a column of numbers with at most this share of other cells: a typo, not a column of text
@@ -354,13 +388,13 @@ def _stray_text(values: pd.Series) -> list | None:
     ``$85,000``) and they are at most :data:`STRAY_SHARE` of the cells (``'forty'`` among ages, ``'85k'`` among
     salaries): as categories, the column would train as unrelated levels. ``None`` for other columns."""
     present = values.dropna()
-    if not _is_text(values) or len(present) < 2 or not all(isinstance(v, str) for v in present):
+    distinct = _distinct_text(values) if _is_text(values) and len(present) >= 2 else None
+    if distinct is None:
         return None
-    number = present.map(lambda v: undressed_number(v, False) is not None or undressed_number(v, True) is not None)
-    strays = present[~number]
-    if number.all() or len(strays) > STRAY_SHARE * len(present):
+    strays = [v for v in distinct if undressed_number(v, False) is None and undressed_number(v, True) is None]
+    if not strays or present.isin(strays).sum() > STRAY_SHARE * len(present):  # each distinct value judged once
         return None
-    return list(pd.unique(strays))
+    return strays
 
 
 def _date_text(values: pd.Series):
@@ -370,8 +404,9 @@ def _date_text(values: pd.Series):
         return None
     if pd.api.types.is_datetime64_any_dtype(values):
         return str(present.iloc[0])
-    if _is_text(values) and all(isinstance(v, str) and DATE.fullmatch(v) for v in present):
-        return present.iloc[0]
+    distinct = _distinct_text(values) if _is_text(values) else None
+    if distinct is not None and all(DATE.fullmatch(v) for v in distinct):
+        return distinct[0]
     return None
 
 
@@ -406,6 +441,35 @@ def text_column_problems(frame: pd.DataFrame, target: str, declared: dict, name:
                             f"{MAX_CATEGORIES} (an identifier or free text: leave it out with --drop-columns {quoted}; "
                             "a number: declare it continuous in --data-spec)")
     return problems
+
+
+MAX_CLASSES = 20  # a target with more different values is no class label
+
+
+def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
+    """A one-line ``ValueError`` for a target column a classifier cannot be trained on: none given, not a column of
+    the table, one class, or more than :data:`MAX_CLASSES` (an amount such as a loss: regression, which CT does not
+    do). Rows without a label do not count (a training leaves them out)."""
+    columns = ", ".join(map(str, frame.columns))
+    if not target:
+        raise ValueError(f"target: required with a table file ({name}); allowed: one of its columns: {columns}")
+    if target not in frame.columns:
+        raise ValueError(f"target: column {target!r} not found in {name}; allowed: {columns}")
+    labels = frame[target].dropna()
+    classes = labels.nunique()
+    if classes < 2:
+        shown = f" ({labels.iloc[0]!r})" if len(labels) else ""
+        raise ValueError(f"target: column {target!r} has only one class{shown} in {name}; allowed: a column with at "
+                         "least two classes")
+    if classes <= MAX_CLASSES:
+        return
+    allowed = f"allowed: a class label with at most {MAX_CLASSES} classes"
+    if pd.api.types.is_numeric_dtype(labels) and not pd.api.types.is_bool_dtype(labels):
+        shown = ", ".join(f"{v:g}" for v in labels.head(3))
+        raise ValueError(f"target: column {target!r} of {name} holds an amount ({classes} different numbers: {shown}, "
+                         f"...): predicting it is regression, which counterfactual training does not do; {allowed}, "
+                         f"e.g. a column of your own that says whether {target} is above a threshold")
+    raise ValueError(f"target: column {target!r} has {classes} distinct values in {name}; {allowed}")
 
 
 def rows_as_written(frame: pd.DataFrame, numeric: list[str], decimal_comma: bool) -> pd.DataFrame:

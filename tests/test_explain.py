@@ -629,3 +629,21 @@ def test_the_plot_of_a_batch_shows_the_rows_with_changes_first():
     assert titles[1:] == [f"row {i}: Hired → Hired" for i in range(7)]  # the others keep their order
     assert any(t.get_text() == "8 of 10 rows, those with changes first (all: explanations.csv)"
                for t in figure.findobj(Text))
+
+
+def test_the_low_tau_note_of_a_model_of_three_classes_speaks_of_the_most_likely_class(tmp_path, capsys):
+    """Explaining a loan-grade model (A/B/C/D) with --target C said 'the search stops once the target is the more
+    likely class (tau 0.5)' beside 'to get C (probability 0.43, valid)': with more than two classes the search stops
+    at tau, and a change is valid once the target is the most likely class, perhaps below it."""
+    from recipes.explain import main
+    from ct_lightning.experiment.runs.train import train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = train({"data": str(LOANS), "target": "home_ownership", "max_epochs": 2, "nce": 16, "tracking_uri": uri,
+                 "progress": False, "seed": 0, "checkpoint_dir": str(tmp_path / "ct")})
+    pd.read_csv(LOANS).drop(columns="home_ownership").head(20).to_csv(tmp_path / "rows.csv", index=False)
+    main(["--run-id", run["run_id"], "--tracking-uri", uri, "--rows", str(tmp_path / "rows.csv"), "--no-log"])
+    out = capsys.readouterr().out
+    assert "note: the search stops once the target's probability reaches tau 0.5 (the model's own), and the change is " \
+           "valid once the target is the most likely of the 3 classes, perhaps below that" in out, out
+    assert "more likely class" not in out

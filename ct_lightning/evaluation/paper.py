@@ -25,11 +25,12 @@ def paper_label(data: str) -> str:
     """The paper's row label of data set ``data``: its data module's ``paper_label`` (else the name; a table
     file's stem)."""
     from datamodules import get_datamodule_class  # noqa: PLC0415 - the data modules hold the facts
+    from datamodules.table import is_table_path  # noqa: PLC0415
 
     try:
         return get_datamodule_class(data).label()
     except ValueError:
-        return Path(data).stem if Path(data).suffix.lower() in (".csv", ".parquet") else data
+        return Path(data).stem if is_table_path(data) else data
 
 
 def published_label(row: dict) -> str | None:

@@ -41,7 +41,7 @@ RECIPE_OPTIONS: tuple[Setting, ...] = (
             "beside it) to this new YAML file, to edit and pass as --data-spec; nothing is trained", group=OUTPUT,
             metavar="PATH"),
     # how a recipe runs and where its outputs go
-    Setting("data_sets", None, "data sets, comma-separated: {AVAILABLE}; compare.py also takes all, .csv/.parquet "
+    Setting("data_sets", None, "data sets, comma-separated: {AVAILABLE}; compare.py also takes all, .csv/.tsv/.txt/.parquet "
             "files (with --target) and package.module:Class; appendix.py: some of the grid's (default: all of them)",
             group=OUTPUT, flag="--data", metavar="DATA"),
     Setting("jobs", 1, "worker processes: trainings or evaluations run at once (default {DFLT})", int, OUTPUT, low=1),

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from ct_lightning.experiment.configuration.settings import DEFAULTS, load_config_file, validate_config
+from ct_lightning.experiment.configuration.settings import DEFAULTS, is_table_file, load_config_file, validate_config
 from ct_lightning.experiment.configuration.store import anchor_tracking_uri, check_store_exists, check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (check_accelerator, check_checkpoint_file, check_output_file,
                                                 check_writable_folder)
@@ -47,6 +47,19 @@ def preflight_training(overrides: dict, store: bool = True) -> Checked:
     check_checkpoint_file("from_checkpoint", merged.get("from_checkpoint"))
     check_accelerator("accelerator", merged.get("accelerator"))
     return Checked({**overrides, "tracking_uri": uri}, {**merged, "tracking_uri": uri})
+
+
+def check_table_target(given: dict) -> None:
+    """The ``target`` column of a table file in ``--data`` (merged ``given`` settings; not on ``--resume``) is one a
+    classifier can be trained on (one-line ``ValueError``, :func:`datamodules.table_format.check_target`). The recipe
+    checks it before torch is imported, so that a misspelt column or an amount to predict (regression) is refused in a
+    second, not after the imports; reading needs pandas only, and the data module reuses what is read here
+    (:func:`~datamodules.table_format.read_table`)."""
+    if given.get("resume") or not is_table_file(given.get("data")):
+        return
+    from datamodules.table_format import check_target, read_table  # noqa: PLC0415 - pandas: for table files only
+
+    check_target(read_table(given["data"]), given.get("target"), given["data"])
 
 
 def check_data_dir(path) -> None:

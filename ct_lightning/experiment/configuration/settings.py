@@ -29,7 +29,10 @@ from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.configuration.store import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
 from ct_lightning.experiment.configuration.validation import BATCHES_ALLOWED, NO_TRAINING, InputError, Rule
 
-TABLE_SUFFIXES = (".csv", ".parquet", ".pq")  # --data values that are table files
+# --data values that are table files: a CSV is read with the delimiter of its header line, so a tab-separated
+# .tsv or .txt file is one too
+TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")
+TABLE_FILE = "a .csv/.tsv/.txt/.parquet file"
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 EPOCH_LOOPS = ("auto", "fused", "lightning")
 
@@ -219,7 +222,7 @@ def _check_generator_options(value, option: str) -> None:
 
 
 def is_table_file(value) -> bool:
-    """Whether a ``--data`` value names a table file (.csv or .parquet) instead of a data set."""
+    """Whether a ``--data`` value names a table file (:data:`TABLE_SUFFIXES`) instead of a data set."""
     return isinstance(value, str) and Path(value).suffix.lower() in TABLE_SUFFIXES
 
 
@@ -231,7 +234,7 @@ def is_factory(value) -> bool:
 def _check_data(value, option: str) -> None:
     if catalogue.canonical_dataset(value) is not None or is_factory(value):
         return
-    allowed = f"{', '.join(datasets_and_aliases())}, a .csv/.parquet file, or package.module:Class"
+    allowed = f"{', '.join(datasets_and_aliases())}, {TABLE_FILE}, or package.module:Class"
     if is_table_file(value):
         if not Path(value).is_file():
             raise InputError(option, value, allowed, "file not found")
@@ -267,7 +270,7 @@ TABLE: tuple[Setting, ...] = (
     Setting("config", None, "YAML file with any of these options (long names, e.g. max_epochs: 50)", group="",
             run_only=True),
     # data
-    Setting("data", "circles", "data set: {AVAILABLE}; or your own table, a .csv or .parquet file (with --target), "
+    Setting("data", "circles", "data set: {AVAILABLE}; or your own table, a .csv (.tsv, .txt: any delimiter) or .parquet file (with --target), "
             "or package.module:Class (a TensorDataModule subclass) (default {DFLT})", group=DATA),
     Setting("target", None, "table files: the column to predict (the class label)", group=DATA),
     Setting("data_spec", None, "table files: a YAML file describing the columns (kind continuous|integer|"

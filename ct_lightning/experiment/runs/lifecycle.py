@@ -14,7 +14,8 @@ import shlex
 import sys
 from pathlib import Path
 
-from ct_lightning.experiment.configuration.settings import RESUME_OPTIONS, RUN_ONLY_KEYS  # noqa: F401 - the roles live in the rows
+from ct_lightning.experiment.configuration.settings import (RESUME_OPTIONS, RUN_ONLY_KEYS,  # noqa: F401 - the roles live in the rows
+                                                            is_table_file)
 
 CHECKPOINT_DIR_TAG = "ct.checkpoint_dir"
 SUMMARY_JSON_TAG = "ct.summary_json"  # where the run writes its summary (--summary-json): a resumed run too
@@ -40,7 +41,7 @@ def library_version() -> str:
 
 def data_label(data: str) -> str:
     """How a run names its data: the data set's name, or a table file's stem (``loans`` for ``/x/loans.csv``)."""
-    return Path(data).stem if Path(str(data)).suffix.lower() in (".csv", ".parquet", ".pq") else str(data)
+    return Path(data).stem if is_table_file(str(data)) else str(data)
 
 
 def run_tags(config: dict, extra: dict | None = None) -> dict[str, str]:

@@ -199,11 +199,22 @@ def log_classifier(tracking_uri: str, experiment_id: str, run_id: str, model: to
 def _digest(x: torch.Tensor, y: torch.Tensor) -> str:
     hasher = hashlib.sha256()
     for tensor in (x, y):
-        hasher.update(tensor.detach().cpu().contiguous().numpy().tobytes())
+        hasher.update(tensor.detach().cpu().contiguous().numpy())  # the array's own bytes, not a copy of them
     return hasher.hexdigest()[:16]
 
 
 SCHEMA_ROWS = 64  # rows the dataset schema is inferred from
+
+
+def _dataset_source(datamodule, data_dir: str | None = None) -> Path:
+    """Where a run's data comes from: a table's own file, the raw files' folder for real data, the generating
+    module's file for the embedded synthetic sets."""
+    import datamodules
+
+    table = getattr(datamodule, "source", None)
+    if isinstance(table, (str, Path)):
+        return Path(table).resolve()
+    return Path(data_dir or getattr(datamodule, "data_dir", None) or datamodules.__file__).resolve()
 
 
 def log_datasets(client, run_id: str, datamodule, data_dir: str | None = None) -> None:
@@ -212,16 +223,12 @@ def log_datasets(client, run_id: str, datamodule, data_dir: str | None = None) -
     import pandas as pd
     from mlflow.entities import DatasetInput, InputTag
 
-    import datamodules
-
-    # The raw files' folder for real data; the generating module's file for the embedded synthetic sets.
-    source = Path(data_dir).resolve() if data_dir else Path(getattr(datamodule, "data_dir", None) or
-                                                             datamodules.__file__).resolve()
-    source = source.as_uri()
+    source = _dataset_source(datamodule, data_dir).as_uri()
     inputs = []
     for split in ("train", "test"):
         x, y = getattr(datamodule, f"x_{split}"), getattr(datamodule, f"y_{split}")
-        frame = pd.DataFrame(x.numpy(), columns=list(datamodule.feature_names))
+        # the split's own memory (a copy of a 200 000-row table's inputs is hundreds of MiB at the run's start)
+        frame = pd.DataFrame(x.numpy(), columns=list(datamodule.feature_names), copy=False)
         frame["label"] = y.numpy()
         with warnings.catch_warnings():  # MLflow's hints about integer columns and ambiguous local sources
             warnings.simplefilter("ignore", UserWarning)

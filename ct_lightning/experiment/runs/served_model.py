@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import logging
 import warnings
-from pathlib import Path
 
 import mlflow.pyfunc
 import numpy as np
@@ -29,6 +28,7 @@ from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, INVALID_PARAMETER_VALUE
 
 from ct_lightning.evaluation.explanation import explain, explanation_search
 from ct_lightning.experiment.configuration.console import quiet_registry, verbose_console
+from ct_lightning.experiment.runs.lifecycle import data_label
 from ct_lightning.experiment.runs.request_checks import (as_rows, check_params, check_rows, requested_mutability,
                                                           requested_target, row_limit, target_default)
 
@@ -337,9 +337,7 @@ def log_models(client, tracking_uri: str, experiment_id: str, run_id: str, modul
     search = {**explanation_search(hp), "mutability": dict(mutability or {})}  # the run's constraints hold too
     search["generator"] = search["generator"] if search["generator"] in ("generic", "ecco") else "ecco"
     tags = client.get_run(run_id).data.tags
-    data = str(config.get("data") or datamodule.name)
-    if data.lower().endswith((".csv", ".parquet")):  # a user's table is named by its file: loans.csv -> loans
-        data = Path(data).stem
+    data = data_label(str(config.get("data") or datamodule.name))  # a user's table by its file: loans.csv -> loans
     datasets = {"test": (f"{datamodule.name}-test", _digest(datamodule.x_test, datamodule.y_test))}
     if tags.get("ct.role") == "grid-model":
         _link_quietly(client, run_id, [logged.model_id], datasets, step)

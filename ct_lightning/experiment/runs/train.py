@@ -42,7 +42,7 @@ from ct_lightning.experiment.runs.served_model import log_models, registered_tex
 from ct_lightning.experiment.runs.last_checkpoint import BestCheckpoint, LastCheckpoint
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.configuration.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
-                                              load_config_file, module_kwargs, resolve_config)
+                                              is_table_file, load_config_file, module_kwargs, resolve_config)
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.outbox import OUTBOX_DIR, OutboxClient, pending_upload, server_writable
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
@@ -640,11 +640,15 @@ def result_lines(summary: dict) -> list[str]:
         epochs = metrics.get("epochs")
         lines.append("result" + (f" after {int(epochs)} epoch(s)" if epochs else "") + ": " + ", ".join(scores))
     majority = max((summary.get("data") or {}).get("class_balance") or [1.0])
-    if isinstance(metrics.get("test/acc"), (int, float)) and metrics["test/acc"] <= majority < 1.0:
+    if isinstance(metrics.get("test/acc"), (int, float)) and metrics["test/acc"] <= majority + _share_slack(summary) \
+            and majority < 1.0:
         # a runaway model is still logged and registered: the user decides, but must not miss it
+        config = summary.get("config") or {}
+        rare = ", or, for a rare class, --balance undersample" if is_table_file(config.get("data")) and \
+            config.get("balance", "none") == "none" else ""
         lines.append(f"warning: test accuracy {metrics['test/acc']:.3f} is no better than always predicting the most "
-                     f"frequent class ({majority:.3f} of the training rows): train longer, or check the data and, for "
-                     "a model of your own, its --model-inputs (inputs in its order, \"outputs\" in its order)")
+                     f"frequent class ({majority:.3f} of the training rows): train longer{rare}, or check the data and, "
+                     "for a model of your own, its --model-inputs (inputs in its order, \"outputs\" in its order)")
     saved = {k: v for k, v in (summary.get("checkpoints") or {}).items() if v}
     if saved:
         lines.append("checkpoints: " + ", ".join(f"{k} {v}" for k, v in saved.items()))
@@ -652,6 +656,15 @@ def result_lines(summary: dict) -> list[str]:
         lines.append(f"your network's weights after training, without the input layer (load them into your own model, "
                      f"which reads your own encoding): {summary['model_weights']}")
     return lines
+
+
+def _share_slack(summary: dict) -> float:
+    """How far a test accuracy may lie above the training rows' majority share and still be that of always predicting
+    the majority class: the test split's shares differ from the training rows' by the rounding of each class's rows
+    (up to a row per class), the logged accuracy is a float32 (0.97 reads 0.9700000286) and the share is rounded to
+    four decimals."""
+    data = summary.get("data") or {}
+    return data["n_classes"] / data["n_test"] if data.get("n_test") and data.get("n_classes") else 1e-4
 
 
 def registered_lines(summary: dict) -> list[str]:

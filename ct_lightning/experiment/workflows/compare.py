@@ -62,13 +62,13 @@ def resolve_names(text: str) -> list[str]:
     for name in filter(None, parts):
         if is_table_file(name):
             if not Path(name).is_file():
-                raise InputError("--data", name, "an existing .csv/.parquet file", "no such file")
+                raise InputError("--data", name, "an existing .csv/.tsv/.txt/.parquet file", "no such file")
             names.append(str(Path(name).resolve()))
         elif is_factory(name):
             names.append(name)
         elif catalogue.canonical_dataset(name) is None:
             raise InputError("--data", name, "comma-separated names from " + ", ".join(catalogue.available_datasets())
-                             + ", .csv/.parquet files, package.module:Class, or all")
+                             + ", .csv/.tsv/.txt/.parquet files, package.module:Class, or all")
         else:
             names.append(catalogue.canonical_dataset(name))
     return names
@@ -84,7 +84,7 @@ def check_table_options(args, names: list[str]) -> None:
         for option in ("target", "data_spec", "drop_columns", "balance", "immutable"):
             if getattr(args, option) not in (None, "", [], "none"):
                 raise InputError(f"--{option.replace('_', '-')}", str(getattr(args, option)),
-                                 "only with a .csv/.parquet --data (the built-in sets define their own)")
+                                 "only with a table file in --data (the built-in sets define their own)")
         return
     if not args.target:
         raise InputError("--target", "(none)", f"the target column of {Path(tables[0]).name}")

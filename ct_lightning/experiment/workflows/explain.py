@@ -59,8 +59,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         print("note: every column was free to change (the model was trained without immutable columns, and none was "
               "given): --immutable COLUMN,... holds those a person cannot change, e.g. age")
     if args.tau is None and settings["tau"] <= 0.5 and len(explanations) and explanations["valid"].any():
-        print(f"note: the search stops once the target is the more likely class (tau {settings['tau']:g}, the model's "
-              "own): such a change sits near the decision boundary; --tau 0.75 asks for one the model is surer of")
+        print(tau_note(settings["tau"], int(loaded.module.hparams.n_classes)))
     if skipped:
         print(f"{len(skipped)} of {len(skipped) + len(explanations) + len(passed)} rows not explained (listed above: "
               "--skip-bad-rows)")
@@ -76,6 +75,17 @@ def run(args: argparse.Namespace) -> list[dict]:
     if args.run_id and args.log:
         print(f"logged {log_explanations(args.tracking_uri, args.run_id, explanations, records)}/ to run {args.run_id}")
     return records
+
+
+def tau_note(tau: float, n_classes: int) -> str:
+    """The note on a search that stops at the model's own low tau: the counterfactual is barely the target."""
+    if n_classes == 2:
+        stop = f"once the target is the more likely class (tau {tau:g}, the model's own)"
+    else:  # valid: the most likely of the classes, which may be below tau (0.43 of four classes)
+        stop = (f"once the target's probability reaches tau {tau:g} (the model's own), and the change is valid once the "
+                f"target is the most likely of the {n_classes} classes, perhaps below that")
+    return (f"note: the search stops {stop}: such a change sits near a decision boundary; --tau 0.75 asks for one the "
+            "model is surer of")
 
 
 def only_predicted(loaded, rows, label) -> tuple:

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 
 from ct_lightning.experiment.configuration.cpu_math import apply_cpu_math
-from ct_lightning.experiment.configuration.preflight import apply_threads, preflight_training, threads_for
+from ct_lightning.experiment.configuration.preflight import (apply_threads, check_table_target, preflight_training,
+                                                             threads_for)
 from ct_lightning.experiment.runner import batches, checking
 from ct_lightning.experiment.configuration.store import store_location
 from ct_lightning.experiment.runs.atomic_files import write_text_atomic
@@ -29,6 +30,8 @@ def run(args: argparse.Namespace) -> dict:
     overrides, given = checked.overrides, checked.given
     print(f"MLflow store: {store_location(overrides['tracking_uri'])}", flush=True)
     print(apply_cpu_math(overrides.get("cpu_math") or "native"), flush=True)  # before torch is imported
+    with checking():  # after the first lines: a large table takes seconds to read
+        check_table_target(given)
     from ct_lightning.experiment.runs.train import announce, train  # noqa: PLC0415 - heavy: only after the checks
 
     print(apply_threads(threads_for(given.get("threads"), given.get("model"), given.get("accelerator"))), flush=True)
@@ -50,7 +53,7 @@ def write_data_spec(overrides: dict, path: str) -> dict:
     overrides = {**(load_config_file(overrides["config"]) if overrides.get("config") else {}), **given}
     data = overrides.get("data")
     if not data or not is_table_file(data):
-        raise InputError("write_data_spec", path, "only with a table file in --data (.csv, .parquet) and --target",
+        raise InputError("write_data_spec", path, "only with a table file in --data (.csv, .tsv, .txt, .parquet) and --target",
                          f"--data is {data or 'not given'}")
     if overrides.get("resume"):
         raise InputError("write_data_spec", path, "without --resume (a resumed run keeps its own data spec)")
