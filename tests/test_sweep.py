@@ -333,19 +333,9 @@ def test_ctrl_c_stops_a_local_sweep_cleanly_and_the_same_command_resumes_its_tri
     command then resumes both trials in their own runs from their checkpoints: no second run per trial."""
     import signal
     import subprocess
-    import sys
     import time
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
-    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
-    command = [sys.executable, str(root / "recipes" / "sweep.py"), "--data", "circles", "--executor", "local",
-               "--jobs", "2", "--param", "lambda_div=0.1,0.3", "--max-epochs", "400", "--limit-train-batches", "2",
-               "--limit-val-batches", "1", "--nce", "16", "--accelerator", "cpu", "--experiment", "sweep-test",
-               "--tracking-uri", uri, "--no-progress"]
-    env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
-    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+    uri, command, env, process = start_local_sweep(tmp_path, "lambda_div=0.1,0.3", max_epochs=400)
     deadline = time.time() + 240
     while len(list((tmp_path / "store" / "checkpoints").glob("*/last.ckpt"))) < 2 and time.time() < deadline \
             and process.poll() is None:
@@ -368,6 +358,24 @@ def test_ctrl_c_stops_a_local_sweep_cleanly_and_the_same_command_resumes_its_tri
     assert {r.info.run_id for r in children} == {r.info.run_id for r in killed}, "resumed, not trained again"
     assert all(r.info.status == "FINISHED" for r in children)
     assert client.get_run(parent.info.run_id).info.status == "FINISHED"
+
+
+def start_local_sweep(tmp_path, param: str, max_epochs: int):
+    """``recipes/sweep.py --executor local --jobs 2`` on circles over ``param``, started in a process group of its own
+    (so that a test can send it Ctrl-C's SIGINT): its store URI, command, environment and process."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    command = [sys.executable, str(root / "recipes" / "sweep.py"), "--data", "circles", "--executor", "local",
+               "--jobs", "2", "--param", param, "--max-epochs", str(max_epochs), "--limit-train-batches", "2",
+               "--limit-val-batches", "1", "--nce", "16", "--accelerator", "cpu", "--experiment", "sweep-test",
+               "--tracking-uri", uri, "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
+    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                               text=True, start_new_session=True)
+    return uri, command, env, process
 
 
 def spawned_workers(pid: int) -> list[int]:
@@ -393,21 +401,11 @@ def test_ctrl_c_while_local_workers_start_is_an_interruption_not_failed_trials(t
     a KeyboardInterrupt traceback, breaking the process pool, and every trial read as failed (exit 1). Now it reads
     as a later Ctrl-C does: the parent KILLED and tagged interrupted, the line naming the command to re-run, 130."""
     import signal
-    import subprocess
     import time
-    from pathlib import Path
 
     from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG
 
-    root = Path(__file__).resolve().parents[1]
-    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
-    command = [sys.executable, str(root / "recipes" / "sweep.py"), "--data", "circles", "--executor", "local",
-               "--jobs", "2", "--param", "lambda_div=0.1,0.3,0.5", "--max-epochs", "2", "--limit-train-batches", "2",
-               "--limit-val-batches", "1", "--nce", "16", "--accelerator", "cpu", "--experiment", "sweep-test",
-               "--tracking-uri", uri, "--no-progress"]
-    env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
-    process = subprocess.Popen(command, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                               text=True, start_new_session=True)
+    uri, _, _, process = start_local_sweep(tmp_path, "lambda_div=0.1,0.3,0.5", max_epochs=2)
     deadline = time.time() + 120
     while not spawned_workers(process.pid) and process.poll() is None and time.time() < deadline:
         time.sleep(0.01)
