@@ -44,15 +44,13 @@ import sys
 from ct_lightning.experiment.configuration.options import add_arguments
 from ct_lightning.experiment.configuration.protocol_options import add_protocol_arguments
 from ct_lightning.experiment.runner import console_entry, recipe_parser, run_recipe
-from ct_lightning.experiment.workflows.compare import ROLES, run
+from ct_lightning.experiment.workflows.compare import OPTION_HINTS, ROLES, run
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/compare.py``."""
     parser = recipe_parser(__doc__)
-    parser.hints = {"--mutability": "compare.py takes a table's increase/decrease-only columns from its data spec "
-                                    "(--data-spec FILE, a column's mutability: increase|decrease|none), for both pairs; "
-                                    "--immutable adds protected columns to the actionability pair"}
+    parser.hints = OPTION_HINTS
     add_arguments(parser, ["data_sets", "jobs", "threads", "accelerator", "cpu_math"])
     budget = parser.add_argument_group("training (--search-lr unset: 0.1 with --protocol reference, as the authors' "
                                        "code ran; train.py's 0.25 with --protocol paper)")

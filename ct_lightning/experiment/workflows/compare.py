@@ -74,6 +74,12 @@ def resolve_names(text: str) -> list[str]:
     return names
 
 
+# train.py's options that compare.py does not take, and what it takes instead (the parser's "unrecognized" line)
+OPTION_HINTS = {"--mutability": "compare.py takes a table's increase/decrease-only columns from its data spec "
+                                "(--data-spec FILE, a column's mutability: increase|decrease|none), for both pairs; "
+                                "--immutable adds protected columns to the actionability pair"}
+
+
 def check_table_options(args, names: list[str]) -> None:
     """A table needs ``--target``; its actionability pair needs protected features (``--immutable`` or a data
     spec's ``mutability: none``); ``--target``/``--immutable`` without a use are refused, not ignored."""
