@@ -136,13 +136,22 @@ def class_named(label, classes, option: str):
     return match[0]
 
 
+def _model_rows(frame: pd.DataFrame, codec) -> tuple[pd.DataFrame, torch.Tensor]:
+    """The rows in the model's columns (those it was trained without, ``--drop-columns``, set aside; a missing or an
+    unknown column refused), numbered from 0, and their encoding."""
+    columns = _column_names(codec)
+    if hasattr(codec, "without_dropped"):
+        frame = codec.without_dropped(frame)
+    check_columns(frame, columns)
+    frame = frame[columns].reset_index(drop=True)
+    return frame, torch.tensor(np.array(codec.encode(frame), dtype=np.float32))
+
+
 def predicted_classes(model: nn.Module, rows: pd.DataFrame, codec) -> list:
     """The class the model predicts for each row (in original units, checked as :func:`explain` checks them), as the
     codec's labels: no search."""
     classifier = getattr(model, "model", model)
-    frame = codec.without_dropped(rows) if hasattr(codec, "without_dropped") else rows
-    check_columns(frame, _column_names(codec))
-    x = torch.tensor(np.array(codec.encode(frame[_column_names(codec)].reset_index(drop=True)), dtype=np.float32))
+    _, x = _model_rows(rows, codec)
     with eval_mode(classifier), torch.no_grad():
         predicted = classifier(x.to(next(classifier.parameters()).device)).argmax(1).cpu().tolist()
     return [codec.classes[i] for i in predicted]
@@ -247,11 +256,7 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     if frame.empty:
         raise ValueError("rows: got no rows; allowed: one or more rows with the model's columns")
     columns = _column_names(codec)
-    if hasattr(codec, "without_dropped"):  # columns the model was trained without (--drop-columns)
-        frame = codec.without_dropped(frame)
-    check_columns(frame, columns)
-    frame = frame[columns].reset_index(drop=True)
-    x = torch.tensor(np.array(codec.encode(frame), dtype=np.float32))
+    frame, x = _model_rows(frame, codec)
     device = next(classifier.parameters()).device
     x = x.to(device)
     codes, lower, upper, spec = constraint_tensors(codec, x.shape[1], {**trained_mutability(model),
