@@ -22,7 +22,7 @@ from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
 from datamodules.table_format import check_target, read_table, text_column_problems, tidy_frame
 
-TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")  # a CSV's delimiter is read from its header
+TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")  # a CSV's delimiter is read from its header; also --data's list
 IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
 CODE_LEVELS = 10  # an inferred integer column with at most this many values may be category codes (SEX 1/2)
 BALANCE = ("none", "undersample")  # classes: as in the file, or each cut to the smallest's size

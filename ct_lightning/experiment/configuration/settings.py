@@ -16,6 +16,7 @@ A new setting is one edit (plus its use where it acts): an annotated ``CTModule`
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import re
 from collections.abc import Callable
@@ -29,9 +30,6 @@ from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.configuration.store import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
 from ct_lightning.experiment.configuration.validation import BATCHES_ALLOWED, NO_TRAINING, InputError, Rule
 
-# --data values that are table files: a CSV is read with the delimiter of its header line, so a tab-separated
-# .tsv or .txt file is one too
-TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")
 TABLE_FILE = "a .csv/.tsv/.txt/.parquet file"
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 EPOCH_LOOPS = ("auto", "fused", "lightning")
@@ -222,8 +220,14 @@ def _check_generator_options(value, option: str) -> None:
 
 
 def is_table_file(value) -> bool:
-    """Whether a ``--data`` value names a table file (:data:`TABLE_SUFFIXES`) instead of a data set."""
-    return isinstance(value, str) and Path(value).suffix.lower() in TABLE_SUFFIXES
+    """Whether a ``--data`` value names a table file (``datamodules.table.TABLE_SUFFIXES``, read from its source
+    when first needed: the package is not imported here) instead of a data set."""
+    return isinstance(value, str) and Path(value).suffix.lower() in _table_suffixes()
+
+
+@functools.cache
+def _table_suffixes() -> tuple[str, ...]:
+    return tuple(catalogue.constant("datamodules.table", "TABLE_SUFFIXES"))
 
 
 def is_factory(value) -> bool:
