@@ -25,6 +25,16 @@ from ct_lightning.experiment.runs.tracking import retry_race
 MODEL_NAME = "model"
 
 
+MAX_PARAMS_PER_BATCH = 100  # MLflow's most parameters in one log_batch
+
+
+def log_params_in_batches(client, run_id: str, params: list, **kwargs) -> None:
+    """Log ``params`` (MLflow ``Param`` entities) to run ``run_id`` in as few ``log_batch`` calls as MLflow allows: a
+    table of many columns has a ``mutability/<column>`` for each."""
+    for start in range(0, len(params), MAX_PARAMS_PER_BATCH):
+        client.log_batch(run_id=run_id, params=params[start:start + MAX_PARAMS_PER_BATCH], **kwargs)
+
+
 def param_name(key: str) -> str:
     """``key`` as MLflow takes a parameter's name: letters, digits, ``_ - . / :`` and spaces; others become ``_``."""
     return re.sub(r"[^/\w.\- :]", "_", str(key))
@@ -62,8 +72,7 @@ class EpochStepMLFlowLogger(MLFlowLogger):
 
         params = [Param(param_name(key), str(value)[:MAX_PARAM_VAL_LENGTH])
                   for key, value in _flatten_dict(_convert_params(params)).items()]
-        for start in range(0, len(params), 100):  # MLflow's most parameters per log_batch
-            self.experiment.log_batch(run_id=self.run_id, params=params[start:start + 100], **self._log_batch_kwargs)
+        log_params_in_batches(self.experiment, self.run_id, params, **self._log_batch_kwargs)
 
     @rank_zero_only
     def log_metrics(self, metrics, step=None):

@@ -76,6 +76,9 @@ def record_shared_trial(client, experiment_id: str, trial: "Trial", key: str, tr
     nothing is trained; its parameters are that run's with this trial's settings, its metrics that run's final
     values, its tags name the run and trial it shares (:data:`SHARES_TAG`) and its note says why. Its run id."""
     from mlflow.entities import Metric, Param
+    from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
+
+    from ct_lightning.experiment.runs.run_artifacts import log_params_in_batches
 
     trained = client.get_run(trained_run_id)
     differ = ", ".join(k for k in trial.params if trial.params[k] != source.params.get(k)) or "no setting"
@@ -89,7 +92,8 @@ def record_shared_trial(client, experiment_id: str, trial: "Trial", key: str, tr
     params = {**trained.data.params, **{k: str(v) for k, v in trial.params.items()}}
     now = int(time.time() * 1000)
     metrics = [Metric(k, float(v), now, 0) for k, v in trained.data.metrics.items()]
-    client.log_batch(run.info.run_id, metrics=metrics, params=[Param(k, v[:6000]) for k, v in params.items()])
+    client.log_batch(run.info.run_id, metrics=metrics)
+    log_params_in_batches(client, run.info.run_id, [Param(k, v[:MAX_PARAM_VAL_LENGTH]) for k, v in params.items()])
     client.set_terminated(run.info.run_id, "FINISHED")
     return run.info.run_id
 
