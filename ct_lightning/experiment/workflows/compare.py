@@ -19,7 +19,7 @@ from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_con
 from ct_lightning.experiment.configuration.preflight import threads_for
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import checking, open_store, start, trained_batches
-from ct_lightning.experiment.configuration.settings import (TABLE_KEYS, csv_names, is_factory, is_table_file,
+from ct_lightning.experiment.configuration.settings import (TABLE_FILE, TABLE_KEYS, csv_names, is_factory, is_table_file,
                                                             table_options)
 from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
@@ -62,13 +62,13 @@ def resolve_names(text: str) -> list[str]:
     for name in filter(None, parts):
         if is_table_file(name):
             if not Path(name).is_file():
-                raise InputError("--data", name, "an existing .csv/.tsv/.txt/.parquet file", "no such file")
+                raise InputError("--data", name, f"an existing {TABLE_FILE.removeprefix('a ')}", "no such file")
             names.append(str(Path(name).resolve()))
         elif is_factory(name):
             names.append(name)
         elif catalogue.canonical_dataset(name) is None:
             raise InputError("--data", name, "comma-separated names from " + ", ".join(catalogue.available_datasets())
-                             + ", .csv/.tsv/.txt/.parquet files, package.module:Class, or all")
+                             + f", {TABLE_FILE.removeprefix('a ')}s, package.module:Class, or all")
         else:
             names.append(catalogue.canonical_dataset(name))
     return names
