@@ -5,8 +5,9 @@ Mutability follows the CARLA/DiCE vocabulary: ``both`` (default), ``increase``,
 codes, one per feature, so that every operation on it is vectorised.
 
 Feature types (:class:`FeatureTypes`) say which columns form one categorical feature (a one-hot
-group) and which are integers in original units; :meth:`Constraints.snap` maps any point to the
-nearest valid one (one category per group, integers on their grid) for all rows at once.
+group), which are integers in original units and which change only in whole steps; :meth:`Constraints.snap`
+maps any point to the nearest valid one (one category per group, integers on their grid, stepped features a whole
+number of steps from the factual) for all rows at once.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from datamodules.domain import infer_domain  # noqa: F401  (re-exported: the SPE
 from datamodules.feature_types import FeatureTypes, one_hot_features, one_hot_groups, one_hot_prefix  # noqa: F401
 
 MUTABILITY_KINDS = ("both", "increase", "decrease", "none")
+STEP_SLACK = 1e-4  # of a step: float32 rounding that may not cost a stepped feature the step onto its bound
 BOTH, INCREASE, DECREASE, NONE = range(4)
 
 
@@ -191,6 +193,15 @@ class Constraints:
             low = _whole_inside(self.lower[index].float().cpu() * scale + offset, offset, up=True)
             high = _whole_inside(self.upper[index].float().cpu() * scale + offset, offset, up=False)
             self.int_low, self.int_high = low.to(device), torch.maximum(low, high).to(device)
+        # Stepped features: the point moves from the factual by whole steps (model units: step / scale).
+        stepped = sorted(types.steps)
+        self.step_columns = torch.tensor(stepped, dtype=torch.long, device=device)
+        _, scale = types.raw_units(stepped)
+        self.step_width = (torch.tensor([types.steps[c] for c in stepped]) / scale).to(device)
+        self.step_low = self.step_high = None
+        if stepped and self.lower is not None and self.upper is not None:
+            index = self.step_columns.to(self.lower.device)
+            self.step_low, self.step_high = self.lower[index].to(device), self.upper[index].to(device)
 
     def mask_gradient(self, grad: torch.Tensor) -> torch.Tensor:
         """Zero gradient components that would move a feature the forbidden way.
@@ -227,8 +238,8 @@ class Constraints:
     def snap(self, points: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The nearest valid points: per one-hot group the column with the largest value (in 0/1 units; the
         first on ties) is "on" and the others "off", a one-column group is on from 0.5, integer features are
-        rounded in original units (to whole numbers inside the domain); then mutability is restored from
-        ``x``. All rows and groups at once (one arg-max per width class of groups). ``points`` itself without
+        rounded in original units (to whole numbers inside the domain), stepped features moved a whole number of
+        steps from ``x`` (inside the domain); then mutability is restored from ``x``. All rows and groups at once (one arg-max per width class of groups). ``points`` itself without
         types."""
         if not self.snaps:
             return points
@@ -257,6 +268,8 @@ class Constraints:
             if self.int_low is not None:
                 raw = torch.minimum(torch.maximum(raw, self.int_low), self.int_high)
             out = out.index_copy(1, self.int_columns, ((raw - self.int_offset) / self.int_scale).to(points.dtype))
+        if len(self.step_columns):
+            out = out.index_copy(1, self.step_columns, self._whole_steps(points, x).to(points.dtype))
         if self.increase is not None:
             out = torch.where(self.increase, torch.maximum(out, x), out)
         if self.decrease is not None:
@@ -264,6 +277,19 @@ class Constraints:
         if self.none is not None:
             out = torch.where(self.none, x, out)
         return out
+
+    def _whole_steps(self, points: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The stepped features of ``points`` moved to the nearest whole number of steps from the factuals ``x``,
+        and no further than the domain allows in whole steps (a factual whose domain holds no step away from it
+        keeps its value)."""
+        start = x.index_select(1, self.step_columns)
+        steps = ((points.index_select(1, self.step_columns) - start) / self.step_width).round()
+        if self.step_low is not None:
+            # a bound exactly a whole number of steps away is reachable despite float32 rounding
+            fewest = ((self.step_low - start) / self.step_width - STEP_SLACK).ceil()
+            most = ((self.step_high - start) / self.step_width + STEP_SLACK).floor()
+            steps = torch.where(fewest <= most, torch.minimum(torch.maximum(steps, fewest), most), 0.0)
+        return start + steps * self.step_width
 
     def step(self, rows: torch.Tensor, grad: torch.Tensor, lr: float, x: torch.Tensor,
              reuse_gradient: bool = False) -> torch.Tensor:

@@ -44,9 +44,16 @@ def categories_by_case(categories) -> dict:
     return {key: same[0] for key, same in found.items() if len(same) == 1}
 
 
+def _declared_text(value) -> str:
+    """A number declared in a data spec as the start-up message shows it: ``0``, ``2.5``, ``1000``."""
+    value = _plain(value)
+    return f"{value:g}" if isinstance(value, float) and not value.is_integer() else str(int(value)) \
+        if isinstance(value, float) else str(value)
+
+
 def _bounds_text(lower, upper) -> str:
     """Declared bounds in words for the start-up message: ``, at least 0``, ``, at most 5``, ``, from 0 to 5``."""
-    shown = [f"{_plain(v):g}" if isinstance(_plain(v), float) else str(_plain(v)) for v in (lower, upper)]
+    shown = [_declared_text(v) for v in (lower, upper)]
     if lower is not None and upper is not None:
         return f", from {shown[0]} to {shown[1]}"
     if lower is not None:
@@ -70,6 +77,7 @@ class ColumnSpec:
     train_max: float | None = None
     fill: object = None  # trained with --impute median: what a missing value of this column becomes
     unit: str | None = None  # how the file wrote its numbers, as a format: "${}" for $36,428.20, "{}%" for 7.5%
+    step: float | None = None  # continuous and integer: a counterfactual changes the value by whole multiples of it
 
     @property
     def encoded_names(self) -> list[str]:
@@ -158,7 +166,7 @@ def read_spec(spec) -> dict:
 
 
 SPEC_KEYS = ("columns", "positive", "target")
-COLUMN_KEYS = ("kind", "mutability", "lower", "upper")  # what --write-data-spec writes (datamodules/spec_file.py)
+COLUMN_KEYS = ("kind", "mutability", "lower", "upper", "step")  # what --write-data-spec writes (spec_file.py)
 SPEC_FILE = f"a YAML or JSON file with columns: {{name: {{{', '.join(COLUMN_KEYS)}}}}} and positive"
 
 
@@ -198,6 +206,10 @@ def check_spec(spec: Mapping) -> dict:
         for bound, value in (("lower", lower), ("upper", upper)):
             if value is not None and not _is_number(value):
                 raise ValueError(f"data_spec: column {name!r}: {bound} {value!r}; allowed: a number")
+        step = options.get("step")
+        if step is not None and not (_is_number(step) and 0 < step < float("inf")):
+            raise ValueError(f"data_spec: column {name!r}: step {step!r}; allowed: a positive number, the smallest "
+                             "change of the column in its own units (step: 1000)")
         if lower is not None and upper is not None and lower > upper:
             raise ValueError(f"data_spec: column {name!r}: lower {_plain(lower)} is above upper {_plain(upper)}; "
                              "allowed: lower at most upper")
@@ -205,10 +217,11 @@ def check_spec(spec: Mapping) -> dict:
 
 
 def _column_dict(column: ColumnSpec) -> dict:
-    """A column as JSON keeps it; ``unit`` only where the file wrote one (payloads without it read as before)."""
+    """A column as JSON keeps it; ``unit`` and ``step`` only where set (payloads without them read as before)."""
     described = asdict(column)
-    if described["unit"] is None:
-        del described["unit"]
+    for key in ("unit", "step"):
+        if described[key] is None:
+            del described[key]
     return described
 
 
@@ -281,7 +294,10 @@ class TabularCodec:
             if kind == "categorical" and mutability in ("increase", "decrease"):
                 raise ValueError(f"data_spec: column {name!r}: mutability {mutability!r} has no meaning for a "
                                  "categorical column; allowed: both, none")
-            bounded = [bound for bound in ("lower", "upper") if options.get(bound) is not None]
+            bounded = [key for key in ("lower", "upper", "step") if options.get(key) is not None]
+            if kind == "integer" and options.get("step") is not None and float(options["step"]) % 1:
+                raise ValueError(f"data_spec: column {name!r}: step {options['step']!r} would leave the whole numbers "
+                                 "of an integer column; allowed: a whole number such as 1 or 5")
             if kind in ("categorical", "binary") and bounded:
                 raise ValueError(f"data_spec: column {name!r}: {bounded[0]} {options[bounded[0]]!r} has no meaning for "
                                  f"a {kind} column; allowed: kind, mutability")
@@ -291,7 +307,8 @@ class TabularCodec:
 
     @staticmethod
     def _fit_column(name, kind, mutability, options, values: pd.Series, train: pd.Series) -> ColumnSpec:
-        column = ColumnSpec(name, kind, mutability, options.get("lower"), options.get("upper"))
+        column = ColumnSpec(name, kind, mutability, options.get("lower"), options.get("upper"),
+                            step=_plain(options.get("step")))
         if kind in ("categorical", "binary"):
             levels = sorted(pd.unique(values.dropna()), key=lambda v: (str(type(v)), v))
             if kind == "binary" and len(levels) > 2:
@@ -401,20 +418,24 @@ class TabularCodec:
 
     def feature_types(self) -> FeatureTypes:
         """The structure the searches keep valid: each categorical column's one-hot group, each binary column a
-        one-column group, integer columns on whole numbers of their original units (``raw = x·scale + mean``)."""
+        one-column group, integer columns on whole numbers of their original units (``raw = x·scale + mean``), columns
+        with a ``step`` a whole number of steps from the factual's value (an integer column's whole step keeps it
+        whole)."""
         offset = np.zeros(len(self.feature_names), dtype=np.float32)
         scale = np.ones(len(self.feature_names), dtype=np.float32)
-        integers, binary = [], []
+        integers, binary, steps = [], [], {}
         for column in self.columns:
             index = self._slices[column.name].start
             if column.kind in ("continuous", "integer"):
                 offset[index], scale[index] = column.mean, column.scale
-            if column.kind == "integer":
+            if column.kind in ("continuous", "integer") and column.step is not None:
+                steps[index] = column.step
+            elif column.kind == "integer":
                 integers.append(index)
             elif column.kind == "binary":
                 binary.append([index])
         return FeatureTypes(len(self.feature_names), self.groups + binary, integers, offset, scale,
-                            list(self.feature_names))
+                            list(self.feature_names), steps)
 
     def mutability(self) -> dict[str, str]:
         """``{column: kind}`` for the columns the spec does not leave free, by the user's own column names."""
@@ -445,7 +466,9 @@ class TabularCodec:
         for c in self.columns:
             extra = f" {len(c.categories)} categories" if c.kind == "categorical" else \
                 f" {c.categories}" if c.kind == "binary" else ""
-            lines.append(f"  {c.name}: {c.kind}{extra}{_bounds_text(c.lower, c.upper)}" + ("" if c.mutability == "both" else f", {c.mutability}"))
+            step = "" if c.step is None else f", in steps of {_declared_text(c.step)}"
+            lines.append(f"  {c.name}: {c.kind}{extra}{_bounds_text(c.lower, c.upper)}{step}"
+                         + ("" if c.mutability == "both" else f", {c.mutability}"))
         return "\n".join(lines)
 
     # --- persistence -----------------------------------------------------------------------------------------

@@ -68,7 +68,9 @@ class FeatureTypes:
     column is a 0/1 binary feature). ``integers``: indices of integer features. ``offset`` and
     ``scale`` (per feature, optional) give original units as ``raw = x * scale + offset``: a one-hot
     column is 1 ("on") at ``(1 - offset) / scale`` and 0 at ``-offset / scale``, and an integer feature
-    lies on the grid of whole numbers in raw units. ``names`` (optional) are for messages.
+    lies on the grid of whole numbers in raw units. ``steps`` (``{column: step in raw units}``): features that
+    change only by whole multiples of their step from the factual's own value (a data spec's ``step: 1000``).
+    ``names`` (optional) are for messages.
     """
 
     n_features: int
@@ -77,15 +79,20 @@ class FeatureTypes:
     offset: torch.Tensor | None = None
     scale: torch.Tensor | None = None
     names: list[str] | None = None
+    steps: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self):
         self.groups = [[int(c) for c in group] for group in self.groups if len(group)]
         self.integers = [int(c) for c in self.integers]
-        columns = [c for group in self.groups for c in group] + self.integers
+        self.steps = {int(c): float(step) for c, step in self.steps.items()}
+        columns = [c for group in self.groups for c in group] + self.integers + list(self.steps)
         if any(not 0 <= c < self.n_features for c in columns):
             raise ValueError(f"feature types: a column index is out of range for {self.n_features} features")
         if len(set(columns)) != len(columns):
-            raise ValueError("feature types: a column belongs to two one-hot groups or is both categorical and integer")
+            raise ValueError("feature types: a column belongs to two one-hot groups or has two of the kinds "
+                             "categorical, integer and stepped")
+        if any(not step > 0 or step == float("inf") for step in self.steps.values()):
+            raise ValueError("feature types: every step must be a positive finite number")
         for name in ("offset", "scale"):
             value = getattr(self, name)
             if value is not None:
@@ -119,8 +126,8 @@ class FeatureTypes:
 
     @property
     def empty(self) -> bool:
-        """No categorical and no integer features: every point is valid."""
-        return not self.groups and not self.integers
+        """No categorical, integer or stepped features: every point is valid."""
+        return not self.groups and not self.integers and not self.steps
 
     def raw_units(self, columns: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(offset, scale)`` of ``columns`` (0 and 1 where none were given)."""
