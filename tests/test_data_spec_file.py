@@ -188,10 +188,12 @@ def test_keys_that_would_do_nothing_are_refused(spec, said):
 def test_every_key_the_writer_writes_is_read_back(tmp_path):
     given = tmp_path / "given.yaml"
     given.write_text("target: approved\npositive: 'no'\ncolumns:\n  age: {mutability: none, lower: 18, upper: 90}\n"
-                     "  income: {lower: 0}\n  debt:\n")
+                     "  income: {lower: 0, step: 1000}\n  debt:\n")
     spec = write_spec(tmp_path, LOANS, "--data-spec", str(given))
     assert yaml.safe_load(spec.read_text())["columns"]["age"] == {"kind": "integer", "mutability": "none", "lower": 18,
                                                                   "upper": 90}
+    assert yaml.safe_load(spec.read_text())["columns"]["income"] == {"kind": "integer", "mutability": "both", "lower": 0,
+                                                                     "step": 1000}
     written = TableDataModule(LOANS, target="approved", spec=spec).codec.to_dict()
     assert written == TableDataModule(LOANS, target="approved", spec=given).codec.to_dict()
 
