@@ -423,3 +423,31 @@ def test_a_request_holds_columns_in_its_explanations_on_top_of_the_runs_constrai
         with pytest.raises(RequestRefused) as refused:
             predictor.predict(frame.head(1), params={"explain": True, **params})
         assert refused.value.message.startswith(words), refused.value.message
+
+
+@pytest.mark.slow
+def test_a_request_asks_for_changes_in_whole_steps(trained):
+    """The param step (as explain.py's --step) makes the served model's explanations change income and debt only by
+    whole steps from each row's value, where without it they do not; a bad step is a 400 before any search."""
+    import mlflow.pyfunc
+
+    from ct_lightning.experiment.runs.run_artifacts import _tracking_uri
+
+    run_id, uri, _ = trained
+    with _tracking_uri(uri):
+        predictor = mlflow.pyfunc.load_model(f"runs:/{run_id}/predictor")
+    frame = pd.read_csv(LOANS).drop(columns="approved").head(30)
+    steps = {"income": 1000, "debt": 500}
+
+    def stepped_changes(**params) -> list[dict]:
+        answer = predictor.predict(frame, params={"explain": True, "target": "yes", "max_steps": 60, **params})
+        return [c for changes in answer["changes"] for c in changes if c["feature"] in steps]
+
+    free, asked = stepped_changes(), stepped_changes(step="income=1000, debt=500")
+    assert any((c["to"] - c["from"]) % steps[c["feature"]] for c in free), "without steps, some change is not whole"
+    assert asked and all((c["to"] - c["from"]) % steps[c["feature"]] == 0 for c in asked), asked
+    with pytest.raises(RequestRefused) as refused:
+        predictor.predict(frame.head(1), params={"explain": True, "step": "purpose=2"})
+    assert refused.value.message.startswith("params: step 'purpose=2' ('purpose' is categorical); allowed: "
+                                            "COLUMN=STEP for the model's number columns: age, income"), \
+        refused.value.message

@@ -104,10 +104,16 @@ def test_a_step_that_cannot_mean_anything_is_refused_in_one_line(columns, said):
     assert str(error.value).startswith(f"data_spec: {said}"), str(error.value)
 
 
+def whole_steps(changes: list[dict], steps: dict) -> bool:
+    """Every change of a stepped column is a whole number of its steps."""
+    return all((c["to"] - c["from"]) % steps[c["feature"]] == 0 for c in changes if c["feature"] in steps)
+
+
 def test_explanations_change_stepped_columns_by_whole_steps_from_the_applicants_values(tmp_path, capsys):
-    """A real training with ``income`` in steps of 1 000 and ``debt`` in steps of 500, explained with explain.py:
-    every change of those columns is a whole number of steps; the same rows explained by a model trained without
-    steps change them by amounts that are not (so this test can fail)."""
+    """A real training with ``income`` in steps of 1 000 and ``debt`` in steps of 500 in its data spec, and one
+    without, explained with explain.py: the first's changes of those columns are whole steps; the second's are not
+    (so this test can fail), unless explain.py's ``--step`` asks for them; a bad ``--step`` is refused in one line."""
+    from ct_lightning.experiment.configuration.validation import CliExit
     from ct_lightning.experiment.runs.train import train
     from recipes.explain import main
 
@@ -115,19 +121,31 @@ def test_explanations_change_stepped_columns_by_whole_steps_from_the_applicants_
     spec.write_text("columns:\n  income: {step: 1000}\n  debt: {step: 500}\n")
     pd.read_csv(LOANS).drop(columns="approved").head(40).to_csv(tmp_path / "rows.csv", index=False)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    steps = {"income": 1000, "debt": 500}
 
-    def changes(data_spec) -> list[dict]:
-        run = train({"data": str(LOANS), "target": "approved", "max_epochs": 2, "nce": 16, "tracking_uri": uri,
-                     "progress": False, "seed": 0, "data_spec": data_spec})
-        records = main(["--run-id", run["run_id"], "--tracking-uri", uri, "--rows", str(tmp_path / "rows.csv"),
-                        "--target", "yes", "--max-steps", "80", "--no-log"])
-        return [c for record in records for c in record["changes"] if c["feature"] in ("income", "debt")]
+    def trained(data_spec) -> str:
+        return train({"data": str(LOANS), "target": "approved", "max_epochs": 2, "nce": 16, "tracking_uri": uri,
+                      "progress": False, "seed": 0, "data_spec": data_spec})["run_id"]
 
-    stepped = changes(str(spec))
+    def changes(run_id, *options) -> list[dict]:
+        records = main(["--run-id", run_id, "--tracking-uri", uri, "--rows", str(tmp_path / "rows.csv"),
+                        "--target", "yes", "--max-steps", "80", "--no-log", *options])
+        return [c for record in records for c in record["changes"] if c["feature"] in steps]
+
+    stepped = changes(trained(str(spec)))
     assert "income: integer, in steps of 1000" in capsys.readouterr().out  # the start-up message says so
-    assert len(stepped) >= 5, "the search changes income or debt for some applicants"
-    for change in stepped:
-        step = 1000 if change["feature"] == "income" else 500
-        assert (change["to"] - change["from"]) % step == 0, change
-    plain = changes(None)
-    assert any((c["to"] - c["from"]) % (1000 if c["feature"] == "income" else 500) for c in plain)
+    assert len(stepped) >= 5 and whole_steps(stepped, steps), stepped
+    free = trained(None)
+    plain = changes(free)
+    assert len(plain) >= 5 and not whole_steps(plain, steps)
+    asked = changes(free, "--step", "income=1000,debt=500")
+    assert len(asked) >= 5 and whole_steps(asked, steps), asked
+    for value, said in (("incme=1000", "--step: got 'incme=1000' (no such column); allowed: COLUMN=STEP for the "
+                                       "model's number columns: age, income, debt, years_employed"),
+                        ("purpose=1", "--step: got 'purpose=1' ('purpose' is categorical); allowed: COLUMN=STEP"),
+                        ("income=-5", "--step: got 'income=-5' (not a positive number); allowed: COLUMN=STEP"),
+                        ("age=2.5", "--step: got 'age=2.5' ('age' is integer); allowed: a whole number such as 1"),
+                        ("income", "--step: got 'income' (expected COLUMN=STEP, e.g. income=1000); allowed:")):
+        with pytest.raises(CliExit) as refused:
+            changes(free, "--step", value)
+        assert refused.value.code == 2 and str(refused.value).startswith(said), str(refused.value)

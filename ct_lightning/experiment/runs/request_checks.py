@@ -277,8 +277,8 @@ def _listed(names: list[str]) -> str:
 
 
 class MutabilityRefused(ValueError):
-    """A column or kind asked of an explanation that the model cannot hold; ``param`` is ``immutable`` or
-    ``mutability``. Its message is the served model's (``params: ...``); ``explain.py`` names its own options."""
+    """A column, kind or step asked of an explanation that the model cannot hold; ``param`` is ``immutable``,
+    ``mutability`` or ``step``. Its message is the served model's (``params: ...``); ``explain.py`` names its own options."""
 
     def __init__(self, param: str, value: str, detail: str, allowed: str):
         self.param, self.value, self.detail, self.allowed = param, value, detail, allowed
@@ -346,3 +346,41 @@ def check_params(codec, params: dict) -> None:
     if steps not in (None, "") and not 0 <= int(steps) <= MAX_STEPS:
         raise ValueError(f"params: max_steps {steps}; allowed: 0 (the run's own setting) to {MAX_STEPS}")
     requested_mutability(codec, params)
+    requested_steps(codec, params)
+
+
+STEP_KINDS = ("continuous", "integer")  # the kinds of column a step can round (a data spec's ``step`` too)
+
+
+def requested_steps(codec, params: dict) -> dict[str, float]:
+    """``{column: step}`` from a request's ``step`` param (``explain.py --step``): ``COLUMN=STEP,...``, the smallest
+    change the explanation may make to each continuous or integer column, in the column's own units, on top of the
+    data spec's steps; :class:`MutabilityRefused` (param ``step``) for the first entry the model cannot hold: no such
+    column, a column of another kind, a step that is no positive number or, for an integer column, no whole one."""
+    text = str(params.get("step") or "").strip()
+    if not text:
+        return {}
+    if not callable(getattr(codec, "feature_types", None)):
+        raise MutabilityRefused("step", text, "the model reads no table's columns", "a model trained on a table")
+    kinds = {str(c.name): getattr(c, "kind", "continuous") for c in codec.columns}
+    numbers = [name for name, kind in kinds.items() if kind in STEP_KINDS]
+    allowed = f"COLUMN=STEP for the model's number columns: {_listed(numbers)}"
+    steps: dict[str, float] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        name, _, value = (part.strip() for part in item.rpartition("="))
+        if not name:
+            raise MutabilityRefused("step", item, "expected COLUMN=STEP, e.g. income=1000", allowed)
+        if name not in kinds:
+            raise MutabilityRefused("step", item, "no such column", allowed)
+        if kinds[name] not in STEP_KINDS:
+            raise MutabilityRefused("step", item, f"{name!r} is {kinds[name]}", allowed)
+        try:
+            step = float(value)
+        except ValueError:
+            step = math.nan
+        if not 0 < step < math.inf:
+            raise MutabilityRefused("step", item, "not a positive number", allowed)
+        if kinds[name] == "integer" and not step.is_integer():
+            raise MutabilityRefused("step", item, f"{name!r} is integer", "a whole number such as 1 or 5")
+        steps[name] = step
+    return steps

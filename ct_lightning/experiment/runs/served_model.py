@@ -30,7 +30,7 @@ from ct_lightning.evaluation.explanation import explain, explanation_search
 from ct_lightning.experiment.configuration.console import quiet_registry, verbose_console
 from ct_lightning.experiment.runs.lifecycle import data_label
 from ct_lightning.experiment.runs.request_checks import (as_rows, check_params, check_rows, requested_mutability,
-                                                          requested_target, row_limit, target_default)
+                                                          requested_steps, requested_target, row_limit, target_default)
 
 PREDICTOR_NAME = "predictor"
 _logger = logging.getLogger(__name__)
@@ -76,7 +76,8 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
     ``valid``, ``counterfactual`` (column → value) and ``changes`` (``[{feature, from, to}]``);
     ``target`` (a class label as text, as ``explain.py --target``; default: the most likely other class),
     ``max_steps``, and ``immutable`` and ``mutability`` (as ``explain.py``'s options: columns the explanation must not
-    change, or only one way, on top of the run's own constraints) steer the search.
+    change, or only one way, on top of the run's own constraints) and ``step`` (``income=1000``: changes in whole
+    steps, as ``explain.py --step``) steer the search.
     A bad request (see :mod:`ct_lightning.experiment.runs.request_checks`) raises :class:`RequestRefused`: HTTP 400
     with one line naming the column, the value and what is allowed; any other failure :class:`PredictorFailed`:
     HTTP 500 with one line, the traceback only in the server's log.
@@ -114,6 +115,7 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
         if params.get("explain"):
             search = {**self.search, **({"max_steps": int(params["max_steps"])} if params.get("max_steps") else {})}
             search["mutability"] = {**dict(search.get("mutability") or {}), **requested_mutability(codec, params)}
+            search["steps"] = requested_steps(codec, params)
             explained = explain(self.model, frame, target=requested_target(codec, params), codec=codec, **search)
             out["target"] = explained["target"].to_list()
             out["target_probability"] = explained["probability"].to_list()
@@ -137,7 +139,7 @@ def _column_type(column) -> str:
 
 
 def predictor_signature(codec):
-    """The output columns and the ``explain``/``target``/``max_steps``/``immutable``/``mutability`` params; no input
+    """The output columns and the ``explain``/``target``/``max_steps``/``immutable``/``mutability``/``step`` params; no input
     schema.
 
     With an input schema MLflow would drop columns the model does not know before the predictor sees them
@@ -154,7 +156,7 @@ def predictor_signature(codec):
                       *[ColSpec("double", f"probability_{c}") for c in codec.classes]])
     params = ParamSchema([ParamSpec("explain", "boolean", False), ParamSpec("target", "string", target_default(codec)),
                           ParamSpec("max_steps", "long", 0), ParamSpec("immutable", "string", ""),
-                          ParamSpec("mutability", "string", "")])
+                          ParamSpec("mutability", "string", ""), ParamSpec("step", "string", "")])
     return ModelSignature(inputs=None, outputs=outputs, params=params)
 
 

@@ -29,7 +29,8 @@ def run(args: argparse.Namespace) -> list[dict]:
         if args.data:
             SETTINGS_BY_NAME["data"].checked(args.data, "--data")  # a table file must exist
         from ct_lightning.experiment.runs.explanations import (check_rows, explain_loaded,  # noqa: PLC0415
-                                                               explanation_mutability, load_explainable,
+                                                               explanation_mutability, explanation_steps,
+                                                               load_explainable,
                                                                log_explanations, read_rows, search_settings, use_data,
                                                                write_table)
         from ct_lightning.evaluation.explanation import describe, row_label  # noqa: PLC0415
@@ -49,6 +50,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         settings = search_settings(loaded.module, {k: getattr(args, k) for k in SEARCH})
         settings["mutability"] = explanation_mutability(loaded, getattr(args, "immutable", None),
                                                         getattr(args, "mutability", None))
+        settings["steps"] = explanation_steps(loaded, getattr(args, "step", None))
         settings["fewer_changes"] = getattr(args, "fewer_changes", True)
         rows, passed, wanted = only_predicted(loaded, rows, getattr(args, "only_predicted", None))
         explanations = explain_loaded(loaded, rows, args.target, settings, args.seed) if len(rows) else \
