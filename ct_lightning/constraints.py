@@ -202,6 +202,17 @@ class Constraints:
         if stepped and self.lower is not None and self.upper is not None:
             index = self.step_columns.to(self.lower.device)
             self.step_low, self.step_high = self.lower[index].to(device), self.upper[index].to(device)
+        # Reach: how far each feature may move from the factual (model units; inf where it is not limited).
+        self.reach = None
+        if types.reach:
+            _, scale = types.raw_units(list(range(n_features)))
+            reach = torch.full((n_features,), math.inf)
+            whole = set(types.integers)  # an integer feature moves whole numbers only: its reach is one too
+            for column, change in types.reach.items():
+                reach[column] = (math.floor(change + STEP_SLACK) if column in whole else change) / scale[column]
+            self.reach = reach.to(device)
+            # whole steps only: a stepped feature goes as many whole steps as its reach holds
+            self.step_reach = (reach[stepped] / self.step_width.cpu()).add(STEP_SLACK).floor().to(device)
 
     def mask_gradient(self, grad: torch.Tensor) -> torch.Tensor:
         """Zero gradient components that would move a feature the forbidden way.
@@ -239,7 +250,8 @@ class Constraints:
         """The nearest valid points: per one-hot group the column with the largest value (in 0/1 units; the
         first on ties) is "on" and the others "off", a one-column group is on from 0.5, integer features are
         rounded in original units (to whole numbers inside the domain), stepped features moved a whole number of
-        steps from ``x`` (inside the domain); then mutability is restored from ``x``. All rows and groups at once (one arg-max per width class of groups). ``points`` itself without
+        steps from ``x`` (inside the domain), features with a reach kept within it of ``x``; then mutability is restored
+        from ``x``. All rows and groups at once (one arg-max per width class of groups). ``points`` itself without
         types."""
         if not self.snaps:
             return points
@@ -270,6 +282,8 @@ class Constraints:
             out = out.index_copy(1, self.int_columns, ((raw - self.int_offset) / self.int_scale).to(points.dtype))
         if len(self.step_columns):
             out = out.index_copy(1, self.step_columns, self._whole_steps(points, x).to(points.dtype))
+        if self.reach is not None:
+            out = torch.minimum(torch.maximum(out, x - self.reach), x + self.reach)
         if self.increase is not None:
             out = torch.where(self.increase, torch.maximum(out, x), out)
         if self.decrease is not None:
@@ -289,6 +303,8 @@ class Constraints:
             fewest = ((self.step_low - start) / self.step_width - STEP_SLACK).ceil()
             most = ((self.step_high - start) / self.step_width + STEP_SLACK).floor()
             steps = torch.where(fewest <= most, torch.minimum(torch.maximum(steps, fewest), most), 0.0)
+        if self.reach is not None:
+            steps = torch.minimum(torch.maximum(steps, -self.step_reach), self.step_reach)
         return start + steps * self.step_width
 
     def step(self, rows: torch.Tensor, grad: torch.Tensor, lr: float, x: torch.Tensor,

@@ -78,6 +78,7 @@ class ColumnSpec:
     fill: object = None  # trained with --impute median: what a missing value of this column becomes
     unit: str | None = None  # how the file wrote its numbers, as a format: "${}" for $36,428.20, "{}%" for 7.5%
     step: float | None = None  # continuous and integer: a counterfactual changes the value by whole multiples of it
+    max_change: float | None = None  # continuous and integer: a counterfactual moves the value at most this far
 
     @property
     def encoded_names(self) -> list[str]:
@@ -166,7 +167,8 @@ def read_spec(spec) -> dict:
 
 
 SPEC_KEYS = ("columns", "positive", "target")
-COLUMN_KEYS = ("kind", "mutability", "lower", "upper", "step")  # what --write-data-spec writes (spec_file.py)
+COLUMN_KEYS = ("kind", "mutability", "lower", "upper", "step", "max_change")  # what --write-data-spec writes
+NUMBER_KEYS = ("lower", "upper", "step", "max_change")  # keys of a number column only
 SPEC_FILE = f"a YAML or JSON file with columns: {{name: {{{', '.join(COLUMN_KEYS)}}}}} and positive"
 
 
@@ -206,10 +208,14 @@ def check_spec(spec: Mapping) -> dict:
         for bound, value in (("lower", lower), ("upper", upper)):
             if value is not None and not _is_number(value):
                 raise ValueError(f"data_spec: column {name!r}: {bound} {value!r}; allowed: a number")
-        step = options.get("step")
+        step, change = options.get("step"), options.get("max_change")
         if step is not None and not (_is_number(step) and 0 < step < float("inf")):
             raise ValueError(f"data_spec: column {name!r}: step {step!r}; allowed: a positive number, the smallest "
                              "change of the column in its own units (step: 1000)")
+        if change is not None and not (_is_number(change) and 0 < change < float("inf")):
+            raise ValueError(f"data_spec: column {name!r}: max_change {change!r}; allowed: a positive number, the "
+                             "largest change of the column either way in its own units (max_change: 10000; a column "
+                             "that may not change at all: mutability: none)")
         if lower is not None and upper is not None and lower > upper:
             raise ValueError(f"data_spec: column {name!r}: lower {_plain(lower)} is above upper {_plain(upper)}; "
                              "allowed: lower at most upper")
@@ -217,9 +223,10 @@ def check_spec(spec: Mapping) -> dict:
 
 
 def _column_dict(column: ColumnSpec) -> dict:
-    """A column as JSON keeps it; ``unit`` and ``step`` only where set (payloads without them read as before)."""
+    """A column as JSON keeps it; ``unit``, ``step`` and ``max_change`` only where set (payloads without them read as
+    before)."""
     described = asdict(column)
-    for key in ("unit", "step"):
+    for key in ("unit", "step", "max_change"):
         if described[key] is None:
             del described[key]
     return described
@@ -294,10 +301,11 @@ class TabularCodec:
             if kind == "categorical" and mutability in ("increase", "decrease"):
                 raise ValueError(f"data_spec: column {name!r}: mutability {mutability!r} has no meaning for a "
                                  "categorical column; allowed: both, none")
-            bounded = [key for key in ("lower", "upper", "step") if options.get(key) is not None]
-            if kind == "integer" and options.get("step") is not None and float(options["step"]) % 1:
-                raise ValueError(f"data_spec: column {name!r}: step {options['step']!r} would leave the whole numbers "
-                                 "of an integer column; allowed: a whole number such as 1 or 5")
+            bounded = [key for key in NUMBER_KEYS if options.get(key) is not None]
+            for key in ("step", "max_change"):
+                if kind == "integer" and options.get(key) is not None and float(options[key]) % 1:
+                    raise ValueError(f"data_spec: column {name!r}: {key} {options[key]!r} would leave the whole "
+                                     "numbers of an integer column; allowed: a whole number such as 1 or 5")
             if kind in ("categorical", "binary") and bounded:
                 raise ValueError(f"data_spec: column {name!r}: {bounded[0]} {options[bounded[0]]!r} has no meaning for "
                                  f"a {kind} column; allowed: kind, mutability")
@@ -308,7 +316,7 @@ class TabularCodec:
     @staticmethod
     def _fit_column(name, kind, mutability, options, values: pd.Series, train: pd.Series) -> ColumnSpec:
         column = ColumnSpec(name, kind, mutability, options.get("lower"), options.get("upper"),
-                            step=_plain(options.get("step")))
+                            step=_plain(options.get("step")), max_change=_plain(options.get("max_change")))
         if kind in ("categorical", "binary"):
             levels = sorted(pd.unique(values.dropna()), key=lambda v: (str(type(v)), v))
             if kind == "binary" and len(levels) > 2:
@@ -420,14 +428,16 @@ class TabularCodec:
         """The structure the searches keep valid: each categorical column's one-hot group, each binary column a
         one-column group, integer columns on whole numbers of their original units (``raw = x·scale + mean``), columns
         with a ``step`` a whole number of steps from the factual's value (an integer column's whole step keeps it
-        whole)."""
+        whole), columns with a ``max_change`` within it of the factual's value."""
         offset = np.zeros(len(self.feature_names), dtype=np.float32)
         scale = np.ones(len(self.feature_names), dtype=np.float32)
-        integers, binary, steps = [], [], {}
+        integers, binary, steps, reach = [], [], {}, {}
         for column in self.columns:
             index = self._slices[column.name].start
             if column.kind in ("continuous", "integer"):
                 offset[index], scale[index] = column.mean, column.scale
+            if column.kind in ("continuous", "integer") and column.max_change is not None:
+                reach[index] = column.max_change
             if column.kind in ("continuous", "integer") and column.step is not None:
                 steps[index] = column.step
             elif column.kind == "integer":
@@ -435,7 +445,7 @@ class TabularCodec:
             elif column.kind == "binary":
                 binary.append([index])
         return FeatureTypes(len(self.feature_names), self.groups + binary, integers, offset, scale,
-                            list(self.feature_names), steps)
+                            list(self.feature_names), steps, reach)
 
     def mutability(self) -> dict[str, str]:
         """``{column: kind}`` for the columns the spec does not leave free, by the user's own column names."""
@@ -467,6 +477,7 @@ class TabularCodec:
             extra = f" {len(c.categories)} categories" if c.kind == "categorical" else \
                 f" {c.categories}" if c.kind == "binary" else ""
             step = "" if c.step is None else f", in steps of {_declared_text(c.step)}"
+            step += "" if c.max_change is None else f", changing by at most {_declared_text(c.max_change)}"
             lines.append(f"  {c.name}: {c.kind}{extra}{_bounds_text(c.lower, c.upper)}{step}"
                          + ("" if c.mutability == "both" else f", {c.mutability}"))
         return "\n".join(lines)

@@ -70,6 +70,8 @@ class FeatureTypes:
     column is 1 ("on") at ``(1 - offset) / scale`` and 0 at ``-offset / scale``, and an integer feature
     lies on the grid of whole numbers in raw units. ``steps`` (``{column: step in raw units}``): features that
     change only by whole multiples of their step from the factual's own value (a data spec's ``step: 1000``).
+    ``reach`` (``{column: largest change in raw units}``): features that move at most that far from the factual's
+    value, either way (a data spec's ``max_change: 10000``).
     ``names`` (optional) are for messages.
     """
 
@@ -80,6 +82,7 @@ class FeatureTypes:
     scale: torch.Tensor | None = None
     names: list[str] | None = None
     steps: dict[int, float] = field(default_factory=dict)
+    reach: dict[int, float] = field(default_factory=dict)
 
     def __post_init__(self):
         self.groups = [[int(c) for c in group] for group in self.groups if len(group)]
@@ -93,6 +96,12 @@ class FeatureTypes:
                              "categorical, integer and stepped")
         if any(not step > 0 or step == float("inf") for step in self.steps.values()):
             raise ValueError("feature types: every step must be a positive finite number")
+        self.reach = {int(c): float(change) for c, change in self.reach.items()}
+        if any(not 0 <= c < self.n_features for c in self.reach) or \
+                any(c in group for group in self.groups for c in self.reach):
+            raise ValueError("feature types: a largest change needs a number feature's column")
+        if any(not change >= 0 for change in self.reach.values()):
+            raise ValueError("feature types: every largest change must be a number of at least 0")
         for name in ("offset", "scale"):
             value = getattr(self, name)
             if value is not None:
@@ -126,8 +135,8 @@ class FeatureTypes:
 
     @property
     def empty(self) -> bool:
-        """No categorical, integer or stepped features: every point is valid."""
-        return not self.groups and not self.integers and not self.steps
+        """No categorical, integer, stepped or reach-limited features: every point is valid."""
+        return not self.groups and not self.integers and not self.steps and not self.reach
 
     def raw_units(self, columns: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(offset, scale)`` of ``columns`` (0 and 1 where none were given)."""

@@ -66,7 +66,8 @@ def spec_text(module, mutability: Mapping[str, str] | None = None, source: str =
              "# Check every column's kind (continuous | integer | categorical | binary) and mutability",
              "# (both | increase | decrease | none); bound a number's counterfactuals in its own units with lower:",
              "# and upper: (without them: the training range widened to mean ± 3 sd, not below 0 for a column with",
-             "# no negative value); step: 1000 makes its counterfactuals change it by whole multiples of 1000.",
+             "# no negative value); step: 1000 makes its counterfactuals change it by whole multiples of 1000, and",
+             "# max_change: 10000 by at most 10000 either way.",
              "# Columns left out of this file keep the kind inferred from the file.",
              f"# target {yaml_scalar(codec.target)}: classes {', '.join(_comment_text(c) for c in codec.classes)}"]
     lines += [f"# read: {note}" for note in module.read_notes]  # how the file was written: delimiter, decimal commas
@@ -78,7 +79,7 @@ def spec_text(module, mutability: Mapping[str, str] | None = None, source: str =
     lines.append("columns:")
     for column in codec.columns:
         entry = {"kind": column.kind, "mutability": mutability.get(column.name, column.mutability)}
-        entry.update({key: _plain(getattr(column, key)) for key in ("lower", "upper", "step")
+        entry.update({key: _plain(getattr(column, key)) for key in ("lower", "upper", "step", "max_change")
                       if getattr(column, key) is not None})
         fields = ", ".join(f"{key}: {yaml_scalar(value)}" for key, value in entry.items())
         comment = column_comment(column, module.frame[column.name], column.name in code_like,

@@ -426,9 +426,10 @@ def test_a_request_holds_columns_in_its_explanations_on_top_of_the_runs_constrai
 
 
 @pytest.mark.slow
-def test_a_request_asks_for_changes_in_whole_steps(trained):
+def test_a_request_asks_for_changes_in_whole_steps_and_within_a_largest_change(trained):
     """The param step (as explain.py's --step) makes the served model's explanations change income and debt only by
-    whole steps from each row's value, where without it they do not; a bad step is a 400 before any search."""
+    whole steps from each row's value, and max_change (as --max-change) by at most that much, where without them they
+    do not; a bad step or largest change is a 400 before any search."""
     import mlflow.pyfunc
 
     from ct_lightning.experiment.runs.run_artifacts import _tracking_uri
@@ -446,8 +447,15 @@ def test_a_request_asks_for_changes_in_whole_steps(trained):
     free, asked = stepped_changes(), stepped_changes(step="income=1000, debt=500")
     assert any((c["to"] - c["from"]) % steps[c["feature"]] for c in free), "without steps, some change is not whole"
     assert asked and all((c["to"] - c["from"]) % steps[c["feature"]] == 0 for c in asked), asked
+    limited = stepped_changes(max_change="income=2000,debt=1000")
+    assert limited and all(abs(c["to"] - c["from"]) <= steps[c["feature"]] * 2 for c in limited), limited
+    assert any(abs(c["to"] - c["from"]) > steps[c["feature"]] * 2 for c in free), "without it, some move further"
+    with pytest.raises(RequestRefused) as refused:
+        predictor.predict(frame.head(1), params={"explain": True, "max_change": "age=1.5"})
+    assert refused.value.message == "params: max_change 'age=1.5' ('age' is integer); allowed: a whole number such as " \
+                                    "1 or 5", refused.value.message
     with pytest.raises(RequestRefused) as refused:
         predictor.predict(frame.head(1), params={"explain": True, "step": "purpose=2"})
     assert refused.value.message.startswith("params: step 'purpose=2' ('purpose' is categorical); allowed: "
-                                            "COLUMN=STEP for the model's number columns: age, income"), \
+                                            "COLUMN=NUMBER for the model's number columns: age, income"), \
         refused.value.message

@@ -63,7 +63,7 @@ def test_predictor_takes_named_raw_columns_and_is_registered(trained):
     predictor = mlflow.pyfunc.load_model(f"models:/ct-moons-ct/{version.version}")
     assert predictor.metadata.signature.inputs is None  # the predictor checks the columns itself
     assert [p.name for p in predictor.metadata.signature.params.params] == ["explain", "target", "max_steps",
-                                                                             "immutable", "mutability", "step"]
+                                                                             "immutable", "mutability", "step", "max_change"]
     info = mlflow.models.get_model_info(f"models:/ct-moons-ct/{version.version}")
     assert info.metadata["input_columns"] == [{"name": "x1", "type": "double", "kind": "continuous"},
                                               {"name": "x2", "type": "double", "kind": "continuous"}]

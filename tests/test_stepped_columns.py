@@ -1,5 +1,6 @@
-"""A data spec's ``step``: a counterfactual changes a column only by whole multiples of its step, in the column's own
-units and counted from the applicant's own value (``income: {step: 1000}``: 30 600 → 32 600, never 31 977).
+"""A data spec's ``step`` and ``max_change``: a counterfactual changes a column only by whole multiples of its step, in
+the column's own units and counted from the applicant's own value (``income: {step: 1000}``: 30 600 → 32 600, never
+31 977), and by at most its ``max_change`` either way.
 
 ``Constraints.snap`` is checked against a row-by-row reference; the codec reads, keeps and refuses steps; a real
 training and ``explain.py`` on tests/fixtures/loans.csv give changes in whole steps, where the same search without
@@ -73,6 +74,29 @@ def test_stepped_features_keep_their_mutability_and_the_factual_is_valid():
         FeatureTypes(2, integers=[0], steps={0: 2.0})
 
 
+def test_snap_keeps_features_within_their_reach_of_the_factual_in_whole_numbers_and_steps():
+    scale = torch.tensor([3000.0, 12.0, 1.0, 1.0])
+    offset = torch.tensor([50_000.0, 40.0, 0.0, 0.0])
+    # an amount in steps of 1 000 moving at most 2 500 (so 2 steps), an integer at most 2.5 (so 2), a number at most
+    # 0.5, and a number without a reach
+    types = FeatureTypes(4, integers=[1], steps={0: 1000.0}, reach={0: 2500.0, 1: 2.5, 2: 0.5},
+                         offset=offset, scale=scale)
+    torch.manual_seed(1)
+    x = torch.randn(300, 4)
+    x[:, 1] = (torch.randint(18, 80, (300,)) - 40.0) / 12.0
+    points = x + 3 * torch.randn(300, 4)
+    got = Constraints(None, types=types).snap(points, x)
+    moved = (got - x) * scale
+    assert moved[:, 0].abs().max() <= 2000 + 1e-2 and torch.allclose(moved[:, 0] / 1000, (moved[:, 0] / 1000).round(),
+                                                                      atol=1e-4)
+    assert set((moved[:, 1]).round().tolist()) == {-2.0, -1.0, 0.0, 1.0, 2.0}  # whole numbers within 2.5
+    torch.testing.assert_close(got[:, 2], torch.minimum(torch.maximum(points[:, 2], x[:, 2] - 0.5), x[:, 2] + 0.5))
+    torch.testing.assert_close(got[:, 3], points[:, 3])
+    assert (moved[:, 2].abs() == 0.5).sum() > 100, "most points would move further: the reach holds them"
+    with pytest.raises(ValueError, match="a largest change needs a number feature's column"):
+        FeatureTypes(3, groups=[[1, 2]], reach={1: 1.0})
+
+
 def fit_loans(columns: dict) -> TabularCodec:
     return TabularCodec.fit(pd.read_csv(LOANS), "approved", {"columns": columns})
 
@@ -86,6 +110,10 @@ def test_the_codec_keeps_steps_and_payloads_without_them_are_unchanged():
     assert index not in types.integers and codec.feature_names.index("age") in types.integers
     assert TabularCodec.from_dict(codec.to_dict()).to_dict() == codec.to_dict()
     assert "income: integer, in steps of 1000" in codec.describe()
+    limited = fit_loans({"income": {"max_change": 10_000, "step": 1000}})
+    assert limited.feature_types().reach == {index: 10_000.0}
+    assert "income: integer, in steps of 1000, changing by at most 10000" in limited.describe()
+    assert TabularCodec.from_dict(limited.to_dict()).to_dict() == limited.to_dict()
     assert all("step" not in column for column in fit_loans({}).to_dict()["columns"])
 
 
@@ -97,6 +125,11 @@ def test_the_codec_keeps_steps_and_payloads_without_them_are_unchanged():
                              "whole number such as 1 or 5"),
     ({"purpose": {"step": 1}}, "column 'purpose': step 1 has no meaning for a categorical column; allowed: kind, "
                                "mutability"),
+    ({"income": {"max_change": 0}}, "column 'income': max_change 0; allowed: a positive number, the largest change of "
+                                    "the column either way in its own units (max_change: 10000; a column that may not "
+                                    "change at all: mutability: none)"),
+    ({"age": {"max_change": 1.5}}, "column 'age': max_change 1.5 would leave the whole numbers of an integer column"),
+    ({"sex": {"max_change": 1}}, "column 'sex': max_change 1 has no meaning for a binary column"),
 ])
 def test_a_step_that_cannot_mean_anything_is_refused_in_one_line(columns, said):
     with pytest.raises(ValueError) as error:
@@ -140,12 +173,41 @@ def test_explanations_change_stepped_columns_by_whole_steps_from_the_applicants_
     assert len(plain) >= 5 and not whole_steps(plain, steps)
     asked = changes(free, "--step", "income=1000,debt=500")
     assert len(asked) >= 5 and whole_steps(asked, steps), asked
-    for value, said in (("incme=1000", "--step: got 'incme=1000' (no such column); allowed: COLUMN=STEP for the "
+    for value, said in (("incme=1000", "--step: got 'incme=1000' (no such column); allowed: COLUMN=NUMBER for the "
                                        "model's number columns: age, income, debt, years_employed"),
-                        ("purpose=1", "--step: got 'purpose=1' ('purpose' is categorical); allowed: COLUMN=STEP"),
-                        ("income=-5", "--step: got 'income=-5' (not a positive number); allowed: COLUMN=STEP"),
+                        ("purpose=1", "--step: got 'purpose=1' ('purpose' is categorical); allowed: COLUMN=NUMBER"),
+                        ("income=-5", "--step: got 'income=-5' (not a positive number); allowed: COLUMN=NUMBER"),
                         ("age=2.5", "--step: got 'age=2.5' ('age' is integer); allowed: a whole number such as 1"),
-                        ("income", "--step: got 'income' (expected COLUMN=STEP, e.g. income=1000); allowed:")):
+                        ("income", "--step: got 'income' (expected COLUMN=NUMBER, e.g. income=1000); allowed:")):
         with pytest.raises(CliExit) as refused:
             changes(free, "--step", value)
         assert refused.value.code == 2 and str(refused.value).startswith(said), str(refused.value)
+
+
+def test_explanations_change_a_column_by_at_most_its_max_change(tmp_path):
+    """A data spec's max_change holds in a real training's explanations, and explain.py's --max-change holds in those
+    of a model trained without one, whose own explanations move further (so this test can fail)."""
+    from ct_lightning.experiment.runs.train import train
+    from recipes.explain import main
+
+    pd.read_csv(LOANS).drop(columns="approved").head(40).to_csv(tmp_path / "rows.csv", index=False)
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    reach = {"income": 2000, "debt": 1000}
+
+    def largest(data_spec=None, *options) -> dict[str, float]:
+        run = train({"data": str(LOANS), "target": "approved", "max_epochs": 2, "nce": 16, "tracking_uri": uri,
+                     "progress": False, "seed": 0, "data_spec": data_spec})["run_id"]
+        records = main(["--run-id", run, "--tracking-uri", uri, "--rows", str(tmp_path / "rows.csv"), "--target",
+                        "yes", "--max-steps", "80", "--no-log", *options])
+        moved = [c for record in records for c in record["changes"] if c["feature"] in reach]
+        return {name: max([abs(c["to"] - c["from"]) for c in moved if c["feature"] == name], default=0)
+                for name in reach}
+
+    free = largest()
+    assert any(free[name] > reach[name] for name in reach), free
+    asked = largest(None, "--max-change", "income=2000,debt=1000")
+    assert all(0 < asked[name] <= reach[name] for name in reach), asked
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("columns:\n  income: {max_change: 2000}\n  debt: {max_change: 1000}\n")
+    trained = largest(str(spec))
+    assert all(trained[name] <= reach[name] for name in reach), trained

@@ -223,18 +223,21 @@ def trained_mutability(model) -> dict[str, str]:
             if kind != "both"}
 
 
-def with_steps(types: FeatureTypes, steps: Mapping[int, float]) -> FeatureTypes:
-    """``types`` with the model inputs ``steps`` (``{input index: step in original units}``) stepped: an integer
-    input given a step is stepped instead (a whole step from a whole number stays whole)."""
+def with_steps(types: FeatureTypes, steps: Mapping[int, float], reach: Mapping[int, float] | None = None
+               ) -> FeatureTypes:
+    """``types`` with the model inputs ``steps`` (``{input index: step in original units}``) stepped (an integer
+    input given a step is stepped instead: a whole step from a whole number stays whole) and the inputs ``reach``
+    (``{input index: largest change}``) limited."""
     return dataclasses.replace(types, integers=[c for c in types.integers if c not in steps],
-                               steps={**types.steps, **steps})
+                               steps={**types.steps, **steps}, reach={**types.reach, **(reach or {})})
 
 
 def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "ecco", tau: float = 0.75,
             max_steps: int = 500, epsilon: float = 0.3, lambda_cost: float = 0.001, lambda_energy: float = 5.0,
             lr: float = EXPLAIN_STEP, generator_options: dict | None = None, mutability: Mapping[str, str] | None = None,
             x_train: torch.Tensor | None = None, y_train: torch.Tensor | None = None,
-            seed: int = 0, fewer_changes: bool = True, steps: Mapping[str, float] | None = None) -> pd.DataFrame:
+            seed: int = 0, fewer_changes: bool = True, steps: Mapping[str, float] | None = None,
+            max_changes: Mapping[str, float] | None = None) -> pd.DataFrame:
     """Explain each row's prediction with a counterfactual, in original units; one output row per input row.
 
     ``model`` returns logits (an ``nn.Module``, or a ``CTModule``: its codec-free defaults are its own
@@ -250,7 +253,8 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     first, while the target keeps a probability of at least ``tau`` (or the one the search reached, if lower):
     :mod:`~ct_lightning.evaluation.fewer_changes`. ``steps`` (``{column: step}``, a table codec's number columns): the
     explanation changes each only by whole multiples of its step from the row's own value, on top of the codec's own
-    steps (a data spec's ``step``).
+    steps (a data spec's ``step``); ``max_changes`` (``{column: largest change}``) limits how far each may move either
+    way, in its units, on top of the codec's (a data spec's ``max_change``).
     """
     classifier = getattr(model, "model", model)
     hp = getattr(model, "hparams", None)
@@ -291,8 +295,10 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     # groups from 'feature=value' names), so the point the search reaches is the row a person would present.
     types = codec.feature_types() if hasattr(codec, "feature_types") else \
         FeatureTypes.from_names(list(codec.feature_names), x.shape[1])
-    if steps:
-        types = with_steps(types, {codec.feature_names.index(name): step for name, step in steps.items()})
+    if steps or max_changes:
+        index = codec.feature_names.index
+        types = with_steps(types, {index(name): step for name, step in (steps or {}).items()},
+                           {index(name): change for name, change in (max_changes or {}).items()})
     torch.manual_seed(seed)
     with eval_mode(classifier):
         result = generate_counterfactuals(made, classifier, x, targets, tau, max_steps, epsilon, codes.to(device),

@@ -345,16 +345,17 @@ def explanation_mutability(explainable: Explainable, immutable=None, mutability:
         raise InputError(f"--{refused.param}", refused.value, refused.allowed, refused.detail) from None
 
 
-def explanation_steps(explainable: Explainable, step: str | None = None) -> dict[str, float]:
-    """``{column: step}`` from explain.py's ``--step COLUMN=STEP,...`` (a served request's ``step`` param:
-    :func:`~ct_lightning.experiment.runs.request_checks.requested_steps`); a one-line ``InputError`` naming the option
-    for an unknown column, a column that is no number, or a step that cannot be, before any search."""
+def explanation_steps(explainable: Explainable, given: str | None = None, param: str = "step") -> dict[str, float]:
+    """``{column: number}`` from explain.py's ``--step`` or ``--max-change`` (``param``: ``max_change``)
+    ``COLUMN=NUMBER,...``, as a served request's params of the same names
+    (:func:`~ct_lightning.experiment.runs.request_checks.requested_steps`); a one-line ``InputError`` naming the option
+    for an unknown column, a column that is no number, or a number that cannot be, before any search."""
     from ct_lightning.experiment.runs.request_checks import MutabilityRefused, requested_steps  # noqa: PLC0415
 
     try:
-        return requested_steps(explainable.codec, {"step": step or ""})
+        return requested_steps(explainable.codec, {param: given or ""}, param)
     except MutabilityRefused as refused:
-        raise InputError("--step", refused.value, refused.allowed, refused.detail) from None
+        raise InputError(f"--{param.replace('_', '-')}", refused.value, refused.allowed, refused.detail) from None
 
 
 def search_settings(module, given: dict) -> dict:

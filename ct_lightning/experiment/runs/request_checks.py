@@ -277,8 +277,8 @@ def _listed(names: list[str]) -> str:
 
 
 class MutabilityRefused(ValueError):
-    """A column, kind or step asked of an explanation that the model cannot hold; ``param`` is ``immutable``,
-    ``mutability`` or ``step``. Its message is the served model's (``params: ...``); ``explain.py`` names its own options."""
+    """A column, kind, step or largest change asked of an explanation that the model cannot hold; ``param`` is
+    ``immutable``, ``mutability``, ``step`` or ``max_change``. Its message is the served model's (``params: ...``); ``explain.py`` names its own options."""
 
     def __init__(self, param: str, value: str, detail: str, allowed: str):
         self.param, self.value, self.detail, self.allowed = param, value, detail, allowed
@@ -346,41 +346,44 @@ def check_params(codec, params: dict) -> None:
     if steps not in (None, "") and not 0 <= int(steps) <= MAX_STEPS:
         raise ValueError(f"params: max_steps {steps}; allowed: 0 (the run's own setting) to {MAX_STEPS}")
     requested_mutability(codec, params)
-    requested_steps(codec, params)
+    for param in COLUMN_NUMBER_PARAMS:
+        requested_steps(codec, params, param)
 
 
-STEP_KINDS = ("continuous", "integer")  # the kinds of column a step can round (a data spec's ``step`` too)
+STEP_KINDS = ("continuous", "integer")  # the kinds of column a step or a largest change holds (as in a data spec)
+COLUMN_NUMBER_PARAMS = {"step": "income=1000", "max_change": "income=10000"}  # param: an example
 
 
-def requested_steps(codec, params: dict) -> dict[str, float]:
-    """``{column: step}`` from a request's ``step`` param (``explain.py --step``): ``COLUMN=STEP,...``, the smallest
-    change the explanation may make to each continuous or integer column, in the column's own units, on top of the
-    data spec's steps; :class:`MutabilityRefused` (param ``step``) for the first entry the model cannot hold: no such
-    column, a column of another kind, a step that is no positive number or, for an integer column, no whole one."""
-    text = str(params.get("step") or "").strip()
+def requested_steps(codec, params: dict, param: str = "step") -> dict[str, float]:
+    """``{column: number}`` from a request's ``step`` param (``explain.py --step``) or ``max_change`` param
+    (``explain.py --max-change``): ``COLUMN=NUMBER,...``, the smallest change (``step``) or the largest change either
+    way (``max_change``) the explanation may make to each continuous or integer column, in the column's own units, on
+    top of the data spec's; :class:`MutabilityRefused` (param ``param``) for the first entry the model cannot hold:
+    no such column, a column of another kind, a number that is not positive or, for an integer column, not whole."""
+    text = str(params.get(param) or "").strip()
     if not text:
         return {}
     if not callable(getattr(codec, "feature_types", None)):
-        raise MutabilityRefused("step", text, "the model reads no table's columns", "a model trained on a table")
+        raise MutabilityRefused(param, text, "the model reads no table's columns", "a model trained on a table")
     kinds = {str(c.name): getattr(c, "kind", "continuous") for c in codec.columns}
     numbers = [name for name, kind in kinds.items() if kind in STEP_KINDS]
-    allowed = f"COLUMN=STEP for the model's number columns: {_listed(numbers)}"
-    steps: dict[str, float] = {}
+    allowed = f"COLUMN=NUMBER for the model's number columns: {_listed(numbers)}"
+    chosen: dict[str, float] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, value = (part.strip() for part in item.rpartition("="))
         if not name:
-            raise MutabilityRefused("step", item, "expected COLUMN=STEP, e.g. income=1000", allowed)
+            raise MutabilityRefused(param, item, f"expected COLUMN=NUMBER, e.g. {COLUMN_NUMBER_PARAMS[param]}", allowed)
         if name not in kinds:
-            raise MutabilityRefused("step", item, "no such column", allowed)
+            raise MutabilityRefused(param, item, "no such column", allowed)
         if kinds[name] not in STEP_KINDS:
-            raise MutabilityRefused("step", item, f"{name!r} is {kinds[name]}", allowed)
+            raise MutabilityRefused(param, item, f"{name!r} is {kinds[name]}", allowed)
         try:
-            step = float(value)
+            number = float(value)
         except ValueError:
-            step = math.nan
-        if not 0 < step < math.inf:
-            raise MutabilityRefused("step", item, "not a positive number", allowed)
-        if kinds[name] == "integer" and not step.is_integer():
-            raise MutabilityRefused("step", item, f"{name!r} is integer", "a whole number such as 1 or 5")
-        steps[name] = step
-    return steps
+            number = math.nan
+        if not 0 < number < math.inf:
+            raise MutabilityRefused(param, item, "not a positive number", allowed)
+        if kinds[name] == "integer" and not number.is_integer():
+            raise MutabilityRefused(param, item, f"{name!r} is integer", "a whole number such as 1 or 5")
+        chosen[name] = number
+    return chosen

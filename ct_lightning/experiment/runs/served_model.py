@@ -76,8 +76,9 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
     ``valid``, ``counterfactual`` (column → value) and ``changes`` (``[{feature, from, to}]``);
     ``target`` (a class label as text, as ``explain.py --target``; default: the most likely other class),
     ``max_steps``, and ``immutable`` and ``mutability`` (as ``explain.py``'s options: columns the explanation must not
-    change, or only one way, on top of the run's own constraints) and ``step`` (``income=1000``: changes in whole
-    steps, as ``explain.py --step``) steer the search.
+    change, or only one way, on top of the run's own constraints), ``step`` (``income=1000``: changes in whole
+    steps, as ``explain.py --step``) and ``max_change`` (``income=10000``: changes of at most that much, as
+    ``explain.py --max-change``) steer the search.
     A bad request (see :mod:`ct_lightning.experiment.runs.request_checks`) raises :class:`RequestRefused`: HTTP 400
     with one line naming the column, the value and what is allowed; any other failure :class:`PredictorFailed`:
     HTTP 500 with one line, the traceback only in the server's log.
@@ -116,6 +117,7 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
             search = {**self.search, **({"max_steps": int(params["max_steps"])} if params.get("max_steps") else {})}
             search["mutability"] = {**dict(search.get("mutability") or {}), **requested_mutability(codec, params)}
             search["steps"] = requested_steps(codec, params)
+            search["max_changes"] = requested_steps(codec, params, "max_change")
             explained = explain(self.model, frame, target=requested_target(codec, params), codec=codec, **search)
             out["target"] = explained["target"].to_list()
             out["target_probability"] = explained["probability"].to_list()
@@ -139,8 +141,8 @@ def _column_type(column) -> str:
 
 
 def predictor_signature(codec):
-    """The output columns and the ``explain``/``target``/``max_steps``/``immutable``/``mutability``/``step`` params; no input
-    schema.
+    """The output columns and the ``explain``/``target``/``max_steps``/``immutable``/``mutability``/``step``/
+    ``max_change`` params; no input schema.
 
     With an input schema MLflow would drop columns the model does not know before the predictor sees them
     (with a warning in the server's log only) and convert or refuse values by rules of its own that differ
@@ -156,7 +158,8 @@ def predictor_signature(codec):
                       *[ColSpec("double", f"probability_{c}") for c in codec.classes]])
     params = ParamSchema([ParamSpec("explain", "boolean", False), ParamSpec("target", "string", target_default(codec)),
                           ParamSpec("max_steps", "long", 0), ParamSpec("immutable", "string", ""),
-                          ParamSpec("mutability", "string", ""), ParamSpec("step", "string", "")])
+                          ParamSpec("mutability", "string", ""), ParamSpec("step", "string", ""),
+                          ParamSpec("max_change", "string", "")])
     return ModelSignature(inputs=None, outputs=outputs, params=params)
 
 

@@ -51,6 +51,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         settings["mutability"] = explanation_mutability(loaded, getattr(args, "immutable", None),
                                                         getattr(args, "mutability", None))
         settings["steps"] = explanation_steps(loaded, getattr(args, "step", None))
+        settings["max_changes"] = explanation_steps(loaded, getattr(args, "max_change", None), "max_change")
         settings["fewer_changes"] = getattr(args, "fewer_changes", True)
         rows, passed, wanted = only_predicted(loaded, rows, getattr(args, "only_predicted", None))
         explanations = explain_loaded(loaded, rows, args.target, settings, args.seed) if len(rows) else \
