@@ -95,7 +95,7 @@ def column_comment(column, values: pd.Series, code_like: bool, identifier_like: 
     if identifier_like:
         text += "; a different number in every row: an identifier? leave it out with --drop-columns"
     elif code_like:
-        text += "; a code of categories? then kind: categorical"
+        text += "; a code of categories? then kind: categorical (kind: ordinal where they rank)"
     return text
 
 

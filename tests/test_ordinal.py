@@ -211,6 +211,10 @@ def test_the_written_spec_keeps_the_order_and_hints_at_one_for_ranges_without_gu
     assert emp.endswith("; ordered? then kind: ordinal, order: [< 1 year, 1-3 years, 4-9 years, 10+ years]"), emp
     purpose = next(line for line in lines if line.lstrip().startswith("purpose:"))
     assert "ordered?" not in purpose
+    age = next(line for line in lines if line.lstrip().startswith("age:"))
+    assert "ordered?" not in age and "kind: ordinal where they rank" not in age
+    grade = next(line for line in lines if line.lstrip().startswith("grade:"))  # 1-5: a code, or grades that rank
+    assert grade.endswith("a code of categories? then kind: categorical (kind: ordinal where they rank)"), grade
     written = TableDataModule(tmp_path / "graded.csv", target="approved", spec=spec).codec.to_dict()
     assert written == TableDataModule(tmp_path / "graded.csv", target="approved", spec=given).codec.to_dict()
     # the hint pasted as it stands trains the column as ordinal
@@ -296,3 +300,17 @@ def test_a_users_pipeline_that_codes_the_order_reads_the_ordinal_input_and_one_h
                                                             "Masters": 4, "Doctorate": 5}}, "not evenly spaced")):
         with pytest.raises(ValueError, match=r"^model_inputs: got a list of 1 inputs \(input 1 of 1: .*" + said):
             affine_map([entry], codec)
+
+
+def test_rows_to_explain_with_a_gap_in_a_column_of_grades_read_the_grade_as_the_number_it_is():
+    """explain.py's row checks read a float column of grades (a gap makes pandas write 2 as 2.0) by number, as the
+    codec encodes it and the served model reads it; a grade outside the order is refused as an unseen category."""
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows
+
+    codec = fit({"columns": {"grade": {"kind": "ordinal"}}})
+    rows = graded().drop(columns="approved").head(3).astype({"grade": float})
+    explainable = Explainable(torch.nn.Identity(), codec, {}, None, True)
+    checked, _, _ = check_rows(rows, explainable, "--rows")
+    assert codec.decode(codec.encode(checked))["grade"].tolist() == rows["grade"].astype(int).tolist()
+    with pytest.raises(Exception, match=r"grade=9\.0.*one of 1, 2, 3, 4, 5"):
+        check_rows(rows.assign(grade=[9.0, 2.0, 3.0]), explainable, "--rows")
