@@ -6,8 +6,8 @@ named ``column=value`` (a one-hot group: one category at a time), a binary colum
 (ordered categories, ``order:`` in the data spec) one input: the category's rank 0 … K−1 in its order,
 standardised as an integer column is (the searches keep it on whole ranks, like an integer). ``decode`` maps any
 model input back to a row of real values: the category of the group's largest entry, integers rounded, binary
-values by the nearer of 0 and 1, an ordinal column's nearest rank as its category. The codec is a plain JSON-able dict (``to_dict``), saved with
-every run, so a model and its preprocessing travel together.
+values by the nearer of 0 and 1, an ordinal column's nearest rank as its category. The codec is a plain JSON-able
+dict (``to_dict``), saved with every run, so a model and its preprocessing travel together.
 """
 
 from __future__ import annotations
@@ -68,7 +68,8 @@ class ColumnSpec:
     mutability: str = "both"
     lower: float | None = None
     upper: float | None = None
-    categories: list = field(default_factory=list)  # categorical, binary: the values in encoding order; ordinal: its order
+    categories: list = field(default_factory=list)  # categorical, binary: the values in encoding order; ordinal: the
+    # order, lowest first
     mean: float = 0.0  # continuous, integer, ordinal (of the ranks): x_encoded = (x - mean) / scale
     scale: float = 1.0
     train_min: float | None = None
@@ -227,7 +228,7 @@ def check_spec(spec: Mapping) -> dict:
 
 def _check_order(name, options: Mapping) -> None:
     """A one-line ``ValueError`` for an ``order`` that cannot rank a column: on a kind other than ``ordinal``, not a
-    list of at least two plain values, a value listed twice (as text: ``1`` and ``'1'`` are one category), and for
+    list of at least two plain values, a value listed twice (``1``, ``'1'`` and ``1.0`` are one category), and for
     ``lower``/``upper`` on an ordinal column (its order's ends are its bounds)."""
     kind, order = options.get("kind"), options.get("order")
     if kind is not None and kind not in KINDS:
@@ -250,12 +251,13 @@ def _check_order(name, options: Mapping) -> None:
     if not plain or len(order) < 2:
         raise ValueError(f"data_spec: column {name!r}: order {order!r}; allowed: a list of at least two categories "
                          "from lowest to highest, such as order: [low, medium, high]")
-    seen: dict[str, object] = {}
+    seen: set = set()
     for value in order:
-        if str(value) in seen:
+        same = {str(value), *([float(value)] if _is_number(value) else [])}  # '1', 1 and 1.0 are one grade
+        if seen & same:
             raise ValueError(f"data_spec: column {name!r}: order lists {_plain(value)!r} twice; allowed: each "
                              "category once, from lowest to highest")
-        seen[str(value)] = value
+        seen |= same
 
 
 def _order_text(order) -> str:

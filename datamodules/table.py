@@ -223,10 +223,11 @@ class TableDataModule(TensorDataModule):
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
         fills = training_fills(self.frame, self.rows["train"], target, self.spec) if impute == "median" else None
         if fills:
-            ranked = {name for name, options in (self.spec.get("columns") or {}).items()
-                      if (options or {}).get("kind") == "ordinal"}
+            median = {name for name, options in (self.spec.get("columns") or {}).items()
+                      if (options or {}).get("kind") == "ordinal"} | \
+                {name for name in self.frame.columns if pd.api.types.is_numeric_dtype(self.frame[name])}
             self.read_notes += [f"{column}: missing in {count} row(s), filled with {fills[column]!r}, the training rows' "
-                                f"{'median' if pd.api.types.is_numeric_dtype(self.frame[column]) or column in ranked else 'most frequent value'}"
+                                f"{'median' if column in median else 'most frequent value'}"
                                 " (--impute median)" for column, count in self.frame.isna().sum().items()
                                 if count and column in fills]
             self.frame = self.frame.fillna(fills)

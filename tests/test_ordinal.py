@@ -48,7 +48,8 @@ def test_one_input_per_ordinal_column_its_rank_standardised_by_the_training_rows
     # a column of numbers without an order: its sorted values (the grades 1 < ... < 5)
     assert next(c for c in codec.columns if c.name == "grade").categories == [1, 2, 3, 4, 5]
     back = codec.decode(x)
-    assert back["education"].tolist() == frame["education"].tolist() and back["grade"].tolist() == frame["grade"].tolist()
+    assert back["education"].tolist() == frame["education"].tolist()
+    assert back["grade"].tolist() == frame["grade"].tolist()
     # any input decodes to a category of the order: the nearest rank, the ends beyond them
     noisy = x + np.random.default_rng(1).normal(0, 2.0, x.shape).astype(np.float32)
     assert set(codec.decode(noisy)["education"]) <= set(ORDER)
@@ -99,8 +100,9 @@ def test_numbers_match_an_order_of_numbers_and_missing_values_take_the_median_ra
     frame = graded()
     frame.loc[[3, 7, 11], "grade"] = np.nan  # a float column now: 2.0 is still the grade 2
     frame.loc[[5], "education"] = np.nan
+    grades = {"kind": "ordinal", "order": [1, 2, 3, 4, 5]}
     data = TableDataModule(frame, target="approved", impute="median",
-                           spec={"columns": {**SPEC["columns"], "grade": {"kind": "ordinal", "order": [1, 2, 3, 4, 5]}}})
+                           spec={"columns": {**SPEC["columns"], "grade": grades}})
     grade, education = (next(c for c in data.codec.columns if c.name == n) for n in ("grade", "education"))
     assert grade.categories == [1, 2, 3, 4, 5]
     ranks = sorted(graded()["education"].iloc[[r for r in data.rows["train"] if r != 5]].map(ORDER.index))
@@ -126,6 +128,8 @@ def test_numbers_match_an_order_of_numbers_and_missing_values_take_the_median_ra
      "highest"),
     ({"grade": {"kind": "ordinal", "order": [1, "1", 2]}},
      "data_spec: column 'grade': order lists '1' twice; allowed: each category once, from lowest to highest"),
+    ({"grade": {"kind": "ordinal", "order": [1, 2, 2.0]}},
+     "data_spec: column 'grade': order lists 2.0 twice; allowed: each category once, from lowest to highest"),
     ({"education": {"kind": "ordinal", "order": "HS-grad < Masters"}},
      "data_spec: column 'education': order 'HS-grad < Masters'; allowed: a list of at least two categories from "
      "lowest to highest, such as order: [low, medium, high]"),
@@ -295,7 +299,8 @@ def test_a_users_pipeline_that_codes_the_order_reads_the_ordinal_input_and_one_h
     np.testing.assert_allclose(inputs[:, 0], frame["education"].map(ORDER.index) * 2.0 - 1, atol=1e-5)
     np.testing.assert_allclose(inputs[:, 1], (frame["grade"] - 3.0) / 2.0, atol=1e-5)
     for entry, said in (({"feature": "education", "category": "Masters"}, "values HS-grad: 0, Some-college: 0, "
-                         "Bachelors: 0, Masters: 1, Doctorate: 0 of the ordinal column 'education' are not evenly spaced"),
+                         "Bachelors: 0, Masters: 1, Doctorate: 0 of the ordinal column 'education' are not evenly "
+                         "spaced"),
                         ({"feature": "education", "codes": {"HS-grad": 0, "Some-college": 1, "Bachelors": 3,
                                                             "Masters": 4, "Doctorate": 5}}, "not evenly spaced")):
         with pytest.raises(ValueError, match=r"^model_inputs: got a list of 1 inputs \(input 1 of 1: .*" + said):
