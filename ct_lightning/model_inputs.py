@@ -253,10 +253,14 @@ def _fill(source, where: str, entry: Mapping, column, start: int, weight: list[f
             weight[start] = (high - low) / scale
             bias[row] = (low - center) / scale
             return
-        if kind == "categorical" and all(_finite(c) and not isinstance(c, bool) for c in categories):
+        if kind in ("categorical", "ordinal") and all(_finite(c) and not isinstance(c, bool) for c in categories):
             # a code your pipeline read as a number (EDUCATION 1-6) that the data spec declares categorical: one
             # weight per category, the scaled number it stands for
-            weight[start:start + len(categories)] = [(float(c) - center) / scale for c in categories]
+            values = [(float(c) - center) / scale for c in categories]
+            if kind == "ordinal":
+                _along_ranks(source, where, column, values, start, weight, bias, row)
+            else:
+                weight[start:start + len(categories)] = values
             return
         raise _refuse(source, f"{where}: a number (center, scale) for the {kind} column {feature!r} of categories "
                       f"{listed}", f'{{"feature": "{feature}", "category": ...}} or {{"feature": "{feature}", '
@@ -287,8 +291,26 @@ def _fill(source, where: str, entry: Mapping, column, start: int, weight: list[f
     if kind == "binary":  # one input x: the first category at 0, the second at 1
         weight[start] = values[1] - values[0]
         bias[row] = values[0]
+    elif kind == "ordinal":
+        _along_ranks(source, where, column, values, start, weight, bias, row)
     else:
         weight[start:start + len(values)] = values
+
+
+def _along_ranks(source, where: str, column, values: list[float], start: int, weight: list[float], bias: list[float],
+                 row: int) -> None:
+    """An input made from an ordinal column, whose one encoded input is its rank (``rank = mean + scale·x``):
+    ``values`` (the input's value per category, lowest first) must lie on a straight line in the rank, as an
+    ``OrdinalEncoder``'s codes in the data spec's order or evenly spaced grades do; a one-hot column cannot."""
+    step = (values[-1] - values[0]) / max(len(values) - 1, 1)
+    if any(abs(values[0] + step * rank - value) > 1e-9 * max(1.0, abs(value)) for rank, value in enumerate(values)):
+        listed = ", ".join(f"{category}: {value:g}" for category, value in zip(column.categories, values))
+        raise _refuse(source, f"{where}: values {listed} of the ordinal column {column.name!r} are not evenly spaced "
+                      "along its order (it is one input, the category's rank)", "codes that change by the same step "
+                      f"from one category to the next in the order (an OrdinalEncoder's in that order), or declare "
+                      f"{column.name}: {{kind: categorical}} in --data-spec for a pipeline that one-hot encodes it")
+    weight[start] = step * column.scale
+    bias[row] = values[0] + step * column.mean
 
 
 # --- writing the list from a pipeline you already have -----------------------------------------------------------

@@ -2,10 +2,12 @@
 
 A :class:`TabularCodec` is fitted on the training rows only. Continuous and integer columns are standardised
 (mean and standard deviation of the training rows), a categorical column becomes one 0/1 column per category
-named ``column=value`` (a one-hot group: one category at a time), a binary column one 0/1 column. ``decode``
-maps any model input back to a row of real values: the category of the group's largest entry, integers
-rounded, binary values by the nearer of 0 and 1. The codec is a plain JSON-able dict (``to_dict``), saved with
-every run, so a model and its preprocessing travel together.
+named ``column=value`` (a one-hot group: one category at a time), a binary column one 0/1 column, an ordinal column
+(ordered categories, ``order:`` in the data spec) one input: the category's rank 0 … K−1 in its order,
+standardised as an integer column is (the searches keep it on whole ranks, like an integer). ``decode`` maps any
+model input back to a row of real values: the category of the group's largest entry, integers rounded, binary
+values by the nearer of 0 and 1, an ordinal column's nearest rank as its category. The codec is a plain JSON-able
+dict (``to_dict``), saved with every run, so a model and its preprocessing travel together.
 """
 
 from __future__ import annotations
@@ -22,9 +24,12 @@ import pandas as pd
 
 from datamodules.feature_types import FeatureTypes
 
-KINDS = ("continuous", "integer", "categorical", "binary")
+KINDS = ("continuous", "integer", "categorical", "binary", "ordinal")
+LABELLED = ("categorical", "binary", "ordinal")  # kinds whose values are categories (labels), not numbers
+RANKED = ("integer", "ordinal")  # kinds the searches keep on whole numbers (an ordinal column: whole ranks)
 MUTABILITY = ("both", "increase", "decrease", "none")
 MAX_CATEGORIES = 100  # more levels than this is an identifier or free text, not a category
+SHOWN_LEVELS = 8  # an ordinal column's categories shown in a message or the start-up lines; the rest are counted
 DOMAIN_STD = 3.0  # undeclared bounds: the training mean ± 3 standard deviations, and the training range (SPEC §2)
 
 
@@ -70,8 +75,9 @@ class ColumnSpec:
     mutability: str = "both"
     lower: float | None = None
     upper: float | None = None
-    categories: list = field(default_factory=list)  # categorical and binary: the values, in encoding order
-    mean: float = 0.0  # continuous and integer: x_encoded = (x - mean) / scale
+    categories: list = field(default_factory=list)  # categorical, binary: the values in encoding order; ordinal: the
+    # order, lowest first
+    mean: float = 0.0  # continuous, integer, ordinal (of the ranks): x_encoded = (x - mean) / scale
     scale: float = 1.0
     train_min: float | None = None
     train_max: float | None = None
@@ -88,7 +94,10 @@ class ColumnSpec:
     def domain(self) -> tuple[float, float] | None:
         """A numeric column's domain in original units: the declared bounds where given, else the training range
         widened to mean ± 3 sd (SPEC §2), and no lower than 0 for a column without negative training values (see
-        :attr:`floored_at_zero`); unbounded where neither is known; ``None`` for categorical and binary."""
+        :attr:`floored_at_zero`); unbounded where neither is known; an ordinal column's ranks ``[0, K−1]``; ``None``
+        for categorical and binary."""
+        if self.kind == "ordinal":
+            return 0.0, float(len(self.categories) - 1)
         if self.kind in ("categorical", "binary"):
             return None
         fitted = self.train_min is not None and self.train_max is not None
@@ -124,6 +133,18 @@ def category_codes(values: pd.Series, categories) -> np.ndarray:
         return np.array(values.map(lambda v: known.get(str(v), -1)), dtype=np.int64)  # writable, unlike to_numpy's
     index, distinct = pd.factorize(values)  # a missing value is index -1: the appended -1
     return np.array([known.get(str(v), -1) for v in distinct] + [-1], dtype=np.int64)[index]
+
+
+def ordinal_ranks(values: pd.Series, order) -> np.ndarray:
+    """Each value's rank in ``order`` (0 for its first category), -1 where it is none of them: matched as numbers where
+    the column and the order are numbers (``2.0`` in a column with a missing value is the grade ``2``), else by text
+    (:func:`category_codes`)."""
+    if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values) and \
+            all(_is_number(c) for c in order):
+        known = {float(c): i for i, c in enumerate(order)}
+        index, distinct = pd.factorize(values)
+        return np.array([known.get(float(v), -1) for v in distinct] + [-1], dtype=np.int64)[index]
+    return category_codes(values, order)
 
 
 def infer_kind(values: pd.Series) -> str:
@@ -167,7 +188,7 @@ def read_spec(spec) -> dict:
 
 
 SPEC_KEYS = ("columns", "positive", "target")
-COLUMN_KEYS = ("kind", "mutability", "lower", "upper", "step", "max_change")  # what --write-data-spec writes
+COLUMN_KEYS = ("kind", "mutability", "lower", "upper", "step", "max_change", "order")  # what --write-data-spec writes
 NUMBER_KEYS = ("lower", "upper", "step", "max_change")  # keys of a number column only
 SPEC_FILE = f"a YAML or JSON file with columns: {{name: {{{', '.join(COLUMN_KEYS)}}}}} and positive"
 
@@ -219,7 +240,50 @@ def check_spec(spec: Mapping) -> dict:
         if lower is not None and upper is not None and lower > upper:
             raise ValueError(f"data_spec: column {name!r}: lower {_plain(lower)} is above upper {_plain(upper)}; "
                              "allowed: lower at most upper")
+        _check_order(name, options)
     return dict(spec)
+
+
+def _check_order(name, options: Mapping) -> None:
+    """A one-line ``ValueError`` for an ``order`` that cannot rank a column: on a kind other than ``ordinal``, not a
+    list of at least two plain values, a value listed twice (``1``, ``'1'`` and ``1.0`` are one category), and for
+    a number column's keys (``lower``/``upper``, ``step``, ``max_change``) on an ordinal column (its order's ends are
+    its bounds)."""
+    kind, order = options.get("kind"), options.get("order")
+    if kind is not None and kind not in KINDS:
+        return  # refused as an unknown kind when the table is read
+    if kind != "ordinal":
+        if order is not None:
+            raise ValueError(f"data_spec: column {name!r}: order has no meaning for "
+                             f"{f'a {kind}' if kind else 'a column without kind: ordinal'} column; allowed: order "
+                             "with kind: ordinal")
+        return
+    bounded = [key for key in NUMBER_KEYS if options.get(key) is not None]
+    if bounded:
+        raise ValueError(f"data_spec: column {name!r}: {bounded[0]} {options[bounded[0]]!r} has no meaning for an "
+                         "ordinal column (its order's first and last categories are its bounds); allowed: kind, "
+                         "mutability, order")
+    if order is None:
+        return  # a column of numbers may leave it out (its sorted values); text is refused when the file is read
+    plain = isinstance(order, Sequence) and not isinstance(order, str) and \
+        all(isinstance(v, (str, numbers.Real)) and v == v for v in order)  # v == v: no NaN
+    if not plain or len(order) < 2:
+        raise ValueError(f"data_spec: column {name!r}: order {order!r}; allowed: a list of at least two categories "
+                         "from lowest to highest, such as order: [low, medium, high]")
+    seen: set = set()
+    for value in order:
+        same = {str(value), *([float(value)] if _is_number(value) else [])}  # '1', 1 and 1.0 are one grade
+        if seen & same:
+            raise ValueError(f"data_spec: column {name!r}: order lists {_plain(value)!r} twice; allowed: each "
+                             "category once, from lowest to highest")
+        seen |= same
+
+
+def _order_text(order) -> str:
+    """An ordinal column's order as the start-up lines show it: ``HS-grad < Bachelors < Masters``, the first
+    :data:`SHOWN_LEVELS` and a count where it is longer."""
+    shown = " < ".join(map(str, order[:SHOWN_LEVELS]))
+    return shown + (f" < … ({len(order)} in all)" if len(order) > SHOWN_LEVELS else "")
 
 
 def _column_dict(column: ColumnSpec) -> dict:
@@ -230,6 +294,45 @@ def _column_dict(column: ColumnSpec) -> dict:
         if described[key] is None:
             del described[key]
     return described
+
+
+def _not_in_order(name, value, order) -> ValueError:
+    """The one-line error of a value its ordinal column's order does not hold, with the category it is probably a
+    misspelling of, or YAML's reading of an unquoted ``No``/``Yes`` as false/true."""
+    close = difflib.get_close_matches(str(value), [str(c) for c in order], n=1, cutoff=0.75)
+    hint = f" (did you mean {close[0]!r}?)" if close else \
+        " (YAML reads an unquoted Yes, No, On or Off in order: as true or false: quote them)" \
+        if any(isinstance(c, bool) for c in order) and isinstance(value, str) else ""
+    return ValueError(f"data: column {name!r}: {_plain(value)!r} is not in its order{hint}; allowed: "
+                      f"{', '.join(map(str, order))} (or add it to order: in --data-spec where it ranks)")
+
+
+def _fit_ordinal(column: ColumnSpec, order, values: pd.Series, train: pd.Series) -> ColumnSpec:
+    """An ordinal column fitted: its order (the data spec's; a column of numbers without one: its sorted values), which
+    must hold every value of the file, and the mean and scale of the training rows' ranks."""
+    name, present = column.name, values.dropna()
+    if order is None:
+        if not pd.api.types.is_numeric_dtype(values):
+            levels = sorted(map(str, pd.unique(present)))
+            shown = ", ".join(levels[:SHOWN_LEVELS]) + (", ..." if len(levels) > SHOWN_LEVELS else "")
+            raise ValueError(f"data_spec: column {name!r}: kind ordinal of text needs order:, its categories from "
+                             f"lowest to highest; allowed: order: [{shown}] put in the order they rank")
+        order = sorted(pd.unique(present))
+    order = [_plain(v) for v in order]
+    if len(order) > MAX_CATEGORIES:
+        raise ValueError(f"data: column {name!r} is ordinal with {len(order)} categories; allowed: at most "
+                         f"{MAX_CATEGORIES} (a number: declare it integer or continuous in --data-spec)")
+    ranks = ordinal_ranks(values, order)
+    unknown = values.notna().to_numpy() & (ranks < 0)
+    if unknown.any():
+        raise _not_in_order(name, values.iloc[int(np.flatnonzero(unknown)[0])], order)
+    fitted = ordinal_ranks(train, order)
+    fitted = fitted[fitted >= 0].astype(np.float64)
+    std = float(np.std(fitted)) if len(fitted) else 0.0
+    column.categories = order
+    column.mean, column.scale = (float(np.mean(fitted)) if len(fitted) else 0.0), (std if std > 0 else 1.0)
+    column.train_min, column.train_max = (float(fitted.min()), float(fitted.max())) if len(fitted) else (None, None)
+    return column
 
 
 class TabularCodec:
@@ -317,6 +420,8 @@ class TabularCodec:
     def _fit_column(name, kind, mutability, options, values: pd.Series, train: pd.Series) -> ColumnSpec:
         column = ColumnSpec(name, kind, mutability, options.get("lower"), options.get("upper"),
                             step=_plain(options.get("step")), max_change=_plain(options.get("max_change")))
+        if kind == "ordinal":
+            return _fit_ordinal(column, options.get("order"), values, train)
         if kind in ("categorical", "binary"):
             levels = sorted(pd.unique(values.dropna()), key=lambda v: (str(type(v)), v))
             if kind == "binary" and len(levels) > 2:
@@ -357,6 +462,14 @@ class TabularCodec:
             values, where = frame[column.name], self._slices[column.name]
             if values.isna().any():
                 raise ValueError(f"rows: column {column.name!r} has a missing value (row {int(np.flatnonzero(values.isna())[0])})")
+            if column.kind == "ordinal":
+                ranks = ordinal_ranks(values, column.categories)
+                if (ranks < 0).any():
+                    unseen = values.iloc[int(np.flatnonzero(ranks < 0)[0])]
+                    raise ValueError(f"rows: column {column.name!r}: unseen category {unseen!r}; allowed: "
+                                     f"{', '.join(map(str, column.categories))}")
+                out[:, where.start] = (ranks - column.mean) / column.scale
+                continue
             if column.kind in ("categorical", "binary"):
                 codes = category_codes(values, column.categories)
                 if (codes < 0).any():
@@ -377,8 +490,8 @@ class TabularCodec:
 
     def decode(self, x) -> pd.DataFrame:
         """Model inputs ``(n, D)`` as rows in original units: the category of each one-hot group's largest entry,
-        integers rounded, binary columns by the nearer of 0 and 1, continuous values to six significant digits of
-        the column's scale (:func:`_decimals`)."""
+        integers rounded, binary columns by the nearer of 0 and 1, ordinal columns by the nearest rank of their
+        order (within it), continuous values to six significant digits of the column's scale (:func:`_decimals`)."""
         x = np.asarray(x.detach().cpu() if hasattr(x, "detach") else x, dtype=np.float64).reshape(-1, len(self.feature_names))
         data = {}
         for column in self.columns:
@@ -388,6 +501,9 @@ class TabularCodec:
             elif column.kind == "binary":
                 data[column.name] = [column.categories[min(int(v >= 0.5), len(column.categories) - 1)]
                                      for v in x[:, where.start]]
+            elif column.kind == "ordinal":
+                ranks = np.clip(np.round(x[:, where.start] * column.scale + column.mean), 0, len(column.categories) - 1)
+                data[column.name] = np.asarray(column.categories, dtype=object)[ranks.astype(np.int64)].tolist()
             else:
                 raw = x[:, where.start] * column.scale + column.mean
                 data[column.name] = np.round(raw).astype(np.int64) if column.kind == "integer" else \
@@ -420,27 +536,29 @@ class TabularCodec:
 
     @property
     def integer_features(self) -> list[tuple[int, float, float]]:
-        """``(index, mean, scale)`` of every column that must be an integer in original units (binary: 0/1)."""
-        return [(self._slices[c.name].start, c.mean if c.kind == "integer" else 0.0,
-                 c.scale if c.kind == "integer" else 1.0) for c in self.columns if c.kind in ("integer", "binary")]
+        """``(index, mean, scale)`` of every column that must be an integer in original units (binary: 0/1; ordinal:
+        its rank)."""
+        return [(self._slices[c.name].start, c.mean if c.kind in RANKED else 0.0,
+                 c.scale if c.kind in RANKED else 1.0) for c in self.columns if c.kind in (*RANKED, "binary")]
 
     def feature_types(self) -> FeatureTypes:
         """The structure the searches keep valid: each categorical column's one-hot group, each binary column a
-        one-column group, integer columns on whole numbers of their original units (``raw = x·scale + mean``), columns
-        with a ``step`` a whole number of steps from the factual's value (an integer column's whole step keeps it
-        whole), columns with a ``max_change`` within it of the factual's value."""
+        one-column group, integer columns on whole numbers of their original units (``raw = x·scale + mean``),
+        ordinal columns on whole ranks (their domain keeps them within the order), columns with a ``step`` a whole
+        number of steps from the factual's value (an integer column's whole step keeps it whole), columns with a
+        ``max_change`` within it of the factual's value."""
         offset = np.zeros(len(self.feature_names), dtype=np.float32)
         scale = np.ones(len(self.feature_names), dtype=np.float32)
         integers, binary, steps, reach = [], [], {}, {}
         for column in self.columns:
             index = self._slices[column.name].start
-            if column.kind in ("continuous", "integer"):
+            if column.kind in ("continuous", *RANKED):
                 offset[index], scale[index] = column.mean, column.scale
             if column.kind in ("continuous", "integer") and column.max_change is not None:
                 reach[index] = column.max_change
             if column.kind in ("continuous", "integer") and column.step is not None:
                 steps[index] = column.step
-            elif column.kind == "integer":
+            elif column.kind in RANKED:
                 integers.append(index)
             elif column.kind == "binary":
                 binary.append([index])
@@ -453,8 +571,8 @@ class TabularCodec:
 
     def encoded_bounds(self) -> tuple[np.ndarray, np.ndarray]:
         """Per model input, the domain: declared bounds (original units) where given, else the training range
-        widened to mean ± 3 sd (SPEC §2; not below 0 where no training value is negative); one-hot and binary
-        inputs lie in [0, 1]."""
+        widened to mean ± 3 sd (SPEC §2; not below 0 where no training value is negative); an ordinal column's ranks
+        in [0, K−1]; one-hot and binary inputs lie in [0, 1]."""
         lower = np.zeros(len(self.feature_names), dtype=np.float32)
         upper = np.ones(len(self.feature_names), dtype=np.float32)
         for column in self.columns:
@@ -471,11 +589,13 @@ class TabularCodec:
         return lower, upper
 
     def describe(self) -> str:
-        """One line per column: its kind (and categories) and mutability, for the start-up message."""
+        """One line per column: its kind (categories, an ordinal column's order) and mutability, for the start-up
+        message (``education: ordinal HS-grad < Bachelors < Masters, increase``)."""
         lines = []
         for c in self.columns:
             extra = f" {len(c.categories)} categories" if c.kind == "categorical" else \
-                f" {c.categories}" if c.kind == "binary" else ""
+                f" {c.categories}" if c.kind == "binary" else f" {_order_text(c.categories)}" if c.kind == "ordinal" \
+                else ""
             step = "" if c.step is None else f", in steps of {_declared_text(c.step)}"
             step += "" if c.max_change is None else f", changing by at most {_declared_text(c.max_change)}"
             lines.append(f"  {c.name}: {c.kind}{extra}{_bounds_text(c.lower, c.upper)}{step}"
@@ -513,7 +633,7 @@ class TabularCodec:
             frame[column.name] = frame[column.name].astype(object).where(frame[column.name].notna(), column.fill)
             if column.kind in ("continuous", "integer"):
                 frame[column.name] = pd.to_numeric(frame[column.name])
-            what = "median" if column.kind in ("continuous", "integer") else "most frequent value"
+            what = "median" if column.kind in ("continuous", *RANKED) else "most frequent value"
             notes.append(f"{column.name}: missing in {count} row(s), filled with {column.fill}, the training rows' "
                          f"{what} (the model was trained with --impute median)")
         return frame, notes

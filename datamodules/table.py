@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from datamodules.base import TensorDataModule
-from datamodules.codec import TabularCodec, _plain, read_spec
+from datamodules.codec import TabularCodec, _plain, ordinal_ranks, read_spec
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
 from datamodules.table_format import check_target, read_table, text_column_problems, tidy_frame
@@ -148,15 +148,24 @@ def stratified_split(y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
     return {split: np.sort(np.concatenate(rows)) for split, rows in parts.items()}
 
 
-def training_fills(frame: pd.DataFrame, train: np.ndarray, target: str) -> dict:
+def training_fills(frame: pd.DataFrame, train: np.ndarray, target: str, spec: dict | None = None) -> dict:
     """Per feature column, the value ``--impute median`` fills in: the training rows' median for numbers (rounded
     where every value is a whole number, so an integer column stays one), the most frequent value for other columns
-    and for 0/1 columns. Every column gets one, also those with no gap in the file, so that a row to explain or
-    serve that lacks a value is completed as the training rows were."""
+    and for 0/1 columns, the category of the median rank (the lower of two) for a column ``spec`` declares ordinal.
+    Every column gets one, also those with no gap in the file, so that a row to explain or serve that lacks a value
+    is completed as the training rows were."""
     fills = {}
+    declared = dict((spec or {}).get("columns") or {})
     for column in frame.columns.drop(target):
         fitted = frame[column].iloc[train].dropna()
         if not len(fitted):
+            continue
+        options = declared.get(column) or {}
+        if options.get("kind") == "ordinal":  # the codec refuses a value outside the order, or text without one
+            order = options.get("order") or sorted(pd.unique(frame[column].dropna()))
+            ranks = np.sort(ordinal_ranks(fitted, order))
+            if ranks[0] >= 0:
+                fills[column] = _plain(order[int(ranks[(len(ranks) - 1) // 2])])
             continue
         numeric = pd.api.types.is_numeric_dtype(fitted) and not pd.api.types.is_bool_dtype(fitted)
         if not numeric or set(pd.unique(fitted)) <= {0, 1}:
@@ -172,7 +181,7 @@ def training_fills(frame: pd.DataFrame, train: np.ndarray, target: str) -> dict:
 class TableDataModule(TensorDataModule):
     """A user's table (file path or DataFrame) with a target column; see the module docstring.
 
-    ``spec``: a dict or YAML file, ``columns: {name: {kind, mutability, lower, upper}}`` and ``positive`` (the
+    ``spec``: a dict or YAML file, ``columns: {name: {kind, mutability, lower, upper, order}}`` and ``positive`` (the
     target value that is the positive class, label 1); kinds not given are inferred from the dtypes.
     """
 
@@ -212,10 +221,13 @@ class TableDataModule(TensorDataModule):
             kept = undersample(self.frame[target].astype(str).to_numpy(), np.random.default_rng(data_seed))
             self.frame = self.frame.iloc[kept].reset_index(drop=True)
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
-        fills = training_fills(self.frame, self.rows["train"], target) if impute == "median" else None
+        fills = training_fills(self.frame, self.rows["train"], target, self.spec) if impute == "median" else None
         if fills:
+            median = {name for name, options in (self.spec.get("columns") or {}).items()
+                      if (options or {}).get("kind") == "ordinal"} | \
+                {name for name in self.frame.columns if pd.api.types.is_numeric_dtype(self.frame[name])}
             self.read_notes += [f"{column}: missing in {count} row(s), filled with {fills[column]!r}, the training rows' "
-                                f"{'median' if pd.api.types.is_numeric_dtype(self.frame[column]) else 'most frequent value'}"
+                                f"{'median' if column in median else 'most frequent value'}"
                                 " (--impute median)" for column, count in self.frame.isna().sum().items()
                                 if count and column in fills]
             self.frame = self.frame.fillna(fills)

@@ -278,7 +278,7 @@ TABLE: tuple[Setting, ...] = (
             "or package.module:Class (a TensorDataModule subclass) (default {DFLT})", group=DATA),
     Setting("target", None, "table files: the column to predict (the class label)", group=DATA),
     Setting("data_spec", None, "table files: a YAML file describing the columns (kind continuous|integer|"
-            "categorical|binary, mutability, lower, upper) and the positive class; default: kinds inferred from the "
+            "categorical|binary|ordinal, mutability, lower, upper, order) and the positive class; default: kinds inferred from the "
             "dtypes", group=DATA),
     Setting("impute", "none", "table files: missing values are an error (none), drop those rows (drop), or are "
             "filled from the training rows: median / most frequent value (median) (default {DFLT})", group=DATA,

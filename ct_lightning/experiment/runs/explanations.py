@@ -17,7 +17,7 @@ import torch
 from ct_lightning.evaluation.explanation import FeatureCodec, codec_from_dict, explain, explanation_search
 from ct_lightning.experiment.configuration.validation import InputError, show
 from ct_lightning.experiment.runs.checkpoints import load_trained_classifier
-from datamodules.codec import categories_by_case
+from datamodules.codec import LABELLED, categories_by_case, ordinal_ranks
 
 PREPROCESSING = "preprocessing.json"
 
@@ -300,7 +300,7 @@ def _matched_categories(frame: pd.DataFrame, columns) -> tuple[pd.DataFrame, lis
 
 
 def _is_category(column) -> bool:
-    return column.kind in ("categorical", "binary") and bool(column.categories)
+    return column.kind in LABELLED and bool(column.categories)
 
 
 def _value_problems(column, values: pd.Series):
@@ -317,7 +317,8 @@ def _value_problems(column, values: pd.Series):
                               "--impute median, which fills it in)", "missing value")
     if _is_category(column):
         known = {str(c) for c in column.categories}
-        unseen = ~missing & ~values.astype(str).isin(known).to_numpy()
+        unseen = ~missing & (ordinal_ranks(values, column.categories) < 0 if column.kind == "ordinal" else
+                             ~values.astype(str).isin(known).to_numpy())  # an ordinal grade 2.0 (a float column) is 2
         yield unseen, lambda p: (f"{name}={values.iloc[p]}", f"one of {', '.join(map(str, column.categories))}",
                                  "unseen category")
         return

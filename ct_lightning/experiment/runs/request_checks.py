@@ -7,8 +7,8 @@ example, see :func:`ct_lightning.experiment.runs.served_model.input_columns`), s
 server refuses only a body that is not JSON (or CSV, Parquet) of its own. Everything else is checked here,
 against the fitted preprocessing: how many rows one request may hold, missing and unknown columns, missing
 values, the type of each value (a number for a numeric column, a whole number for an integer column, one of
-the training categories with their own type for a category column: ``"40"`` is text, not a number, and
-``True`` is not ``1``), numbers outside the model's domain, and the ``target``/``max_steps`` parameters.
+the training categories with their own type for a category column, ordinal ones too: ``"40"`` is text, not a
+number, and ``True`` is not ``1``), numbers outside the model's domain, and the ``target``/``max_steps`` parameters.
 
 :func:`check_rows` and :func:`check_params` raise a one-line ``ValueError``; the predictor answers it as
 :class:`~ct_lightning.experiment.runs.served_model.RequestRefused` (HTTP 400, the message as it is). No MLflow
@@ -24,7 +24,7 @@ import os
 import numpy as np
 import pandas as pd
 
-from datamodules.codec import categories_by_case
+from datamodules.codec import LABELLED, categories_by_case
 
 MAX_ROWS = ("CT_SERVE_MAX_ROWS", 10_000)  # rows in one prediction request
 MAX_EXPLAIN_ROWS = ("CT_SERVE_MAX_EXPLAIN_ROWS", 100)  # rows in one request with explain=true (a search per row)
@@ -203,7 +203,7 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
         values = frame[column.name]
         if values.isna().any():
             raise ValueError(f"rows: column {column.name!r}: missing value in row {_first(values.isna())}")
-        if column.kind in ("categorical", "binary") and getattr(column, "categories", None):
+        if column.kind in LABELLED and getattr(column, "categories", None):
             checked[column.name] = _categories(column, values)
             continue
         numeric = _numbers(column, values)
@@ -287,7 +287,8 @@ class MutabilityRefused(ValueError):
 
 def _mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
     """The first entry of ``given`` (``{column: kind}``) that a model with ``codec`` cannot hold, as ``(value,
-    problem, allowed)``: an unknown column, an unknown kind, or a direction on a categorical or binary column."""
+    problem, allowed)``: an unknown column, an unknown kind, or a direction on a categorical or binary column (an
+    ordinal column takes one: higher or lower in its order)."""
     from ct_lightning.constraints import MUTABILITY_KINDS, one_hot_groups  # noqa: PLC0415
     from ct_lightning.evaluation.explanation import constraint_tensors  # noqa: PLC0415
 

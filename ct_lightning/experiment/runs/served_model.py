@@ -31,6 +31,7 @@ from ct_lightning.experiment.configuration.console import quiet_registry, verbos
 from ct_lightning.experiment.runs.lifecycle import data_label
 from ct_lightning.experiment.runs.request_checks import (as_rows, check_params, check_rows, requested_mutability,
                                                           requested_steps, requested_target, row_limit, target_default)
+from datamodules.codec import LABELLED
 
 PREDICTOR_NAME = "predictor"
 _logger = logging.getLogger(__name__)
@@ -128,7 +129,7 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
 
 
 def _column_type(column) -> str:
-    if column.kind in ("categorical", "binary") and column.categories:
+    if column.kind in LABELLED and column.categories:
         sample = column.categories[0]
         if isinstance(sample, (bool, np.bool_)):
             return "boolean"
@@ -166,12 +167,12 @@ def predictor_signature(codec):
 def input_columns(codec) -> list[dict]:
     """The predictor's input columns, in order, as logged in its ``metadata["input_columns"]``: ``name``, ``type``
     (MLflow's name for it: ``long``, ``double``, ``string``, ``boolean``), ``kind`` (the preprocessing's:
-    ``integer``, ``continuous``, ``categorical``, ``binary``) and either ``categories`` or, where known, the
-    numeric ``domain`` ``[low, high]`` a request must keep to."""
+    ``integer``, ``continuous``, ``categorical``, ``binary``, ``ordinal``) and either ``categories`` (an ordinal
+    column's from lowest to highest) or, where known, the numeric ``domain`` ``[low, high]`` a request must keep to."""
     out = []
     for column in codec.columns:
         entry = {"name": column.name, "type": _column_type(column), "kind": column.kind}
-        if column.kind in ("categorical", "binary") and getattr(column, "categories", None):
+        if column.kind in LABELLED and getattr(column, "categories", None):
             entry["categories"] = [c.item() if isinstance(c, np.generic) else c for c in column.categories]
         else:
             domain = getattr(column, "domain", None)
