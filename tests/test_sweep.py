@@ -116,6 +116,43 @@ def test_bad_sweep_inputs_are_refused_before_torch_or_the_data_is_loaded(tmp_pat
     assert not (tmp_path / "store").exists(), "nothing was written"
 
 
+# Options that name a table's columns, wrong: (arguments, the error line both recipes print).
+COLUMNS_NAMED_WRONG = [
+    (["--target", "nosuch"], "error: --target: column 'nosuch' not found in loans.csv; allowed: age, income, debt, "
+                             "years_employed, home_ownership, purpose, sex, approved"),
+    (["--target", "approved", "--immutable", "agee"], "error: --immutable: unknown feature 'agee'; known features: age, "
+                                                      "income, debt, years_employed, home_ownership, purpose, sex"),
+    (["--target", "approved", "--drop-columns", "sex", "--mutability", "Debt=decrease"],
+     "error: --mutability: unknown feature 'Debt' (did you mean 'debt'? names are case-sensitive); known features: "
+     "age, income, debt, years_employed, home_ownership, purpose"),
+]
+
+
+@pytest.mark.parametrize("arguments, said", COLUMNS_NAMED_WRONG, ids=["target", "immutable", "mutability"])
+def test_sweep_refuses_a_column_named_wrong_as_train_does_before_torch(tmp_path, arguments, said):
+    """A bad ``--target``, ``--immutable`` or ``--mutability`` on a table: ``sweep.py`` refused it only after torch and
+    the data module were loaded (about 7 s), ``train.py`` the last two too (8 s). Both now read the table's header
+    line first: exit code 2, the same one line, and torch is never imported (``-X importtime`` lists every import)."""
+    import re
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "tests" / "fixtures" / "loans.csv", tmp_path / "loans.csv")
+    common = ["--data", "loans.csv", *arguments, "--max-epochs", "1",
+              "--tracking-uri", f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"]
+    env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
+    for recipe, extra in (("sweep", ["--executor", "local", "--param", "lambda_reg=0.1,0.5"]), ("train", [])):
+        done = subprocess.run([sys.executable, "-X", "importtime", str(root / "recipes" / f"{recipe}.py"), *common,
+                               *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        lines = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+        assert done.returncode == 2 and lines == [said], (recipe, done.returncode, lines, done.stdout[-2000:])
+        imported = re.findall(r"^import time:.*\|\s+(torch|lightning)(?:\.\S*)?$", done.stderr, re.MULTILINE)
+        assert imported == [], f"{recipe}.py imported {sorted(set(imported))} before refusing"
+    assert not (tmp_path / "store").exists(), "nothing was written"
+
+
 def test_grid_and_random_combinations():
     space = {"a": [1, 2, 3], "b": ["x", "y"]}
     grid = combinations(space, "grid")
