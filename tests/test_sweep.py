@@ -271,6 +271,37 @@ def test_vanilla_trials_that_differ_only_in_what_vanilla_does_not_read_share_one
     assert len(client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{summary['parent_run_id']}'")) == 4
 
 
+def test_a_sweep_ends_with_the_train_command_of_its_best_trial(tmp_path):
+    """The last lines of a sweep give the ``recipes/train.py`` command that trains its best trial on its own: read by
+    train.py's own parser, it is that trial's training (the same training key as the trial's run), with its swept
+    settings shown even where they are defaults (``--objective full``), and no run-only setting of the trial."""
+    import shlex
+
+    from recipe_loader import load_recipe
+
+    from ct_lightning.experiment.configuration.settings import resolve_config
+    from ct_lightning.experiment.runner import batches
+    from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG, training_key
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    base = {**TINY, "tracking_uri": uri, "nce": 16, "domain": False, "hidden_sizes": [8, 8], "lambda_div": 0.3}
+    space = {"lambda_reg": [0.05, 0.5], "objective": ["full"]}
+    lines = []
+    summary = run_sweep(base, space, LocalExecutor(1), echo=lambda line, **k: lines.append(line))
+    best = summary["best"]
+    assert lines[-2].startswith(f"best trial {best['trial']} ") and lines[-2].endswith("to train it on its own:")
+    command = shlex.split(lines[-1])
+    assert lines[-1] == "  " + best["train_command"] and command[1].endswith("recipes/train.py"), lines[-1]
+    assert " --objective full " in lines[-1] and f" --lambda-reg {best['params']['lambda_reg']} " in lines[-1]
+    assert "--no-domain" in command and command[command.index("--hidden-sizes") + 1] == "8,8", command
+    assert not {"--run-name", "--checkpoint-dir", "--no-progress", "--overwrite"} & set(command), command
+    given = vars(load_recipe("train").build_parser().parse_args(command[2:]))
+    given = {k: batches(v) if k.startswith("limit_") else v for k, v in given.items() if k != "write_data_spec"}
+    run = MlflowClient(tracking_uri=uri).get_run(best["run_id"])
+    assert training_key(resolve_config(given)) == run.data.tags[CONFIG_KEY_TAG]
+    assert given["tracking_uri"] == uri and given["experiment"] == TINY["experiment"]
+
+
 @pytest.mark.skipif(HAS_RAY, reason="Ray is installed here; the message for a missing Ray is checked without it")
 def test_sweep_recipe_names_the_extra_when_ray_is_missing(tmp_path):
     from recipe_loader import load_recipe

@@ -22,7 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG, NON_DEFINING_KEYS, stable_key, training_key
-from ct_lightning.experiment.configuration.settings import TABLE_KEYS, resolve_config
+from ct_lightning.experiment.configuration.settings import (DEFAULTS, RUN_ONLY_KEYS, TABLE_KEYS, command_line,
+                                                            resolve_config)
 from ct_lightning.experiment.configuration.sweep_space import (MODES, SEARCHES, check_metric,  # noqa: F401 - and
                                                                combinations, parse_space,  # callers' imports from here
                                                                refuse_one_run_options, with_config_file)
@@ -256,6 +257,34 @@ def find_or_create_sweep_parent(client, experiment_id: str, key: str, name: str,
     return run.info.run_id, False
 
 
+def retrain_options(given: dict, shown=()) -> list[str]:
+    """The ``train.py`` options that train the settings ``given`` (a trial's: the sweep's base and its own) on their
+    own (:func:`~ct_lightning.experiment.configuration.settings.command_line`): ``--data`` and the table's options,
+    the settings named in ``shown`` (the swept ones), then every other setting whose value is not the one
+    ``train.py`` takes without it for that data (the data set's Table 2 values, the defaults); the store where it is
+    not the default one of the folder the sweep ran in. The sweep's run-only settings (a trial's run name, its
+    checkpoint folder, ...) are left out."""
+    from ct_lightning.experiment.configuration.store import anchor_tracking_uri
+
+    given = {k: v for k, v in given.items() if v is not None and k not in RUN_ONLY_KEYS}
+    data_keys = ("data", *TABLE_KEYS)
+    resolved = resolve_config(given)
+    plain = resolve_config({k: given[k] for k in data_keys if k in given})  # what train.py takes for this data
+    kept = {k: resolved[k] for k in given
+            if k in ("data", *shown) or resolved[k] != (DEFAULTS if k in data_keys else plain)[k]}
+    if anchor_tracking_uri(str(kept.get("tracking_uri"))) == anchor_tracking_uri(DEFAULTS["tracking_uri"]):
+        kept.pop("tracking_uri", None)
+    return command_line(kept)
+
+
+def retrain_command(trial: "Trial") -> str:
+    """The shell command that trains ``trial``'s configuration on its own with ``recipes/train.py`` (from any
+    folder, shell-quoted; :func:`retrain_options`, its swept settings always shown)."""
+    from ct_lightning.experiment.runs.lifecycle import recipe_command
+
+    return recipe_command("train", retrain_options({**trial.base, **trial.params}, shown=tuple(trial.params)))
+
+
 def _register_best(tracking_uri: str, run_id: str, echo) -> str | None:
     """Register the best trial's predictor (``name/version``); a warning instead where the store refuses."""
     from ct_lightning.experiment.configuration.console import verbose_console
@@ -426,6 +455,7 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
                    "wall_seconds": time.perf_counter() - started,
                    "trials": sorted(rows, key=lambda r: r["trial"]), "failures": failures, "best": best}
         if best is not None:
+            best = summary["best"] = {**best, "train_command": retrain_command(trials[best["trial"]])}
             client.log_metric(parent, f"best/{metric}", best["objective"])
             client.set_tag(parent, "best_run_id", best["run_id"])
             if status == "FINISHED":  # the best of every trial: the one model of the sweep to serve
@@ -451,7 +481,8 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         raise interrupted
     if best is not None:
         echo(f"best trial {best['trial']} ({', '.join(f'{k}={v}' for k, v in best['params'].items())}): "
-             f"{metric} = {best['objective']:.4g} (run {best['run_id']})", flush=True)
+             f"{metric} = {best['objective']:.4g} (run {best['run_id']}); to train it on its own:", flush=True)
+        echo(f"  {best['train_command']}", flush=True)
     if failures:
         echo(f"{len(failures)} of {len(trials)} trials failed; re-run the same command to retry them", flush=True)
     return summary
