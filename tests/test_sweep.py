@@ -235,7 +235,11 @@ def test_sweep_with_local_processes_resumes_and_reports_failures(tmp_path):
 def test_vanilla_trials_that_differ_only_in_what_vanilla_does_not_read_share_one_training(tmp_path):
     """lambda_energy x objective full/vanilla: the two vanilla trials are one training (vanilla reads no
     lambda_energy, as in the appendix grids); the second is a FINISHED child run that names the run and trial it
-    shares and reports that training's results, which equal a training of its own configuration."""
+    shares and reports that training's results, which equal a training of its own configuration: in MLflow, that
+    training's whole metric history (it used to get the final values alone, at step 0) and its artifacts but the
+    checkpoints."""
+    import json
+
     from ct_lightning.experiment.runs.train import train
 
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
@@ -259,6 +263,32 @@ def test_vanilla_trials_that_differ_only_in_what_vanilla_does_not_read_share_one
     assert shared.data.params["lambda_energy"] == "5.0" and shared.data.params["objective"] == "vanilla"
     assert shared.info.run_name.startswith("trial-3 ") and "trial 1" in shared.data.tags["mlflow.note.content"]
     assert shared.data.metrics["val/acc"] == rows[3]["metrics"]["val/acc"]
+    # its run shows the shared training's whole metric history (every epoch), not its final values alone
+    trained = client.get_run(rows[1]["run_id"])
+
+    def history(run_id: str, key: str) -> list:
+        return sorted((m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, key))
+
+    assert set(shared.data.metrics) == set(trained.data.metrics)
+    for key in trained.data.metrics:
+        assert history(shared.info.run_id, key) == history(trained.info.run_id, key), key
+    assert len(history(shared.info.run_id, "val/acc")) == TINY["max_epochs"]
+
+    # and its small artifacts (plots); the checkpoints stay in the run its tag and note name
+    def files(run_id: str, path=None) -> list[str]:
+        found = []
+        for entry in client.list_artifacts(run_id, path):
+            found += files(run_id, entry.path) if entry.is_dir else [entry.path]
+        return found
+
+    assert any(path.startswith("checkpoints/") for path in files(trained.info.run_id))
+    assert sorted(files(shared.info.run_id)) == sorted(p for p in files(trained.info.run_id)
+                                                       if not p.startswith("checkpoints/"))
+    assert any(path.startswith("plots/") for path in files(shared.info.run_id))
+    assert f"#/experiments/{experiment_id}/runs/{rows[1]['run_id']})" in shared.data.tags["mlflow.note.content"]
+    with open(client.download_artifacts(shared.info.run_id, "config.json", str(tmp_path))) as handle:
+        config = json.load(handle)
+    assert config["lambda_energy"] == 5.0 and config["objective"] == "vanilla"
     # the same results as training trial 3's configuration on its own
     alone = train({**base, "experiment": "alone", "lambda_energy": 5.0, "objective": "vanilla", "progress": False})
     metrics = client.get_run(alone["run_id"]).data.metrics

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -74,29 +75,45 @@ SHARES_TRIAL_TAG = "ct.sweep_shares_trial"  # ... and that run's trial index
 def record_shared_trial(client, experiment_id: str, trial: "Trial", key: str, trained_run_id: str,
                         source: "Trial") -> str:
     """A FINISHED child run for ``trial``, whose model is the one ``source`` trained in run ``trained_run_id``:
-    nothing is trained; its parameters are that run's with this trial's settings, its metrics that run's final
-    values, its tags name the run and trial it shares (:data:`SHARES_TAG`) and its note says why. Its run id."""
-    from mlflow.entities import Metric, Param
+    nothing is trained; its parameters are that run's with this trial's settings, its metrics that run's whole history
+    (every epoch's values: the same curves), its artifacts that run's but the checkpoints (plots, preprocessing; its
+    ``config.json``/``config.yaml`` with this trial's settings), its tags name the run and trial it shares
+    (:data:`SHARES_TAG`: the run that holds its checkpoints and models) and its note says why, with a link. Its run
+    id."""
+    import json
+
+    from mlflow.entities import Param
     from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
+    from ct_lightning.experiment.runs.copied_run import NOT_COPIED, copy_artifacts, copy_metric_history
     from ct_lightning.experiment.runs.run_artifacts import log_params_in_batches
 
     trained = client.get_run(trained_run_id)
     differ = ", ".join(k for k in trial.params if trial.params[k] != source.params.get(k)) or "no setting"
-    note = (f"Not trained: this trial is the same training as trial {source.index} (run {trained_run_id}), which "
-            f"differs only in {differ}, which a vanilla training does not read. Its metrics are copied from there; "
-            f"its model is that run's.")
+    link = f"[run {trained_run_id}](#/experiments/{experiment_id}/runs/{trained_run_id})"
+    note = (f"Not trained: this trial is the same training as trial {source.index} ({link}), which differs only in "
+            f"{differ}, which a vanilla training does not read. Its metrics and plots are copied from there; its "
+            f"model and {', '.join(NOT_COPIED)} are that run's.")
     tags = {CONFIG_KEY_TAG: key, "mlflow.parentRunId": trial.parent_run_id, "ct.role": "sweep-trial",
             SHARES_TAG: trained_run_id, SHARES_TRIAL_TAG: str(source.index), "mlflow.note.content": note,
             **{f"sweep.{k}": str(v) for k, v in trial.params.items()}}
     run = client.create_run(experiment_id, run_name=trial.overrides()["run_name"], tags=tags)
+    run_id = run.info.run_id
     params = {**trained.data.params, **{k: str(v) for k, v in trial.params.items()}}
-    now = int(time.time() * 1000)
-    metrics = [Metric(k, float(v), now, 0) for k, v in trained.data.metrics.items()]
-    client.log_batch(run.info.run_id, metrics=metrics)
-    log_params_in_batches(client, run.info.run_id, [Param(k, v[:MAX_PARAM_VAL_LENGTH]) for k, v in params.items()])
-    client.set_terminated(run.info.run_id, "FINISHED")
-    return run.info.run_id
+    copy_metric_history(client, trained_run_id, run_id)
+    log_params_in_batches(client, run_id, [Param(k, v[:MAX_PARAM_VAL_LENGTH]) for k, v in params.items()])
+    own = ("config.json", "config.yaml")  # the trained run's configuration with this trial's settings
+    copy_artifacts(client, trained_run_id, run_id, replace=own)
+    with tempfile.TemporaryDirectory(prefix="ct-config-") as folder:
+        try:
+            config = json.loads(Path(client.download_artifacts(trained_run_id, own[0], folder)).read_text())
+        except (OSError, ValueError):
+            config = None  # a run without its configuration (none logged): none is made up
+    if config is not None:
+        for name in own:
+            client.log_dict(run_id, {**config, **trial.params}, name)
+    client.set_terminated(run_id, "FINISHED")
+    return run_id
 
 
 def stored_outcome(client, run_id: str, index: int, label: str):
