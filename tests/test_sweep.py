@@ -319,9 +319,10 @@ def test_a_sweep_ends_with_the_train_command_of_its_best_trial(tmp_path):
     lines = []
     summary = run_sweep(base, space, LocalExecutor(1), echo=lambda line, **k: lines.append(line))
     best = summary["best"]
-    assert lines[-2].startswith(f"best trial {best['trial']} ") and lines[-2].endswith("to train it on its own:")
-    command = shlex.split(lines[-1])
-    assert lines[-1] == "  " + best["train_command"] and command[1].endswith("recipes/train.py"), lines[-1]
+    assert lines[-2].startswith(f"best trial {best['trial']} ") and lines[-2].endswith(f"(run {best['run_id']})")
+    assert lines[-1] == "train the best trial on its own: " + best["train_command"], lines[-1]
+    command = shlex.split(best["train_command"])
+    assert command[1].endswith("recipes/train.py"), command
     assert " --objective full " in lines[-1] and f" --lambda-reg {best['params']['lambda_reg']} " in lines[-1]
     assert "--no-domain" in command and command[command.index("--hidden-sizes") + 1] == "8,8", command
     assert not {"--run-name", "--checkpoint-dir", "--no-progress", "--overwrite"} & set(command), command
@@ -358,7 +359,7 @@ def test_tiny_sweep_on_ray_tune_end_to_end_then_resumed(tmp_path, capfd, monkeyp
     assert summary["failures"] == [] and not any(t["reused"] for t in summary["trials"])
     # the console holds our lines only: no Ray start-up notes, Tune tables or MLflow registry lines
     console = capfd.readouterr()
-    ours = ("sweep: ", "[", "registered the best trial's predictor", "best trial ")
+    ours = ("sweep: ", "[", "registered the best trial's predictor", "best trial ", "train the best trial on its own: ")
     assert [line for line in (console.out + console.err).splitlines() if line.strip()
             and not line.startswith(ours)] == [], console.out + console.err
     assert sum(line.startswith("[") for line in console.out.splitlines()) == 4

@@ -294,6 +294,9 @@ def retrain_options(given: dict, shown=()) -> list[str]:
     return command_line(kept)
 
 
+RETRAIN_LINE = "train the best trial on its own: "  # the start of the sweep's last line, before the command
+
+
 def retrain_command(trial: "Trial") -> str:
     """The shell command that trains ``trial``'s configuration on its own with ``recipes/train.py`` (from any
     folder, shell-quoted; :func:`retrain_options`, its swept settings always shown)."""
@@ -498,8 +501,8 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
         raise interrupted
     if best is not None:
         echo(f"best trial {best['trial']} ({', '.join(f'{k}={v}' for k, v in best['params'].items())}): "
-             f"{metric} = {best['objective']:.4g} (run {best['run_id']}); to train it on its own:", flush=True)
-        echo(f"  {best['train_command']}", flush=True)
+             f"{metric} = {best['objective']:.4g} (run {best['run_id']})", flush=True)
+        echo(f"{RETRAIN_LINE}{best['train_command']}", flush=True)
     if failures:
         echo(f"{len(failures)} of {len(trials)} trials failed; re-run the same command to retry them", flush=True)
     return summary
