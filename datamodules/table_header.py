@@ -43,7 +43,7 @@ def header_line(path: Path, encoding: str) -> str:
 def header_names(path) -> list[str] | None:
     """The column names of a CSV file (``.csv``, ``.tsv``, ``.txt``) as :func:`~datamodules.table_format.read_csv`
     names them (spaces around them dropped), from its header line alone; ``None`` where that line cannot tell them
-    (a Parquet or missing file, an unreadable line, a name left empty or written twice): the full read decides."""
+    (a Parquet, missing or empty file, an unreadable line, a name left empty or written twice): the full read decides."""
     path = Path(path)
     if path.suffix.lower() not in CSV_SUFFIXES or not path.is_file():
         return None
@@ -59,7 +59,7 @@ def header_names(path) -> list[str] | None:
         names = [name.strip() for name in next(csv.reader([header], delimiter=sep))]
     except (OSError, UnicodeDecodeError, csv.Error, StopIteration):
         return None
-    if not all(names) or len(set(names)) != len(names):
+    if not names or not all(names) or len(set(names)) != len(names):
         return None
     return names
 
