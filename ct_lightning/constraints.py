@@ -21,8 +21,11 @@ from datamodules.domain import infer_domain  # noqa: F401  (re-exported: the SPE
 # re-exported: data modules describe their types
 from datamodules.feature_types import FeatureTypes, one_hot_features, one_hot_groups, one_hot_prefix  # noqa: F401
 
-MUTABILITY_KINDS = ("both", "increase", "decrease", "none")
+# re-exported: the kinds and the names of features as a user gives them, in plain Python for the recipes' checks
+from ct_lightning.feature_names import MUTABILITY_KINDS, mutability_pairs, unknown_feature_error  # noqa: F401
+
 STEP_SLACK = 1e-4  # of a step: float32 rounding that may not cost a stepped feature the step onto its bound
+
 BOTH, INCREASE, DECREASE, NONE = range(4)
 
 
@@ -50,22 +53,7 @@ def _resolve_feature(key, feature_names: Sequence[str] | None, n_features: int, 
         return group
     # the features by the names a user gives: a one-hot group once, by its column ("purpose", not "purpose=car")
     features = list(dict.fromkeys(feature if feature is not None else name for name, feature in zip(names, one_hot)))
-    shown = ", ".join(features[:30]) + (" ..." if len(features) > 30 else "")
-    same = [name for name in features if isinstance(key, str) and name.lower() == key.lower()]
-    hint = f" (did you mean {same[0]!r}? names are case-sensitive)" if same else ""
-    raise ValueError(f"{argument}: unknown feature {key!r}{hint}; known features: {shown or '(none named)'}")
-
-
-def mutability_pairs(text: str, argument: str = "mutability") -> dict[str, str]:
-    """Split ``"age=none,hours_per_week=increase"`` into ``{feature: kind}`` (kinds checked later)."""
-    pairs = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
-        if "=" not in item:
-            raise ValueError(f"{argument}: expected FEATURE=KIND, got {item!r} "
-                             f"(KIND one of {', '.join(MUTABILITY_KINDS)})")
-        name, kind = item.rsplit("=", 1)
-        pairs[name.strip()] = kind.strip()
-    return pairs
+    raise unknown_feature_error(argument, key, features)
 
 
 def parse_mutability(spec, n_features: int, feature_names: Sequence[str] | None = None,

@@ -37,7 +37,10 @@ from pathlib import Path
 
 import pandas as pd
 
-DELIMITERS = (",", ";", "\t", "|")
+from datamodules.table_header import SEP_LINE, sniff_delimiter, target_column_error
+from datamodules.table_header import header_line as _header_line
+from datamodules.table_header import second_line as _second_line
+
 MISSING_MARKS = ("?",)  # as in the UCI files (Adult): a cell that is only '?' is a missing value
 # pandas' words for a missing value (its read_csv default na_values, less the empty cell)
 MISSING_WORDS = ("#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan", "1.#IND", "1.#QNAN", "<NA>", "N/A",
@@ -45,7 +48,6 @@ MISSING_WORDS = ("#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan
 DECIMAL_COMMA = re.compile(r"[+-]?(?:[1-9]\d{0,2}(?:\.\d{3})+|\d+)(?:,\d+)?")  # 0,18  12.000  1.234,5
 THOUSANDS_POINT = re.compile(r"[+-]?[1-9]\d{0,2}(?:\.\d{3})+")  # 127.600: thousands, or three decimals?
 NUMBER_DRESS = re.compile(r"[$€£¥%\s\u00a0',]")  # what turns a number into text: currency, percent, separators
-SEP_LINE = re.compile(r'"?sep=(.)"?')
 DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}"
                   r"|\d{4}/\d{1,2}/\d{1,2}")
 
@@ -59,29 +61,6 @@ class TableError(ValueError):
     def __init__(self, option: str, value, problem: str, allowed: str):
         self.option, self.value, self.problem, self.allowed = option, value, problem, allowed
         super().__init__(f"{option}: {problem}{'' if problem.endswith('?') else ';'} allowed: {allowed}")
-
-
-def sniff_delimiter(header: str) -> str:
-    """The delimiter of a CSV from its header line: the candidate (``,``, ``;``, tab, ``|``) it holds most often,
-    outside quotes; ``,`` for a one-column file."""
-    fields = {sep: len(next(csv.reader([header], delimiter=sep))) for sep in DELIMITERS}
-    best = max(DELIMITERS, key=lambda sep: fields[sep])  # ties keep the earlier candidate: ',' first
-    return best if fields[best] > 1 else ","
-
-
-def _second_line(path: Path, encoding: str) -> str:
-    """The line after Excel's ``sep=;`` line: the header."""
-    with open(path, encoding=encoding, newline="") as handle:
-        lines = [line for line in handle if line.strip()][:2]
-    return lines[1].rstrip("\r\n") if len(lines) > 1 else ""
-
-
-def _header_line(path: Path, encoding: str) -> str:
-    with open(path, encoding=encoding, newline="") as handle:
-        for line in handle:
-            if line.strip():
-                return line.rstrip("\r\n")
-    return ""
 
 
 def _is_text(values: pd.Series) -> bool:
@@ -450,11 +429,9 @@ def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
     """A one-line ``ValueError`` for a target column a classifier cannot be trained on: none given, not a column of
     the table, one class, or more than :data:`MAX_CLASSES` (an amount such as a loss: regression, which CT does not
     do). Rows without a label do not count (a training leaves them out)."""
-    columns = ", ".join(map(str, frame.columns))
-    if not target:
-        raise ValueError(f"target: required with a table file ({name}); allowed: one of its columns: {columns}")
-    if target not in frame.columns:
-        raise ValueError(f"target: column {target!r} not found in {name}; allowed: {columns}")
+    error = target_column_error(target, list(frame.columns), name)
+    if error is not None:
+        raise error
     labels = frame[target].dropna()
     classes = labels.nunique()
     if classes < 2:

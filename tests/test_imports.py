@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = ["ct_lightning", "ct_lightning.generators", "ct_lightning.metrics", "ct_lightning.evaluation",
             "ct_lightning.callbacks", "ct_lightning.experiment", "ct_lightning.training", "datamodules"]
 # Layers of ct_lightning, lowest first: a module may import only from its own layer or lower ones.
-LAYERS = [{"constraints", "training", "models", "model_inputs", "attacks", "losses", "lazy_exports"}, {"metrics"},
+LAYERS = [{"constraints", "training", "models", "model_inputs", "attacks", "losses", "lazy_exports",
+           "feature_names"}, {"metrics"},
           {"generators"}, {"module"}, {"evaluation"}, {"callbacks"}, {"stacked"}, {"experiment"}]
 # Inside ct_lightning.experiment, lowest first: settings and checks, one MLflow run, studies of many runs, the
 # recipes' runner, the workflows.

@@ -116,6 +116,43 @@ def test_bad_sweep_inputs_are_refused_before_torch_or_the_data_is_loaded(tmp_pat
     assert not (tmp_path / "store").exists(), "nothing was written"
 
 
+# Options that name a table's columns, wrong: (arguments, the error line both recipes print).
+COLUMNS_NAMED_WRONG = [
+    (["--target", "nosuch"], "error: --target: column 'nosuch' not found in loans.csv; allowed: age, income, debt, "
+                             "years_employed, home_ownership, purpose, sex, approved"),
+    (["--target", "approved", "--immutable", "agee"], "error: --immutable: unknown feature 'agee'; known features: age, "
+                                                      "income, debt, years_employed, home_ownership, purpose, sex"),
+    (["--target", "approved", "--drop-columns", "sex", "--mutability", "Debt=decrease"],
+     "error: --mutability: unknown feature 'Debt' (did you mean 'debt'? names are case-sensitive); known features: "
+     "age, income, debt, years_employed, home_ownership, purpose"),
+]
+
+
+@pytest.mark.parametrize("arguments, said", COLUMNS_NAMED_WRONG, ids=["target", "immutable", "mutability"])
+def test_sweep_refuses_a_column_named_wrong_as_train_does_before_torch(tmp_path, arguments, said):
+    """A bad ``--target``, ``--immutable`` or ``--mutability`` on a table: ``sweep.py`` refused it only after torch and
+    the data module were loaded (about 7 s), ``train.py`` the last two too (8 s). Both now read the table's header
+    line first: exit code 2, the same one line, and torch is never imported (``-X importtime`` lists every import)."""
+    import re
+    import shutil
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    shutil.copy(root / "tests" / "fixtures" / "loans.csv", tmp_path / "loans.csv")
+    common = ["--data", "loans.csv", *arguments, "--max-epochs", "1",
+              "--tracking-uri", f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"]
+    env = {**os.environ, "PYTHONPATH": str(root), "MLFLOW_TRACKING_URI": "", "PYTHONWARNINGS": "ignore"}
+    for recipe, extra in (("sweep", ["--executor", "local", "--param", "lambda_reg=0.1,0.5"]), ("train", [])):
+        done = subprocess.run([sys.executable, "-X", "importtime", str(root / "recipes" / f"{recipe}.py"), *common,
+                               *extra], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+        lines = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+        assert done.returncode == 2 and lines == [said], (recipe, done.returncode, lines, done.stdout[-2000:])
+        imported = re.findall(r"^import time:.*\|\s+(torch|lightning)(?:\.\S*)?$", done.stderr, re.MULTILINE)
+        assert imported == [], f"{recipe}.py imported {sorted(set(imported))} before refusing"
+    assert not (tmp_path / "store").exists(), "nothing was written"
+
+
 def test_grid_and_random_combinations():
     space = {"a": [1, 2, 3], "b": ["x", "y"]}
     grid = combinations(space, "grid")
@@ -198,7 +235,11 @@ def test_sweep_with_local_processes_resumes_and_reports_failures(tmp_path):
 def test_vanilla_trials_that_differ_only_in_what_vanilla_does_not_read_share_one_training(tmp_path):
     """lambda_energy x objective full/vanilla: the two vanilla trials are one training (vanilla reads no
     lambda_energy, as in the appendix grids); the second is a FINISHED child run that names the run and trial it
-    shares and reports that training's results, which equal a training of its own configuration."""
+    shares and reports that training's results, which equal a training of its own configuration: in MLflow, that
+    training's whole metric history (it used to get the final values alone, at step 0) and its artifacts but the
+    checkpoints."""
+    import json
+
     from ct_lightning.experiment.runs.train import train
 
     uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
@@ -222,6 +263,32 @@ def test_vanilla_trials_that_differ_only_in_what_vanilla_does_not_read_share_one
     assert shared.data.params["lambda_energy"] == "5.0" and shared.data.params["objective"] == "vanilla"
     assert shared.info.run_name.startswith("trial-3 ") and "trial 1" in shared.data.tags["mlflow.note.content"]
     assert shared.data.metrics["val/acc"] == rows[3]["metrics"]["val/acc"]
+    # its run shows the shared training's whole metric history (every epoch), not its final values alone
+    trained = client.get_run(rows[1]["run_id"])
+
+    def history(run_id: str, key: str) -> list:
+        return sorted((m.step, m.timestamp, m.value) for m in client.get_metric_history(run_id, key))
+
+    assert set(shared.data.metrics) == set(trained.data.metrics)
+    for key in trained.data.metrics:
+        assert history(shared.info.run_id, key) == history(trained.info.run_id, key), key
+    assert len(history(shared.info.run_id, "val/acc")) == TINY["max_epochs"]
+
+    # and its small artifacts (plots); the checkpoints stay in the run its tag and note name
+    def files(run_id: str, path=None) -> list[str]:
+        found = []
+        for entry in client.list_artifacts(run_id, path):
+            found += files(run_id, entry.path) if entry.is_dir else [entry.path]
+        return found
+
+    assert any(path.startswith("checkpoints/") for path in files(trained.info.run_id))
+    assert sorted(files(shared.info.run_id)) == sorted(p for p in files(trained.info.run_id)
+                                                       if not p.startswith("checkpoints/"))
+    assert any(path.startswith("plots/") for path in files(shared.info.run_id))
+    assert f"#/experiments/{experiment_id}/runs/{rows[1]['run_id']})" in shared.data.tags["mlflow.note.content"]
+    with open(client.download_artifacts(shared.info.run_id, "config.json", str(tmp_path))) as handle:
+        config = json.load(handle)
+    assert config["lambda_energy"] == 5.0 and config["objective"] == "vanilla"
     # the same results as training trial 3's configuration on its own
     alone = train({**base, "experiment": "alone", "lambda_energy": 5.0, "objective": "vanilla", "progress": False})
     metrics = client.get_run(alone["run_id"]).data.metrics
@@ -232,6 +299,38 @@ def test_vanilla_trials_that_differ_only_in_what_vanilla_does_not_read_share_one
     assert all(t["reused"] for t in again["trials"]) and again["trials"][3]["shares_training_of"] == 1
     assert [t["run_id"] for t in again["trials"]] == [t["run_id"] for t in summary["trials"]]
     assert len(client.search_runs([experiment_id], f"tags.`mlflow.parentRunId` = '{summary['parent_run_id']}'")) == 4
+
+
+def test_a_sweep_ends_with_the_train_command_of_its_best_trial(tmp_path):
+    """The last lines of a sweep give the ``recipes/train.py`` command that trains its best trial on its own: read by
+    train.py's own parser, it is that trial's training (the same training key as the trial's run), with its swept
+    settings shown even where they are defaults (``--objective full``), and no run-only setting of the trial."""
+    import shlex
+
+    from recipe_loader import load_recipe
+
+    from ct_lightning.experiment.configuration.settings import resolve_config
+    from ct_lightning.experiment.runner import batches
+    from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG, training_key
+
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    base = {**TINY, "tracking_uri": uri, "nce": 16, "domain": False, "hidden_sizes": [8, 8], "lambda_div": 0.3}
+    space = {"lambda_reg": [0.05, 0.5], "objective": ["full"]}
+    lines = []
+    summary = run_sweep(base, space, LocalExecutor(1), echo=lambda line, **k: lines.append(line))
+    best = summary["best"]
+    assert lines[-2].startswith(f"best trial {best['trial']} ") and lines[-2].endswith(f"(run {best['run_id']})")
+    assert lines[-1] == "train the best trial on its own: " + best["train_command"], lines[-1]
+    command = shlex.split(best["train_command"])
+    assert command[1].endswith("recipes/train.py"), command
+    assert " --objective full " in lines[-1] and f" --lambda-reg {best['params']['lambda_reg']} " in lines[-1]
+    assert "--no-domain" in command and command[command.index("--hidden-sizes") + 1] == "8,8", command
+    assert not {"--run-name", "--checkpoint-dir", "--no-progress", "--overwrite"} & set(command), command
+    given = vars(load_recipe("train").build_parser().parse_args(command[2:]))
+    given = {k: batches(v) if k.startswith("limit_") else v for k, v in given.items() if k != "write_data_spec"}
+    run = MlflowClient(tracking_uri=uri).get_run(best["run_id"])
+    assert training_key(resolve_config(given)) == run.data.tags[CONFIG_KEY_TAG]
+    assert given["tracking_uri"] == uri and given["experiment"] == TINY["experiment"]
 
 
 @pytest.mark.skipif(HAS_RAY, reason="Ray is installed here; the message for a missing Ray is checked without it")
@@ -260,7 +359,7 @@ def test_tiny_sweep_on_ray_tune_end_to_end_then_resumed(tmp_path, capfd, monkeyp
     assert summary["failures"] == [] and not any(t["reused"] for t in summary["trials"])
     # the console holds our lines only: no Ray start-up notes, Tune tables or MLflow registry lines
     console = capfd.readouterr()
-    ours = ("sweep: ", "[", "registered the best trial's predictor", "best trial ")
+    ours = ("sweep: ", "[", "registered the best trial's predictor", "best trial ", "train the best trial on its own: ")
     assert [line for line in (console.out + console.err).splitlines() if line.strip()
             and not line.startswith(ours)] == [], console.out + console.err
     assert sum(line.startswith("[") for line in console.out.splitlines()) == 4

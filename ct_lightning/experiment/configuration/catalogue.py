@@ -209,8 +209,8 @@ def pool_modes() -> tuple[str, ...]:
 
 
 def mutability_kinds() -> tuple[str, ...]:
-    """``ct_lightning.constraints.MUTABILITY_KINDS``."""
-    return tuple(constant("ct_lightning.constraints", "MUTABILITY_KINDS"))
+    """``ct_lightning.feature_names.MUTABILITY_KINDS``."""
+    return tuple(constant("ct_lightning.feature_names", "MUTABILITY_KINDS"))
 
 
 def search_compile_modes() -> tuple[str, ...]:

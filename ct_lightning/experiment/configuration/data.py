@@ -5,8 +5,9 @@ from __future__ import annotations
 import inspect
 from collections.abc import Sequence
 
-from ct_lightning.constraints import data_mutability, mutability_pairs, one_hot_groups, parse_mutability
+from ct_lightning.constraints import data_mutability, one_hot_groups, parse_mutability
 from ct_lightning.experiment.configuration.settings import data_class, is_table_file, table_options
+from ct_lightning.experiment.configuration.table_columns import named_features
 
 
 def build_datamodule(config: dict, codec=None):
@@ -50,8 +51,7 @@ def command_line_mutability(config: dict, feature_names: Sequence[str], groups=N
     ``{feature: kind}``, ``immutable`` last; each entry is checked against ``feature_names`` (and the one-hot
     ``groups`` where known, :func:`~ct_lightning.constraints.one_hot_groups`) by :func:`parse_mutability` and refused
     in one line naming the option that gave it (the one check of training and of ``train.py --write-data-spec``)."""
-    given = [("mutability", name, kind) for name, kind in mutability_pairs(str(config.get("mutability") or "")).items()]
-    given += [("immutable", name, "none") for name in config.get("immutable") or []]
+    given = named_features(config)
     for option, name, kind in given:
         parse_mutability({name: kind}, len(feature_names), feature_names, argument=option, groups=groups)
     return {name: kind for _, name, kind in given}

@@ -49,17 +49,25 @@ def preflight_training(overrides: dict, store: bool = True) -> Checked:
     return Checked({**overrides, "tracking_uri": uri}, {**merged, "tracking_uri": uri})
 
 
-def check_table_target(given: dict) -> None:
-    """The ``target`` column of a table file in ``--data`` (merged ``given`` settings; not on ``--resume``) is one a
-    classifier can be trained on (one-line ``ValueError``, :func:`datamodules.table_format.check_target`). The recipe
-    checks it before torch is imported, so that a misspelt column or an amount to predict (regression) is refused in a
-    second, not after the imports; reading needs pandas only, and the data module reuses what is read here
-    (:func:`~datamodules.table_format.read_table`)."""
+def check_table_columns(given: dict) -> None:
+    """The options that name columns of a table file in ``--data`` (merged ``given`` settings; not on ``--resume``):
+    ``target`` a column a classifier can be trained on (:func:`datamodules.table_format.check_target`), and the
+    features ``immutable`` and ``mutability`` name among its other columns (one-line ``ValueError``). The recipes
+    check them before torch is imported: names against the header line first
+    (:func:`~ct_lightning.experiment.configuration.table_columns.check_table_header`, a fraction of a second), then
+    the target's classes, which needs the table read with pandas (the data module reuses what is read here,
+    :func:`~datamodules.table_format.read_table`), so that a misspelt column or an amount to predict (regression)
+    is refused in a second, not after the imports and the data module."""
     if given.get("resume") or not is_table_file(given.get("data")):
         return
+    from ct_lightning.experiment.configuration.table_columns import check_named_features, check_table_header  # noqa: PLC0415
+    named = check_table_header(given)  # before pandas is imported
     from datamodules.table_format import check_target, read_table  # noqa: PLC0415 - pandas: for table files only
 
-    check_target(read_table(given["data"]), given.get("target"), given["data"])
+    frame = read_table(given["data"])
+    check_target(frame, given.get("target"), given["data"])
+    if not named:  # a Parquet file, or a header the line alone could not tell: the names as read
+        check_named_features(given, [str(column) for column in frame.columns])
 
 
 def check_data_dir(path) -> None:

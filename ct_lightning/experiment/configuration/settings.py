@@ -440,6 +440,29 @@ def validate_config(config: dict, label: Callable[[str], str] | None = None) -> 
     return checked
 
 
+def command_line(settings: dict) -> list[str]:
+    """The ``train.py`` options that give these settings (``{"lambda_reg": 0.25, "protect": True}`` →
+    ``["--lambda-reg", "0.25", "--protect"]``), in ``--help``'s order: each setting's own option and form (a flag
+    for a switch, lists comma-separated, a JSON object as JSON); ``None`` values are left out."""
+    options = []
+    for setting in SETTINGS:
+        value = settings.get(setting.name)
+        if value is None or setting.name not in settings:
+            continue
+        if setting.action in ("store_true", "store_false"):
+            if bool(value) != (setting.action == "store_false"):  # the switch's flag changes the default
+                options.append(setting.option)
+            continue
+        if isinstance(value, (list, tuple)):
+            text = ",".join(map(str, value))
+        elif isinstance(value, dict):
+            text = json.dumps(value)
+        else:
+            text = str(value)
+        options += [setting.option, text]
+    return options
+
+
 def data_class(data: str):
     """The data module class of ``data``: a registered name, a table file (``TableDataModule``) or
     ``package.module:Class`` (imports torch: not needed to check inputs)."""

@@ -1,9 +1,10 @@
 """A sweep's inputs, checked before any work: its search space (``--param``), its own options and the trials'
-training settings (no torch, no data, no MLflow).
+training settings (no torch, no data, no MLflow), then the options that name a table's columns (``--target``,
+``--immutable``, ``--mutability``: its header line, then its target's classes with pandas, as ``train.py``).
 
 ``recipes/sweep.py`` checks all of it right after parsing (:func:`check_sweep_inputs`), so that a bad value is
 refused in one line within a second, not after torch, Lightning and the table were loaded; the checks that need
-the data (a table's ``--target``, ``--immutable``, ...) follow in
+the data module (a table's data spec, a one-hot column's kind, ...) follow in
 :func:`ct_lightning.experiment.studies.sweep.run_sweep`, which also repeats these for callers from Python.
 """
 
@@ -14,7 +15,7 @@ import itertools
 import random
 
 from ct_lightning.experiment.configuration import catalogue
-from ct_lightning.experiment.configuration.preflight import preflight_training
+from ct_lightning.experiment.configuration.preflight import check_table_columns, preflight_training
 from ct_lightning.experiment.configuration.settings import (DEFAULTS, RUN_ONLY_KEYS, SETTINGS, SETTINGS_BY_NAME,
                                                             check_combination, is_factory, load_config_file)
 from ct_lightning.experiment.configuration.validation import (EnvironmentProblem, InputError, check_output_file,
@@ -189,9 +190,24 @@ def check_trials(base: dict, settings: list[dict]) -> None:
         check_combination({**DEFAULTS, **preflight_training({**base, **params}, store=False).given})
 
 
+def check_table_options(base: dict, settings: list[dict]) -> None:
+    """The options that name a table's columns (``target``, ``immutable``, ``mutability``), once per distinct table
+    configuration of the trials, as ``train.py`` checks them before torch is imported
+    (:func:`~ct_lightning.experiment.configuration.preflight.check_table_columns`: the header line, then the target's
+    classes with pandas): the same one line, in a second instead of after torch and the data module."""
+    seen = set()
+    for params in settings:
+        config = {**base, **params}
+        key = repr([config.get(k) for k in ("data", "target", "drop_columns", "immutable", "mutability")])
+        if key not in seen:
+            seen.add(key)
+            check_table_columns(config)
+
+
 def check_sweep_inputs(base: dict, sweep: dict) -> tuple[dict, dict[str, list], list[dict]]:
     """``(base, space, settings)``: the trials' base (its config file merged in), the search space and the trials'
-    settings, after every check that needs no data; a one-line error (:class:`InputError`, ``OSError``) otherwise."""
+    settings, after every check that needs no data, then those of a table's columns (:func:`check_table_options`);
+    a one-line error (:class:`InputError`, ``ValueError``, ``OSError``) otherwise."""
     base = with_config_file({k: v for k, v in base.items() if v is not None})
     refuse_one_run_options(base)
     space = parse_space(sweep.get("param") or [])
@@ -206,5 +222,6 @@ def check_sweep_inputs(base: dict, sweep: dict) -> tuple[dict, dict[str, list], 
     if sweep.get("sweep_json"):
         check_output_file("--sweep-json", sweep["sweep_json"])
     check_trials(base, settings)
+    check_table_options(base, settings)
     return base, space, settings
 

@@ -17,12 +17,14 @@ from __future__ import annotations
 import math
 import signal
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ct_lightning.experiment.studies.reproduce import CONFIG_KEY_TAG, NON_DEFINING_KEYS, stable_key, training_key
-from ct_lightning.experiment.configuration.settings import TABLE_KEYS, resolve_config
+from ct_lightning.experiment.configuration.settings import (DEFAULTS, RUN_ONLY_KEYS, TABLE_KEYS, command_line,
+                                                            resolve_config)
 from ct_lightning.experiment.configuration.sweep_space import (MODES, SEARCHES, check_metric,  # noqa: F401 - and
                                                                combinations, parse_space,  # callers' imports from here
                                                                refuse_one_run_options, with_config_file)
@@ -73,29 +75,45 @@ SHARES_TRIAL_TAG = "ct.sweep_shares_trial"  # ... and that run's trial index
 def record_shared_trial(client, experiment_id: str, trial: "Trial", key: str, trained_run_id: str,
                         source: "Trial") -> str:
     """A FINISHED child run for ``trial``, whose model is the one ``source`` trained in run ``trained_run_id``:
-    nothing is trained; its parameters are that run's with this trial's settings, its metrics that run's final
-    values, its tags name the run and trial it shares (:data:`SHARES_TAG`) and its note says why. Its run id."""
-    from mlflow.entities import Metric, Param
+    nothing is trained; its parameters are that run's with this trial's settings, its metrics that run's whole history
+    (every epoch's values: the same curves), its artifacts that run's but the checkpoints (plots, preprocessing; its
+    ``config.json``/``config.yaml`` with this trial's settings), its tags name the run and trial it shares
+    (:data:`SHARES_TAG`: the run that holds its checkpoints and models) and its note says why, with a link. Its run
+    id."""
+    import json
+
+    from mlflow.entities import Param
     from mlflow.utils.validation import MAX_PARAM_VAL_LENGTH
 
+    from ct_lightning.experiment.runs.copied_run import NOT_COPIED, copy_artifacts, copy_metric_history
     from ct_lightning.experiment.runs.run_artifacts import log_params_in_batches
 
     trained = client.get_run(trained_run_id)
     differ = ", ".join(k for k in trial.params if trial.params[k] != source.params.get(k)) or "no setting"
-    note = (f"Not trained: this trial is the same training as trial {source.index} (run {trained_run_id}), which "
-            f"differs only in {differ}, which a vanilla training does not read. Its metrics are copied from there; "
-            f"its model is that run's.")
+    link = f"[run {trained_run_id}](#/experiments/{experiment_id}/runs/{trained_run_id})"
+    note = (f"Not trained: this trial is the same training as trial {source.index} ({link}), which differs only in "
+            f"{differ}, which a vanilla training does not read. Its metrics and plots are copied from there; its "
+            f"model and {', '.join(NOT_COPIED)} are that run's.")
     tags = {CONFIG_KEY_TAG: key, "mlflow.parentRunId": trial.parent_run_id, "ct.role": "sweep-trial",
             SHARES_TAG: trained_run_id, SHARES_TRIAL_TAG: str(source.index), "mlflow.note.content": note,
             **{f"sweep.{k}": str(v) for k, v in trial.params.items()}}
     run = client.create_run(experiment_id, run_name=trial.overrides()["run_name"], tags=tags)
+    run_id = run.info.run_id
     params = {**trained.data.params, **{k: str(v) for k, v in trial.params.items()}}
-    now = int(time.time() * 1000)
-    metrics = [Metric(k, float(v), now, 0) for k, v in trained.data.metrics.items()]
-    client.log_batch(run.info.run_id, metrics=metrics)
-    log_params_in_batches(client, run.info.run_id, [Param(k, v[:MAX_PARAM_VAL_LENGTH]) for k, v in params.items()])
-    client.set_terminated(run.info.run_id, "FINISHED")
-    return run.info.run_id
+    copy_metric_history(client, trained_run_id, run_id)
+    log_params_in_batches(client, run_id, [Param(k, v[:MAX_PARAM_VAL_LENGTH]) for k, v in params.items()])
+    own = ("config.json", "config.yaml")  # the trained run's configuration with this trial's settings
+    copy_artifacts(client, trained_run_id, run_id, replace=own)
+    with tempfile.TemporaryDirectory(prefix="ct-config-") as folder:
+        try:
+            config = json.loads(Path(client.download_artifacts(trained_run_id, own[0], folder)).read_text())
+        except (OSError, ValueError):
+            config = None  # a run without its configuration (none logged): none is made up
+    if config is not None:
+        for name in own:
+            client.log_dict(run_id, {**config, **trial.params}, name)
+    client.set_terminated(run_id, "FINISHED")
+    return run_id
 
 
 def stored_outcome(client, run_id: str, index: int, label: str):
@@ -254,6 +272,37 @@ def find_or_create_sweep_parent(client, experiment_id: str, key: str, name: str,
         return run.info.run_id, True
     run = client.create_run(experiment_id, run_name=name, tags={SWEEP_KEY_TAG: key, "ct.role": "sweep"})
     return run.info.run_id, False
+
+
+def retrain_options(given: dict, shown=()) -> list[str]:
+    """The ``train.py`` options that train the settings ``given`` (a trial's: the sweep's base and its own) on their
+    own (:func:`~ct_lightning.experiment.configuration.settings.command_line`): ``--data`` and the table's options,
+    the settings named in ``shown`` (the swept ones), then every other setting whose value is not the one
+    ``train.py`` takes without it for that data (the data set's Table 2 values, the defaults); the store where it is
+    not the default one of the folder the sweep ran in. The sweep's run-only settings (a trial's run name, its
+    checkpoint folder, ...) are left out."""
+    from ct_lightning.experiment.configuration.store import anchor_tracking_uri
+
+    given = {k: v for k, v in given.items() if v is not None and k not in RUN_ONLY_KEYS}
+    data_keys = ("data", *TABLE_KEYS)
+    resolved = resolve_config(given)
+    plain = resolve_config({k: given[k] for k in data_keys if k in given})  # what train.py takes for this data
+    kept = {k: resolved[k] for k in given
+            if k in ("data", *shown) or resolved[k] != (DEFAULTS if k in data_keys else plain)[k]}
+    if anchor_tracking_uri(str(kept.get("tracking_uri"))) == anchor_tracking_uri(DEFAULTS["tracking_uri"]):
+        kept.pop("tracking_uri", None)
+    return command_line(kept)
+
+
+RETRAIN_LINE = "train the best trial on its own: "  # the start of the sweep's last line, before the command
+
+
+def retrain_command(trial: "Trial") -> str:
+    """The shell command that trains ``trial``'s configuration on its own with ``recipes/train.py`` (from any
+    folder, shell-quoted; :func:`retrain_options`, its swept settings always shown)."""
+    from ct_lightning.experiment.runs.lifecycle import recipe_command
+
+    return recipe_command("train", retrain_options({**trial.base, **trial.params}, shown=tuple(trial.params)))
 
 
 def _register_best(tracking_uri: str, run_id: str, echo) -> str | None:
@@ -426,6 +475,7 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
                    "wall_seconds": time.perf_counter() - started,
                    "trials": sorted(rows, key=lambda r: r["trial"]), "failures": failures, "best": best}
         if best is not None:
+            best = summary["best"] = {**best, "train_command": retrain_command(trials[best["trial"]])}
             client.log_metric(parent, f"best/{metric}", best["objective"])
             client.set_tag(parent, "best_run_id", best["run_id"])
             if status == "FINISHED":  # the best of every trial: the one model of the sweep to serve
@@ -452,6 +502,7 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
     if best is not None:
         echo(f"best trial {best['trial']} ({', '.join(f'{k}={v}' for k, v in best['params'].items())}): "
              f"{metric} = {best['objective']:.4g} (run {best['run_id']})", flush=True)
+        echo(f"{RETRAIN_LINE}{best['train_command']}", flush=True)
     if failures:
         echo(f"{len(failures)} of {len(trials)} trials failed; re-run the same command to retry them", flush=True)
     return summary

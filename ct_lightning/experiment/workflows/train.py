@@ -6,7 +6,7 @@ import argparse
 from pathlib import Path
 
 from ct_lightning.experiment.configuration.cpu_math import apply_cpu_math
-from ct_lightning.experiment.configuration.preflight import (apply_threads, check_table_target, preflight_training,
+from ct_lightning.experiment.configuration.preflight import (apply_threads, check_table_columns, preflight_training,
                                                              threads_for)
 from ct_lightning.experiment.runner import batches, checking
 from ct_lightning.experiment.configuration.store import store_location
@@ -31,7 +31,7 @@ def run(args: argparse.Namespace) -> dict:
     print(f"MLflow store: {store_location(overrides['tracking_uri'])}", flush=True)
     print(apply_cpu_math(overrides.get("cpu_math") or "native"), flush=True)  # before torch is imported
     with checking():  # after the first lines: a large table takes seconds to read
-        check_table_target(given)
+        check_table_columns(given)
     from ct_lightning.experiment.runs.train import announce, train  # noqa: PLC0415 - heavy: only after the checks
 
     print(apply_threads(threads_for(given.get("threads"), given.get("model"), given.get("accelerator"))), flush=True)

@@ -1,0 +1,48 @@
+"""The options that name a table's columns (``--target``, ``--immutable``, ``--mutability``), checked against the
+names in its header line before torch is imported or the table is read (plain Python: no pandas, no torch).
+
+A training checks these names again once its data module is built (``configuration.data.mutability_spec``); the
+check here refuses only what that check would refuse, with the same line (the messages have one home each:
+:func:`datamodules.table_header.target_column_error`, :func:`ct_lightning.feature_names.unknown_feature_error`), and
+leaves to it what the header cannot tell: a one-hot column (``purpose=car``), an index, a header that may be data.
+"""
+
+from __future__ import annotations
+
+from ct_lightning.experiment.configuration.settings import csv_names
+from ct_lightning.feature_names import mutability_pairs, unknown_feature_error
+
+
+def named_features(config: dict) -> list[tuple[str, str, str]]:
+    """``(option, feature, kind)`` for each feature that ``mutability`` (``"FEATURE=KIND,..."``) and ``immutable``
+    (names: kind ``none``) name, in that order."""
+    given = [("mutability", name, kind) for name, kind in mutability_pairs(str(config.get("mutability") or "")).items()]
+    return given + [("immutable", name, "none") for name in csv_names(config.get("immutable"))]
+
+
+def check_named_features(config: dict, columns: list[str]) -> None:
+    """Every feature ``immutable`` and ``mutability`` name (:func:`named_features`) is one of the table's ``columns``
+    less the target and ``drop_columns``, or may be one once the table is encoded (a one-hot ``column=value``, an
+    index); else the one-line ``ValueError`` of a training's own check, naming the option."""
+    dropped = set(csv_names(config.get("drop_columns")))
+    features = [c for c in columns if c != config.get("target") and c not in dropped]
+    for option, name, _ in named_features(config):
+        undecided = name.lstrip("-").isdigit() or any(name.startswith(f"{feature}=") for feature in features)
+        if name not in features and not undecided:
+            raise unknown_feature_error(option, name, features)
+
+
+def check_table_header(config: dict) -> bool:
+    """Check ``target``, ``immutable`` and ``mutability`` against the header line of the table file in ``data`` (a
+    one-line ``ValueError``); whether its names were known (a CSV with a header of names: not a Parquet file, nor one
+    whose first line may be data), so that the caller checks them against the table as read otherwise."""
+    from datamodules.table_header import header_names, looks_like_names, target_column_error  # noqa: PLC0415
+
+    names = header_names(config["data"])
+    if names is None or not looks_like_names(names):
+        return False
+    error = target_column_error(config.get("target"), names, config["data"])
+    if error is not None:
+        raise error
+    check_named_features(config, names)
+    return True
