@@ -20,6 +20,7 @@ from datamodules.base import TensorDataModule
 from datamodules.codec import TabularCodec, _plain, ordinal_ranks, read_spec
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
+from datamodules.table_header import drop_columns_error
 from datamodules.table_format import check_target, read_table, text_column_problems, tidy_frame
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")  # a CSV's delimiter is read from its header; also --data's list
@@ -50,13 +51,9 @@ def drop_table_columns(frame: pd.DataFrame, columns: Sequence[str], target: str 
     """``frame`` without ``columns`` (``--drop-columns``: identifiers, free text, leaked outcomes); ``strict``: a
     column the table lacks, or the target, is a one-line ``ValueError`` (a trained model's list is not strict: a
     file to evaluate may lack an identifier it was trained without)."""
-    if strict:
-        unknown = [c for c in columns if c not in frame.columns]
-        if unknown:
-            raise ValueError(f"drop_columns: got {unknown[0]!r}, not a column of {name}; allowed: "
-                             f"{', '.join(map(str, frame.columns))}")
-        if target is not None and target in columns:
-            raise ValueError(f"drop_columns: got {target!r}, the target; allowed: the other columns of {name}")
+    error = drop_columns_error(columns, list(frame.columns), target, name) if strict else None
+    if error is not None:
+        raise error
     return frame.drop(columns=[c for c in columns if c in frame.columns])
 
 

@@ -75,6 +75,18 @@ def target_column_error(target, columns, name: str) -> ValueError | None:
     return None
 
 
+def drop_columns_error(dropped, columns, target, name: str) -> ValueError | None:
+    """The one-line error for a ``--drop-columns`` list (``dropped``) that names no column of the table ``name``
+    (``columns``: its names) or names its ``target``, or ``None``."""
+    unknown = [c for c in dropped if c not in columns]
+    if unknown:
+        return ValueError(f"drop_columns: got {unknown[0]!r}, not a column of {name}; allowed: "
+                          f"{', '.join(map(str, columns))}")
+    if target is not None and target in dropped:
+        return ValueError(f"drop_columns: got {target!r}, the target; allowed: the other columns of {name}")
+    return None
+
+
 def looks_like_names(names: list[str]) -> bool:
     """Whether a header line holds names rather than a first row of data (Adult's ``adult.data``, ``39, State-gov,
     ...``): none of them is a number. Where it may be data, only the full read tells (it refuses such a file)."""

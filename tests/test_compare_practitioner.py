@@ -176,6 +176,29 @@ def test_immutable_in_the_wrong_case_is_refused_before_training(tmp_path):
     assert _runs(tmp_path / "mlflow.db") == []  # refused before any run
 
 
+@pytest.mark.parametrize("arguments, said", [
+    (["--target", "approvd", "--immutable", "age"], "error: --target: column 'approvd' not found in "),
+    (["--target", "approved", "--immutable", "agee"], "error: --immutable: unknown feature 'agee'; known features: age, "),
+    (["--target", "approved", "--immutable", "age", "--drop-columns", "sexx"], "error: --drop-columns: got 'sexx', not a "
+                                                                               "column of "),
+], ids=["target", "immutable", "drop"])
+def test_a_column_named_wrong_is_refused_before_torch_is_imported(tmp_path, arguments, said):
+    """compare.py read the table with torch loaded (about 6 s) before refusing a misspelt column; it now reads the
+    header line first, as train.py and sweep.py do (a real process: ``-X importtime`` lists every import)."""
+    import re
+    import subprocess
+    import sys
+
+    argv = ["--data", str(LOANS), *arguments, "--max-epochs", "1", "--tracking-uri",
+            f"sqlite:///{tmp_path / 'mlflow.db'}", "--out-dir", str(tmp_path / "out")]
+    done = subprocess.run([sys.executable, "-X", "importtime", str(ROOT / "recipes" / "compare.py"), *argv],
+                          cwd=tmp_path, env={**_env(tmp_path), "PYTHONPATH": str(ROOT), "PYTHONWARNINGS": "ignore"},
+                          capture_output=True, text=True, timeout=300)
+    lines = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert done.returncode == 2 and len(lines) == 1 and lines[0].startswith(said), (done.returncode, lines)
+    assert not re.findall(r"^import time:.*\|\s+(torch|lightning)(?:\.\S*)?$", done.stderr, re.MULTILINE)
+
+
 def test_a_reused_run_without_a_checkpoint_is_refused_in_one_line(tmp_path):
     from mlflow.tracking import MlflowClient
 

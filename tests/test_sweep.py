@@ -125,12 +125,16 @@ COLUMNS_NAMED_WRONG = [
     (["--target", "approved", "--drop-columns", "sex", "--mutability", "Debt=decrease"],
      "error: --mutability: unknown feature 'Debt' (did you mean 'debt'? names are case-sensitive); known features: "
      "age, income, debt, years_employed, home_ownership, purpose"),
+    (["--target", "approved", "--drop-columns", "sexx"], "error: --drop-columns: got 'sexx', not a column of loans.csv; "
+                                                         "allowed: age, income, debt, years_employed, home_ownership, "
+                                                         "purpose, sex, approved"),
 ]
 
 
-@pytest.mark.parametrize("arguments, said", COLUMNS_NAMED_WRONG, ids=["target", "immutable", "mutability"])
+@pytest.mark.parametrize("arguments, said", COLUMNS_NAMED_WRONG, ids=["target", "immutable", "mutability", "drop"])
 def test_sweep_refuses_a_column_named_wrong_as_train_does_before_torch(tmp_path, arguments, said):
-    """A bad ``--target``, ``--immutable`` or ``--mutability`` on a table: ``sweep.py`` refused it only after torch and
+    """A bad ``--target``, ``--immutable``, ``--mutability`` or ``--drop-columns`` on a table: ``sweep.py`` refused it
+    only after torch and
     the data module were loaded (about 7 s), ``train.py`` the last two too (8 s). Both now read the table's header
     line first: exit code 2, the same one line, and torch is never imported (``-X importtime`` lists every import)."""
     import re

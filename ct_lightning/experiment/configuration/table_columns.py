@@ -1,9 +1,10 @@
-"""The options that name a table's columns (``--target``, ``--immutable``, ``--mutability``), checked against the
-names in its header line before torch is imported or the table is read (plain Python: no pandas, no torch).
+"""The options that name a table's columns (``--target``, ``--drop-columns``, ``--immutable``, ``--mutability``),
+checked against the names in its header line before torch is imported or the table is read (plain Python: no
+pandas, no torch).
 
 A training checks these names again once its data module is built (``configuration.data.mutability_spec``); the
 check here refuses only what that check would refuse, with the same line (the messages have one home each:
-:func:`datamodules.table_header.target_column_error`, :func:`ct_lightning.feature_names.unknown_feature_error`), and
+:func:`datamodules.table_header.target_column_error` and ``drop_columns_error``, :func:`ct_lightning.feature_names.unknown_feature_error`), and
 leaves to it what the header cannot tell: a one-hot column (``purpose=car``), an index, a header that may be data.
 """
 
@@ -33,15 +34,17 @@ def check_named_features(config: dict, columns: list[str]) -> None:
 
 
 def check_table_header(config: dict) -> bool:
-    """Check ``target``, ``immutable`` and ``mutability`` against the header line of the table file in ``data`` (a
+    """Check ``target``, ``drop_columns``, ``immutable`` and ``mutability`` against the header line of the table file in ``data`` (a
     one-line ``ValueError``); whether its names were known (a CSV with a header of names: not a Parquet file, nor one
     whose first line may be data), so that the caller checks them against the table as read otherwise."""
-    from datamodules.table_header import header_names, looks_like_names, target_column_error  # noqa: PLC0415
+    from datamodules.table_header import (drop_columns_error, header_names, looks_like_names,  # noqa: PLC0415
+                                          target_column_error)
 
     names = header_names(config["data"])
     if names is None or not looks_like_names(names):
         return False
-    error = target_column_error(config.get("target"), names, config["data"])
+    error = target_column_error(config.get("target"), names, config["data"]) or \
+        drop_columns_error(csv_names(config.get("drop_columns")), names, config.get("target"), config["data"])
     if error is not None:
         raise error
     check_named_features(config, names)

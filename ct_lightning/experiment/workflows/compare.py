@@ -83,8 +83,6 @@ OPTION_HINTS = {"--mutability": "compare.py takes a table's increase/decrease-on
 def check_table_options(args, names: list[str]) -> None:
     """A table needs ``--target``; its actionability pair needs protected features (``--immutable`` or a data
     spec's ``mutability: none``); ``--target``/``--immutable`` without a use are refused, not ignored."""
-    from ct_lightning.experiment.configuration.settings import data_class  # noqa: PLC0415 - imports torch
-
     tables = [name for name in names if is_table_file(name)]
     if not tables:
         for option in ("target", "data_spec", "drop_columns", "balance", "immutable"):
@@ -98,6 +96,13 @@ def check_table_options(args, names: list[str]) -> None:
         raise InputError("--immutable", args.immutable, "nothing with --no-actionability (only the actionability "
                          "pair gets --immutable columns; the plausibility pair keeps only the data spec's own "
                          "mutability)")
+    from ct_lightning.experiment.configuration.table_columns import check_table_header  # noqa: PLC0415
+
+    for table in tables:  # the names in its header line first: a misspelt column is refused before torch
+        check_table_header({"data": table, "target": args.target, "drop_columns": args.drop_columns,
+                            "immutable": args.immutable})
+    from ct_lightning.experiment.configuration.settings import data_class  # noqa: PLC0415 - imports torch
+
     for table in tables:  # reading the table checks it (columns, classes, missing values, ...) before any work
         module = data_class(table)(table, **table_options(args))
         check_immutable_columns(args.immutable, module)
