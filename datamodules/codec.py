@@ -125,9 +125,15 @@ def _decimals(scale: float) -> int:
 
 
 def category_codes(values: pd.Series, categories) -> np.ndarray:
-    """Each value's position in ``categories``, matched by text (``1`` is the category ``"1"``), -1 where it is none
-    of them. Looked up once per distinct value; an object column that mixes kinds of values (``1``, ``True``,
-    ``1.0``, equal to one another for pandas, different as text) once per row."""
+    """Each value's position in ``categories``, -1 where it is none of them: matched as numbers where the column and
+    the categories are numbers (``2.0`` in a column that a missing value made float is the category ``2``), else by
+    text (``1`` is the category ``"1"``). Looked up once per distinct value; an object column that mixes kinds of
+    values (``1``, ``True``, ``1.0``, equal to one another for pandas, different as text) once per row."""
+    if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values) and \
+            all(_is_number(c) for c in categories):
+        by_number = {float(c): i for i, c in enumerate(categories)}
+        index, distinct = pd.factorize(values)
+        return np.array([by_number.get(float(v), -1) for v in distinct] + [-1], dtype=np.int64)[index]
     known = {str(c): i for i, c in enumerate(categories)}
     if values.dtype == object and pd.api.types.infer_dtype(values, skipna=False) != "string":
         return np.array(values.map(lambda v: known.get(str(v), -1)), dtype=np.int64)  # writable, unlike to_numpy's
@@ -136,14 +142,8 @@ def category_codes(values: pd.Series, categories) -> np.ndarray:
 
 
 def ordinal_ranks(values: pd.Series, order) -> np.ndarray:
-    """Each value's rank in ``order`` (0 for its first category), -1 where it is none of them: matched as numbers where
-    the column and the order are numbers (``2.0`` in a column with a missing value is the grade ``2``), else by text
-    (:func:`category_codes`)."""
-    if pd.api.types.is_numeric_dtype(values) and not pd.api.types.is_bool_dtype(values) and \
-            all(_is_number(c) for c in order):
-        known = {float(c): i for i, c in enumerate(order)}
-        index, distinct = pd.factorize(values)
-        return np.array([known.get(float(v), -1) for v in distinct] + [-1], dtype=np.int64)[index]
+    """Each value's rank in ``order`` (0 for its first category), -1 where it is none of them
+    (:func:`category_codes`: numbers as numbers, else text)."""
     return category_codes(values, order)
 
 

@@ -647,3 +647,31 @@ def test_the_low_tau_note_of_a_model_of_three_classes_speaks_of_the_most_likely_
     assert "note: the search stops once the target's probability reaches tau 0.5 (the model's own), and the change is " \
            "valid once the target is the most likely of the 3 classes, perhaps below that" in out, out
     assert "more likely class" not in out
+
+
+def test_a_category_coded_as_a_number_is_read_in_a_column_a_blank_made_float(tmp_path, capsys):
+    """A region coded 1-3 and declared categorical: in a batch where one applicant left it blank, pandas reads the
+    column as 1.0, 2.0, 3.0, and every row was refused ('region=3.0': unseen category), not only the blank one."""
+    from datamodules.codec import TabularCodec
+    from ct_lightning.experiment.runs.train import train
+    from recipes.explain import main
+
+    frame = pd.read_csv(LOANS)
+    frame["region"] = frame["age"] % 3 + 1
+    frame.to_csv(tmp_path / "regions.csv", index=False)
+    spec = {"columns": {"region": {"kind": "categorical"}}}
+    codec = TabularCodec.fit(frame, "approved", spec)
+    rows = frame.drop(columns="approved").head(6)
+    floated = rows.assign(region=rows["region"].astype(float))
+    np.testing.assert_array_equal(codec.encode(floated), codec.encode(rows))
+    floated.loc[2, "region"] = np.nan
+    floated.to_csv(tmp_path / "rows.csv", index=False)
+    (tmp_path / "spec.yaml").write_text("columns:\n  region: {kind: categorical}\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = train({"data": str(tmp_path / "regions.csv"), "target": "approved", "data_spec": str(tmp_path / "spec.yaml"),
+                 "max_epochs": 1, "nce": 16, "tracking_uri": uri, "progress": False, "seed": 0})
+    records = main(["--run-id", run["run_id"], "--tracking-uri", uri, "--rows", str(tmp_path / "rows.csv"),
+                    "--skip-bad-rows", "--max-steps", "20", "--no-log"])
+    assert [r["explained"] for r in records] == [True, True, False, True, True, True], records
+    assert "row 2: not explained: " in capsys.readouterr().out
+    assert {r["factual"]["region"] for r in records if r["explained"]} <= {1, 2, 3}

@@ -17,7 +17,7 @@ import torch
 from ct_lightning.evaluation.explanation import FeatureCodec, codec_from_dict, explain, explanation_search
 from ct_lightning.experiment.configuration.validation import InputError, show
 from ct_lightning.experiment.runs.checkpoints import load_trained_classifier
-from datamodules.codec import LABELLED, categories_by_case, ordinal_ranks
+from datamodules.codec import LABELLED, categories_by_case, category_codes
 
 PREPROCESSING = "preprocessing.json"
 
@@ -316,9 +316,8 @@ def _value_problems(column, values: pd.Series):
     yield missing, lambda p: (f"{name}=<missing>", f"a value in every row for {name} (or a model trained with "
                               "--impute median, which fills it in)", "missing value")
     if _is_category(column):
-        known = {str(c) for c in column.categories}
-        unseen = ~missing & (ordinal_ranks(values, column.categories) < 0 if column.kind == "ordinal" else
-                             ~values.astype(str).isin(known).to_numpy())  # an ordinal grade 2.0 (a float column) is 2
+        # a category or grade 2.0 (in a column a missing value made float) is 2
+        unseen = ~missing & (category_codes(values, column.categories) < 0)
         yield unseen, lambda p: (f"{name}={values.iloc[p]}", f"one of {', '.join(map(str, column.categories))}",
                                  "unseen category")
         return
