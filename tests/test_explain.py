@@ -522,6 +522,14 @@ def test_a_value_filled_in_is_marked_so_in_the_explanation():
     assert first["income"].get("filled") is True and "filled" not in second["income"]
     text = describe(explained)
     assert "income (missing: filled in as in training): " in text and text.count("filled in") == 1
+    # the served predictor marks it too (its answer read "from": the median, as if the applicant had sent it)
+    from ct_lightning.experiment.runs.served_model import RawRowsClassifier
+
+    served = RawRowsClassifier(model, codec, {"max_steps": 400, "lr": 0.05, "tau": 0.6})
+    answer = served.predict(None, rows.astype({"income": object}).where(rows.notna(), None).reset_index(drop=True),
+                            {"explain": True, "target": "yes"})
+    first, second = ({c["feature"]: c for c in changes} for changes in answer["changes"])
+    assert first["income"].get("filled") is True and "filled" not in second["income"]
 
 
 def test_a_batch_is_written_for_a_spreadsheet_with_each_applicants_id(tmp_path, capsys):
@@ -635,6 +643,20 @@ def test_only_predicted_with_a_gap_filled_in_a_row_it_leaves_out(tmp_path, capsy
     records = main([*common, "--only-predicted", str(predictions[0])])
     assert [r["explained"] for r in records] == [p == predictions[0] for p in predictions]
     assert "filled with" in capsys.readouterr().out
+
+
+def test_a_model_of_ones_own_given_to_explain_as_weights_is_pointed_to_a_run_that_logs_it(tmp_path):
+    """explain.py --checkpoint model.pt (the state_dict of a model trained elsewhere) was refused with "allowed: a
+    checkpoint written by train.py" only; the line now says how to get one: log the model as it is and explain its
+    run."""
+    from recipes.explain import main
+    from ct_lightning.experiment.configuration.validation import CliExit
+
+    torch.save(build_mlp(2, 2, [4]).state_dict(), tmp_path / "model.pt")
+    with pytest.raises(CliExit) as refused:
+        main(["--checkpoint", str(tmp_path / "model.pt"), "--row", '{"x1": 0.2, "x2": 0.4}', "--no-log"])
+    assert "--limit-train-batches 0" in str(refused.value) and "--run-id" in str(refused.value)
+    assert len(str(refused.value).splitlines()) == 1
 
 
 def test_the_plot_of_a_batch_shows_the_rows_with_changes_first():

@@ -58,7 +58,9 @@ def load_trained_classifier(path: str | Path) -> TrainedClassifier:
     given = payload.get("hyper_parameters") if isinstance(payload, dict) else None
     if not isinstance(given, dict) or not isinstance(payload.get("state_dict"), dict):
         raise ValueError(f"checkpoint: got {str(path)!r} (weights without the settings of a training of this "
-                         "project); allowed: a checkpoint written by train.py (last.ckpt, best.ckpt)")
+                         "project); allowed: a checkpoint written by train.py (last.ckpt, best.ckpt), or the run id of "
+                         "your model logged as it is (train.py --from-checkpoint FILE --limit-train-batches 0 ...: "
+                         "--run-id ID)")
     defaults = {k: v for k, v in module_defaults().items() if k != "model"}
     hparams = Hyperparameters({**defaults, **{k: v for k, v in given.items() if k in defaults}})
     hparams["hidden_sizes"] = list(hparams["hidden_sizes"])  # as CTModule keeps them

@@ -186,7 +186,8 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
     fraction in an integer column, a number outside the column's domain (declared bounds, else the training range
     widened to mean ± 3 sd and not below 0 where no training value is negative: the domain the counterfactual
     search keeps to). Returned: numeric columns as
-    ``float64`` (integer columns ``int64``), category columns as the categories themselves."""
+    ``float64`` (integer columns ``int64``), category columns as the categories themselves; ``attrs["filled"]``:
+    ``{row position: [columns]}`` whose missing value was filled in."""
     names = [c.name for c in codec.columns]
     if hasattr(codec, "without_dropped"):  # columns the model was trained without (--drop-columns) may come along
         frame = codec.without_dropped(frame)
@@ -196,7 +197,12 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
         raise ValueError(f"rows: {len(frame)} rows in one request; allowed: at most {max_rows} "
                          f"(split the request, or raise the limit where the server runs)")
     _check_columns(names, frame)
+    filled = {}  # row position: the columns whose missing value is filled in (an explanation marks them)
     if hasattr(codec, "fill_missing"):  # trained with --impute median: missing values are filled as in training
+        for column in codec.columns:
+            if getattr(column, "fill", None) is not None:
+                for position in np.flatnonzero(frame[column.name].isna().to_numpy()):
+                    filled.setdefault(int(position), []).append(column.name)
         frame, _ = codec.fill_missing(frame)
     checked = {}
     for column in codec.columns:
@@ -215,7 +221,9 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
         if column.kind == "integer" and (numeric.abs() < 2 ** 53).all():
             numeric = numeric.astype("int64")
         checked[column.name] = numeric
-    return pd.DataFrame(checked, index=frame.index)[names]
+    rows = pd.DataFrame(checked, index=frame.index)[names]
+    rows.attrs["filled"] = filled
+    return rows
 
 
 def outside_domain(column, numeric: pd.Series) -> tuple[int, str, str] | None:
