@@ -123,13 +123,20 @@ def _numbers(column, values: pd.Series) -> pd.Series:
     if pd.api.types.is_bool_dtype(values):
         raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[0])} in row 0 is true/false; allowed: a number")
     if not pd.api.types.is_numeric_dtype(values):  # text, objects or a mix: each value must be a number itself
+        from datamodules.table_format import undressed_number  # noqa: PLC0415 - a refusal's hint only
+
         sorts = values.map(_sort)
-        digits = (sorts == "text") & pd.to_numeric(values.where(sorts == "text"), errors="coerce").notna()
+        # "40" and, as the training file may have written them, "$17,665.85" and "7.5%": text that writes a number
+        written = values.where(sorts == "text").map(
+            lambda v: undressed_number(v, bool(getattr(column, "decimal_comma", False))) if isinstance(v, str) else None)
+        digits = (sorts == "text") & pd.to_numeric(written, errors="coerce").notna()
         # a value that is no number at all comes first: in a CSV body it turns the whole column into text
         for wrong, why in (((sorts != "a number") & ~digits, None),
                            (digits, "is text; allowed: a number (in JSON without quotes)")):
             if wrong.any():
                 row = _first(wrong)
+                if why and pd.isna(pd.to_numeric(values.iloc[row], errors="coerce")):  # "$17,665.85": its number
+                    why += f", here {number_text(float(written.iloc[row]))}"
                 why = why or ("is true/false; allowed: a number" if sorts.iloc[row] == "true/false" else "is not a number")
                 raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[row])} in row {row} {why}")
     numeric = values.astype(float)
