@@ -110,10 +110,21 @@ def build_model(architecture: str, n_features: int, n_classes: int, hidden_sizes
                "activation": activation}
     try:
         parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        parameters = None
+    if parameters is None:
+        kwargs = {}
+    else:
         takes_all = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
         kwargs = {k: v for k, v in offered.items() if takes_all or k in parameters}
-    except (TypeError, ValueError):
-        kwargs = {}
+        unmet = [name for name, p in parameters.items() if p.default is p.empty and name not in kwargs
+                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        if unmet:  # a class of your own, CreditNet(n_inputs, hidden): a TypeError deep in the loading otherwise
+            raise ValueError(f"model: got {architecture!r} (it requires {', '.join(map(repr, unmet))}, which "
+                             f"ct-lightning does not give); allowed: a function or class whose required arguments "
+                             f"are among {', '.join(offered)}, e.g. a factory of your own beside it: "
+                             f"def make(n_features): return {architecture.partition(':')[2]}(n_features, ...), "
+                             f"then --model yourfile:make")
     model = factory(**kwargs)
     if not isinstance(model, nn.Module):
         raise ValueError(f"model: factory {architecture!r} returned {type(model).__name__}, not an nn.Module")

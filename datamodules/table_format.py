@@ -161,7 +161,8 @@ def _dressed_numbers(text: pd.Series, decimal_comma: bool, notes: list[str], uni
     percent = " ('%' dropped: 7.5% is 7.5)" if any(v.endswith("%") for v in values) and \
         not first.endswith("%") else ""
     notes.append(f"{text.name}: numbers written as text read as numbers ({first!r} is "
-                 f"{numbers[first]:g}){percent}; rows to explain may write them either way")
+                 f"{numbers[first]:g}){percent}; rows for explain.py may write them either way, a served model takes them as "
+                 f"numbers")
     unit = unit_of(values)
     if unit:
         units[text.name] = unit

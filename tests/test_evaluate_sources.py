@@ -125,3 +125,46 @@ def test_a_plain_state_dict_of_a_table_read_with_dropped_columns_and_balance_is_
     with pytest.raises(SystemExit, match="weights of a model of 14 features"):  # without: one input too many
         evaluate("--checkpoint", str(tmp_path / "own.pt"), "--data", str(table), "--target", "approved",
                  tmp_path=tmp_path)
+
+
+def test_a_run_that_logged_its_model_as_it_is_is_evaluated_and_reused_by_compare(trained, tmp_path):
+    """The worked example's "before" run (--from-checkpoint with --limit-train-batches 0) logs the model as it was,
+    without a checkpoint: evaluate.py --run-id ended in 'no artifact checkpoints/last.ckpt' and compare.py
+    --bl-run-id refused it, so the model as it was could not be compared with its fine-tuning. Both now load its
+    logged model, with the run's preprocessing and constraints."""
+    from ct_lightning.experiment.configuration.validation import InputError, check_run_ids
+    from ct_lightning.experiment.runs.train import train
+
+    before = train({"data": str(LOANS), "target": "approved", "immutable": ["age", "sex"],
+                    "from_checkpoint": str(trained["ckpt"]), "limit_train_batches": 0, "max_epochs": 1,
+                    "objective": "vanilla", "tracking_uri": trained["uri"], "progress": False,
+                    "checkpoint_dir": str(tmp_path / "before")})
+    assert before["checkpoints"]["last"] is None
+    check_run_ids("--bl-run-id", [before["run_id"]], trained["uri"], checkpoint="last")  # compare's check passes
+    with pytest.raises(InputError, match="its checkpoints: best.ckpt, last.ckpt"):  # has checkpoints: not the model
+        check_run_ids("--bl-run-id", [trained["run_id"]], trained["uri"], checkpoint="nope")
+    payload = evaluate("--run-id", before["run_id"], "--tracking-uri", trained["uri"], "--split", "test",
+                       tmp_path=tmp_path)
+    assert payload["data"] == "loans" and set(payload["immutable"]) >= {"age", "sex"}  # the trained constraints
+    assert payload["summary"]["accuracy"] == pytest.approx(before["metrics"]["test/acc"], abs=1e-6)
+
+
+def test_compare_evaluates_the_model_as_it_was_beside_its_fine_tuning(trained, tmp_path, capsys):
+    """compare.py --bl-run-id BEFORE --ct-run-id AFTER: the model as it was (no checkpoint) beside the fine-tuned
+    run. The plan said both were trained "with the data spec's own mutability in training and evaluation (no
+    --immutable)", though the given runs were trained with --immutable age,sex: compare only evaluates them."""
+    from recipes.compare import main
+    from ct_lightning.experiment.runs.train import train
+
+    before = train({"data": str(LOANS), "target": "approved", "immutable": ["age", "sex"],
+                    "from_checkpoint": str(trained["ckpt"]), "limit_train_batches": 0, "max_epochs": 1,
+                    "objective": "vanilla", "tracking_uri": trained["uri"], "progress": False,
+                    "checkpoint_dir": str(tmp_path / "before")})
+    main(["--data", str(LOANS), "--target", "approved", "--bl-run-id", before["run_id"], "--ct-run-id",
+          trained["run_id"], "--no-actionability", "--tracking-uri", trained["uri"], "--out-dir", str(tmp_path / "cmp"),
+          "--n-runs", "1", "--n-individuals", "4", "--no-progress"])
+    out = capsys.readouterr().out
+    plan = [line for line in out.splitlines() if "(given)" in line]
+    assert len(plan) == 2 and all("in evaluation (trained as the given run was)" in line and "in training" not in line
+                                  for line in plan), plan
+    assert (tmp_path / "cmp" / "table.md").is_file()

@@ -88,6 +88,9 @@ def test_changes_are_shown_with_the_digits_the_applicant_gave_and_never_as_no_ch
     assert format_change(36428.2, 54848.2, "${}") == "$36,428.2 → $54,848.2"  # as the file wrote them
     assert format_change(7.5, 5.81, "{}%") == "7.5% → 5.8%" and format_change(-12, 3, "{} €") == "-12 € → 3 €"
     assert format_value(1234567.5) == "1,234,568" and format_value(0.123456789) == "0.123457"
+    # a count read as floats (its column had a gap: pandas reads 5 as 5.0) changed to a whole number read 5 → 6.0
+    assert format_change(5.0, 6) == "5 → 6" and format_change(2.0, 1.0) == "2 → 1"
+    assert format_change(5.0, 5.4) == "5 → 5.4" and format_change(0.9, 0.0003) == "0.9 → 0.00030"
 
 
 def test_text_and_json_forms():
@@ -519,6 +522,14 @@ def test_a_value_filled_in_is_marked_so_in_the_explanation():
     assert first["income"].get("filled") is True and "filled" not in second["income"]
     text = describe(explained)
     assert "income (missing: filled in as in training): " in text and text.count("filled in") == 1
+    # the served predictor marks it too (its answer read "from": the median, as if the applicant had sent it)
+    from ct_lightning.experiment.runs.served_model import RawRowsClassifier
+
+    served = RawRowsClassifier(model, codec, {"max_steps": 400, "lr": 0.05, "tau": 0.6})
+    answer = served.predict(None, rows.astype({"income": object}).where(rows.notna(), None).reset_index(drop=True),
+                            {"explain": True, "target": "yes"})
+    first, second = ({c["feature"]: c for c in changes} for changes in answer["changes"])
+    assert first["income"].get("filled") is True and "filled" not in second["income"]
 
 
 def test_a_batch_is_written_for_a_spreadsheet_with_each_applicants_id(tmp_path, capsys):
@@ -609,6 +620,43 @@ def test_only_the_rows_predicted_as_a_class_are_searched_and_the_others_keep_the
     with pytest.raises(CliExit) as refused:
         main([*common, "--only-predicted", "maybe"])
     assert str(refused.value).startswith("--only-predicted: got 'maybe'; allowed: ")
+
+
+def test_only_predicted_with_a_gap_filled_in_a_row_it_leaves_out(tmp_path, capsys):
+    """A model trained with --impute median, a batch in which an applicant the model does not reject left a field
+    empty: --only-predicted ended in a traceback (KeyError: the filled row was not among the explained ones)."""
+    from recipes.explain import main
+    from ct_lightning.experiment.runs.train import train
+
+    train({"data": str(LOANS), "target": "approved", "max_epochs": 1, "nce": 16, "progress": False,
+           "impute": "median", "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+           "checkpoint_dir": str(tmp_path / "ct")})
+    rows = pd.read_csv(LOANS).drop(columns="approved").head(12)
+    rows["years_employed"] = rows["years_employed"].astype(float)
+    rows.loc[:, "years_employed"] = np.nan  # every applicant left it empty: filled in for all of them
+    rows.to_csv(tmp_path / "applicants.csv", index=False)
+    common = ["--checkpoint", str(tmp_path / "ct" / "last.ckpt"), "--rows", str(tmp_path / "applicants.csv"),
+              "--max-steps", "40"]
+    predictions = [r["prediction"] for r in main(common)]
+    assert len(set(predictions)) == 2, predictions  # both kinds of rows are there
+    capsys.readouterr()
+    records = main([*common, "--only-predicted", str(predictions[0])])
+    assert [r["explained"] for r in records] == [p == predictions[0] for p in predictions]
+    assert "filled with" in capsys.readouterr().out
+
+
+def test_a_model_of_ones_own_given_to_explain_as_weights_is_pointed_to_a_run_that_logs_it(tmp_path):
+    """explain.py --checkpoint model.pt (the state_dict of a model trained elsewhere) was refused with "allowed: a
+    checkpoint written by train.py" only; the line now says how to get one: log the model as it is and explain its
+    run."""
+    from recipes.explain import main
+    from ct_lightning.experiment.configuration.validation import CliExit
+
+    torch.save(build_mlp(2, 2, [4]).state_dict(), tmp_path / "model.pt")
+    with pytest.raises(CliExit) as refused:
+        main(["--checkpoint", str(tmp_path / "model.pt"), "--row", '{"x1": 0.2, "x2": 0.4}', "--no-log"])
+    assert "--limit-train-batches 0" in str(refused.value) and "--run-id" in str(refused.value)
+    assert len(str(refused.value).splitlines()) == 1
 
 
 def test_the_plot_of_a_batch_shows_the_rows_with_changes_first():

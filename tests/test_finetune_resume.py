@@ -342,9 +342,35 @@ def test_weights_of_a_model_class_of_ones_own_point_to_model_factory(store, tmp_
             self.fc1, self.out = nn.Linear(2, 8), nn.Linear(8, 2)
 
     torch.save(Net().state_dict(), tmp_path / "net.pt")
+    lines = []
     with pytest.raises(ValueError, match=r"missing in checkpoint: 0\.weight.*not in model: fc1\.weight.* the layers "
                                          r"have other names.*pass --model package\.module:factory"):
-        train({**TINY, **store, "from_checkpoint": str(tmp_path / "net.pt")})
+        train({**TINY, **store, "from_checkpoint": str(tmp_path / "net.pt")},
+              echo=lambda *a, **k: lines.append(" ".join(map(str, a))))
+    # refused before the data is read, without first calling it an MLP with a guessed activation and hidden sizes
+    assert not [line for line in lines if "which activation its MLP uses" in line or "an MLP with hidden" in line
+                or line.startswith("data ")], lines
+
+
+def test_a_model_class_whose_constructor_takes_arguments_of_its_own_is_refused_in_one_line(store, tmp_path,
+                                                                                        monkeypatch):
+    """A risk team's ``CreditNet(n_inputs, hidden=(32, 16), dropout=0.2)`` given as ``--model mymodel:CreditNet``
+    ended in a traceback (``TypeError: ... missing 1 required positional argument: 'n_inputs'``) after the data was
+    read; now one line names the argument and the factory to write."""
+    (tmp_path / "mymodel.py").write_text(
+        "from torch import nn\n"
+        "class CreditNet(nn.Sequential):\n"
+        "    def __init__(self, n_inputs, hidden=(8,), dropout=0.2):\n"
+        "        super().__init__(nn.Linear(n_inputs, hidden[0]), nn.ReLU(), nn.Dropout(dropout),"
+        " nn.Linear(hidden[0], 2))\n"
+        "def make(n_features):\n"
+        "    return CreditNet(n_features)\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"^model: got 'mymodel:CreditNet' \(it requires 'n_inputs', which "
+                                         r"ct-lightning does not give\); allowed: .*n_features, n_classes.*"
+                                         r"def make\(n_features\): return CreditNet\(n_features, \.\.\.\)"):
+        train({**TINY, **store, "model": "mymodel:CreditNet"})
+    assert train({**TINY, **store, "model": "mymodel:make"})["metrics"]["epochs"] == 1  # the factory it names works
 
 
 def test_a_resumed_run_writes_its_summary_where_the_run_was_asked_to(tmp_path, store):

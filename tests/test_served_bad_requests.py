@@ -91,6 +91,11 @@ def test_values_are_converted_to_their_columns_type_where_nothing_is_lost(typed)
 @pytest.mark.parametrize("changes, expected", [
     ({"age": "30"}, "rows: column 'age': '30' in row 0 is text; allowed: a number (in JSON without quotes)"),
     ({"ratio": "1.5"}, "rows: column 'ratio': '1.5' in row 0 is text; allowed: a number"),
+    # as the training file wrote it (and explain.py reads it): "is not a number" did not say what to send
+    ({"ratio": "$1,234.5"}, "rows: column 'ratio': '$1,234.5' in row 0 is text; allowed: a number (in JSON without "
+                            "quotes), here 1234.5"),
+    ({"ratio": "7.5%"}, "rows: column 'ratio': '7.5%' in row 0 is text; allowed: a number (in JSON without quotes), "
+                        "here 7.5"),
     ({"age": 30.5}, "rows: column 'age': 30.5 in row 0 is not a whole number; allowed: whole numbers"),
     ({"age": True}, "rows: column 'age': True in row 0 is true/false; allowed: a number"),
     ({"ratio": [1.5]}, "rows: column 'ratio': [1.5] in row 0 is not a number"),

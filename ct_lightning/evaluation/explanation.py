@@ -390,7 +390,9 @@ def format_change(before, after, unit: str | None = None) -> str:
         before, after = float(before), float(after)
         shown_decimals = _decimals(before)
         decimals = shown_decimals
-        if after != 0 and abs(after) < 10 ** (1 - decimals):  # fewer than two significant digits would show
+        # fewer than two significant digits would show (a whole number, a count 5.0 → 6 from a column with a gap
+        # that pandas read as floats, shows whole: 5 → 6)
+        if not after.is_integer() and abs(after) < 10 ** (1 - decimals):
             decimals = min(7, 1 - math.floor(math.log10(abs(after))))
         while decimals < 7 and round(after, decimals) == before != after:
             decimals += 1

@@ -357,11 +357,21 @@ def check_run_ids(option: str, run_ids: Sequence[str], tracking_uri: str, checkp
             raise InputError(option, run_id, f"the id of a run in {tracking_uri}", "no such run") from None
         if checkpoint is not None:
             names = [a.path for a in client.list_artifacts(run_id, "checkpoints")]
-            if f"checkpoints/{checkpoint}.ckpt" not in names:
+            if f"checkpoints/{checkpoint}.ckpt" not in names and not (
+                    not any(n.endswith(".ckpt") for n in names) and logged_model(client, run_id)):
                 found = ", ".join(Path(n).name for n in names) or "none"
-                raise InputError(option, run_id, f"the id of a run with a saved model (checkpoints/{checkpoint}.ckpt; "
-                                 "a run that logged a model as it is (--limit-train-batches 0) or whose checkpoints "
-                                 "were deleted has none), or an empty entry to train", f"its checkpoints: {found}")
+                raise InputError(option, run_id, f"the id of a run with a saved model (checkpoints/{checkpoint}.ckpt, or "
+                                 "the MLflow model 'model' that a run without checkpoints logged), or an empty entry "
+                                 "to train", f"its checkpoints: {found}")
+
+
+def logged_model(client, run_id: str) -> bool:
+    """Whether the run logged its classifier as the MLflow model ``model`` (a run of train.py that logged a model
+    as it is, ``--limit-train-batches 0``, has it and no checkpoint: evaluations load it instead)."""
+    run = client.get_run(run_id)
+    models = client.search_logged_models(experiment_ids=[run.info.experiment_id],
+                                         filter_string=f"source_run_id = '{run_id}'")
+    return any(m.name == "model" for m in models)
 
 
 def check_model_fits(option: str, value: str, module, datamodule) -> None:

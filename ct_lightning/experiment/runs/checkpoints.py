@@ -58,7 +58,9 @@ def load_trained_classifier(path: str | Path) -> TrainedClassifier:
     given = payload.get("hyper_parameters") if isinstance(payload, dict) else None
     if not isinstance(given, dict) or not isinstance(payload.get("state_dict"), dict):
         raise ValueError(f"checkpoint: got {str(path)!r} (weights without the settings of a training of this "
-                         "project); allowed: a checkpoint written by train.py (last.ckpt, best.ckpt)")
+                         "project); allowed: a checkpoint written by train.py (last.ckpt, best.ckpt), or the run id of "
+                         "your model logged as it is (train.py --from-checkpoint FILE --limit-train-batches 0 ...: "
+                         "--run-id ID)")
     defaults = {k: v for k, v in module_defaults().items() if k != "model"}
     hparams = Hyperparameters({**defaults, **{k: v for k, v in given.items() if k in defaults}})
     hparams["hidden_sizes"] = list(hparams["hidden_sizes"])  # as CTModule keeps them
@@ -176,11 +178,23 @@ def infer_mlp_hidden_sizes(state: dict[str, torch.Tensor]) -> list[int] | None:
 
 def load_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
     """Load ``state`` into ``model`` strictly; on mismatch raise an error naming the layers."""
-    expected = model.state_dict()
+    check_layers({k: v.shape for k, v in model.state_dict().items()}, state, source)
+    model.load_state_dict(state)
+
+
+def mlp_layer_names(hidden_sizes) -> dict[str, None]:
+    """The names of a ``build_mlp`` network's weights (``0.weight``, ``0.bias``, ``2.weight``, ...), shapes unknown:
+    for :func:`check_layers` before the data gives the widths."""
+    return {f"{2 * i}.{kind}": None for i in range(len(hidden_sizes) + 1) for kind in ("weight", "bias")}
+
+
+def check_layers(expected: dict, state: dict[str, torch.Tensor], source: str = "checkpoint") -> None:
+    """``state`` has the weights ``expected`` names (``{name: shape}``, a shape of ``None`` unchecked), else a
+    ``ValueError`` naming the layers that differ and, for a model class of your own, ``--model``."""
     missing = [k for k in expected if k not in state]
     unexpected = [k for k in state if k not in expected]
-    shapes = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(v.shape)}"
-              for k, v in expected.items() if k in state and state[k].shape != v.shape]
+    shapes = [f"{k}: checkpoint {tuple(state[k].shape)} vs model {tuple(v)}"
+              for k, v in expected.items() if v is not None and k in state and state[k].shape != v]
     if missing or unexpected or shapes:
         parts = []
         if shapes:
@@ -198,7 +212,6 @@ def load_weights(model: nn.Module, state: dict[str, torch.Tensor], source: str =
             parts.append("its layers sit at other places of an nn.Sequential (a Dropout or BatchNorm between the "
                          "Linear layers?): pass --model package.module:factory that builds the same Sequential")
         raise ValueError(f"{source} does not fit the model: " + " | ".join(parts))
-    model.load_state_dict(state)
 
 
 ADAPTER, NETWORK = "inputs.", "network."  # an AdaptedModel's parts (--model-inputs)

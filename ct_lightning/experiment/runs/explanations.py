@@ -393,6 +393,8 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
     if others:
         explained["other_columns"] = [others.get(row, {}) for row in rows.index]
     for row, columns in rows.attrs.get("filled", {}).items():  # the applicant gave no value: it was filled in
+        if row not in explained.index:  # a row --only-predicted left out: not searched, no changes to mark
+            continue
         for change in explained.at[row, "changes"]:
             if change["feature"] in columns:
                 change["filled"] = True

@@ -52,8 +52,25 @@ def load_run(run_id: str, tracking_uri: str, which: str = "last", weights_only: 
 
     ``which`` is ``last`` (the model at the end of training, the default) or ``best`` (best val/acc).
     """
-    checkpoint, config = download_checkpoint(run_id, tracking_uri, which, dst_dir)
+    try:
+        checkpoint, config = download_checkpoint(run_id, tracking_uri, which, dst_dir)
+    except FileNotFoundError:
+        if any(a.path.endswith(".ckpt") for a in _client(tracking_uri).list_artifacts(run_id, "checkpoints")):
+            raise  # another checkpoint is there (--which best of a run that has last only): not the logged model
+        return load_logged_model(run_id, tracking_uri)
     return LoadedModel(load_checkpoint(checkpoint, weights_only), config, checkpoint, run_id, tracking_uri)
+
+
+def load_logged_model(run_id: str, tracking_uri: str) -> LoadedModel:
+    """A run without checkpoints (a model logged as it is, ``--limit-train-batches 0``, as the worked example's
+    "before" run): its logged MLflow model ``model`` with the settings of its ``config.json``, its trained
+    constraints and fitted preprocessing from the logged ``predictor``; a ``FileNotFoundError`` where it has none."""
+    from ct_lightning.experiment.runs.explanations import _from_logged_models  # noqa: PLC0415
+
+    explainable = _from_logged_models(run_id, tracking_uri)
+    if explainable.has_preprocessing:  # a table's fitted encoding, as a checkpoint carries it
+        explainable.module.preprocessing = explainable.codec.to_dict()
+    return LoadedModel(explainable.module, explainable.config, f"runs:/{run_id}/model", run_id, tracking_uri)
 
 
 def download_checkpoint(run_id: str, tracking_uri: str, which: str = "last",

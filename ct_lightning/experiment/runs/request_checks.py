@@ -123,13 +123,20 @@ def _numbers(column, values: pd.Series) -> pd.Series:
     if pd.api.types.is_bool_dtype(values):
         raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[0])} in row 0 is true/false; allowed: a number")
     if not pd.api.types.is_numeric_dtype(values):  # text, objects or a mix: each value must be a number itself
+        from datamodules.table_format import undressed_number  # noqa: PLC0415 - a refusal's hint only
+
         sorts = values.map(_sort)
-        digits = (sorts == "text") & pd.to_numeric(values.where(sorts == "text"), errors="coerce").notna()
+        # "40" and, as the training file may have written them, "$17,665.85" and "7.5%": text that writes a number
+        written = values.where(sorts == "text").map(
+            lambda v: undressed_number(v, bool(getattr(column, "decimal_comma", False))) if isinstance(v, str) else None)
+        digits = (sorts == "text") & pd.to_numeric(written, errors="coerce").notna()
         # a value that is no number at all comes first: in a CSV body it turns the whole column into text
         for wrong, why in (((sorts != "a number") & ~digits, None),
                            (digits, "is text; allowed: a number (in JSON without quotes)")):
             if wrong.any():
                 row = _first(wrong)
+                if why and pd.isna(pd.to_numeric(values.iloc[row], errors="coerce")):  # "$17,665.85": its number
+                    why += f", here {number_text(float(written.iloc[row]))}"
                 why = why or ("is true/false; allowed: a number" if sorts.iloc[row] == "true/false" else "is not a number")
                 raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[row])} in row {row} {why}")
     numeric = values.astype(float)
@@ -186,7 +193,8 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
     fraction in an integer column, a number outside the column's domain (declared bounds, else the training range
     widened to mean ± 3 sd and not below 0 where no training value is negative: the domain the counterfactual
     search keeps to). Returned: numeric columns as
-    ``float64`` (integer columns ``int64``), category columns as the categories themselves."""
+    ``float64`` (integer columns ``int64``), category columns as the categories themselves; ``attrs["filled"]``:
+    ``{row position: [columns]}`` whose missing value was filled in."""
     names = [c.name for c in codec.columns]
     if hasattr(codec, "without_dropped"):  # columns the model was trained without (--drop-columns) may come along
         frame = codec.without_dropped(frame)
@@ -196,7 +204,12 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
         raise ValueError(f"rows: {len(frame)} rows in one request; allowed: at most {max_rows} "
                          f"(split the request, or raise the limit where the server runs)")
     _check_columns(names, frame)
+    filled = {}  # row position: the columns whose missing value is filled in (an explanation marks them)
     if hasattr(codec, "fill_missing"):  # trained with --impute median: missing values are filled as in training
+        for column in codec.columns:
+            if getattr(column, "fill", None) is not None:
+                for position in np.flatnonzero(frame[column.name].isna().to_numpy()):
+                    filled.setdefault(int(position), []).append(column.name)
         frame, _ = codec.fill_missing(frame)
     checked = {}
     for column in codec.columns:
@@ -215,7 +228,9 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
         if column.kind == "integer" and (numeric.abs() < 2 ** 53).all():
             numeric = numeric.astype("int64")
         checked[column.name] = numeric
-    return pd.DataFrame(checked, index=frame.index)[names]
+    rows = pd.DataFrame(checked, index=frame.index)[names]
+    rows.attrs["filled"] = filled
+    return rows
 
 
 def outside_domain(column, numeric: pd.Series) -> tuple[int, str, str] | None:

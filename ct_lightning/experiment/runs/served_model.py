@@ -124,7 +124,12 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
             out["target_probability"] = explained["probability"].to_list()
             out["valid"] = explained["valid"].to_list()
             out["counterfactual"] = explained["counterfactual"].to_list()
-            out["changes"] = explained["changes"].to_list()
+            changes = explained["changes"].to_list()
+            for position, columns in frame.attrs.get("filled", {}).items():  # the request left them empty
+                for change in changes[position]:
+                    if change["feature"] in columns:
+                        change["filled"] = True
+            out["changes"] = changes
         return out
 
 

@@ -21,8 +21,9 @@ from ct_lightning.callbacks import BurnIn, ConvergenceWatch, CounterfactualEvalu
 from ct_lightning.callbacks.epoch_lines import EpochLines, wants_epoch_lines
 from ct_lightning.experiment.configuration.allocator import keep_freed_memory
 from ct_lightning.experiment.runs.checkpoint_io import AtomicCheckpointIO
-from ct_lightning.experiment.runs.checkpoints import (CLASSES_KEY, first_layer, infer_mlp_hidden_sizes, last_layer,
-                                                     load_into, read_checkpoint, save_network_weights, split_adapted)
+from ct_lightning.experiment.runs.checkpoints import (CLASSES_KEY, check_layers, first_layer, infer_mlp_hidden_sizes,
+                                                     last_layer, load_into, mlp_layer_names, read_checkpoint,
+                                                     save_network_weights, split_adapted)
 from ct_lightning.model_inputs import affine_map, output_order, read_model_spec
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.models import ACTIVATIONS
@@ -232,7 +233,11 @@ def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None
         weights, implied = _architecture_from_source(given["from_checkpoint"], given)
         given.update(implied)
         inherited = "model_inputs" in implied  # a --model-inputs run's checkpoint: its list comes with it
-        if given.get("activation") is None and given.get("model", "mlp") == "mlp":
+        mlp = given.get("model", "mlp") == "mlp"
+        if mlp and infer_mlp_hidden_sizes(weights) is None:  # a class of your own: say so now, not after the data
+            check_layers(mlp_layer_names(given.get("hidden_sizes") or DEFAULTS["hidden_sizes"]), weights,
+                         f"--from-checkpoint {given['from_checkpoint']}")
+        if given.get("activation") is None and mlp:
             echo(f"note: {given['from_checkpoint']} does not say which activation its MLP uses (a state_dict holds "
                  f"weights only): {DEFAULTS['activation']} is assumed; pass --activation if it was trained with another "
                  f"(allowed: {', '.join(ACTIVATIONS)})", flush=True)

@@ -199,13 +199,15 @@ def constraints_in_words(task: Task) -> str:
     """Which features a task's model may change, in training and in evaluation. A table's data spec (its
     mutability, increase/decrease included, and its domain) holds in the training and evaluation of both pairs;
     ``--immutable`` is added for the actionability pair only."""
+    # a given run (--bl-run-id ...) was trained as it was, perhaps with --immutable: only its evaluation is compare's
+    when = "in evaluation (trained as the given run was)" if task.reuse_run_id else "in training and evaluation"
     if task.protected:
         protected = ("--immutable columns and the data spec's mutability" if is_table_file(task.data)
                      else "protected features immutable")
-        return f"{protected} in training and evaluation: the actionability pair for the cost column"
+        return f"{protected} {when}: the actionability pair for the cost column"
     if is_table_file(task.data):
-        return "the data spec's own mutability in training and evaluation (no --immutable)"
-    return "all features mutable"
+        return f"the data spec's own mutability {when} (no --immutable)"
+    return "all features mutable" + (" in evaluation (trained as the given run was)" if task.reuse_run_id else "")
 
 
 def task_state(task: Task, client) -> tuple[str | None, bool]:
