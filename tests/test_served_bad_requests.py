@@ -164,7 +164,9 @@ def test_the_domain_is_the_training_range_widened_or_the_declared_bounds(codec):
     low, high = age.domain()
     assert low == pytest.approx(min(age.mean - 3 * age.scale, age.train_min)) and high >= age.train_max
     check_rows(codec, rows(age=int(high)), 1)  # the edge is inside
-    with pytest.raises(ValueError, match=f"allowed: {low:.6g} to {high:.6g} \\(the training rows' range widened"):
+    with pytest.raises(ValueError, match=f"allowed: {low:.6g} to {high:.6g} \\(the training rows' range widened to "
+                                         r"mean \+/- 3 sd; to accept more, declare lower/upper in --data-spec and "
+                                         r"train again\)$"):
         check_rows(codec, rows(age=int(high) + 1), 1)  # a whole number: age is an integer column
     declared = TabularCodec.fit(pd.read_csv(LOANS), "approved", spec={"columns": {"age": {"lower": 18, "upper": 70}}})
     refusal = r"'age': 71 in row 0 is outside the model's domain; allowed: 18 to 70 \(the data spec's bounds\)$"
@@ -182,7 +184,8 @@ def test_a_column_without_negative_training_values_is_not_widened_below_zero(cod
     assert low == 0 and high == pytest.approx(max(debt.mean + 3 * debt.scale, debt.train_max))
     check_rows(codec, rows(debt=0), 1)
     with pytest.raises(ValueError, match=r"'debt': -1 in row 0 is outside the model's domain; allowed: 0 to .*not "
-                                         r"below 0: no training value is negative\)$"):
+                                         r"below 0: no training value is negative; to accept more, declare lower/upper in --data-spec and train "
+                                         r"again\)$"):
         check_rows(codec, rows(debt=-1), 1)
     lower, _ = codec.encoded_bounds()  # the search keeps to the same domain
     assert 0 <= float(lower[codec.feature_names.index("debt")]) * debt.scale + debt.mean < 1e-2  # one float32 step

@@ -255,6 +255,8 @@ def domain_mask(column, numeric: pd.Series) -> tuple[np.ndarray, str]:
               "mean +/- 3 sd", "the training rows' range widened to mean +/- 3 sd")[2 - declared]
     if getattr(column, "floored_at_zero", False) and low == 0:
         source += ", not below 0: no training value is negative"
+    if declared < 2:  # a value a person may well have (12 credit lines where training saw 11): how to accept it
+        source += "; to accept more, declare lower/upper in --data-spec and train again"
     return outside, f"{number_text(low)} to {number_text(high)} ({source})"
 
 
