@@ -723,3 +723,17 @@ def test_a_category_coded_as_a_number_is_read_in_a_column_a_blank_made_float(tmp
     assert [r["explained"] for r in records] == [True, True, False, True, True, True], records
     assert "row 2: not explained: " in capsys.readouterr().out
     assert {r["factual"]["region"] for r in records if r["explained"]} <= {1, 2, 3}
+
+
+def test_probabilities_near_one_half_get_a_third_decimal():
+    """A row predicted yes at 0.503 and its counterfactual reaching no at 0.501 read 'predicted yes (probability 0.50)'
+    and 'to get no (probability 0.50)', as if the model gave both classes the same chance."""
+    from ct_lightning.evaluation.explanation import probability_text
+
+    assert [probability_text(p) for p in (0.503, 0.4951, 0.5, 0.51, 0.494, 0.87)] == \
+        ["0.503", "0.495", "0.50", "0.51", "0.49", "0.87"]
+    row = {"prediction": "yes", "prediction_probability": 0.503, "target": "no", "probability": 0.501,
+           "factual_probability": 0.497, "valid": True, "changes": [{"feature": "debt", "from": 10, "to": 8}],
+           "immutable": []}
+    text = describe(pd.DataFrame([row]))
+    assert "predicted yes (probability 0.503)" in text and "to get no (probability 0.501, valid)" in text, text

@@ -422,19 +422,27 @@ def row_label(row: int, other_columns: Mapping | None = None) -> str:
     return f"row {row} ({', '.join(shown)})"
 
 
+def probability_text(probability: float) -> str:
+    """A probability as the text shows it: two decimals, three near one half (``0.497``, ``0.503``), where two would
+    read ``0.50`` for a row predicted as one class and for its counterfactual of the other alike."""
+    return f"{probability:.3f}" if 0.495 <= probability < 0.505 and probability != 0.5 else f"{probability:.2f}"
+
+
 def describe(explanations: pd.DataFrame) -> str:
     """The explanations as text, one block per row: the prediction, then each change ``feature: from → to``."""
     lines = []
     for i, row in explanations.iterrows():
         label = row_label(i, row.get("other_columns"))
-        lines.append(f"{label}: predicted {row['prediction']} (probability {row['prediction_probability']:.2f})")
+        lines.append(f"{label}: predicted {row['prediction']} "
+                     f"(probability {probability_text(row['prediction_probability'])})")
         status = "valid" if row["valid"] else "NOT valid: the decoded counterfactual is not predicted as the target"
         if _same(row["prediction"], row["target"]) and row["changes"]:
             # Already the target, below τ (three or more classes): the changes only make the model more certain.
             lines.append(f"  already {row['target']}: nothing needs to change; to make it more certain (probability "
-                         f"{row['factual_probability']:.2f} → {row['probability']:.2f}, {status}):")
+                         f"{probability_text(row['factual_probability'])} → {probability_text(row['probability'])}, "
+                         f"{status}):")
         else:
-            lines.append(f"  to get {row['target']} (probability {row['probability']:.2f}, {status}):")
+            lines.append(f"  to get {row['target']} (probability {probability_text(row['probability'])}, {status}):")
         if not row["changes"]:
             already = row["valid"] and _same(row["prediction"], row["target"])
             lines.append(f"    nothing needs to change: already {row['target']}" if already else "    no change found")
