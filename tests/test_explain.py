@@ -616,7 +616,10 @@ def test_only_the_rows_predicted_as_a_class_are_searched_and_the_others_keep_the
     kept = sum(p == chosen for p in predictions)
     assert 0 < kept < 12, predictions  # both kinds of rows are there
     assert f"--only-predicted {chosen}: {kept} of 12 rows are predicted {chosen} and explained" in out
-    assert len(pd.read_csv(tmp_path / "advice.csv", encoding="utf-8-sig")) == 12
+    assert [r["prediction_probability"] for r in records] == pytest.approx([r["prediction_probability"] for r in every],
+                                                                           abs=1e-6)  # the rows left out keep theirs
+    advice = pd.read_csv(tmp_path / "advice.csv", encoding="utf-8-sig")
+    assert len(advice) == 12 and advice["prediction_probability"].notna().all()
     with pytest.raises(CliExit) as refused:
         main([*common, "--only-predicted", "maybe"])
     assert str(refused.value).startswith("--only-predicted: got 'maybe'; allowed: ")

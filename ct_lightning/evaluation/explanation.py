@@ -148,14 +148,14 @@ def _model_rows(frame: pd.DataFrame, codec) -> tuple[pd.DataFrame, torch.Tensor]
     return frame, torch.tensor(np.array(codec.encode(frame), dtype=np.float32))
 
 
-def predicted_classes(model: nn.Module, rows: pd.DataFrame, codec) -> list:
+def predictions(model: nn.Module, rows: pd.DataFrame, codec) -> list[tuple[object, float]]:
     """The class the model predicts for each row (in original units, checked as :func:`explain` checks them), as the
-    codec's labels: no search."""
+    codec's label, with its probability: no search."""
     classifier = getattr(model, "model", model)
     _, x = _model_rows(rows, codec)
     with eval_mode(classifier), torch.no_grad():
-        predicted = classifier(x.to(next(classifier.parameters()).device)).argmax(1).cpu().tolist()
-    return [codec.classes[i] for i in predicted]
+        probability, predicted = torch.softmax(classifier(x.to(next(classifier.parameters()).device)), 1).max(1)
+    return [(codec.classes[i], p) for i, p in zip(predicted.cpu().tolist(), probability.cpu().tolist())]
 
 
 def _target_codes(target, codec, predicted: torch.Tensor, probabilities: torch.Tensor) -> torch.Tensor:

@@ -93,16 +93,16 @@ def tau_note(tau: float, n_classes: int) -> str:
 
 def only_predicted(loaded, rows, label) -> tuple:
     """``--only-predicted``: the rows the model predicts as the class ``label`` names (all rows when ``label`` is
-    ``None``), ``(row, prediction, why)`` for each other row, and that class. A label that is no class is a one-line
-    error."""
+    ``None``), ``(row, (prediction, its probability), why)`` for each other row, and that class. A label that is no
+    class is a one-line error."""
     if label is None:
         return rows, [], None
-    from ct_lightning.evaluation.explanation import class_named, predicted_classes  # noqa: PLC0415
+    from ct_lightning.evaluation.explanation import class_named, predictions  # noqa: PLC0415
 
     wanted = class_named(label, list(loaded.codec.classes), "--only-predicted")
-    predicted = predicted_classes(loaded.module, rows, loaded.codec)
-    keep = [p == wanted for p in predicted]
-    passed = [(row, p, f"predicted {p}, not {wanted} (--only-predicted)")
+    predicted = predictions(loaded.module, rows, loaded.codec)
+    keep = [p == wanted for p, _ in predicted]
+    passed = [(row, p, f"predicted {p[0]}, not {wanted} (--only-predicted)")
               for row, p, kept in zip(rows.index, predicted, keep) if not kept]
     kept_rows = rows[keep]
     kept_rows.attrs = rows.attrs  # the rows' other columns and filled values, by row number
@@ -110,10 +110,11 @@ def only_predicted(loaded, rows, label) -> tuple:
 
 
 def numbered_records(explanations, skipped: list[tuple[int, str]], others: dict | None = None,
-                     passed: list[tuple[int, object, str]] = ()) -> list[dict]:
+                     passed: list[tuple[int, tuple[object, float], str]] = ()) -> list[dict]:
     """One JSON object per input row, in the input's order: ``row`` (its number in the input, from 0) and
     ``explained``; an explained row's explanation, a row left out (``--skip-bad-rows``) its ``problem``, a row of
-    another prediction (``passed``, ``--only-predicted``) its ``prediction`` and why; each with ``other_columns``,
+    another prediction (``passed``, ``--only-predicted``) its ``prediction``, ``prediction_probability`` and why; each
+    with ``other_columns``,
     the row's columns the model does not read (``others``: an applicant's id), where it has some."""
     from ct_lightning.evaluation.explanation import _plain, to_records  # noqa: PLC0415
 
@@ -124,7 +125,7 @@ def numbered_records(explanations, skipped: list[tuple[int, str]], others: dict 
                for row, record in zip(explanations.index, to_records(explanations))] if len(explanations) else []
     records += [(int(row), {"row": int(row), "explained": False, "problem": problem, **other(row)})
                 for row, problem in skipped]
-    records += [(int(row), {"row": int(row), "explained": False, "prediction": _plain(prediction), "problem": why,
-                            **other(row)})
-                for row, prediction, why in passed]
+    records += [(int(row), {"row": int(row), "explained": False, "prediction": _plain(prediction),
+                            "prediction_probability": probability, "problem": why, **other(row)})
+                for row, (prediction, probability), why in passed]
     return [record for _, record in sorted(records, key=lambda pair: pair[0])]
