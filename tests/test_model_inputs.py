@@ -447,3 +447,16 @@ def test_a_model_that_never_predicts_a_rare_class_is_named_although_its_accuracy
                                              "for a rare class, --balance undersample, or check the data")
     better = {**summary, "metrics": {**summary["metrics"], "test/acc": 590 / 600}}
     assert not [line for line in result_lines(better) if line.startswith("warning:")]
+
+
+def test_the_weights_of_a_run_that_trained_nothing_are_not_called_trained():
+    """The worked example's "before" run (--from-checkpoint with --limit-train-batches 0) logs the user's network as it
+    was loaded; its result named the file 'your network's weights after training'."""
+    from ct_lightning.experiment.runs.train import result_lines
+
+    summary = {"metrics": {"test/acc": 0.8, "epochs": 1}, "data": {"class_balance": [0.4, 0.6]},
+               "model_weights": "mlruns/w.pt", "config": {"limit_train_batches": 0}}
+    assert "your network's weights as loaded (nothing was trained), without the input layer" in \
+        "\n".join(result_lines(summary))
+    trained = result_lines({**summary, "config": {"limit_train_batches": 1.0}})
+    assert "your network's weights after training, without the input layer" in "\n".join(trained)

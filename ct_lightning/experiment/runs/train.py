@@ -658,7 +658,9 @@ def result_lines(summary: dict) -> list[str]:
     if saved:
         lines.append("checkpoints: " + ", ".join(f"{k} {v}" for k, v in saved.items()))
     if summary.get("model_weights"):
-        lines.append(f"your network's weights after training, without the input layer (load them into your own model, "
+        untrained = (summary.get("config") or {}).get("limit_train_batches") in (0, 0.0)  # the model logged as it is
+        when = "as loaded (nothing was trained)" if untrained else "after training"
+        lines.append(f"your network's weights {when}, without the input layer (load them into your own model, "
                      f"which reads your own encoding): {summary['model_weights']}")
     return lines
 
