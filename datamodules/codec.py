@@ -141,12 +141,6 @@ def category_codes(values: pd.Series, categories) -> np.ndarray:
     return np.array([known.get(str(v), -1) for v in distinct] + [-1], dtype=np.int64)[index]
 
 
-def ordinal_ranks(values: pd.Series, order) -> np.ndarray:
-    """Each value's rank in ``order`` (0 for its first category), -1 where it is none of them
-    (:func:`category_codes`: numbers as numbers, else text)."""
-    return category_codes(values, order)
-
-
 def infer_kind(values: pd.Series) -> str:
     """The kind of a column from its dtype: bool or two numeric levels 0/1 → binary, text → categorical
     (binary with two levels), integers → integer, other numbers → continuous."""
@@ -322,11 +316,11 @@ def _fit_ordinal(column: ColumnSpec, order, values: pd.Series, train: pd.Series)
     if len(order) > MAX_CATEGORIES:
         raise ValueError(f"data: column {name!r} is ordinal with {len(order)} categories; allowed: at most "
                          f"{MAX_CATEGORIES} (a number: declare it integer or continuous in --data-spec)")
-    ranks = ordinal_ranks(values, order)
+    ranks = category_codes(values, order)  # an ordinal column's categories are its order: a code is a rank
     unknown = values.notna().to_numpy() & (ranks < 0)
     if unknown.any():
         raise _not_in_order(name, values.iloc[int(np.flatnonzero(unknown)[0])], order)
-    fitted = ordinal_ranks(train, order)
+    fitted = category_codes(train, order)
     fitted = fitted[fitted >= 0].astype(np.float64)
     std = float(np.std(fitted)) if len(fitted) else 0.0
     column.categories = order
@@ -462,22 +456,16 @@ class TabularCodec:
             values, where = frame[column.name], self._slices[column.name]
             if values.isna().any():
                 raise ValueError(f"rows: column {column.name!r} has a missing value (row {int(np.flatnonzero(values.isna())[0])})")
-            if column.kind == "ordinal":
-                ranks = ordinal_ranks(values, column.categories)
-                if (ranks < 0).any():
-                    unseen = values.iloc[int(np.flatnonzero(ranks < 0)[0])]
-                    raise ValueError(f"rows: column {column.name!r}: unseen category {unseen!r}; allowed: "
-                                     f"{', '.join(map(str, column.categories))}")
-                out[:, where.start] = (ranks - column.mean) / column.scale
-                continue
-            if column.kind in ("categorical", "binary"):
-                codes = category_codes(values, column.categories)
+            if column.kind in LABELLED:
+                codes = category_codes(values, column.categories)  # an ordinal column's: ranks in its order
                 if (codes < 0).any():
                     unseen = values.iloc[int(np.flatnonzero(codes < 0)[0])]
                     raise ValueError(f"rows: column {column.name!r}: unseen category {unseen!r}; allowed: "
                                      f"{', '.join(map(str, column.categories))}")
                 if column.kind == "binary":
                     out[:, where.start] = codes
+                elif column.kind == "ordinal":  # one input: the rank, standardised
+                    out[:, where.start] = (codes - column.mean) / column.scale
                 else:
                     out[np.arange(len(frame)), where.start + codes] = 1.0
                 continue

@@ -17,7 +17,7 @@ from collections.abc import Mapping
 import pandas as pd
 import yaml
 
-from datamodules.codec import _plain, ordinal_ranks
+from datamodules.codec import _plain, category_codes
 
 SHOWN_CATEGORIES = 6  # categories listed in a column's comment; the rest are counted
 HINTED_LEVELS = 12  # an order longer than this is not suggested in a comment
@@ -101,7 +101,7 @@ def column_comment(column, values: pd.Series, code_like: bool, identifier_like: 
 
 def ordinal_counts(column, values: pd.Series) -> list[int]:
     """How many rows of ``values`` hold each category of an ordinal ``column``'s order, lowest first."""
-    ranks = ordinal_ranks(values.dropna(), column.categories)
+    ranks = category_codes(values.dropna(), column.categories)
     return [int(n) for n in pd.Series(ranks[ranks >= 0]).value_counts().reindex(range(len(column.categories)),
                                                                               fill_value=0)]
 

@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from datamodules.base import TensorDataModule
-from datamodules.codec import TabularCodec, _plain, ordinal_ranks, read_spec
+from datamodules.codec import TabularCodec, _plain, category_codes, read_spec
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
 from datamodules.table_header import drop_columns_error
@@ -160,7 +160,7 @@ def training_fills(frame: pd.DataFrame, train: np.ndarray, target: str, spec: di
         options = declared.get(column) or {}
         if options.get("kind") == "ordinal":  # the codec refuses a value outside the order, or text without one
             order = options.get("order") or sorted(pd.unique(frame[column].dropna()))
-            ranks = np.sort(ordinal_ranks(fitted, order))
+            ranks = np.sort(category_codes(fitted, order))
             if ranks[0] >= 0:
                 fills[column] = _plain(order[int(ranks[(len(ranks) - 1) // 2])])
             continue
