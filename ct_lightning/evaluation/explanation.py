@@ -422,6 +422,16 @@ def row_label(row: int, other_columns: Mapping | None = None) -> str:
     return f"row {row} ({', '.join(shown)})"
 
 
+def mark_filled(changes: pd.Series, filled: Mapping) -> None:
+    """Mark each change of a value that was filled in (``--impute median``: the applicant gave none) with
+    ``"filled": True``; ``changes`` is the explanations' column of changes, ``filled`` ``{row: [columns]}`` by the
+    same row keys (a row that was not explained has no changes to mark)."""
+    for row, columns in filled.items():
+        for change in changes.get(row, ()):
+            if change["feature"] in columns:
+                change["filled"] = True
+
+
 def probability_text(probability: float) -> str:
     """A probability as the text shows it: two decimals, three near one half (``0.497``, ``0.503``), where two would
     read ``0.50`` for a row predicted as one class and for its counterfactual of the other alike."""

@@ -14,7 +14,7 @@ import numpy as np
 import pandas as pd
 import torch
 
-from ct_lightning.evaluation.explanation import FeatureCodec, codec_from_dict, explain, explanation_search
+from ct_lightning.evaluation.explanation import FeatureCodec, codec_from_dict, explain, explanation_search, mark_filled
 from ct_lightning.experiment.configuration.validation import InputError, show
 from ct_lightning.experiment.runs.checkpoints import load_trained_classifier
 from datamodules.codec import LABELLED, categories_by_case, category_codes
@@ -392,12 +392,7 @@ def explain_loaded(explainable: Explainable, rows: pd.DataFrame, target=None, se
     others = rows.attrs.get("other_columns") or {}
     if others:
         explained["other_columns"] = [others.get(row, {}) for row in rows.index]
-    for row, columns in rows.attrs.get("filled", {}).items():  # the applicant gave no value: it was filled in
-        if row not in explained.index:  # a row --only-predicted left out: not searched, no changes to mark
-            continue
-        for change in explained.at[row, "changes"]:
-            if change["feature"] in columns:
-                change["filled"] = True
+    mark_filled(explained["changes"], rows.attrs.get("filled", {}))  # rows --only-predicted left out have none
     return explained
 
 

@@ -26,7 +26,7 @@ import torch
 from mlflow.exceptions import MlflowException
 from mlflow.protos.databricks_pb2 import INTERNAL_ERROR, INVALID_PARAMETER_VALUE
 
-from ct_lightning.evaluation.explanation import explain, explanation_search
+from ct_lightning.evaluation.explanation import explain, explanation_search, mark_filled
 from ct_lightning.experiment.configuration.console import quiet_registry, verbose_console
 from ct_lightning.experiment.runs.lifecycle import data_label
 from ct_lightning.experiment.runs.request_checks import (as_rows, check_params, check_rows, requested_mutability,
@@ -124,12 +124,8 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
             out["target_probability"] = explained["probability"].to_list()
             out["valid"] = explained["valid"].to_list()
             out["counterfactual"] = explained["counterfactual"].to_list()
-            changes = explained["changes"].to_list()
-            for position, columns in frame.attrs.get("filled", {}).items():  # the request left them empty
-                for change in changes[position]:
-                    if change["feature"] in columns:
-                        change["filled"] = True
-            out["changes"] = changes
+            mark_filled(explained["changes"], frame.attrs.get("filled", {}))  # the request left them empty
+            out["changes"] = explained["changes"].to_list()
         return out
 
 
