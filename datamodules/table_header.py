@@ -8,6 +8,7 @@ names no column (``--immutable agee``) in a fraction of a second, before torch i
 from __future__ import annotations
 
 import csv
+import itertools
 import re
 from pathlib import Path
 
@@ -25,9 +26,9 @@ def sniff_delimiter(header: str) -> str:
 
 
 def second_line(path: Path, encoding: str) -> str:
-    """The line after Excel's ``sep=;`` line: the header."""
+    """The line after Excel's ``sep=;`` line: the header (the file is read no further)."""
     with open(path, encoding=encoding, newline="") as handle:
-        lines = [line for line in handle if line.strip()][:2]
+        lines = list(itertools.islice((line for line in handle if line.strip()), 2))
     return lines[1].rstrip("\r\n") if len(lines) > 1 else ""
 
 

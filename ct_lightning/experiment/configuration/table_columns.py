@@ -4,8 +4,9 @@ pandas, no torch).
 
 A training checks these names again once its data module is built (``configuration.data.mutability_spec``); the
 check here refuses only what that check would refuse, with the same line (the messages have one home each:
-:func:`datamodules.table_header.target_column_error` and ``drop_columns_error``, :func:`ct_lightning.feature_names.unknown_feature_error`), and
-leaves to it what the header cannot tell: a one-hot column (``purpose=car``), an index, a header that may be data.
+:func:`datamodules.table_header.target_column_error` and ``drop_columns_error``,
+:func:`ct_lightning.feature_names.unknown_feature_error`), and leaves to it what the header cannot tell: a one-hot
+column (``purpose=car``), an index, a header that may be data.
 """
 
 from __future__ import annotations
@@ -34,9 +35,9 @@ def check_named_features(config: dict, columns: list[str]) -> None:
 
 
 def check_table_header(config: dict) -> bool:
-    """Check ``target``, ``drop_columns``, ``immutable`` and ``mutability`` against the header line of the table file in ``data`` (a
-    one-line ``ValueError``); whether its names were known (a CSV with a header of names: not a Parquet file, nor one
-    whose first line may be data), so that the caller checks them against the table as read otherwise."""
+    """Check ``target``, ``drop_columns``, ``immutable`` and ``mutability`` against the header line of the table file
+    in ``data`` (a one-line ``ValueError``); whether its names were known (a CSV with a header of names: not a Parquet
+    file, nor one whose first line may be data), so that the caller checks them against the table as read otherwise."""
     from datamodules.table_header import (drop_columns_error, header_names, looks_like_names,  # noqa: PLC0415
                                           target_column_error)
 

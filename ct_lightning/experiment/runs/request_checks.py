@@ -295,7 +295,8 @@ def _listed(names: list[str]) -> str:
 
 class MutabilityRefused(ValueError):
     """A column, kind, step or largest change asked of an explanation that the model cannot hold; ``param`` is
-    ``immutable``, ``mutability``, ``step`` or ``max_change``. Its message is the served model's (``params: ...``); ``explain.py`` names its own options."""
+    ``immutable``, ``mutability``, ``step`` or ``max_change``. Its message is the served model's (``params: ...``);
+    ``explain.py`` names its own options."""
 
     def __init__(self, param: str, value: str, detail: str, allowed: str):
         self.param, self.value, self.detail, self.allowed = param, value, detail, allowed

@@ -45,15 +45,15 @@ def write_data_spec(overrides: dict, path: str) -> dict:
     """``train.py --write-data-spec PATH``: write the data spec of the ``--data`` table (its kinds, mutability with
     ``--immutable``/``--mutability`` merged in, declared bounds, and each column's values as comments;
     :func:`datamodules.spec_file.spec_text`) to a new file ``PATH``, print what to do next, and train nothing."""
-    from ct_lightning.experiment.configuration.settings import (is_table_file, load_config_file, resolve_config,
-                                                                table_options)
+    from ct_lightning.experiment.configuration.settings import (TABLE_FILE, is_table_file, load_config_file,
+                                                                resolve_config, table_options)
     from ct_lightning.experiment.configuration.validation import InputError, check_output_file
 
     given = {k: v for k, v in overrides.items() if v is not None and k != "config"}
     overrides = {**(load_config_file(overrides["config"]) if overrides.get("config") else {}), **given}
     data = overrides.get("data")
     if not data or not is_table_file(data):
-        raise InputError("write_data_spec", path, "only with a table file in --data (.csv, .tsv, .txt, .parquet) and --target",
+        raise InputError("write_data_spec", path, f"only with {TABLE_FILE} in --data and --target",
                          f"--data is {data or 'not given'}")
     if overrides.get("resume"):
         raise InputError("write_data_spec", path, "without --resume (a resumed run keeps its own data spec)")
