@@ -148,6 +148,15 @@ def unit_of(values) -> str | None:
 LABELS_KEPT = 100  # distinct texts of a dressed column kept for labels_as_written (an order's most: MAX_CATEGORIES)
 
 
+class WrittenLabels(dict):
+    """``{column: {text as written: its number}}`` of the dressed columns (:func:`labels_as_written`), kept in a
+    frame's ``attrs``. pandas deep-copies ``attrs`` with every operation on the frame; this mapping is never changed
+    once made (a new one replaces it), so a copy is the mapping itself, not one Python call per label."""
+
+    def __deepcopy__(self, memo) -> WrittenLabels:
+        return self
+
+
 def _dressed_numbers(text: pd.Series, decimal_comma: bool, notes: list[str], units: dict,
                      written: dict) -> pd.Series | None:
     """A text column in which every value is a number dressed as text (``$36,428.20``, ``7.5%``) as numbers, with a
@@ -199,7 +208,7 @@ def labels_as_written(frame: pd.DataFrame, names, option: str = "data") -> pd.Da
         frame[name] = frame[name].astype(object).map(by_number)  # the missing cells stay missing
         notes = [note for note in notes if not note.startswith(f"{name}: numbers written as text read as numbers")]
         units.pop(name, None)
-    frame.attrs.update(notes=notes, units=units, written=written)
+    frame.attrs.update(notes=notes, units=units, written=WrittenLabels(written))
     return frame
 
 
@@ -322,7 +331,7 @@ def read_csv(path, option: str = "data") -> pd.DataFrame:
         if numbers is None and not (sep == ";" and not decimal_comma):  # ';' without decimal commas: '.' unclear
             numbers = _dressed_numbers(cells[name], decimal_comma, notes, units, written)
         frame[name] = cells[name] if numbers is None else numbers
-    frame.attrs.update(decimal_comma=decimal_comma, notes=notes, units=units, written=written)
+    frame.attrs.update(decimal_comma=decimal_comma, notes=notes, units=units, written=WrittenLabels(written))
     return frame
 
 
@@ -375,7 +384,7 @@ def tidy_frame(frame: pd.DataFrame) -> pd.DataFrame:
         numbers = _dressed_numbers(frame[name], False, notes, units, written) if _is_text(frame[name]) else None
         if numbers is not None:
             frame[name] = numbers
-    frame.attrs.update(notes=notes, units=units, written=written)
+    frame.attrs.update(notes=notes, units=units, written=WrittenLabels(written))
     return frame
 
 
