@@ -353,6 +353,22 @@ def _fit_ordinal(column: ColumnSpec, order, values: pd.Series, train: pd.Series)
     return column
 
 
+def ordinal_orders(spec: dict | None, codec: TabularCodec | None = None) -> dict:
+    """``{column: its order, lowest first}`` of the ordinal columns: a trained ``codec``'s (explain.py ``--data`` with
+    a model's own preprocessing, whatever data spec its config names), else those the data ``spec`` declares
+    (``None``: a column of numbers without ``order:``, ranked by its sorted values)."""
+    if codec is not None:
+        return {c.name: list(c.categories) for c in codec.columns if getattr(c, "kind", None) == "ordinal"}
+    return {name: (options or {}).get("order") for name, options in ((spec or {}).get("columns") or {}).items()
+            if (options or {}).get("kind") == "ordinal"}
+
+
+def text_ordinals(orders: Mapping) -> list[str]:
+    """The ordinal columns of ``orders`` (:func:`ordinal_orders`) whose order holds text labels (``10%``, ``$1,000``,
+    ``A``): a file's cells of them are matched as written (:func:`~datamodules.table_format.labels_as_written`)."""
+    return [name for name, order in orders.items() if any(isinstance(label, str) for label in order or ())]
+
+
 class TabularCodec:
     """Raw rows ↔ model inputs for one table (see the module docstring); fitted with :meth:`fit`."""
 

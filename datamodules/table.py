@@ -17,7 +17,7 @@ import numpy as np
 import pandas as pd
 
 from datamodules.base import TensorDataModule
-from datamodules.codec import TabularCodec, _plain, category_codes, read_spec
+from datamodules.codec import TabularCodec, _plain, category_codes, ordinal_orders, read_spec, text_ordinals
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
 from datamodules.table_header import drop_columns_error
@@ -143,22 +143,6 @@ def stratified_split(y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
         parts["test"].append(rows[n_val:n_val + n_test])
         parts["train"].append(rows[n_val + n_test:])
     return {split: np.sort(np.concatenate(rows)) for split, rows in parts.items()}
-
-
-def ordinal_orders(spec: dict | None, codec: TabularCodec | None = None) -> dict:
-    """``{column: its order, lowest first}`` of the ordinal columns: a trained ``codec``'s (explain.py ``--data`` with
-    a model's own preprocessing, whatever data spec its config names), else those the data ``spec`` declares
-    (``None``: a column of numbers without ``order:``, ranked by its sorted values)."""
-    if codec is not None:
-        return {c.name: list(c.categories) for c in codec.columns if getattr(c, "kind", None) == "ordinal"}
-    return {name: (options or {}).get("order") for name, options in ((spec or {}).get("columns") or {}).items()
-            if (options or {}).get("kind") == "ordinal"}
-
-
-def text_ordinals(orders: Mapping) -> list[str]:
-    """The ordinal columns of ``orders`` (:func:`ordinal_orders`) whose order holds text labels (``10%``, ``$1,000``,
-    ``A``): a file's cells of them are matched as written (:func:`~datamodules.table_format.labels_as_written`)."""
-    return [name for name, order in orders.items() if any(isinstance(label, str) for label in order or ())]
 
 
 def training_fills(frame: pd.DataFrame, train: np.ndarray, target: str, orders: Mapping | None = None) -> dict:

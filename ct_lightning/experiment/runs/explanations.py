@@ -157,7 +157,7 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
     along, as in rows taken from the training file. With ``skip_bad_rows`` a row with a problem of its own (a value,
     not a column) is left out and listed as ``(row, problem)`` instead; the error then comes only when no row is
     left."""
-    from datamodules.table import ordinal_orders, text_ordinals  # noqa: PLC0415
+    from datamodules.codec import ordinal_orders, text_ordinals  # noqa: PLC0415
     from datamodules.table_format import TableError, labels_as_written  # noqa: PLC0415
 
     codec = explainable.codec
