@@ -27,6 +27,7 @@ from datamodules.feature_types import FeatureTypes
 KINDS = ("continuous", "integer", "categorical", "binary", "ordinal")
 LABELLED = ("categorical", "binary", "ordinal")  # kinds whose values are categories (labels), not numbers
 RANKED = ("integer", "ordinal")  # kinds the searches keep on whole numbers (an ordinal column: whole ranks)
+NUMBER_KINDS = ("continuous", *RANKED)  # kinds with a step and a largest change (an ordinal column's: in ranks)
 MUTABILITY = ("both", "increase", "decrease", "none")
 MAX_CATEGORIES = 100  # more levels than this is an identifier or free text, not a category
 SHOWN_LEVELS = 8  # an ordinal column's categories shown in a message or the start-up lines; the rest are counted
@@ -83,13 +84,23 @@ class ColumnSpec:
     train_max: float | None = None
     fill: object = None  # trained with --impute median: what a missing value of this column becomes
     unit: str | None = None  # how the file wrote its numbers, as a format: "${}" for $36,428.20, "{}%" for 7.5%
-    step: float | None = None  # continuous and integer: a counterfactual changes the value by whole multiples of it
-    max_change: float | None = None  # continuous and integer: a counterfactual moves the value at most this far
+    step: float | None = None  # a counterfactual changes the value by whole multiples of it (ordinal: places)
+    max_change: float | None = None  # a counterfactual moves the value at most this far (ordinal: places of the order)
 
     @property
     def encoded_names(self) -> list[str]:
         """The model-input columns of this raw column."""
         return [f"{self.name}={value}" for value in self.categories] if self.kind == "categorical" else [self.name]
+
+    def change_text(self) -> str:
+        """Its ``step`` and ``max_change`` in words, as the start-up lines and the ``ct.constraints`` tag say them:
+        ``in steps of 1000, changing by at most 10000``; an ordinal column's in places of its order (``changing by at
+        most 2 places``); ``""`` without either."""
+        def amount(value) -> str:
+            text = _declared_text(value)
+            return f"{text} place{'' if float(value) == 1 else 's'}" if self.kind == "ordinal" else text
+        return ", ".join(([] if self.step is None else [f"in steps of {amount(self.step)}"])
+                         + ([] if self.max_change is None else [f"changing by at most {amount(self.max_change)}"]))
 
     def domain(self) -> tuple[float, float] | None:
         """A numeric column's domain in original units: the declared bounds where given, else the training range
@@ -224,7 +235,9 @@ def check_spec(spec: Mapping) -> dict:
             if value is not None and not _is_number(value):
                 raise ValueError(f"data_spec: column {name!r}: {bound} {value!r}; allowed: a number")
         step, change = options.get("step"), options.get("max_change")
-        if step is not None and not (_is_number(step) and 0 < step < float("inf")):
+        if options.get("kind") == "ordinal":
+            _check_places(name, step, change)
+        elif step is not None and not (_is_number(step) and 0 < step < float("inf")):
             raise ValueError(f"data_spec: column {name!r}: step {step!r}; allowed: a positive number, the smallest "
                              "change of the column in its own units (step: 1000)")
         if change is not None and not (_is_number(change) and 0 < change < float("inf")):
@@ -238,11 +251,22 @@ def check_spec(spec: Mapping) -> dict:
     return dict(spec)
 
 
+def _check_places(name, step, change) -> None:
+    """A one-line ``ValueError`` for an ordinal column's ``step`` or ``max_change`` that is no whole number of places
+    of its order of at least 1 (``max_change: 2``: at most two places up or down; ``step: 2``: two places at a time)."""
+    for key, value, example in (("step", step, "step: 2 moves two places at a time"),
+                                ("max_change", change, "max_change: 2 moves at most two places either way; a column "
+                                                       "that may not change at all: mutability: none")):
+        if value is not None and not (_is_number(value) and 1 <= value < float("inf") and float(value).is_integer()):
+            raise ValueError(f"data_spec: column {name!r}: {key} {value!r}; allowed: a whole number of places of its "
+                             f"order, at least 1, for an ordinal column ({example})")
+
+
 def _check_order(name, options: Mapping) -> None:
     """A one-line ``ValueError`` for an ``order`` that cannot rank a column: on a kind other than ``ordinal``, not a
     list of at least two plain values, a value listed twice (``1``, ``'1'`` and ``1.0`` are one category), and for
-    a number column's keys (``lower``/``upper``, ``step``, ``max_change``) on an ordinal column (its order's ends are
-    its bounds)."""
+    bounds (``lower``/``upper``) on an ordinal column (its order's ends are its bounds; its ``step`` and
+    ``max_change`` count places of the order, :func:`_check_places`)."""
     kind, order = options.get("kind"), options.get("order")
     if kind is not None and kind not in KINDS:
         return  # refused as an unknown kind when the table is read
@@ -252,11 +276,11 @@ def _check_order(name, options: Mapping) -> None:
                              f"{f'a {kind}' if kind else 'a column without kind: ordinal'} column; allowed: order "
                              "with kind: ordinal")
         return
-    bounded = [key for key in NUMBER_KEYS if options.get(key) is not None]
+    bounded = [key for key in ("lower", "upper") if options.get(key) is not None]
     if bounded:
         raise ValueError(f"data_spec: column {name!r}: {bounded[0]} {options[bounded[0]]!r} has no meaning for an "
                          "ordinal column (its order's first and last categories are its bounds); allowed: kind, "
-                         "mutability, order")
+                         "mutability, order, step, max_change")
     if order is None:
         return  # a column of numbers may leave it out (its sorted values); text is refused when the file is read
     plain = isinstance(order, Sequence) and not isinstance(order, str) and \
@@ -327,6 +351,22 @@ def _fit_ordinal(column: ColumnSpec, order, values: pd.Series, train: pd.Series)
     column.mean, column.scale = (float(np.mean(fitted)) if len(fitted) else 0.0), (std if std > 0 else 1.0)
     column.train_min, column.train_max = (float(fitted.min()), float(fitted.max())) if len(fitted) else (None, None)
     return column
+
+
+def ordinal_orders(spec: dict | None, codec: TabularCodec | None = None) -> dict:
+    """``{column: its order, lowest first}`` of the ordinal columns: a trained ``codec``'s (explain.py ``--data`` with
+    a model's own preprocessing, whatever data spec its config names), else those the data ``spec`` declares
+    (``None``: a column of numbers without ``order:``, ranked by its sorted values)."""
+    if codec is not None:
+        return {c.name: list(c.categories) for c in codec.columns if getattr(c, "kind", None) == "ordinal"}
+    return {name: (options or {}).get("order") for name, options in ((spec or {}).get("columns") or {}).items()
+            if (options or {}).get("kind") == "ordinal"}
+
+
+def text_ordinals(orders: Mapping) -> list[str]:
+    """The ordinal columns of ``orders`` (:func:`ordinal_orders`) whose order holds text labels (``10%``, ``$1,000``,
+    ``A``): a file's cells of them are matched as written (:func:`~datamodules.table_format.labels_as_written`)."""
+    return [name for name, order in orders.items() if any(isinstance(label, str) for label in order or ())]
 
 
 class TabularCodec:
@@ -533,8 +573,9 @@ class TabularCodec:
         """The structure the searches keep valid: each categorical column's one-hot group, each binary column a
         one-column group, integer columns on whole numbers of their original units (``raw = x·scale + mean``),
         ordinal columns on whole ranks (their domain keeps them within the order), columns with a ``step`` a whole
-        number of steps from the factual's value (an integer column's whole step keeps it whole), columns with a
-        ``max_change`` within it of the factual's value."""
+        number of steps from the factual's value (an integer or ordinal column's whole step keeps it whole), columns
+        with a ``max_change`` within it of the factual's value (an ordinal column's raw units are its ranks, so both
+        count places of its order)."""
         offset = np.zeros(len(self.feature_names), dtype=np.float32)
         scale = np.ones(len(self.feature_names), dtype=np.float32)
         integers, binary, steps, reach = [], [], {}, {}
@@ -542,9 +583,9 @@ class TabularCodec:
             index = self._slices[column.name].start
             if column.kind in ("continuous", *RANKED):
                 offset[index], scale[index] = column.mean, column.scale
-            if column.kind in ("continuous", "integer") and column.max_change is not None:
-                reach[index] = column.max_change
-            if column.kind in ("continuous", "integer") and column.step is not None:
+            if column.kind in NUMBER_KINDS and column.max_change is not None:
+                reach[index] = column.max_change  # an ordinal column's raw units are ranks: places of the order
+            if column.kind in NUMBER_KINDS and column.step is not None:
                 steps[index] = column.step
             elif column.kind in RANKED:
                 integers.append(index)
@@ -584,8 +625,7 @@ class TabularCodec:
             extra = f" {len(c.categories)} categories" if c.kind == "categorical" else \
                 f" {c.categories}" if c.kind == "binary" else f" {_order_text(c.categories)}" if c.kind == "ordinal" \
                 else ""
-            step = "" if c.step is None else f", in steps of {_declared_text(c.step)}"
-            step += "" if c.max_change is None else f", changing by at most {_declared_text(c.max_change)}"
+            step = f", {c.change_text()}" if c.change_text() else ""
             lines.append(f"  {c.name}: {c.kind}{extra}{_bounds_text(c.lower, c.upper)}{step}"
                          + ("" if c.mutability == "both" else f", {c.mutability}"))
         return "\n".join(lines)

@@ -118,7 +118,8 @@ def spec_text(module, mutability: Mapping[str, str] | None = None, source: str =
              "# higher in an ordinal column's order); bound a number's counterfactuals in its own units with lower:",
              "# and upper: (without them: the training range widened to mean ± 3 sd, not below 0 for a column with",
              "# no negative value); step: 1000 makes its counterfactuals change it by whole multiples of 1000, and",
-             "# max_change: 10000 by at most 10000 either way.",
+             "# max_change: 10000 by at most 10000 either way (an ordinal column's step: and max_change: count",
+             "# places of its order: max_change: 2 is at most two places up or down).",
              "# Columns left out of this file keep the kind inferred from the file.",
              f"# target {yaml_scalar(codec.target)}: classes {', '.join(_comment_text(c) for c in codec.classes)}"]
     lines += [f"# read: {note}" for note in module.read_notes]  # how the file was written: delimiter, decimal commas

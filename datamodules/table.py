@@ -10,18 +10,18 @@ chosen from the training split's size (:func:`table_defaults`) unless given.
 from __future__ import annotations
 
 import shlex
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
 
 from datamodules.base import TensorDataModule
-from datamodules.codec import TabularCodec, _plain, category_codes, read_spec
+from datamodules.codec import TabularCodec, _plain, category_codes, ordinal_orders, read_spec, text_ordinals
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
 from datamodules.table_header import drop_columns_error
-from datamodules.table_format import check_target, read_table, text_column_problems, tidy_frame
+from datamodules.table_format import check_target, labels_as_written, read_table, text_column_problems, tidy_frame
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")  # a CSV's delimiter is read from its header; also --data's list
 IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
@@ -145,21 +145,20 @@ def stratified_split(y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
     return {split: np.sort(np.concatenate(rows)) for split, rows in parts.items()}
 
 
-def training_fills(frame: pd.DataFrame, train: np.ndarray, target: str, spec: dict | None = None) -> dict:
+def training_fills(frame: pd.DataFrame, train: np.ndarray, target: str, orders: Mapping | None = None) -> dict:
     """Per feature column, the value ``--impute median`` fills in: the training rows' median for numbers (rounded
     where every value is a whole number, so an integer column stays one), the most frequent value for other columns
-    and for 0/1 columns, the category of the median rank (the lower of two) for a column ``spec`` declares ordinal.
-    Every column gets one, also those with no gap in the file, so that a row to explain or serve that lacks a value
-    is completed as the training rows were."""
+    and for 0/1 columns, the category of the median rank (the lower of two) for an ordinal column (``orders``:
+    :func:`ordinal_orders`). Every column gets one, also those with no gap in the file, so that a row to explain or
+    serve that lacks a value is completed as the training rows were."""
     fills = {}
-    declared = dict((spec or {}).get("columns") or {})
+    orders = dict(orders or {})
     for column in frame.columns.drop(target):
         fitted = frame[column].iloc[train].dropna()
         if not len(fitted):
             continue
-        options = declared.get(column) or {}
-        if options.get("kind") == "ordinal":  # the codec refuses a value outside the order, or text without one
-            order = options.get("order") or sorted(pd.unique(frame[column].dropna()))
+        if column in orders:  # the codec refuses a value outside the order, or text without one
+            order = orders[column] or sorted(pd.unique(frame[column].dropna()))
             ranks = np.sort(category_codes(fitted, order))
             if ranks[0] >= 0:
                 fills[column] = _plain(order[int(ranks[(len(ranks) - 1) // 2])])
@@ -190,20 +189,23 @@ class TableDataModule(TensorDataModule):
                  codec: TabularCodec | dict | None = None, drop_columns: Sequence[str] = (), balance: str = "none"):
         self.source = source
         self.frame = tidy_frame(source.copy()) if isinstance(source, pd.DataFrame) else read_table(source)
+        if codec is not None and not isinstance(codec, TabularCodec):
+            codec = TabularCodec.from_dict(codec)
+        self.spec = read_spec(spec)
+        orders = ordinal_orders(self.spec, codec)  # labels such as 10% or $1,000 match their order as written
+        self.frame = labels_as_written(self.frame, text_ordinals(orders))
         self.read_notes = list(self.frame.attrs.get("notes", ()))  # how the file was read: delimiter, decimal commas
         units = dict(self.frame.attrs.get("units", {}))  # numbers the file wrote as $36,428.20 or 7.5%
         self.decimal_comma = bool(self.frame.attrs.get("decimal_comma", False))
         self.label_of_source = "DataFrame" if isinstance(source, pd.DataFrame) else str(source)
         if not isinstance(source, pd.DataFrame):
             self.name = Path(source).stem  # loans.csv -> loans: table rows, plots and model names use it
-        if codec is not None and not isinstance(codec, TabularCodec):
-            codec = TabularCodec.from_dict(codec)
         self.drop_columns = list(codec.dropped if codec is not None else drop_columns)
         self.frame = drop_table_columns(self.frame, self.drop_columns, target, self.label_of_source,
                                         strict=codec is None)
         self.frame, dropped_or_filled, problems = check_table(self.frame, target, impute, self.label_of_source)
         self.read_notes += dropped_or_filled
-        self.target, self.spec, self.impute, self.data_seed = target, read_spec(spec), impute, data_seed
+        self.target, self.impute, self.data_seed = target, impute, data_seed
         if codec is None:
             problems += text_column_problems(self.frame, target, dict(self.spec.get("columns") or {}),
                                              self.label_of_source)
@@ -218,11 +220,9 @@ class TableDataModule(TensorDataModule):
             kept = undersample(self.frame[target].astype(str).to_numpy(), np.random.default_rng(data_seed))
             self.frame = self.frame.iloc[kept].reset_index(drop=True)
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
-        fills = training_fills(self.frame, self.rows["train"], target, self.spec) if impute == "median" else None
+        fills = training_fills(self.frame, self.rows["train"], target, orders) if impute == "median" else None
         if fills:
-            median = {name for name, options in (self.spec.get("columns") or {}).items()
-                      if (options or {}).get("kind") == "ordinal"} | \
-                {name for name in self.frame.columns if pd.api.types.is_numeric_dtype(self.frame[name])}
+            median = set(orders) | {name for name in self.frame.columns if pd.api.types.is_numeric_dtype(self.frame[name])}
             self.read_notes += [f"{column}: missing in {count} row(s), filled with {fills[column]!r}, the training rows' "
                                 f"{'median' if column in median else 'most frequent value'}"
                                 " (--impute median)" for column, count in self.frame.isna().sum().items()

@@ -17,7 +17,8 @@ word: a ``;``-separated file becomes one column, ``127.600`` (127 600 with a tho
   (``127.600``) is a one-line error, as the two readings differ a thousandfold;
 - a first row that looks like data (Adult's ``adult.data``: its names recur as values below) is a one-line error;
 - numbers dressed as text (``$36,428.20``, ``7.5%``, ``€ 1.234,50`` with decimal commas, ``1'234``) are numbers, with a
-  note and their shared sign kept as the column's unit (:func:`unit_of`) for explanations; ``7.5%`` is 7.5.
+  note and their shared sign kept as the column's unit (:func:`unit_of`) for explanations; ``7.5%`` is 7.5. Their
+  text is kept too, for an ordinal column whose ``order:`` lists such labels (:func:`labels_as_written`).
 
 :func:`text_column_problems` then finds, unless the data spec declares the column's kind, text whose number is
 ambiguous (``30,6`` in a comma-separated file: 30.6 or 306?), dates, and text of more than 100 different values: read
@@ -144,9 +145,23 @@ def unit_of(values) -> str | None:
     return units.pop() if len(units) == 1 else None
 
 
-def _dressed_numbers(text: pd.Series, decimal_comma: bool, notes: list[str], units: dict) -> pd.Series | None:
+LABELS_KEPT = 100  # distinct texts of a dressed column kept for labels_as_written (an order's most: MAX_CATEGORIES)
+
+
+class WrittenLabels(dict):
+    """``{column: {text as written: its number}}`` of the dressed columns (:func:`labels_as_written`), kept in a
+    frame's ``attrs``. pandas deep-copies ``attrs`` with every operation on the frame; this mapping is never changed
+    once made (a new one replaces it), so a copy is the mapping itself, not one Python call per label."""
+
+    def __deepcopy__(self, memo) -> WrittenLabels:
+        return self
+
+
+def _dressed_numbers(text: pd.Series, decimal_comma: bool, notes: list[str], units: dict,
+                     written: dict) -> pd.Series | None:
     """A text column in which every value is a number dressed as text (``$36,428.20``, ``7.5%``) as numbers, with a
-    note in ``notes`` showing how its first value was read and its shared unit (:func:`unit_of`) in ``units``;
+    note in ``notes`` showing how its first value was read, its shared unit (:func:`unit_of`) in ``units`` and its
+    distinct texts with their numbers (``{"10%": 10}``) in ``written`` (:func:`labels_as_written` gives them back);
     ``None`` where some value is no such number."""
     values = _distinct_text(text)
     if values is None:
@@ -166,7 +181,35 @@ def _dressed_numbers(text: pd.Series, decimal_comma: bool, notes: list[str], uni
     unit = unit_of(values)
     if unit:
         units[text.name] = unit
+    if len(numbers) <= LABELS_KEPT:  # a possible order's labels; attrs are copied with the frame, so kept small
+        written[text.name] = numbers
     return pd.to_numeric(text.astype(object).map(numbers))  # the missing cells stay missing
+
+
+def labels_as_written(frame: pd.DataFrame, names, option: str = "data") -> pd.DataFrame:
+    """``frame`` with the columns ``names`` that the reader turned from dressed text into numbers (``10%``, ``$1,000``)
+    given back their text as the file wrote it, without their note and unit: an ordinal column whose ``order:``
+    lists such labels matches them as written (``[10%, 20%, 50%]``), not as the numbers 10, 20, 50. A
+    :class:`TableError` naming ``option`` where two texts of a column wrote one number (``10%`` and ``10.0%``): the
+    numbers cannot say which label a row held."""
+    written = dict(frame.attrs.get("written", {}))
+    names = [name for name in names if name in written and name in frame.columns]
+    if not names:
+        return frame
+    frame, notes, units = frame.copy(), list(frame.attrs.get("notes", ())), dict(frame.attrs.get("units", {}))
+    for name in names:
+        texts = written.pop(name)
+        by_number: dict = {}
+        for label, number in texts.items():
+            if number in by_number:
+                raise TableError(option, name, f"column {name!r} writes {by_number[number]!r} and {label!r}, one "
+                                 "number as two labels of its order", "each label written one way in the file")
+            by_number[number] = label
+        frame[name] = frame[name].astype(object).map(by_number)  # the missing cells stay missing
+        notes = [note for note in notes if not note.startswith(f"{name}: numbers written as text read as numbers")]
+        units.pop(name, None)
+    frame.attrs.update(notes=notes, units=units, written=WrittenLabels(written))
+    return frame
 
 
 def _distinct_text(values: pd.Series) -> list[str] | None:
@@ -277,7 +320,7 @@ def read_csv(path, option: str = "data") -> pd.DataFrame:
     decimal_comma = as_text and _uses_decimal_comma(cells)
     if decimal_comma:
         notes.append(f"{path.name}: decimal commas (0,5) and '.' as the thousands separator (12.000 = 12000)")
-    frame, units = pd.DataFrame(index=cells.index), {}
+    frame, units, written = pd.DataFrame(index=cells.index), {}, {}
     for name in cells.columns:
         cells[name], note = _missing_words(cells[name], name, decimal_comma)
         if note:
@@ -286,9 +329,9 @@ def read_csv(path, option: str = "data") -> pd.DataFrame:
         if numbers is not None and sep == ";" and not decimal_comma:
             _check_thousands(cells[name], name, path, sep, option)
         if numbers is None and not (sep == ";" and not decimal_comma):  # ';' without decimal commas: '.' unclear
-            numbers = _dressed_numbers(cells[name], decimal_comma, notes, units)
+            numbers = _dressed_numbers(cells[name], decimal_comma, notes, units, written)
         frame[name] = cells[name] if numbers is None else numbers
-    frame.attrs.update(decimal_comma=decimal_comma, notes=notes, units=units)
+    frame.attrs.update(decimal_comma=decimal_comma, notes=notes, units=units, written=WrittenLabels(written))
     return frame
 
 
@@ -336,12 +379,12 @@ def tidy_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """A Parquet file's or DataFrame's text columns as :func:`read_csv` leaves a CSV's: cells without surrounding
     spaces, empty cells and ``?`` missing, numbers dressed as text (``$36,428.20``) as numbers, with a note."""
     frame, notes = frame.apply(_tidy_text), list(frame.attrs.get("notes", ()))
-    units = dict(frame.attrs.get("units", {}))
+    units, written = dict(frame.attrs.get("units", {})), dict(frame.attrs.get("written", {}))
     for name in frame.columns:
-        numbers = _dressed_numbers(frame[name], False, notes, units) if _is_text(frame[name]) else None
+        numbers = _dressed_numbers(frame[name], False, notes, units, written) if _is_text(frame[name]) else None
         if numbers is not None:
             frame[name] = numbers
-    frame.attrs.update(notes=notes, units=units)
+    frame.attrs.update(notes=notes, units=units, written=WrittenLabels(written))
     return frame
 
 

@@ -55,11 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
                         "probabilities, valid, the changes in the row's units, and why a row was not explained "
                         "(an existing file is refused unless --overwrite)")
     add_arguments(parser, ["immutable", "mutability"])  # checked against the model's columns before any search
-    parser.add_argument("--step", metavar="COLUMN=NUMBER,...", help="change these number columns only by whole steps "
-                        "from the row's own value, in their units (e.g. income=1000,savings=250), on top of the "
-                        "data spec's")
-    parser.add_argument("--max-change", metavar="COLUMN=NUMBER,...", help="change these number columns by at most "
-                        "this much either way, in their units (e.g. income=10000), on top of the data spec's")
+    parser.add_argument("--step", metavar="COLUMN=NUMBER,...", help="change these number or ordinal columns only by "
+                        "whole steps from the row's own value, in their units or places of the order (e.g. "
+                        "income=1000,grade=2), on top of the data spec's")
+    parser.add_argument("--max-change", metavar="COLUMN=NUMBER,...", help="change these number or ordinal columns by "
+                        "at most this much either way, in their units or places of the order (e.g. income=10000,"
+                        "grade=2), on top of the data spec's")
     add_arguments(parser, ["data"], data=None)  # the training data of a checkpoint copied without its config.json
     add_arguments(parser, ["tracking_uri", "which", "log", "overwrite"])
     add_arguments(parser, SEARCH + ["seed"], **{name: None for name in SEARCH}, seed=0)

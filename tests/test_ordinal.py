@@ -135,7 +135,7 @@ def test_numbers_match_an_order_of_numbers_and_missing_values_take_the_median_ra
      "lowest to highest, such as order: [low, medium, high]"),
     ({"education": {"kind": "ordinal", "order": ORDER, "upper": 3}},
      "data_spec: column 'education': upper 3 has no meaning for an ordinal column (its order's first and last "
-     "categories are its bounds); allowed: kind, mutability, order"),
+     "categories are its bounds); allowed: kind, mutability, order, step, max_change"),
     ({"education": {"kind": "ordinal", "order": ["HS-grad", "Some-college", "Bachelor", "Masters"]}},
      "data: column 'education': 'Bachelors' is not in its order (did you mean 'Bachelor'?); allowed: HS-grad, "
      "Some-college, Bachelor, Masters (or add it to order: in --data-spec where it ranks)"),
@@ -319,3 +319,73 @@ def test_rows_to_explain_with_a_gap_in_a_column_of_grades_read_the_grade_as_the_
     assert codec.decode(codec.encode(checked))["grade"].tolist() == rows["grade"].astype(int).tolist()
     with pytest.raises(Exception, match=r"grade=9\.0.*one of 1, 2, 3, 4, 5"):
         check_rows(rows.assign(grade=[9.0, 2.0, 3.0]), explainable, "--rows")
+
+
+RATES = ["5%", "10%", "20%", "50%"]  # labels a reader would take for the numbers 5, 10, 20, 50
+FEES = ["$500", "$1,000", "$2,500"]
+
+
+def test_ordinal_labels_written_with_a_sign_keep_their_text_and_match_their_order_as_written(tmp_path):
+    """A file writing an ordinal column's labels as 10% or $1,000: the table reader makes numbers of such a column,
+    but one whose order lists text labels keeps them as written (training, explain.py --data with the model's codec
+    and its rows to explain); a column the data spec does not declare ordinal is still read as numbers."""
+    from ct_lightning.experiment.configuration.validation import InputError
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows, read_rows
+
+    frame = graded()
+    frame["rate"] = np.array(RATES, dtype=object)[np.arange(len(frame)) % 4]
+    frame["fee"] = np.array(FEES, dtype=object)[np.arange(len(frame)) % 3]
+    frame["share"] = np.array(["12.5%", "30%", "7%"], dtype=object)[np.arange(len(frame)) % 3]
+    frame.to_csv(tmp_path / "rated.csv", index=False)
+    spec = {"columns": {"rate": {"kind": "ordinal", "order": RATES}, "fee": {"kind": "ordinal", "order": FEES}}}
+    ranks = frame["rate"].map(RATES.index).to_numpy(float)
+    for source in (tmp_path / "rated.csv", frame):
+        data = TableDataModule(source, target="approved", spec=spec)
+        rate, fee = (next(c for c in data.codec.columns if c.name == n) for n in ("rate", "fee"))
+        assert rate.categories == RATES and fee.categories == FEES and rate.unit is None
+        assert data.frame["rate"].tolist() == frame["rate"].tolist()
+        x = data.codec.encode(data.frame.drop(columns="approved"))
+        np.testing.assert_allclose(x[:, data.codec.feature_names.index("rate")] * rate.scale + rate.mean, ranks,
+                                   atol=1e-5)
+        assert not any(note.startswith(("rate:", "fee:")) for note in data.read_notes), data.read_notes
+        assert any(note.startswith("share: numbers written as text") for note in data.read_notes)
+        assert next(c for c in data.codec.columns if c.name == "share").kind == "continuous"
+    again = TableDataModule(tmp_path / "rated.csv", target="approved", codec=data.codec.to_dict())  # --data
+    assert again.frame["fee"].tolist() == frame["fee"].tolist()
+    rows = read_rows(str(tmp_path / "rated.csv"))
+    checked, _, _ = check_rows(rows, Explainable(torch.nn.Identity(), data.codec, {}, None, True), "--rows",
+                               skip_bad_rows=True)  # a row or two outside the model's domain
+    assert len(checked) > 250 and checked["rate"].tolist() == frame.loc[checked.index, "rate"].tolist()
+    assert checked["fee"].tolist() == frame.loc[checked.index, "fee"].tolist()
+    frame.loc[3, "rate"] = "10.0%"  # one number as two labels: which one is meant cannot be said
+    frame.to_csv(tmp_path / "twice.csv", index=False)
+    with pytest.raises(ValueError) as error:
+        TableDataModule(tmp_path / "twice.csv", target="approved", spec=spec)
+    assert str(error.value) == "data: column 'rate' writes '10%' and '10.0%', one number as two labels of its order; " \
+                               "allowed: each label written one way in the file", str(error.value)
+    with pytest.raises(InputError, match=r"^--rows: got 'rate' \(column 'rate' writes '10%' and '10.0%'"):
+        check_rows(read_rows(str(tmp_path / "twice.csv")), Explainable(torch.nn.Identity(), data.codec, {}, None,
+                                                                        True), "--rows")
+
+
+def test_a_trained_codecs_data_fills_an_ordinal_gap_with_the_median_rank_without_its_data_spec(tmp_path):
+    """explain.py --data FILE with a model trained with --impute median (its codec, no data spec: a checkpoint copied
+    without its config) fills an ordinal gap as training did: the category of the median rank, here not the most
+    frequent one."""
+    from ct_lightning.experiment.configuration.data import build_datamodule
+
+    frame = graded()
+    rank = np.array([0] * 4 + [2] * 3 + [4] * 3)[np.arange(len(frame)) % 10]  # most often HS-grad, median Bachelors
+    frame["education"] = np.array(ORDER, dtype=object)[rank]
+    frame.loc[[5, 17], "education"] = np.nan
+    frame.to_csv(tmp_path / "gaps.csv", index=False)
+    trained = TableDataModule(tmp_path / "gaps.csv", target="approved", impute="median", spec=SPEC)
+    trained.setup("fit")
+    education = next(c for c in trained.codec.columns if c.name == "education")
+    assert education.fill == "Bachelors"
+    data = build_datamodule({"data": str(tmp_path / "gaps.csv"), "target": "approved", "impute": "median"},
+                            codec=trained.codec)
+    assert data.frame.loc[[5, 17], "education"].tolist() == ["Bachelors", "Bachelors"]
+    assert any(note.startswith("education: missing in 2 row(s), filled with 'Bachelors', the training rows' median")
+               for note in data.read_notes), data.read_notes
+    np.testing.assert_array_equal(data.x_train, trained.x_train)

@@ -25,6 +25,8 @@ class EvaluationConstraints:
     feature_names: list[str] = field(default_factory=list)
     # per column, the categorical feature of its one-hot group (None: none); by default guessed from the names
     one_hot: list[str | None] | None = None
+    # a table's steps and largest changes in words, one per column (``income in steps of 1000``), from its data spec
+    change_limits: list[str] = field(default_factory=list)
 
     @property
     def protected_mask(self) -> torch.Tensor:
@@ -32,15 +34,17 @@ class EvaluationConstraints:
         return self.mutability == NONE
 
     def in_words(self) -> str:
-        """The constraints in one line, by the names a user gives (a one-hot group once, by its column):
-        ``immutable: age; increase only: income; within the data domain``."""
+        """The constraints in one line, by the names a user gives (a one-hot group once, by its column), with a
+        table's steps and largest changes as its start-up lines say them: ``immutable: age; increase only: income;
+        income in steps of 1000; grade changing by at most 2 places; within the data domain``."""
         codes = self.mutability.tolist()
         names = self.feature_names or [str(i) for i in range(len(codes))]
         one_hot = self.one_hot if self.one_hot is not None else one_hot_features(names, None, len(codes))
         parts = [f"{word}: {_listed(_columns(names, codes, code, one_hot))}" for code, word in KIND_WORDS
                  if code in codes]
         parts = parts or ["every feature mutable"]
-        return "; ".join([*parts, "within the data domain" if self.lower is not None else "no domain bounds"])
+        return "; ".join([*parts, *self.change_limits,
+                          "within the data domain" if self.lower is not None else "no domain bounds"])
 
 
 def _columns(names: list[str], codes: list[int], code: int, one_hot: list[str | None]) -> list[str]:
@@ -84,4 +88,13 @@ def evaluation_constraints(module, datamodule, protect: bool = False,
     immutable = [names[i] if i < len(names) else str(i) for i in torch.nonzero(codes == NONE).flatten().tolist()]
     types = resolve_feature_types(datamodule, names, datamodule.n_features)
     return EvaluationConstraints(codes, lower, upper, immutable, types, names,
-                                 one_hot_features(names, groups, datamodule.n_features))
+                                 one_hot_features(names, groups, datamodule.n_features), change_limits(datamodule))
+
+
+def change_limits(datamodule) -> list[str]:
+    """A table's steps and largest changes in words, one per column that has some (``income in steps of 1000,
+    changing by at most 10000``; an ordinal column's in places of its order), as its codec's start-up lines say them;
+    ``[]`` for data without a codec."""
+    columns = getattr(getattr(datamodule, "codec", None), "columns", None) or ()
+    said = [(column.name, column.change_text()) for column in columns if callable(getattr(column, "change_text", None))]
+    return [f"{name} {text}" for name, text in said if text]

@@ -157,8 +157,15 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
     along, as in rows taken from the training file. With ``skip_bad_rows`` a row with a problem of its own (a value,
     not a column) is left out and listed as ``(row, problem)`` instead; the error then comes only when no row is
     left."""
+    from datamodules.codec import ordinal_orders, text_ordinals  # noqa: PLC0415
+    from datamodules.table_format import TableError, labels_as_written  # noqa: PLC0415
+
     codec = explainable.codec
     columns = [c.name for c in codec.columns]
+    try:  # a file's 10%, 20% of an ordinal column whose order lists them: its labels as written, not numbers
+        frame = labels_as_written(frame, text_ordinals(ordinal_orders(None, codec)), option)
+    except TableError as error:
+        raise InputError(error.option, error.value, error.allowed, error.problem) from None
     frame, derived = _rows_in_model_columns(explainable, frame)
     frame, notes = _matched_names(frame, [*columns, *getattr(codec, "dropped", ()), getattr(codec, "target", "")],
                                   option)

@@ -369,16 +369,18 @@ def check_params(codec, params: dict) -> None:
         requested_steps(codec, params, param)
 
 
-STEP_KINDS = ("continuous", "integer")  # the kinds of column a step or a largest change holds (as in a data spec)
+STEP_KINDS = ("continuous", "integer", "ordinal")  # the kinds of column a step or a largest change holds (as in a
+# data spec; an ordinal column's count places of its order)
 COLUMN_NUMBER_PARAMS = {"step": "income=1000", "max_change": "income=10000"}  # param: an example
 
 
 def requested_steps(codec, params: dict, param: str = "step") -> dict[str, float]:
     """``{column: number}`` from a request's ``step`` param (``explain.py --step``) or ``max_change`` param
     (``explain.py --max-change``): ``COLUMN=NUMBER,...``, the smallest change (``step``) or the largest change either
-    way (``max_change``) the explanation may make to each continuous or integer column, in the column's own units, on
-    top of the data spec's; :class:`MutabilityRefused` (param ``param``) for the first entry the model cannot hold:
-    no such column, a column of another kind, a number that is not positive or, for an integer column, not whole."""
+    way (``max_change``) the explanation may make to each continuous, integer or ordinal column, in the column's own
+    units (an ordinal column's: places of its order), on top of the data spec's; :class:`MutabilityRefused` (param
+    ``param``) for the first entry the model cannot hold: no such column, a column of another kind, a number that is
+    not positive or, for an integer or ordinal column, not whole."""
     text = str(params.get(param) or "").strip()
     if not text:
         return {}
@@ -386,7 +388,8 @@ def requested_steps(codec, params: dict, param: str = "step") -> dict[str, float
         raise MutabilityRefused(param, text, "the model reads no table's columns", "a model trained on a table")
     kinds = {str(c.name): getattr(c, "kind", "continuous") for c in codec.columns}
     numbers = [name for name, kind in kinds.items() if kind in STEP_KINDS]
-    allowed = f"COLUMN=NUMBER for the model's number columns: {_listed(numbers)}"
+    which = "number and ordinal" if "ordinal" in kinds.values() else "number"
+    allowed = f"COLUMN=NUMBER for the model's {which} columns: {_listed(numbers)}"
     chosen: dict[str, float] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         name, _, value = (part.strip() for part in item.rpartition("="))
@@ -404,5 +407,8 @@ def requested_steps(codec, params: dict, param: str = "step") -> dict[str, float
             raise MutabilityRefused(param, item, "not a positive number", allowed)
         if kinds[name] == "integer" and not number.is_integer():
             raise MutabilityRefused(param, item, f"{name!r} is integer", "a whole number such as 1 or 5")
+        if kinds[name] == "ordinal" and not number.is_integer():
+            raise MutabilityRefused(param, item, f"{name!r} is ordinal",
+                                    "a whole number of places of its order such as 1 or 2")
         chosen[name] = number
     return chosen
