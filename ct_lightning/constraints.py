@@ -281,19 +281,21 @@ class Constraints:
             out = torch.where(self.decrease, torch.minimum(out, x), out)
         if self.none is not None:
             out = torch.where(self.none, x, out)
+        if self.rules:
+            out = out.clone() if out is points else out  # a fresh tensor from here on: its columns are set in place
         for rule in self.rules:  # after mutability: a bound reads an immutable column's own value
-            out = out.index_copy(1, rule.target, self._keep_mutability(rule.apply(out, x), x, rule.column))
+            out[:, rule.column] = self._keep_mutability(rule.apply(out, x), x, rule.column)
         return out
 
     def _keep_mutability(self, values: torch.Tensor, x: torch.Tensor, column: int) -> torch.Tensor:
-        """``values`` (one feature's, ``(n, 1)``) with that feature's mutability restored from ``x``."""
-        start = x[:, column:column + 1]
+        """``values`` (one feature's, ``(n,)``) with that feature's mutability restored from ``x``."""
+        start = x[:, column]
         if self.increase is not None:
-            values = torch.where(self.increase[..., column:column + 1], torch.maximum(values, start), values)
+            values = torch.where(self.increase[..., column], torch.maximum(values, start), values)
         if self.decrease is not None:
-            values = torch.where(self.decrease[..., column:column + 1], torch.minimum(values, start), values)
+            values = torch.where(self.decrease[..., column], torch.minimum(values, start), values)
         if self.none is not None:
-            values = torch.where(self.none[..., column:column + 1], start, values)
+            values = torch.where(self.none[..., column], start, values)
         return values
 
     def _whole_steps(self, points: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
@@ -333,7 +335,6 @@ class _RowRule:
         coefficients = torch.tensor([c for _, c in rule.terms], dtype=torch.float64)
         offset, scale = (v.double() for v in types.raw_units(read))
         self.column, self.upper = rule.column, rule.side == "upper"
-        self.target = torch.tensor([rule.column], dtype=torch.long, device=device)
         self.read = torch.tensor(read, dtype=torch.long, device=device)
         self.weights = (coefficients * scale).to(device)  # raw bound = constant + Σ weight · model input
         self.constant = float(rule.constant + (coefficients * offset).sum())
@@ -346,7 +347,7 @@ class _RowRule:
         self.step = types.steps[rule.column] / self.scale if rule.column in types.steps else None
 
     def apply(self, points: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
-        """The feature's values ``(n, 1)`` kept to the bound: unchanged where they keep it, else the bound itself,
+        """The feature's values ``(n,)`` kept to the bound: unchanged where they keep it, else the bound itself,
         the nearest whole number or whole number of steps from ``x`` on its inner side."""
         dtype = torch.float32 if points.device.type == "mps" else torch.float64  # MPS has no float64
         read = points.index_select(1, self.read).to(dtype)
@@ -364,7 +365,7 @@ class _RowRule:
             steps = (steps + STEP_SLACK).floor() if self.upper else (steps - STEP_SLACK).ceil()
             limit = start + steps * self.step
         broken = value > limit if self.upper else value < limit
-        return torch.where(broken, limit, value).to(points.dtype)[:, None]
+        return torch.where(broken, limit, value).to(points.dtype)
 
 
 def mask_gradient(grad: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:

@@ -284,8 +284,8 @@ def _order_text(order) -> str:
 
 
 def _column_dict(column: ColumnSpec) -> dict:
-    """A column as JSON keeps it; ``unit``, ``step``, ``max_change`` and the rules only where set (payloads without them read as
-    before)."""
+    """A column as JSON keeps it; ``unit``, ``step``, ``max_change`` and the rules only where set (payloads without
+    them read as before)."""
     described = asdict(column)
     for key in ("unit", "step", "max_change", "lower_rule", "upper_rule"):
         if described[key] is None:

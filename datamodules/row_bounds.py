@@ -101,8 +101,8 @@ def parse_rule(text, column: str, side: str, kinds: Mapping[str, str]) -> tuple[
         if at >= len(tokens):
             break
         if tokens[at][0] != "op":
-            follows = tokens[at][1]
-            raise ValueError(f"{where}: {_number(follows) if tokens[at][0] == 'number' else repr(follows)} follows without + - * or / before it; {ALLOWED}")
+            follows = _number(tokens[at][1]) if tokens[at][0] == "number" else repr(tokens[at][1])
+            raise ValueError(f"{where}: {follows} follows without + - * or / before it; {ALLOWED}")
         sign = -1.0 if tokens[at][1] == "-" else 1.0
         at += 1
         if at >= len(tokens):
@@ -186,7 +186,7 @@ def check_cycles(columns) -> None:
 
 
 def rule_words(column) -> str:
-    """A column's rules in words for the start-up lines: ``, at least 0.5 × a, at most age − 16``; ``""`` for none."""
+    """A column's rules in words for the start-up lines (``, at least 0.5 × a, at most age − 16``; ``""``: none)."""
     words = ""
     for side, word in zip(SIDES, ("at least", "at most")):
         text = getattr(column, f"{side}_rule", None)

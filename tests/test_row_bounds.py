@@ -224,6 +224,7 @@ def test_explanations_keep_experience_at_most_age_minus_16_only_with_the_rule(tm
     explained with explain.py: without the rule some explanation raises experience above age - 16 (so this test can
     fail); with it none does, and a row that breaks the rule is refused in one line or, with --skip-bad-rows, listed."""
     from ct_lightning.experiment.configuration.validation import CliExit
+    from ct_lightning.experiment.runs.loading import load_checkpoint
     from ct_lightning.experiment.runs.train import train
     from recipes.explain import main
 
@@ -233,13 +234,15 @@ def test_explanations_keep_experience_at_most_age_minus_16_only_with_the_rule(tm
     rows.to_csv(tmp_path / "rows.csv", index=False)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
+    checkpoints = []
+
     def explained(spec: str, rows_file="rows.csv", *options) -> list[dict]:
         (tmp_path / "spec.yaml").write_text(spec)
-        run = train({"data": str(tmp_path / "applicants.csv"), "target": "approved", "max_epochs": 2, "nce": 16,
-                     "tracking_uri": uri, "progress": False, "seed": 0, "data_spec": str(tmp_path / "spec.yaml")}
-                    )["run_id"]
-        return main(["--run-id", run, "--tracking-uri", uri, "--rows", str(tmp_path / rows_file), "--target", "yes",
-                     "--max-steps", "120", "--no-log", *options])
+        summary = train({"data": str(tmp_path / "applicants.csv"), "target": "approved", "max_epochs": 2, "nce": 16,
+                         "tracking_uri": uri, "progress": False, "seed": 0, "data_spec": str(tmp_path / "spec.yaml")})
+        checkpoints.append(summary["checkpoints"]["last"])
+        return main(["--run-id", summary["run_id"], "--tracking-uri", uri, "--rows", str(tmp_path / rows_file),
+                     "--target", "yes", "--max-steps", "120", "--no-log", *options])
 
     def broken(records) -> list[tuple]:
         return [(r["counterfactual"]["age"], r["counterfactual"]["experience"]) for r in records
@@ -250,6 +253,8 @@ def test_explanations_keep_experience_at_most_age_minus_16_only_with_the_rule(tm
     ruled = explained("columns:\n  age: {mutability: none}\n  experience: {upper: age - 16}\n")
     assert "experience: integer, at most age − 16" in capsys.readouterr().out
     assert broken(ruled) == [] and sum(bool(r.get("changes")) for r in ruled) >= 3, ruled
+    reloaded = load_checkpoint(checkpoints[-1], weights_only=True)  # hyperparameters stay plain; the rule is text
+    assert TabularCodec.from_dict(reloaded.preprocessing).columns[1].upper_rule == "age - 16"
     bad = rows.copy()
     bad.iloc[0, bad.columns.get_loc("experience")] = int(bad.iloc[0]["age"]) - 10
     bad.to_csv(tmp_path / "bad.csv", index=False)
