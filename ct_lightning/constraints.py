@@ -201,6 +201,7 @@ class Constraints:
             self.reach = reach.to(device)
             # whole steps only: a stepped feature goes as many whole steps as its reach holds
             self.step_reach = (reach[stepped] / self.step_width.cpu()).add(STEP_SLACK).floor().to(device)
+        self.rules = [_RowRule(rule, types, device) for rule in types.row_bounds]
 
     def mask_gradient(self, grad: torch.Tensor) -> torch.Tensor:
         """Zero gradient components that would move a feature the forbidden way.
@@ -239,8 +240,10 @@ class Constraints:
         first on ties) is "on" and the others "off", a one-column group is on from 0.5, integer features are
         rounded in original units (to whole numbers inside the domain), stepped features moved a whole number of
         steps from ``x`` (inside the domain), features with a reach kept within it of ``x``; then mutability is restored
-        from ``x``. All rows and groups at once (one arg-max per width class of groups). ``points`` itself without
-        types."""
+        from ``x``; then each row bound (a data spec's ``upper: age - 16``) holds, read from the point's values in
+        raw units, an integer or stepped feature kept whole or on its steps on the bound's inner side; where a row
+        bound and the domain or reach disagree the bound wins, and mutability wins over both. All rows and groups at
+        once (one arg-max per width class of groups, one pass per row bound). ``points`` itself without types."""
         if not self.snaps:
             return points
         out = points
@@ -278,7 +281,22 @@ class Constraints:
             out = torch.where(self.decrease, torch.minimum(out, x), out)
         if self.none is not None:
             out = torch.where(self.none, x, out)
+        if self.rules:
+            out = out.clone() if out is points else out  # a fresh tensor from here on: its columns are set in place
+        for rule in self.rules:  # after mutability: a bound reads an immutable column's own value
+            out[:, rule.column] = self._keep_mutability(rule.apply(out, x), x, rule.column)
         return out
+
+    def _keep_mutability(self, values: torch.Tensor, x: torch.Tensor, column: int) -> torch.Tensor:
+        """``values`` (one feature's, ``(n,)``) with that feature's mutability restored from ``x``."""
+        start = x[:, column]
+        if self.increase is not None:
+            values = torch.where(self.increase[..., column], torch.maximum(values, start), values)
+        if self.decrease is not None:
+            values = torch.where(self.decrease[..., column], torch.minimum(values, start), values)
+        if self.none is not None:
+            values = torch.where(self.none[..., column], start, values)
+        return values
 
     def _whole_steps(self, points: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The stepped features of ``points`` moved to the nearest whole number of steps from the factuals ``x``,
@@ -304,6 +322,50 @@ class Constraints:
         moved = masked.mul_(lr) if reuse_gradient or masked is not grad else torch.mul(masked, lr)
         moved = torch.sub(rows, moved, out=moved)
         return self.project(moved, x, in_place=True)
+
+
+class _RowRule:
+    """One :class:`~datamodules.feature_types.RowBound` as the tensors :meth:`Constraints.snap` applies: the bound
+    ``constant + points[:, read] · weights`` in raw units (weights and constant folded with the features' offset and
+    scale), the feature's own offset and scale, and how it stays valid (whole numbers, whole steps from the factual
+    or any value)."""
+
+    def __init__(self, rule, types: FeatureTypes, device):
+        read = [c for c, _ in rule.terms]
+        coefficients = torch.tensor([c for _, c in rule.terms], dtype=torch.float64)
+        offset, scale = (v.double() for v in types.raw_units(read))
+        self.column, self.upper = rule.column, rule.side == "upper"
+        self.read = torch.tensor(read, dtype=torch.long, device=device)
+        self.weights = (coefficients * scale).to(device)  # raw bound = constant + Σ weight · model input
+        self.constant = float(rule.constant + (coefficients * offset).sum())
+        # raw-unit noise of the bound (float32 inputs): ~1e-7 of each term's size; a whole bound stays whole
+        self.size_weights, self.size_offset = (coefficients.abs() * scale).to(device), (offset / scale).to(device)
+        self.size = abs(rule.constant) + 1.0
+        own_offset, own_scale = types.raw_units([rule.column])
+        self.offset, self.scale = float(own_offset[0]), float(own_scale[0])
+        self.whole = rule.column in types.integers
+        self.step = types.steps[rule.column] / self.scale if rule.column in types.steps else None
+
+    def apply(self, points: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+        """The feature's values ``(n,)`` kept to the bound: unchanged where they keep it, else the bound itself,
+        the nearest whole number or whole number of steps from ``x`` on its inner side."""
+        dtype = torch.float32 if points.device.type == "mps" else torch.float64  # MPS has no float64
+        read = points.index_select(1, self.read).to(dtype)
+        bound = read @ self.weights.to(dtype) + self.constant  # raw units, (n,)
+        value = points[:, self.column].to(dtype)
+        if self.whole:
+            slack = 1e-6 * ((read + self.size_offset.to(dtype)).abs() @ self.size_weights.to(dtype) + self.size)
+            nearest = bound.round()
+            inner = bound.floor() if self.upper else bound.ceil()
+            bound = torch.where((bound - nearest).abs() <= slack, nearest, inner)
+        limit = (bound - self.offset) / self.scale  # model units
+        if self.step is not None:
+            start = x[:, self.column].to(dtype)
+            steps = (limit - start) / self.step
+            steps = (steps + STEP_SLACK).floor() if self.upper else (steps - STEP_SLACK).ceil()
+            limit = start + steps * self.step
+        broken = value > limit if self.upper else value < limit
+        return torch.where(broken, limit, value).to(points.dtype)
 
 
 def mask_gradient(grad: torch.Tensor, codes: torch.Tensor) -> torch.Tensor:

@@ -22,7 +22,8 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 import pandas as pd
 
-from datamodules.feature_types import FeatureTypes
+from datamodules.feature_types import FeatureTypes, RowBound
+from datamodules.row_bounds import ALLOWED, SIDES, column_rules, read_rules, rule_text, rule_words
 
 KINDS = ("continuous", "integer", "categorical", "binary", "ordinal")
 LABELLED = ("categorical", "binary", "ordinal")  # kinds whose values are categories (labels), not numbers
@@ -86,6 +87,8 @@ class ColumnSpec:
     unit: str | None = None  # how the file wrote its numbers, as a format: "${}" for $36,428.20, "{}%" for 7.5%
     step: float | None = None  # a counterfactual changes the value by whole multiples of it (ordinal: places)
     max_change: float | None = None  # a counterfactual moves the value at most this far (ordinal: places of the order)
+    lower_rule: str | None = None  # continuous and integer: a bound that other number columns give per row, as the
+    upper_rule: str | None = None  # canonical text of a linear expression (``age - 16``; datamodules.row_bounds)
 
     @property
     def encoded_names(self) -> list[str]:
@@ -231,9 +234,9 @@ def check_spec(spec: Mapping) -> dict:
             raise ValueError(f"data_spec: column {name!r}: {_unknown_key(unknown[0], COLUMN_KEYS)}; allowed: "
                              f"{', '.join(COLUMN_KEYS)}")
         lower, upper = options.get("lower"), options.get("upper")
-        for bound, value in (("lower", lower), ("upper", upper)):
-            if value is not None and not _is_number(value):
-                raise ValueError(f"data_spec: column {name!r}: {bound} {value!r}; allowed: a number")
+        for bound, value in (("lower", lower), ("upper", upper)):  # text: a rule, read once the columns are known
+            if value is not None and not _is_number(value) and not isinstance(value, str):
+                raise ValueError(f"data_spec: column {name!r}: {bound} {value!r}; allowed: {ALLOWED[9:]}")
         step, change = options.get("step"), options.get("max_change")
         if options.get("kind") == "ordinal":
             _check_places(name, step, change)
@@ -244,7 +247,7 @@ def check_spec(spec: Mapping) -> dict:
             raise ValueError(f"data_spec: column {name!r}: max_change {change!r}; allowed: a positive number, the "
                              "largest change of the column either way in its own units (max_change: 10000; a column "
                              "that may not change at all: mutability: none)")
-        if lower is not None and upper is not None and lower > upper:
+        if _is_number(lower) and _is_number(upper) and lower > upper:
             raise ValueError(f"data_spec: column {name!r}: lower {_plain(lower)} is above upper {_plain(upper)}; "
                              "allowed: lower at most upper")
         _check_order(name, options)
@@ -305,10 +308,10 @@ def _order_text(order) -> str:
 
 
 def _column_dict(column: ColumnSpec) -> dict:
-    """A column as JSON keeps it; ``unit``, ``step`` and ``max_change`` only where set (payloads without them read as
-    before)."""
+    """A column as JSON keeps it; ``unit``, ``step``, ``max_change`` and the rules only where set (payloads without
+    them read as before)."""
     described = asdict(column)
-    for key in ("unit", "step", "max_change"):
+    for key in ("unit", "step", "max_change", "lower_rule", "upper_rule"):
         if described[key] is None:
             del described[key]
     return described
@@ -423,7 +426,7 @@ class TabularCodec:
                                  f"{', '.join(map(str, classes))}")
             positive = match[0]
             classes = [c for c in classes if c != positive] + [positive]  # the positive class is label 1 (last)
-        columns = []
+        columns, pending = [], []
         for name in frame.columns:
             if name == target:
                 continue
@@ -446,8 +449,11 @@ class TabularCodec:
             if kind in ("categorical", "binary") and bounded:
                 raise ValueError(f"data_spec: column {name!r}: {bounded[0]} {options[bounded[0]]!r} has no meaning for "
                                  f"a {kind} column; allowed: kind, mutability")
+            rules = {side: options.pop(side) for side in SIDES if isinstance(options.get(side), str)}
             columns.append(cls._fit_column(name, kind, mutability, options, frame[name], train[name]))
             columns[-1].fill = _plain((fills or {}).get(name))
+            pending.append((columns[-1], rules))
+        read_rules(pending)  # other columns' bounds: read once every column's kind is known
         return cls(target, classes, columns, positive, dropped)
 
     @staticmethod
@@ -592,7 +598,15 @@ class TabularCodec:
             elif column.kind == "binary":
                 binary.append([index])
         return FeatureTypes(len(self.feature_names), self.groups + binary, integers, offset, scale,
-                            list(self.feature_names), steps, reach)
+                            list(self.feature_names), steps, reach, self.row_bounds())
+
+    def row_bounds(self) -> list[RowBound]:
+        """The data spec's cross-column bounds (``experience: {upper: age - 16}``) by model input, a column's after
+        those of the columns it reads (:func:`datamodules.row_bounds.column_rules`)."""
+        index = {c.name: self._slices[c.name].start for c in self.columns}
+        return [RowBound(index[column.name], side, tuple((index[n], c) for n, c in terms.items()), constant,
+                         f"{column.name} {'<=' if side == 'upper' else '>='} {rule_text(terms, constant)}")
+                for column, side, terms, constant in column_rules(self)]
 
     def mutability(self) -> dict[str, str]:
         """``{column: kind}`` for the columns the spec does not leave free, by the user's own column names."""
@@ -626,7 +640,7 @@ class TabularCodec:
                 f" {c.categories}" if c.kind == "binary" else f" {_order_text(c.categories)}" if c.kind == "ordinal" \
                 else ""
             step = f", {c.change_text()}" if c.change_text() else ""
-            lines.append(f"  {c.name}: {c.kind}{extra}{_bounds_text(c.lower, c.upper)}{step}"
+            lines.append(f"  {c.name}: {c.kind}{extra}{_bounds_text(c.lower, c.upper)}{rule_words(c)}{step}"
                          + ("" if c.mutability == "both" else f", {c.mutability}"))
         return "\n".join(lines)
 

@@ -60,6 +60,19 @@ def one_hot_features(feature_names: Sequence[str] | None, groups: Mapping[str, S
     return features
 
 
+@dataclass(frozen=True)
+class RowBound:
+    """A bound of one feature that other features give per row, in raw units: ``raw[column] <= constant +
+    Σ coefficient · raw[feature]`` (``side`` ``"upper"``; ``>=`` for ``"lower"``) over ``terms`` ``((feature,
+    coefficient), ...)``; ``text`` names it in messages (``experience <= age - 16``)."""
+
+    column: int
+    side: str
+    terms: tuple[tuple[int, float], ...]
+    constant: float = 0.0
+    text: str = ""
+
+
 @dataclass
 class FeatureTypes:
     """Which columns are categorical (one-hot groups) and which are integers, for valid counterfactuals.
@@ -71,7 +84,8 @@ class FeatureTypes:
     lies on the grid of whole numbers in raw units. ``steps`` (``{column: step in raw units}``): features that
     change only by whole multiples of their step from the factual's own value (a data spec's ``step: 1000``).
     ``reach`` (``{column: largest change in raw units}``): features that move at most that far from the factual's
-    value, either way (a data spec's ``max_change: 10000``).
+    value, either way (a data spec's ``max_change: 10000``). ``row_bounds`` (:class:`RowBound`): bounds that other
+    features give per row (a data spec's ``upper: age - 16``), applied in their order.
     ``names`` (optional) are for messages.
     """
 
@@ -83,6 +97,7 @@ class FeatureTypes:
     names: list[str] | None = None
     steps: dict[int, float] = field(default_factory=dict)
     reach: dict[int, float] = field(default_factory=dict)
+    row_bounds: list[RowBound] = field(default_factory=list)
 
     def __post_init__(self):
         self.groups = [[int(c) for c in group] for group in self.groups if len(group)]
@@ -102,6 +117,14 @@ class FeatureTypes:
             raise ValueError("feature types: a largest change needs a number feature's column")
         if any(not change >= 0 for change in self.reach.values()):
             raise ValueError("feature types: every largest change must be a number of at least 0")
+        self.row_bounds = list(self.row_bounds)
+        grouped = {c for group in self.groups for c in group}
+        for rule in self.row_bounds:
+            read = [c for c, _ in rule.terms]
+            if rule.side not in ("lower", "upper") or any(not 0 <= c < self.n_features or c in grouped
+                                                          for c in [rule.column, *read]) or rule.column in read:
+                raise ValueError(f"feature types: the row bound {rule.text or rule} needs number features' columns "
+                                 "other than its own and a side lower or upper")
         for name in ("offset", "scale"):
             value = getattr(self, name)
             if value is not None:
@@ -135,8 +158,8 @@ class FeatureTypes:
 
     @property
     def empty(self) -> bool:
-        """No categorical, integer, stepped or reach-limited features: every point is valid."""
-        return not self.groups and not self.integers and not self.steps and not self.reach
+        """No categorical, integer, stepped, reach-limited or row-bounded features: every point is valid."""
+        return not self.groups and not self.integers and not self.steps and not self.reach and not self.row_bounds
 
     def raw_units(self, columns: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
         """``(offset, scale)`` of ``columns`` (0 and 1 where none were given)."""

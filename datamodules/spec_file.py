@@ -119,7 +119,9 @@ def spec_text(module, mutability: Mapping[str, str] | None = None, source: str =
              "# and upper: (without them: the training range widened to mean ± 3 sd, not below 0 for a column with",
              "# no negative value); step: 1000 makes its counterfactuals change it by whole multiples of 1000, and",
              "# max_change: 10000 by at most 10000 either way (an ordinal column's step: and max_change: count",
-             "# places of its order: max_change: 2 is at most two places up or down).",
+             "# places of its order: max_change: 2 is at most two places up or down). A bound may read other number",
+             "# columns of the same row: upper: age - 16, upper: 10 * income (terms [number *] column joined by + and",
+             "# -, plus a number).",
              "# Columns left out of this file keep the kind inferred from the file.",
              f"# target {yaml_scalar(codec.target)}: classes {', '.join(_comment_text(c) for c in codec.classes)}"]
     lines += [f"# read: {note}" for note in module.read_notes]  # how the file was written: delimiter, decimal commas
@@ -131,8 +133,10 @@ def spec_text(module, mutability: Mapping[str, str] | None = None, source: str =
     lines.append("columns:")
     for column in codec.columns:
         entry = {"kind": column.kind, "mutability": mutability.get(column.name, column.mutability)}
-        entry.update({key: _plain(getattr(column, key)) for key in ("lower", "upper", "step", "max_change")
-                      if getattr(column, key) is not None})
+        for key in ("lower", "upper", "step", "max_change"):  # a bound other columns give: its expression
+            value = getattr(column, key) if getattr(column, key) is not None else getattr(column, f"{key}_rule", None)
+            if value is not None:
+                entry[key] = _plain(value)
         fields = ", ".join(f"{key}: {yaml_scalar(value)}" for key, value in entry.items())
         if column.kind == "ordinal":
             fields += f", order: [{', '.join(yaml_scalar(c) for c in column.categories)}]"

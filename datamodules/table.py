@@ -20,6 +20,7 @@ from datamodules.base import TensorDataModule
 from datamodules.codec import TabularCodec, _plain, category_codes, ordinal_orders, read_spec, text_ordinals
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
+from datamodules.row_bounds import breaking_rows, rule_name
 from datamodules.table_header import drop_columns_error
 from datamodules.table_format import check_target, labels_as_written, read_table, text_column_problems, tidy_frame
 
@@ -281,6 +282,7 @@ class TableDataModule(TensorDataModule):
                           for name in self.identifier_like())
                 + "".join(f"\nnote: {line}" for line in self.read_notes + self.case_variants())
                 + "".join(f"\nnote: {line}" for line in self.outside_declared_bounds())
+                + "".join(f"\nnote: {line}" for line in self.breaking_rules())
                 + (f"\nnote: {', '.join(self.code_like())} "
                    f"{'hold' if len(self.code_like()) > 1 else 'holds'} at most {CODE_LEVELS} different whole numbers"
                    f"{' each' if len(self.code_like()) > 1 else ''}: if "
@@ -326,6 +328,20 @@ class TableDataModule(TensorDataModule):
                 lines.append(f"{c.name}: rows of the file lie outside the data spec's bounds ({', '.join(parts)}); they "
                              "train as they are, but counterfactuals keep to the bounds and such rows are refused when "
                              "explained or served")
+        return lines
+
+    def breaking_rules(self) -> list[str]:
+        """One line per cross-column bound of the data spec (``experience: {upper: age - 16}``) that rows of the
+        file break: ``3 of 2000 rows break experience <= age − 16 (first: row 17)``. They train as they are (a
+        recorded fact, perhaps a typing error, is no reason to stop a training); counterfactuals keep to the rule,
+        and such a row is refused when explained or served where the column may change."""
+        lines = []
+        for column, side, shown, broken, _ in breaking_rows(self.codec, self.frame):
+            if broken.any():
+                lines.append(f"{int(broken.sum())} of {len(broken)} rows break {rule_name(column, side, shown)} "
+                             f"(first: row "
+                             f"{self.frame.index[int(np.flatnonzero(broken)[0])]}); they train as they are, but "
+                             "counterfactuals keep to the rule and such rows are refused when explained or served")
         return lines
 
     def identifier_like(self) -> list[str]:

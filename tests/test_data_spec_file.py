@@ -146,11 +146,17 @@ def test_a_misspelt_top_level_key_is_refused_not_ignored():
                                 "positive, target")
 
 
+BOUND = ("a number, or other number columns (continuous or integer) each times a number, joined by + and -, plus a "
+         "number, such as upper: age - 16 or upper: 10 * income")
+
+
 @pytest.mark.parametrize("bounds, said", [
     ({"lower": 80, "upper": 18}, "column 'age': lower 80 is above upper 18; allowed: lower at most upper"),
-    ({"lower": "18"}, "column 'age': lower '18'; allowed: a number"),
-    ({"upper": True}, "column 'age': upper True; allowed: a number"),
-    ({"lower": float("nan")}, "column 'age': lower nan; allowed: a number"),
+    ({"lower": "18"}, "column 'age': lower '18' reads no column; allowed: a number without quotes (lower: 18), or "
+                      "other number columns (continuous or integer) each times a number, joined by + and -, plus a "
+                      "number, such as upper: age - 16 or upper: 10 * income"),
+    ({"upper": True}, f"column 'age': upper True; allowed: {BOUND}"),
+    ({"lower": float("nan")}, f"column 'age': lower nan; allowed: {BOUND}"),
 ])
 def test_bounds_that_cross_or_are_no_numbers_are_refused(bounds, said):
     with pytest.raises(ValueError) as error:

@@ -152,8 +152,9 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
     """The rows ready to explain, notes for the console and the rows left out; a one-line ``InputError`` for rows the
     model cannot read, before any search: missing or unknown columns, unseen categories, non-numbers in numeric
     columns, fractions in integer columns, missing values (filled as in training where the model was trained with
-    ``--impute median``), numbers outside the model's domain (the one the search keeps to): what the served model
-    refuses too. The target column and the columns the model was trained without (``--drop-columns``) may come
+    ``--impute median``), numbers outside the model's domain (the one the search keeps to), a row that breaks a
+    data spec's rule on a column that may change (``experience`` above ``age - 16``): what the served model refuses
+    too. The target column and the columns the model was trained without (``--drop-columns``) may come
     along, as in rows taken from the training file. With ``skip_bad_rows`` a row with a problem of its own (a value,
     not a column) is left out and listed as ``(row, problem)`` instead; the error then comes only when no row is
     left."""
@@ -206,6 +207,12 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
         for bad, describe in _value_problems(column, frame[column.name]):
             for p in (int(p) for p in np.flatnonzero(bad) if int(p) not in found):
                 found[p] = describe(p)
+    from ct_lightning.experiment.runs.request_checks import rule_problems  # noqa: PLC0415
+
+    for bad, describe in rule_problems(codec, frame):  # a row that breaks a data spec's rule (upper: age - 16)
+        for p in (int(p) for p in np.flatnonzero(bad) if int(p) not in found):
+            name, value, allowed, problem = describe(p)
+            found[p] = (f"{name}={value}", allowed, problem)
     if found and not skip_bad_rows:  # the first row in the file, not the first column's: it is fixed first
         first = min(found)
         value, allowed, what = found[first]

@@ -228,9 +228,39 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
         if column.kind == "integer" and (numeric.abs() < 2 ** 53).all():
             numeric = numeric.astype("int64")
         checked[column.name] = numeric
+    for broken, describe in rule_problems(codec, pd.DataFrame(checked, index=frame.index)):
+        if broken.any():
+            row = int(np.flatnonzero(broken)[0])
+            name, value, allowed, problem = describe(row)
+            raise ValueError(f"rows: column {name!r}: {value} in row {row} {problem}; allowed: {allowed}")
     rows = pd.DataFrame(checked, index=frame.index)[names]
     rows.attrs["filled"] = filled
     return rows
+
+
+def rule_problems(codec, frame: pd.DataFrame) -> list[tuple[np.ndarray, object]]:
+    """Per cross-column bound of the data spec (``experience: {upper: age - 16}``) on a column that may change: the
+    rows of ``frame`` (original units) that break it, and per row position ``(column, value, allowed, problem)``. Such
+    a row is refused as a number outside the domain is: its explanation would first have to repair the row
+    (``experience`` down to ``age - 16``), a change no applicant can make; where the column is immutable, the row
+    keeps its value and is explained as it is."""
+    if not callable(getattr(codec, "row_bounds", None)):
+        return []
+    from datamodules.row_bounds import breaking_rows, rule_name  # noqa: PLC0415
+
+    found = []
+    for column, side, shown, broken, bound in breaking_rows(codec, frame):
+        if column.mutability == "none":
+            continue
+
+        def describe(p, column=column, side=side, shown=shown, bound=bound, values=frame[column.name]):
+            return (column.name, number_text(values.iloc[p]),
+                    f"{'at most' if side == 'upper' else 'at least'} {shown} ({number_text(bound[p])} in this row; "
+                    "the data spec's rule: correct the row, or the rule in --data-spec and train again)",
+                    f"breaks {rule_name(column, side, shown)}")
+
+        found.append((np.asarray(broken, dtype=bool), describe))
+    return found
 
 
 def outside_domain(column, numeric: pd.Series) -> tuple[int, str, str] | None:
