@@ -470,8 +470,9 @@ def test_mlflow_ui_names_tags_model_datasets_and_epoch_steps(store, tmp_path):
 
 
 def test_the_constraints_tag_says_a_tables_steps_and_largest_changes_as_its_start_up_lines_do(store, tmp_path):
-    """A data spec's ``step`` and ``max_change`` hold in the training's searches: the ``ct.constraints`` tag names them
-    in the words of the start-up lines (an ordinal column's in places of its order), beside the mutability."""
+    """A data spec's ``step``, ``max_change`` and bounds read from other columns hold in the training's searches: the
+    ``ct.constraints`` tag names them in the words of the start-up lines (an ordinal column's in places of its order),
+    beside the mutability."""
     import pandas as pd
     import yaml
 
@@ -480,13 +481,14 @@ def test_the_constraints_tag_says_a_tables_steps_and_largest_changes_as_its_star
     frame.to_csv(tmp_path / "graded.csv", index=False)
     (tmp_path / "spec.yaml").write_text(yaml.safe_dump({"columns": {
         "income": {"step": 1000, "max_change": 10000}, "age": {"mutability": "none"},
+        "years_employed": {"upper": "age - 16"},
         "grade": {"kind": "ordinal", "order": list("ABCDE"), "max_change": 2, "step": 1}}}))
     run = train({**store, "experiment": "steps", "data": str(tmp_path / "graded.csv"), "target": "approved",
                  "data_spec": str(tmp_path / "spec.yaml"), "max_epochs": 1, "limit_train_batches": 2, "nce": 16,
                  "progress": False})
     assert client_of(store).get_run(run["run_id"]).data.tags["ct.constraints"] == (
-        "immutable: age; income in steps of 1000, changing by at most 10000; grade in steps of 1 place, changing by "
-        "at most 2 places; within the data domain")
+        "immutable: age; income in steps of 1000, changing by at most 10000; years_employed at most age − 16; grade in "
+        "steps of 1 place, changing by at most 2 places; within the data domain")
 
 
 class FirstWeights(L.Callback):

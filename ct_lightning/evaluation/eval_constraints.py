@@ -6,6 +6,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from datamodules.row_bounds import rule_words
+
 from ct_lightning.constraints import (DECREASE, INCREASE, NONE, FeatureTypes, data_mutability, one_hot_features,
                                       one_hot_groups, parse_mutability, resolve_domain, resolve_feature_types)
 
@@ -92,9 +94,10 @@ def evaluation_constraints(module, datamodule, protect: bool = False,
 
 
 def change_limits(datamodule) -> list[str]:
-    """A table's steps and largest changes in words, one per column that has some (``income in steps of 1000,
-    changing by at most 10000``; an ordinal column's in places of its order), as its codec's start-up lines say them;
-    ``[]`` for data without a codec."""
+    """A table's steps, largest changes and bounds read from other columns in words, one per column that has some
+    (``income in steps of 1000, changing by at most 10000``; an ordinal column's in places of its order;
+    ``years_employed at most age − 16``), as its codec's start-up lines say them; ``[]`` for data without a codec."""
     columns = getattr(getattr(datamodule, "codec", None), "columns", None) or ()
-    said = [(column.name, column.change_text()) for column in columns if callable(getattr(column, "change_text", None))]
+    said = [(column.name, ", ".join(filter(None, [column.change_text(), rule_words(column).removeprefix(", ")])))
+            for column in columns if callable(getattr(column, "change_text", None))]
     return [f"{name} {text}" for name, text in said if text]
