@@ -217,6 +217,7 @@ def test_a_row_to_explain_or_serve_that_breaks_a_rule_is_refused_in_one_line():
                                 "--data-spec and train again)")
     fixed = fit({"columns": {"age": {"mutability": "none"}, "experience": {"upper": "age - 16", "mutability": "none"}}})
     assert len(check_rows(fixed, rows, 10)) == 5  # a column that may not change keeps its value: nothing to refuse
+    assert len(check_rows(codec, rows, 10, held=["experience"])) == 5  # nor one the request holds (immutable=...)
 
 
 def test_explanations_keep_experience_at_most_age_minus_16_only_with_the_rule(tmp_path, capsys):
@@ -234,13 +235,14 @@ def test_explanations_keep_experience_at_most_age_minus_16_only_with_the_rule(tm
     rows.to_csv(tmp_path / "rows.csv", index=False)
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
 
-    checkpoints = []
+    checkpoints, run_ids = [], []
 
     def explained(spec: str, rows_file="rows.csv", *options) -> list[dict]:
         (tmp_path / "spec.yaml").write_text(spec)
         summary = train({"data": str(tmp_path / "applicants.csv"), "target": "approved", "max_epochs": 2, "nce": 16,
                          "tracking_uri": uri, "progress": False, "seed": 0, "data_spec": str(tmp_path / "spec.yaml")})
         checkpoints.append(summary["checkpoints"]["last"])
+        run_ids.append(summary["run_id"])
         return main(["--run-id", summary["run_id"], "--tracking-uri", uri, "--rows", str(tmp_path / rows_file),
                      "--target", "yes", "--max-steps", "120", "--no-log", *options])
 
@@ -267,3 +269,7 @@ def test_explanations_keep_experience_at_most_age_minus_16_only_with_the_rule(tm
     listed = [r for r in skipped if not r.get("explained", True)]
     assert len(skipped) == len(rows) and [r["row"] for r in listed] == [0] and broken(skipped) == []
     assert "breaks experience <= age − 16" in listed[0]["problem"]
+    held = main(["--run-id", run_ids[-1], "--tracking-uri", uri, "--rows", str(tmp_path / "bad.csv"), "--target",
+                 "yes", "--max-steps", "120", "--no-log", "--immutable", "experience"])
+    assert len(held) == len(rows) and all(r.get("explained", True) for r in held), held  # kept: nothing to repair
+    assert held[0]["counterfactual"] is None or held[0]["counterfactual"]["experience"] == bad.iloc[0]["experience"]

@@ -147,14 +147,14 @@ def read_rows(rows_file: str | None = None, row: str | None = None) -> pd.DataFr
         raise InputError(error.option, error.value, error.allowed, error.problem) from None
 
 
-def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_bad_rows: bool = False
-               ) -> tuple[pd.DataFrame, list[str], list[tuple[int, str]]]:
+def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_bad_rows: bool = False,
+               held=()) -> tuple[pd.DataFrame, list[str], list[tuple[int, str]]]:
     """The rows ready to explain, notes for the console and the rows left out; a one-line ``InputError`` for rows the
     model cannot read, before any search: missing or unknown columns, unseen categories, non-numbers in numeric
     columns, fractions in integer columns, missing values (filled as in training where the model was trained with
     ``--impute median``), numbers outside the model's domain (the one the search keeps to), a row that breaks a
-    data spec's rule on a column that may change (``experience`` above ``age - 16``): what the served model refuses
-    too. The target column and the columns the model was trained without (``--drop-columns``) may come
+    data spec's rule on a column that may change (``experience`` above ``age - 16``; not on one the training's
+    ``--immutable`` or ``held``, explain.py's, keeps): what the served model refuses too. The target column and the columns the model was trained without (``--drop-columns``) may come
     along, as in rows taken from the training file. With ``skip_bad_rows`` a row with a problem of its own (a value,
     not a column) is left out and listed as ``(row, problem)`` instead; the error then comes only when no row is
     left."""
@@ -209,7 +209,8 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
                 found[p] = describe(p)
     from ct_lightning.experiment.runs.request_checks import rule_problems  # noqa: PLC0415
 
-    for bad, describe in rule_problems(codec, frame):  # a row that breaks a data spec's rule (upper: age - 16)
+    held = {*held, *(explainable.config.get("immutable") or [])}
+    for bad, describe in rule_problems(codec, frame, held):  # a row that breaks a data spec's rule (upper: age - 16)
         for p in (int(p) for p in np.flatnonzero(bad) if int(p) not in found):
             name, value, allowed, problem = describe(p)
             found[p] = (f"{name}={value}", allowed, problem)

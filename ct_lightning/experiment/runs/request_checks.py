@@ -181,7 +181,7 @@ def _check_columns(names: list[str], frame: pd.DataFrame) -> None:
                          + (" and no other columns" if unknown else ""))
 
 
-def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
+def check_rows(codec, frame: pd.DataFrame, max_rows: int, held=()) -> pd.DataFrame:
     """``frame``'s columns in the codec's order, each value of its column's type, once every row is one the model
     can answer; else a one-line ``ValueError`` naming the column, the row (0-based), the value and what is allowed.
 
@@ -228,7 +228,7 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
         if column.kind == "integer" and (numeric.abs() < 2 ** 53).all():
             numeric = numeric.astype("int64")
         checked[column.name] = numeric
-    for broken, describe in rule_problems(codec, pd.DataFrame(checked, index=frame.index)):
+    for broken, describe in rule_problems(codec, pd.DataFrame(checked, index=frame.index), held):
         if broken.any():
             row = int(np.flatnonzero(broken)[0])
             name, value, allowed, problem = describe(row)
@@ -238,19 +238,20 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int) -> pd.DataFrame:
     return rows
 
 
-def rule_problems(codec, frame: pd.DataFrame) -> list[tuple[np.ndarray, object]]:
+def rule_problems(codec, frame: pd.DataFrame, held=()) -> list[tuple[np.ndarray, object]]:
     """Per cross-column bound of the data spec (``experience: {upper: age - 16}``) on a column that may change: the
     rows of ``frame`` (original units) that break it, and per row position ``(column, value, allowed, problem)``. Such
     a row is refused as a number outside the domain is: its explanation would first have to repair the row
-    (``experience`` down to ``age - 16``), a change no applicant can make; where the column is immutable, the row
-    keeps its value and is explained as it is."""
+    (``experience`` down to ``age - 16``), a change no applicant can make; where the column is immutable (in the data
+    spec, or ``held``: by the training's ``--immutable`` or the request's), the row keeps its value and is explained as
+    it is."""
     if not callable(getattr(codec, "row_bounds", None)):
         return []
     from datamodules.row_bounds import breaking_rows, rule_name  # noqa: PLC0415
 
     found = []
     for column, side, shown, broken, bound in breaking_rows(codec, frame):
-        if column.mutability == "none":
+        if column.mutability == "none" or column.name in held:
             continue
 
         def describe(p, column=column, side=side, shown=shown, bound=bound, values=frame[column.name]):

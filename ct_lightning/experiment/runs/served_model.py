@@ -106,7 +106,9 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
         codec = self.codec
         frame = as_rows(model_input)
         check_params(codec, params)
-        frame = check_rows(codec, frame, row_limit(bool(params.get("explain"))))
+        mutability = {**dict(self.search.get("mutability") or {}), **requested_mutability(codec, params)}
+        held = [name for name, kind in mutability.items() if kind == "none"]  # a row may break a rule on these
+        frame = check_rows(codec, frame, row_limit(bool(params.get("explain"))), held)
         x = torch.as_tensor(codec.encode(frame), dtype=torch.float32)
         with torch.no_grad():
             probabilities = torch.softmax(self.model(x), dim=1).numpy()
@@ -116,7 +118,7 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
             out[f"probability_{label}"] = probabilities[:, index].astype(float)
         if params.get("explain"):
             search = {**self.search, **({"max_steps": int(params["max_steps"])} if params.get("max_steps") else {})}
-            search["mutability"] = {**dict(search.get("mutability") or {}), **requested_mutability(codec, params)}
+            search["mutability"] = mutability
             search["steps"] = requested_steps(codec, params)
             search["max_changes"] = requested_steps(codec, params, "max_change")
             explained = explain(self.model, frame, target=requested_target(codec, params), codec=codec, **search)

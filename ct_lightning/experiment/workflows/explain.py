@@ -40,16 +40,17 @@ def run(args: argparse.Namespace) -> list[dict]:
         replaced = use_data(loaded, args.data)
         if replaced:
             print(f"note: {replaced}")
+        mutability = explanation_mutability(loaded, getattr(args, "immutable", None), getattr(args, "mutability", None))
         rows, notes, skipped = check_rows(rows, loaded, "--rows" if args.rows else "--row",
-                                          skip_bad_rows=args.skip_bad_rows)
+                                          skip_bad_rows=args.skip_bad_rows,
+                                          held=[name for name, kind in mutability.items() if kind == "none"])
         for note in notes:
             print(f"note: {note}")
         others = rows.attrs.get("other_columns") or {}
         for row, problem in skipped:
             print(f"{row_label(row, others.get(row))}: not explained: {problem}")
         settings = search_settings(loaded.module, {k: getattr(args, k) for k in SEARCH})
-        settings["mutability"] = explanation_mutability(loaded, getattr(args, "immutable", None),
-                                                        getattr(args, "mutability", None))
+        settings["mutability"] = mutability
         settings["steps"] = explanation_steps(loaded, getattr(args, "step", None))
         settings["max_changes"] = explanation_steps(loaded, getattr(args, "max_change", None), "max_change")
         settings["fewer_changes"] = getattr(args, "fewer_changes", True)
