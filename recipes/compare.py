@@ -51,7 +51,7 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/compare.py``."""
     parser = recipe_parser(__doc__)
     parser.hints = OPTION_HINTS
-    add_arguments(parser, ["data_sets", "jobs", "threads", "accelerator", "cpu_math"])
+    add_arguments(parser, ["data_sets", "jobs", "threads", "accelerator", "cpu_math"], recipe="compare")
     budget = parser.add_argument_group("training (--search-lr unset: 0.1 with --protocol reference, as the authors' "
                                        "code ran; train.py's 0.25 with --protocol paper)")
     add_arguments(budget, ["max_epochs", "seed"], max_epochs=100, seed=0)
