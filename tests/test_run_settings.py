@@ -85,6 +85,7 @@ def test_the_weights_of_a_model_with_batchnorm_are_its_parameters_not_its_runnin
     assert str(WEIGHTS + BUFFERS) not in line
 
 
+@pytest.mark.slow  # a recipe process
 def test_evaluate_takes_a_logged_model_of_ones_own_from_its_run(runs, tmp_path):
     """``evaluate.py --checkpoint runs:/ID/model`` of a run trained with --model and --model-inputs needed --data,
     --target, --model and --model-inputs again (without --model: a layer-name error); it now reads the model with
@@ -100,6 +101,7 @@ def test_evaluate_takes_a_logged_model_of_ones_own_from_its_run(runs, tmp_path):
     assert 0.0 <= payload["summary"]["validity"] <= 1.0
 
 
+@pytest.mark.slow  # a recipe process
 def test_compare_takes_the_data_and_the_table_settings_from_the_given_runs(runs, tmp_path):
     """``compare.py --bl-run-id --ct-run-id`` needed --data, --target, --data-spec, --impute and --drop-columns
     repeated as the runs were trained; it now takes them from the runs' config.json and says so."""
