@@ -267,7 +267,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
             names, taken = settings_from_runs(args, reuse_lists, names)
         check_table_options(args, names)
         check_accelerator("--accelerator", args.accelerator)
-        check_tracking_reachable(args.tracking_uri)
+        if not given_runs:  # else checked before the runs were read
+            check_tracking_reachable(args.tracking_uri)
         check_writable_folder("--out-dir", args.out_dir)
         check_output_file("--summary-json", args.summary_json)
     if taken:  # where the data came from: the given runs, not the command line
