@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "study: note9, note11, note7, note5, note3, each on its data sets)")
     add_arguments(parser, ["data_sets", "jobs", "stack", "tracking_uri", "experiment", "out_dir", "max_epochs", "n_runs",
                            "n_individuals", "progress"], tracking_uri="sqlite:///outputs/appendix/mlflow.db",
-                  experiment="ct-appendix", out_dir="outputs/appendix", max_epochs=None)
+                  experiment="ct-appendix", out_dir="outputs/appendix", max_epochs=None, recipe="appendix")
     parser.add_argument("--report", action="store_true", help="write docs/appendix.md's tables and plots from "
                         "the results in --out-dir")
     parser.add_argument("--docs-dir", default="docs/appendix", help="plot folder of --report (default %(default)s)")

@@ -26,7 +26,7 @@ Examples:
   .venv/bin/python recipes/compare.py --data all --jobs 2                        # all nine rows, the paper's budget
   .venv/bin/python recipes/compare.py --data ls,circles,moons,ol                 # the synthetic rows
   .venv/bin/python recipes/compare.py --data circles --max-epochs 5 --n-runs 1 --n-individuals 20
-  .venv/bin/python recipes/compare.py --data circles --bl-run-id ID1 --ct-run-id ID2 --no-actionability
+  .venv/bin/python recipes/compare.py --bl-run-id ID1 --ct-run-id ID2 --no-actionability  # data, table options: the runs'
   .venv/bin/python recipes/compare.py --data all --jobs 2 --seeds 0,1,2,3,4      # Table 1 over five training seeds
 
 With --seeds (or --n-seeds) the reproduction runs once per training seed, each resumable as above and
@@ -51,13 +51,14 @@ def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/compare.py``."""
     parser = recipe_parser(__doc__)
     parser.hints = OPTION_HINTS
-    add_arguments(parser, ["data_sets", "jobs", "threads", "accelerator", "cpu_math"])
+    add_arguments(parser, ["data_sets", "jobs", "threads", "accelerator", "cpu_math"], recipe="compare")
     budget = parser.add_argument_group("training (--search-lr unset: 0.1 with --protocol reference, as the authors' "
                                        "code ran; train.py's 0.25 with --protocol paper)")
     add_arguments(budget, ["max_epochs", "seed"], max_epochs=100, seed=0)
     add_arguments(budget, ["seeds", "n_seeds", "nce", "search_lr", "limit_train_batches", "data_dir", "target",
                            "data_spec", "impute", "balance", "drop_columns", "immutable"], search_lr=None)  # a table's, as in train.py
-    reuse = parser.add_argument_group("reuse trained runs (comma-separated, aligned with --data; empty = train)")
+    reuse = parser.add_argument_group("reuse trained runs (comma-separated, aligned with --data; empty = train; "
+                                      "--data and a table's --target ... --balance default to the runs')")
     for key, _, _ in ROLES:
         reuse.add_argument(f"--{key.replace('_', '-')}-run-id", dest=f"{key}_run_id", help=f"run id(s) of {key}")
     add_arguments(parser, ["actionability"])

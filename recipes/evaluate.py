@@ -26,7 +26,7 @@ from ct_lightning.experiment.workflows.evaluate import GIVEN, run
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/evaluate.py``."""
     parser = recipe_parser(__doc__)
-    add_arguments(parser.add_mutually_exclusive_group(required=True), ["run_id", "checkpoint"])
+    add_arguments(parser.add_mutually_exclusive_group(required=True), ["run_id", "checkpoint"], recipe="evaluate")
     add_arguments(parser, ["tracking_uri", "which", "data", *GIVEN, "protect", "all_mutable"],
                   data=None, impute=None, drop_columns=None, balance=None, model=None, hidden_sizes=None, activation=None)
     parser.add_argument("--split", choices=("test", "val"), default="test", help="split of the factuals (default %(default)s)")

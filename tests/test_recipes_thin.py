@@ -41,12 +41,13 @@ def shape(action: argparse.Action) -> tuple:
             action.nargs, action.const, type(action).__name__, repr(action.default))
 
 
-def from_row(row, parser: argparse.ArgumentParser, action: argparse.Action) -> list[tuple]:
-    """The shapes ``add_arguments`` gives the row in ``parser``: with the row's default, or the recipe's own."""
+def from_row(row, parser: argparse.ArgumentParser, action: argparse.Action, recipe: str | None = None) -> list[tuple]:
+    """The shapes ``add_arguments`` gives the row in ``parser``: with the row's default, or the recipe's own; with the
+    row's help, or the recipe's own help of the row (``RECIPE_HELP``)."""
     shapes = []
     for defaults in ({}, {row.name: action.default}):
         fresh = argparse.ArgumentParser(argument_default=parser.argument_default)
-        add_arguments(fresh, [row.name], **defaults)
+        add_arguments(fresh, [row.name], recipe=recipe, **defaults)
         shapes.append(shape(fresh._actions[-1]))
     every = argparse.ArgumentParser(argument_default=parser.argument_default)
     add_arguments(every)  # the training settings, as recipes/train.py has them
@@ -61,7 +62,7 @@ def test_an_option_of_several_recipes_is_declared_from_its_row():
     for flag, where in shared.items():
         rows = [row for row in ROWS.values() if row.option == flag]
         for recipe, (parser, action) in where.items():
-            if any(shape(action) in from_row(row, parser, action) for row in rows):
+            if any(shape(action) in from_row(row, parser, action, recipe) for row in rows):
                 continue
             if flag not in HOMONYMS or len(rows) > 1:  # a homonym with a row per meaning is held to its rows too
                 wrong.append(f"{recipe} {flag}: not declared from a row of experiment.options")
@@ -91,3 +92,35 @@ def test_a_recipe_default_is_shown_and_checked_as_the_row_says():
         parser.parse_args(["--max-epochs", "0"])
     with pytest.raises(KeyError):
         add_arguments(parser, ["no_such_row"])
+
+
+def test_each_recipe_help_says_what_that_recipe_takes():
+    """explain.py --help said under --checkpoint what only evaluate.py takes ("evaluate.py also takes what train.py
+    --from-checkpoint accepts: a plain state_dict ..., runs:/RUN_ID/model, models:/NAME/VERSION"); a row's help now
+    holds in every recipe that has it, and the one recipe that takes more has its own (``RECIPE_HELP``). Read from
+    the real ``--help`` of each recipe, in a fresh interpreter."""
+    import os
+    import subprocess
+    import sys
+
+    def help_of(name: str) -> str:
+        done = subprocess.run([sys.executable, str(ROOT / "recipes" / f"{name}.py"), "--help"], capture_output=True,
+                              text=True, timeout=120, env={**os.environ, "PYTHONPATH": str(ROOT)})
+        assert done.returncode == 0, done.stderr[-2000:]
+        return " ".join(done.stdout.split())  # argparse wraps its lines
+
+    for name in ("explain", "train_generator"):  # a checkpoint file (or --run-id) only
+        text = help_of(name)
+        assert "--checkpoint CHECKPOINT the model as a file: a checkpoint of recipes/train.py" in text, text
+        assert not [word for word in ("evaluate.py", "state_dict", "runs:/", "models:/") if word in text], text
+    evaluate = help_of("evaluate")
+    assert "a plain state_dict" in evaluate and "runs:/RUN_ID/model (a run of train.py: read with that run's " \
+        "settings, as --run-id" in evaluate and "evaluate.py also" not in evaluate
+    compare, appendix = help_of("compare"), help_of("appendix")
+    assert "the data the given runs were trained on" in compare and "appendix.py" not in compare
+    assert "default: all the grid's" in appendix and "compare.py" not in appendix and "--target" not in appendix
+    from ct_lightning.experiment.configuration.options import RECIPE_HELP
+
+    declared = {(row, recipe) for recipe in RECIPES for row in
+                {action.dest for action in load_recipe(recipe).build_parser()._actions}}
+    assert set(RECIPE_HELP) <= declared, "a recipe's own help of a row it does not have"

@@ -27,9 +27,7 @@ RECIPE_OPTIONS: tuple[Setting, ...] = (
     Setting("run_id", None, "MLflow run of recipes/train.py: the model (its checkpoints/ and config.json artifacts)",
             group=SOURCE),
     Setting("checkpoint", None, "the model as a file: a checkpoint of recipes/train.py (its config.json beside it, "
-            "else pass --data); evaluate.py also takes what train.py --from-checkpoint accepts: a plain state_dict "
-            "(pass --data, and --model/--hidden-sizes where they cannot be inferred), runs:/RUN_ID/model, "
-            "models:/NAME/VERSION", group=SOURCE),
+            "else pass --data)", group=SOURCE),
     Setting("which", "last", "checkpoint of the run: last (end of training) or best val/acc (default {DFLT})",
             group=SOURCE, choices=("last", "best")),
     Setting("all_mutable", False, "ignore the mutability constraints the model was trained with (--immutable, "
@@ -41,9 +39,8 @@ RECIPE_OPTIONS: tuple[Setting, ...] = (
             "beside it) to this new YAML file, to edit and pass as --data-spec; nothing is trained", group=OUTPUT,
             metavar="PATH"),
     # how a recipe runs and where its outputs go
-    Setting("data_sets", None, "data sets, comma-separated: {AVAILABLE}; compare.py also takes all, .csv/.tsv/.txt/.parquet "
-            "files (with --target) and package.module:Class; appendix.py: some of the grid's (default: all of them)",
-            group=OUTPUT, flag="--data", metavar="DATA"),
+    Setting("data_sets", None, "data sets, comma-separated: {AVAILABLE}", group=OUTPUT, flag="--data",
+            metavar="DATA"),
     Setting("jobs", 1, "worker processes: trainings or evaluations run at once (default {DFLT})", int, OUTPUT, low=1),
     Setting("stack", None, "appendix.py: CT trainings that differ only in penalty weights, tau, eta, lambda_cst or "
             "lambda_egy train up to STACK at a time as one stacked model (several times faster; on the CPU the "
@@ -88,6 +85,19 @@ RECIPE_OPTIONS: tuple[Setting, ...] = (
             low=0.0, low_open=True),
     Setting("eval_seed", 0, "seed of the first evaluation run (default {DFLT})", int, EVAL, low=0),
 )
+# A row's help in the one recipe that takes more than the row's own help says (which holds in every other recipe
+# that has the row): (row, recipe) → that recipe's help. A recipe names itself to add_arguments (recipe="evaluate").
+RECIPE_HELP: dict[tuple[str, str], str] = {
+    ("checkpoint", "evaluate"): "the model as a file or an MLflow model: a checkpoint of recipes/train.py (its "
+    "config.json beside it, else pass --data); or what train.py --from-checkpoint accepts: a plain state_dict (pass "
+    "--data, and --model/--hidden-sizes where they cannot be inferred), runs:/RUN_ID/model (a run of train.py: "
+    "read with that run's settings, as --run-id; no --data, --target or --model-inputs needed), "
+    "models:/NAME/VERSION",
+    ("data_sets", "compare"): "data sets, comma-separated: {AVAILABLE}, all, .csv/.tsv/.txt/.parquet files (with "
+    "--target) and package.module:Class (default with --bl-run-id/--ct-run-id...: the data the given runs were "
+    "trained on)",
+    ("data_sets", "appendix"): "data sets of the grid, comma-separated (of {AVAILABLE}; default: all the grid's)",
+}
 RECIPE_ROWS = {row.name: row for row in RECIPE_OPTIONS}
 STORE = ("tracking_uri", "experiment")  # training settings whose default every other recipe uses as it is
 ROWS: dict[str, Setting] = {**SETTINGS_BY_NAME, **RECIPE_ROWS}
@@ -108,10 +118,11 @@ def shown(value: Any) -> str:
     return str(value)
 
 
-def help_text(setting: Setting, default: Any, overridden: bool) -> str:
+def help_text(setting: Setting, default: Any, overridden: bool, recipe: str | None = None) -> str:
     """The help of ``setting`` in a parser whose default is ``default``: ``{DFLT}`` filled in (an unset default
-    drops the ``(default ...)`` note); a recipe's own default is named even where the row's text has no ``{DFLT}``."""
-    text = setting.help
+    drops the ``(default ...)`` note); a recipe's own default is named even where the row's text has no ``{DFLT}``.
+    ``recipe``: the recipe's name, whose own help of the row (:data:`RECIPE_HELP`) replaces the row's."""
+    text = RECIPE_HELP.get((setting.name, recipe), setting.help)
     if default is None:
         text = re.sub(r" ?\((?:SPEC )?default \{DFLT\}[^)]*\)", "", text)
     elif overridden and "{DFLT}" not in text and default is not False:
@@ -141,12 +152,14 @@ def argtype(setting: Setting):
     return convert
 
 
-def add_arguments(parser, names: list[str] | tuple[str, ...] | None = None, **defaults) -> None:
+def add_arguments(parser, names: list[str] | tuple[str, ...] | None = None, recipe: str | None = None,
+                  **defaults) -> None:
     """Add one command-line option per row, with its flag, type and check, help and default.
 
     ``names`` picks rows of :data:`ROWS` (default: every training setting, grouped as in the settings table, as
     ``recipes/train.py`` has them); picked rows go into ``parser``, which may be an argument group. ``defaults``
-    replace a row's default in this parser (``max_epochs=10``). Values are checked while parsing.
+    replace a row's default in this parser (``max_epochs=10``). ``recipe``: the recipe's name, for a row whose help
+    in that recipe is its own (:data:`RECIPE_HELP`). Values are checked while parsing.
     """
     if names is None:
         rows, groups = [s for s in SETTINGS if s.group is not None], {"": parser}
@@ -163,7 +176,7 @@ def add_arguments(parser, names: list[str] | tuple[str, ...] | None = None, **de
                 groups[setting.group] = parser.add_argument_group(setting.group)
             container = groups[setting.group]
         default = defaults.get(setting.name, setting.value)
-        kwargs: dict[str, Any] = {"help": help_text(setting, default, setting.name in defaults),
+        kwargs: dict[str, Any] = {"help": help_text(setting, default, setting.name in defaults, recipe),
                                   "dest": setting.name}
         if setting.name in defaults or setting.name in RECIPE_ROWS or (names is not None and setting.name in STORE):
             kwargs["default"] = default  # any other training setting left unset stays None: the training resolves it

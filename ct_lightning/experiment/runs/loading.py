@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -11,9 +12,8 @@ from typing import TYPE_CHECKING
 
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.experiment.configuration.settings import TABLE_KEYS, data_class, resolve_config
+from ct_lightning.experiment.configuration.settings import TABLE_KEYS, resolve_config
 from ct_lightning.experiment.configuration.data import build_datamodule
-from datamodules import get_datamodule_class
 
 if TYPE_CHECKING:
     from ct_lightning.module import CTModule
@@ -71,6 +71,20 @@ def load_logged_model(run_id: str, tracking_uri: str) -> LoadedModel:
     if explainable.has_preprocessing:  # a table's fitted encoding, as a checkpoint carries it
         explainable.module.preprocessing = explainable.codec.to_dict()
     return LoadedModel(explainable.module, explainable.config, f"runs:/{run_id}/model", run_id, tracking_uri)
+
+
+def model_uri_run(source: str | None, tracking_uri: str) -> str | None:
+    """The run id of ``runs:/RUN_ID/model`` where that run is one of this project's (it logged ``config.json``):
+    its model is loaded with the run's own settings (data, table options, architecture, ``model_inputs``), as
+    ``--run-id`` loads a run without checkpoints (:func:`load_logged_model`); ``None`` for any other source."""
+    match = re.fullmatch(r"runs:/([^/]+)/model/?", source or "")
+    if match is None:
+        return None
+    try:
+        names = {artifact.path for artifact in _client(tracking_uri).list_artifacts(match.group(1))}
+    except Exception:  # noqa: BLE001 - an unknown run: the weights-only path says why it cannot load it
+        return None
+    return match.group(1) if "config.json" in names else None
 
 
 def download_checkpoint(run_id: str, tracking_uri: str, which: str = "last",

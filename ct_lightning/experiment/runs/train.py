@@ -216,14 +216,16 @@ def _scalar_metrics(metrics: dict) -> dict[str, float]:
     return out
 
 
-def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None, dict | None]:
-    """Resolve the configuration (or the run to resume) and check outputs, before any run exists."""
+def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None, dict | None, bool]:
+    """Resolve the configuration (or the run to resume) and check outputs, before any run exists. Returns the
+    configuration, the run id and checkpoint to resume, the ``from_checkpoint`` weights and whether its
+    ``model_inputs`` came with them."""
     given = {k: v for k, v in overrides.items() if v is not None}
     if given.get("resume"):
         config, run_id, resume_from = _resume_config(given, echo)
         # the run's own summary path (not given again) may hold its summary already: an extended finished run
         check_outputs(config if given.get("summary_json") else {**config, "summary_json": None}, resuming=True)
-        return config, run_id, resume_from, None
+        return config, run_id, resume_from, None, False
     if given.get("config"):
         given = {**load_config_file(given["config"]), **given}
     weights, inherited = None, False
@@ -247,14 +249,21 @@ def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None
         entries = model_input_entries(config)
         if entries is not None:
             check_input_width(config, entries, weights)
-        shape = f"an MLP with hidden sizes {config['hidden_sizes']} and {config['activation']}" \
-            if config["model"] == "mlp" else f"the model {config['model']}"
-        verb = "the model as it is:" if config["limit_train_batches"] == 0 else "fine-tuning"
-        reads = "" if not entries else f", reading the {len(entries)} inputs of " + \
-            ("the --model-inputs list it was trained with" if inherited else "--model-inputs")
-        echo(f"{verb} {config['from_checkpoint']}: {shape}, {sum(v.numel() for v in weights.values())} weights"
-             f"{reads}", flush=True)
-    return config, None, None, weights
+    return config, None, None, weights, inherited
+
+
+def loaded_model_line(config: dict, model: torch.nn.Module, inherited: bool) -> str:
+    """What ``from_checkpoint`` loaded: its architecture and its weights, the model's trainable parameters (a
+    BatchNorm's running statistics are buffers, not weights), and the inputs it reads with ``model_inputs``
+    (``inherited``: the list came with the checkpoint)."""
+    entries = model_input_entries(config)
+    shape = f"an MLP with hidden sizes {config['hidden_sizes']} and {config['activation']}" \
+        if config["model"] == "mlp" else f"the model {config['model']}"
+    verb = "the model as it is:" if config["limit_train_batches"] == 0 else "fine-tuning"
+    reads = "" if not entries else f", reading the {len(entries)} inputs of " + \
+        ("the --model-inputs list it was trained with" if inherited else "--model-inputs")
+    weights = sum(parameter.numel() for parameter in model.parameters() if parameter.requires_grad)
+    return f"{verb} {config['from_checkpoint']}: {shape}, {weights} weights{reads}"
 
 
 def check_input_width(config: dict, entries: list[dict], weights: dict) -> None:
@@ -305,7 +314,7 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
 
 
 def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume_hint: str | None = None) -> dict:
-    config, run_id, resume_from, weights = _prepare(overrides, echo)
+    config, run_id, resume_from, weights, inherited = _prepare(overrides, echo)
     check_cpu_math(config.get("cpu_math", "native"))  # portable must have been chosen before torch started
     set_search_compile(config["search_compile"])
     L.seed_everything(config["seed"], workers=True, verbose=False)
@@ -330,6 +339,7 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
              + ", ".join(f"{k} {v}" for k, v in chosen.items()), flush=True)
     if resume_from is None and config.get("from_checkpoint"):
         load_given_weights(config, module, weights, datamodule)
+        echo(loaded_model_line(config, module.model, inherited), flush=True)
         echo_loaded_accuracy(config, module, datamodule, echo)
     if resume_from is None and unused:
         echo(f"note: --model-inputs: no input of the model reads {', '.join(unused)}: "

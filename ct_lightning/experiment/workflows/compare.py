@@ -12,6 +12,7 @@ import shlex
 import sys
 from dataclasses import asdict
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic, write_text_atomic
@@ -25,6 +26,9 @@ from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
                                                 check_writable_folder)
 from ct_lightning.experiment.workflows.parent_outbox import end_pending, log_metrics_once, parent_client
+
+if TYPE_CHECKING:
+    from ct_lightning.experiment.studies.reproduce import Task
 
 ROLES = catalogue.constant("ct_lightning.experiment.studies.reproduce", "ROLES")  # (role, objective, protected)
 LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
@@ -241,22 +245,35 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     command line, printed as the command that resumes the reproduction."""
     with checking():
         args.limit_train_batches = trained_batches(args.limit_train_batches)
-        names = resolve_names(args.data_sets)
-        if not names:
-            raise InputError("--data", args.data_sets, "comma-separated data set names, or all")
         reuse_lists = {key: csv_list(getattr(args, f"{key}_run_id")) for key, _, _ in ROLES}
-        for key, ids in reuse_lists.items():
-            if ids and len(ids) != len(names):
+        given_runs = any(reuse_lists.values())
+        names = resolve_names(args.data_sets) if args.data_sets or not given_runs else None
+        if names == []:
+            raise InputError("--data", args.data_sets, "comma-separated data set names, or all (or --bl-run-id/"
+                             "--ct-run-id...: the data those runs were trained on)")
+        width = len(names) if names is not None else max(len(ids) for ids in reuse_lists.values())
+        for key, ids in reuse_lists.items():  # without --data: as many entries as the longest list of run ids
+            if ids and len(ids) != width:
                 raise InputError(f"--{key.replace('_', '-')}-run-id", ",".join(ids),
-                                 f"one id per data set ({len(names)}), empty entries to train")
+                                 f"one id per data set ({width}), empty entries to train")
         seeds = resolve_seeds(args, reuse_lists)
+        taken = []
+        if given_runs:  # a given run is evaluated from its last checkpoint; its data and table settings hold
+            check_tracking_reachable(args.tracking_uri)
+            for key, ids in reuse_lists.items():
+                check_run_ids(f"--{key.replace('_', '-')}-run-id", ids, args.tracking_uri, checkpoint="last")
+            from ct_lightning.experiment.workflows.compare_runs import settings_from_runs  # noqa: PLC0415
+
+            names, taken = settings_from_runs(args, reuse_lists, names)
         check_table_options(args, names)
         check_accelerator("--accelerator", args.accelerator)
-        check_tracking_reachable(args.tracking_uri)
+        if not given_runs:  # else checked before the runs were read
+            check_tracking_reachable(args.tracking_uri)
         check_writable_folder("--out-dir", args.out_dir)
         check_output_file("--summary-json", args.summary_json)
-        for key, ids in reuse_lists.items():  # a given run is evaluated from its last checkpoint
-            check_run_ids(f"--{key.replace('_', '-')}-run-id", ids, args.tracking_uri, checkpoint="last")
+    if taken:  # where the data came from: the given runs, not the command line
+        print(f"from the given runs (their config.json, not repeated on the command line): {' '.join(taken)}",
+              flush=True)
     quiet_console(args.verbose)
     if args.verbose:
         os.environ[VERBOSE_ENV] = "1"  # seen by --jobs workers too

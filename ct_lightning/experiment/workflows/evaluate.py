@@ -36,11 +36,14 @@ def load(args: argparse.Namespace):
     """The model (``LoadedModel``), its data module, protocol and constraints; a refused input raises."""
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
     from ct_lightning.experiment.configuration.data import build_datamodule  # noqa: PLC0415
-    from ct_lightning.experiment.runs.loading import load_any_checkpoint, load_run  # noqa: PLC0415
+    from ct_lightning.experiment.runs.loading import (load_any_checkpoint, load_logged_model, load_run,  # noqa: PLC0415
+                                                      model_uri_run)
 
     given = {key: getattr(args, key) for key in GIVEN}
-    if args.run_id:
-        loaded = load_run(args.run_id, args.tracking_uri, args.which, weights_only=not args.unsafe_load)
+    logged = None if args.run_id else model_uri_run(args.checkpoint, args.tracking_uri)
+    if args.run_id or logged:  # runs:/ID/model of a run of train.py: with that run's settings, as --run-id
+        loaded = load_run(args.run_id, args.tracking_uri, args.which, weights_only=not args.unsafe_load) \
+            if args.run_id else load_logged_model(logged, args.tracking_uri)
         if args.data:
             loaded.config["data"] = args.data
         loaded.config.update({k: given[k] for k in TABLE_KEYS if given[k] is not None})

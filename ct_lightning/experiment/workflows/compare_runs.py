@@ -1,0 +1,130 @@
+"""``recipes/compare.py`` with given runs (``--bl-run-id``, ``--ct-run-id``, ...): the data and the table settings
+(``--target``, ``--data-spec``, ``--impute``, ``--drop-columns``, ``--balance``) those runs were trained with, from
+their ``config.json``, so that the command line need not repeat them. A value given on the command line that differs
+from the runs', and runs of one comparison trained on different data, are refused in one line before any work."""
+
+from __future__ import annotations
+
+import argparse
+import filecmp
+import json
+import tempfile
+from pathlib import Path
+
+from ct_lightning.experiment.configuration import catalogue
+from ct_lightning.experiment.configuration.settings import (SETTINGS_BY_NAME, TABLE_KEYS, csv_names, is_table_file)
+from ct_lightning.experiment.configuration.validation import InputError
+
+FROM_RUNS = ("data", *TABLE_KEYS)  # what a given run says about the data it was trained on
+
+
+def option(key: str) -> str:
+    """The command-line option of a setting of :data:`FROM_RUNS` (``data`` is compare's ``--data``)."""
+    return SETTINGS_BY_NAME[key].option
+
+
+def comparable(key: str, value):
+    """A setting's value in one form for the command line's and a run's: a table by its absolute path, a built-in
+    set by its canonical name, the dropped columns as a set, an unset impute or balance as ``none``."""
+    if key == "data":
+        return str(Path(value).resolve()) if is_table_file(value) else (catalogue.canonical_dataset(value) or value)
+    if key == "drop_columns":
+        return frozenset(csv_names(value))
+    if key in ("impute", "balance"):
+        return value or "none"
+    if key == "data_spec":
+        return str(Path(value).resolve()) if value else None
+    return value
+
+
+def same(key: str, given, trained) -> bool:
+    """Whether ``given`` means what the run's ``trained`` value means (a data spec: the same file, or one of the same
+    content elsewhere)."""
+    a, b = comparable(key, given), comparable(key, trained)
+    if a == b:
+        return True
+    return key == "data_spec" and bool(a and b) and Path(a).is_file() and Path(b).is_file() \
+        and filecmp.cmp(a, b, shallow=False)
+
+
+def shown(key: str, value) -> str:
+    """A value as the command line would give it (``--drop-columns id,notes``; an unset one as ``(none)``)."""
+    if key == "drop_columns":
+        return ",".join(csv_names(value)) or "(none)"
+    return "(none)" if value in (None, "") else str(value)
+
+
+def run_configs(reuse_lists: dict[str, list[str]], tracking_uri: str) -> dict[tuple[str, int], tuple[str, dict]]:
+    """``(role, position) → (run id, its config.json)`` for every given run (checked by ``check_run_ids``)."""
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    configs = {}
+    for role, ids in reuse_lists.items():
+        for position, run_id in enumerate(ids):
+            if not run_id:
+                continue
+            try:
+                folder = tempfile.mkdtemp(prefix="ct-compare-")
+                config = json.loads(Path(client.download_artifacts(run_id, "config.json", folder)).read_text())
+            except Exception:  # noqa: BLE001 - MLflow raises several types for a missing artifact
+                raise InputError(f"--{role.replace('_', '-')}-run-id", run_id, "the id of a run of train.py (its "
+                                 "config.json names the data it was trained on), or an empty entry to train",
+                                 "it logged no config.json") from None
+            configs[role, position] = (run_id, config)
+    return configs
+
+
+def settings_from_runs(args: argparse.Namespace, reuse_lists: dict[str, list[str]],
+                       names: list[str] | None) -> tuple[list[str], list[str]]:
+    """The data sets of the comparison (``names`` from ``--data``, else those of the given runs, position by
+    position) and the table settings: each one not given is set on ``args`` from the runs. Returns the data sets and
+    what was taken from the runs, as options (``--target approved``). Refused in one line: a given value that differs
+    from the runs', runs of one position trained on different data, and table runs with different table settings
+    (compare reads all its tables with one ``--target``, ``--impute``...)."""
+    configs = run_configs(reuse_lists, args.tracking_uri)
+    positions = max((len(ids) for ids in reuse_lists.values()), default=0)
+    first: dict[str, tuple[str, str, object]] = {}  # setting → (role, run id, value) of the first run that says it
+    data = []
+    for position in range(positions):
+        given = [(role, *configs[role, position]) for role in reuse_lists if (role, position) in configs]
+        if not given and names is None:
+            raise InputError("--data", None, "the data sets, comma-separated, one per entry of the run ids",
+                             f"entry {position + 1} of the run ids is empty: no run to take its data from")
+        for role, run_id, config in given:
+            keys = FROM_RUNS if is_table_file(config.get("data")) else ("data",)
+            for key in keys:
+                scope = f"{key}@{position}" if key == "data" else key
+                if scope not in first:
+                    first[scope] = (role, run_id, config.get(key))
+                    continue
+                other_role, other_id, value = first[scope]
+                if not same(key, config.get(key), value):
+                    raise InputError(f"--{role.replace('_', '-')}-run-id", run_id,
+                                     f"a run trained with {option(key)} {shown(key, value)}, as "
+                                     f"--{other_role.replace('_', '-')}-run-id {other_id} was (the models of a "
+                                     f"comparison are evaluated on the same data)",
+                                     f"trained with {option(key)} {shown(key, config.get(key))}")
+        if given:
+            data.append(comparable("data", first[f"data@{position}"][2]))
+    if names is None:
+        names = data
+    taken = [] if getattr(args, "data_sets", None) else [f"--data {','.join(names)}"]
+    for position, name in enumerate(names):
+        if f"data@{position}" in first and not same("data", name, first[f"data@{position}"][2]):
+            role, run_id, value = first[f"data@{position}"]
+            raise InputError("--data", name, f"{shown('data', value)}, the data --{role.replace('_', '-')}-run-id "
+                             f"{run_id} was trained on (leave --data out to take it from the runs)")
+    for key in TABLE_KEYS:
+        if key not in first:
+            continue
+        role, run_id, value = first[key]
+        mine = getattr(args, key, None)
+        if mine in (None, ""):
+            setattr(args, key, value)
+            if value not in (None, "", [], "none"):
+                taken.append(f"{option(key)} {shown(key, value)}")
+        elif not same(key, mine, value):
+            raise InputError(option(key), shown(key, mine), f"{shown(key, value)}, what --{role.replace('_', '-')}"
+                             f"-run-id {run_id} was trained with (leave {option(key)} out to take it from the runs)")
+    return names, taken
