@@ -138,8 +138,8 @@ def test_a_setting_that_differs_from_the_runs_is_refused_in_one_line(runs, tmp_p
 
     other_spec = tmp_path / "spec.yaml"
     other_spec.write_text("columns:\n  income: {mutability: increase}\n")
-    copy = tmp_path / "applicants.csv"
-    copy.write_bytes(runs["table"].read_bytes())
+    copy = tmp_path / "applicants.csv"  # another table under the same name: its last row left out
+    copy.write_text("".join(runs["table"].read_text().splitlines(keepends=True)[:-1]))
     names = {"before": runs["before"]["run_id"], "after": runs["after"]["run_id"], "other": runs["other"]["run_id"],
              "other_spec": other_spec, "spec": runs["folder"] / "spec.yaml", "copy": copy, "table": runs["table"]}
     argv = ["--bl-run-id", runs["before"]["run_id"], "--ct-run-id", runs["after"]["run_id"], "--no-actionability",
@@ -150,3 +150,34 @@ def test_a_setting_that_differs_from_the_runs_is_refused_in_one_line(runs, tmp_p
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert refused.value.code == 2 and len(errors) == 1 and errors[0].startswith(said.format(**names)), errors
     assert not (tmp_path / "out").exists()  # before any work
+
+
+def test_a_copy_of_the_runs_table_or_one_where_theirs_no_longer_is_is_taken_and_said(runs, tmp_path):
+    """A table of the same content elsewhere is the runs' data (a copy); where the runs' table no longer exists (the
+    project moved), the given one is taken in its place and the start-up line says so; before, both were refused."""
+    import argparse
+    import shutil
+
+    from ct_lightning.experiment.runs.train import train
+    from ct_lightning.experiment.workflows.compare_runs import settings_from_runs
+
+    def settings(data: Path, *ids: str) -> tuple[list[str], list[str]]:
+        args = argparse.Namespace(tracking_uri=runs["uri"], data_sets=str(data), target=None, data_spec=None,
+                                  impute=None, drop_columns=None, balance=None)
+        return settings_from_runs(args, {"bl": list(ids)}, [str(data)])
+
+    copy = tmp_path / "copy.csv"
+    copy.write_bytes(runs["table"].read_bytes())
+    names, taken = settings(copy, runs["before"]["run_id"])
+    assert names == [str(copy)] and not any("in place of" in part for part in taken)
+    gone = tmp_path / "old" / "loans.csv"
+    gone.parent.mkdir()
+    shutil.copy(LOANS, gone)
+    summary = train({"data": str(gone), "target": "approved", "objective": "vanilla", "limit_train_batches": 1,
+                     "max_epochs": 1, "tracking_uri": runs["uri"], "progress": False})
+    shutil.rmtree(gone.parent)
+    moved = tmp_path / "new" / "loans.csv"
+    moved.parent.mkdir()
+    shutil.copy(LOANS, moved)
+    names, taken = settings(moved, summary["run_id"])
+    assert names == [str(moved)] and f"(--data {moved} in place of {gone}, which no longer exists)" in taken, taken

@@ -38,13 +38,20 @@ def comparable(key: str, value):
 
 
 def same(key: str, given, trained) -> bool:
-    """Whether ``given`` means what the run's ``trained`` value means (a data spec: the same file, or one of the same
-    content elsewhere)."""
+    """Whether ``given`` means what the run's ``trained`` value means (a table or data spec: the same file, or one of
+    the same content elsewhere: a copy, or the project moved)."""
     a, b = comparable(key, given), comparable(key, trained)
     if a == b:
         return True
-    return key == "data_spec" and bool(a and b) and Path(a).is_file() and Path(b).is_file() \
+    return key in ("data", "data_spec") and bool(a and b) and Path(a).is_file() and Path(b).is_file() \
         and filecmp.cmp(a, b, shallow=False)
+
+
+def moved(key: str, given, trained) -> bool:
+    """Whether ``given`` is a table or data spec that exists where the run's ``trained`` one no longer does (the
+    project moved to another folder or machine): it is taken in the run's file's place, and said so."""
+    return key in ("data", "data_spec") and bool(given and trained) and is_table_file(str(given)) == \
+        is_table_file(str(trained)) and Path(str(given)).is_file() and not Path(str(trained)).exists()
 
 
 def shown(key: str, value) -> str:
@@ -113,6 +120,9 @@ def settings_from_runs(args: argparse.Namespace, reuse_lists: dict[str, list[str
     for position, name in enumerate(names):
         if f"data@{position}" in first and not same("data", name, first[f"data@{position}"][2]):
             role, run_id, value = first[f"data@{position}"]
+            if moved("data", name, value):
+                taken.append(f"(--data {name} in place of {value}, which no longer exists)")
+                continue
             raise InputError("--data", name, f"{shown('data', value)}, the data --{role.replace('_', '-')}-run-id "
                              f"{run_id} was trained on (leave --data out to take it from the runs)")
     for key in TABLE_KEYS:
@@ -124,6 +134,8 @@ def settings_from_runs(args: argparse.Namespace, reuse_lists: dict[str, list[str
             setattr(args, key, value)
             if value not in (None, "", [], "none"):
                 taken.append(f"{option(key)} {shown(key, value)}")
+        elif moved(key, mine, value):
+            taken.append(f"({option(key)} {shown(key, mine)} in place of {shown(key, value)}, which no longer exists)")
         elif not same(key, mine, value):
             raise InputError(option(key), shown(key, mine), f"{shown(key, value)}, what --{role.replace('_', '-')}"
                              f"-run-id {run_id} was trained with (leave {option(key)} out to take it from the runs)")
