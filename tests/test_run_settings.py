@@ -181,3 +181,23 @@ def test_a_copy_of_the_runs_table_or_one_where_theirs_no_longer_is_is_taken_and_
     shutil.copy(LOANS, moved)
     names, taken = settings(moved, summary["run_id"])
     assert names == [str(moved)] and f"(--data {moved} in place of {gone}, which no longer exists)" in taken, taken
+
+
+def test_explain_reads_a_runs_model_uri_as_its_run_id(runs, capsys):
+    """``explain.py --checkpoint runs:/ID/model``, as evaluate.py takes it, was refused as 'not a readable
+    checkpoint'; it explains as ``--run-id ID`` does, with a note. A registry URI is refused in one line."""
+    from recipes.explain import main
+
+    row = pd.read_csv(runs["table"]).drop(columns="approved").iloc[0].to_dict()
+    common = ["--tracking-uri", runs["uri"], "--row", json.dumps({k: v.item() if hasattr(v, "item") else v
+                                                                  for k, v in row.items()}), "--no-log"]
+    run_id = runs["after"]["run_id"]
+    by_uri = main(["--checkpoint", f"runs:/{run_id}/model", *common])
+    assert f"note: --checkpoint runs:/{run_id}/model read as --run-id {run_id}" in capsys.readouterr().out
+    assert by_uri == main(["--run-id", run_id, *common])
+    with pytest.raises(SystemExit) as refused:
+        main(["--checkpoint", "models:/credit/1", *common])
+    assert refused.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "error: --checkpoint: got 'models:/credit/1' (explain.py reads no registry or other URI); allowed: a "
+        "checkpoint file, or --run-id ID for a model of an MLflow run")

@@ -9,16 +9,33 @@ from pathlib import Path
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runner import checking
 from ct_lightning.experiment.configuration.settings import SETTINGS_BY_NAME
-from ct_lightning.experiment.configuration.validation import (EnvironmentProblem, check_checkpoint_file, check_output_file,
-                                                check_run_ids)
+from ct_lightning.experiment.configuration.validation import (EnvironmentProblem, InputError, check_checkpoint_file,
+                                                                check_output_file, check_run_ids)
 
 SEARCH = ["generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "search_lr", "generator_options"]
+
+
+def run_of_checkpoint(args: argparse.Namespace) -> None:
+    """``--checkpoint runs:/ID/model`` (as evaluate.py takes it) read as ``--run-id ID``, which explain.py loads with
+    its run's preprocessing and settings, said in a note; a registry URI (``models:/``) or both options refused in one
+    line."""
+    given = str(args.checkpoint or "")
+    if ":/" not in given:
+        return
+    if not given.startswith("runs:/") or len(given.split("/")) < 2 or not given.split("/")[1]:
+        raise InputError("--checkpoint", given, "a checkpoint file, or --run-id ID for a model of an MLflow run",
+                         "explain.py reads no registry or other URI")
+    if args.run_id:
+        raise InputError("--checkpoint", given, "either --checkpoint or --run-id", f"--run-id {args.run_id} given too")
+    args.run_id, args.checkpoint = given.split("/")[1], None
+    print(f"note: --checkpoint {given} read as --run-id {args.run_id} (the run's model with its preprocessing)")
 
 
 def run(args: argparse.Namespace) -> list[dict]:
     """Check the inputs, load the model, explain every row, print, write ``--json`` and ``--csv`` and log to the
     run."""
     with checking():
+        run_of_checkpoint(args)
         check_output_file("--json", args.json, args.overwrite)
         check_output_file("--csv", getattr(args, "csv", None), args.overwrite)
         check_checkpoint_file("--checkpoint", args.checkpoint)
