@@ -330,14 +330,17 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
 
     predicted_labels = codec.decode_target(predicted.cpu().numpy())
     target_labels = codec.decode_target(targets.cpu().numpy())
-    # the file's currency or percent sign ($36,428.20, 7.5%), shown with the numbers (format_change)
+    # the file's currency or percent sign ($36,428.20, 7.5%), shown with the numbers (format_change), and its decimal
+    # commas (60.800,50 €): a change shown as 60,800 € reads as sixty euros and eighty cents where the file came from
     units = {c.name: {"unit": c.unit} for c in getattr(codec, "columns", ()) if getattr(c, "unit", None)}
+    comma = {"decimal_comma": True} if getattr(codec, "decimal_comma", False) else {}
     records = []
     for i in range(len(frame)):
         factual = {c: _plain(frame.at[i, c]) for c in columns}
         counterfactual = {c: _plain(decoded.at[i, c]) for c in columns}
-        changes = [{"feature": c, "from": factual[c], "to": counterfactual[c], **units.get(c, {})} for c in columns
-                   if not _same(factual_decoded.at[i, c], decoded.at[i, c])]
+        changes = [{"feature": c, "from": factual[c], "to": counterfactual[c], **units.get(c, {}),
+                    **(comma if _is_number(factual[c]) else {})}
+                   for c in columns if not _same(factual_decoded.at[i, c], decoded.at[i, c])]
         records.append({"factual": factual, "prediction": _plain(predicted_labels[i]),
                         "prediction_probability": float(probabilities[i, predicted[i]]),
                         "target": _plain(target_labels[i]),
@@ -377,13 +380,18 @@ def _decimals(value: float) -> int:
     return len(text.split(".")[1]) if "." in text else 0
 
 
-def format_change(before, after, unit: str | None = None) -> str:
+def _is_number(value) -> bool:
+    """Whether ``value`` is a number (not ``True``/``False``, not text)."""
+    return isinstance(value, (float, np.floating, int, np.integer)) and not isinstance(value, (bool, np.bool_))
+
+
+def format_change(before, after, unit: str | None = None, decimal_comma: bool = False) -> str:
     """``before → after`` as a person reads it: ``after`` with the decimals ``before`` is written with
     (``95.43 → 52.41``, ``18,203.08 → 9,057.99``), more where it would read as ``before`` or as less than two
     significant digits (``0.9 → 0.9001``, not ``0.9 → 0.9``), in the file's ``unit`` where it wrote one (``"${}"``:
-    ``$36,428.2 → $54,848.2``; ``"{}%"``)."""
-    numbers = all(isinstance(v, (float, np.floating, int, np.integer)) and not isinstance(v, (bool, np.bool_))
-                  for v in (before, after))
+    ``$36,428.2 → $54,848.2``; ``"{}%"``), and with ``decimal_comma`` as a file with decimal commas writes numbers
+    (``60.800 € → 54.800 €``, ``41,3 → 77,8``)."""
+    numbers = all(_is_number(v) for v in (before, after))
     if not numbers:
         return f"{format_value(before)} → {format_value(after)}"
     if any(isinstance(v, (float, np.floating)) for v in (before, after)):
@@ -399,15 +407,22 @@ def format_change(before, after, unit: str | None = None) -> str:
         shown = [f"{before:,.{shown_decimals}f}", f"{after:,.{decimals}f}"]
     else:
         shown = [format_value(before), format_value(after)]
+    if decimal_comma:
+        shown = [text.translate(_COMMA_POINT) for text in shown]
     if unit:
         shown = [f"-{unit.format(text[1:])}" if text.startswith("-") else unit.format(text) for text in shown]
     return f"{shown[0]} → {shown[1]}"
 
 
+_COMMA_POINT = str.maketrans(",.", ".,")  # 60,800.5 → 60.800,5
+
+
 def change_text(change: dict) -> str:
-    """One change as a person reads it: ``income: 31,000 → 38,400``, marked where the value was filled in."""
+    """One change as a person reads it: ``income: 31,000 → 38,400`` (``31.000 → 38.400`` where the training file
+    wrote decimal commas), marked where the value was filled in."""
     filled = " (missing: filled in as in training)" if change.get("filled") else ""
-    return f"{change['feature']}{filled}: {format_change(change['from'], change['to'], change.get('unit'))}"
+    shown = format_change(change["from"], change["to"], change.get("unit"), change.get("decimal_comma", False))
+    return f"{change['feature']}{filled}: {shown}"
 
 
 def row_label(row: int, other_columns: Mapping | None = None) -> str:

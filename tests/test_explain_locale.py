@@ -1,0 +1,63 @@
+"""Explaining a model trained on a spreadsheet export of a European locale (``;``, decimal commas, ``60.800 €``): the
+explanation speaks the file's number format, in the console, ``--json``, ``--csv`` and the plot alike."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from ct_lightning.evaluation.explanation import change_text
+
+LOANS = Path(__file__).resolve().parent / "fixtures" / "loans.csv"
+
+
+def european(frame: pd.DataFrame) -> pd.DataFrame:
+    """The table as Excel in Germany writes it: ``31.000,00 €`` for 31 000 euros, ``0,26`` for 0.26."""
+    return frame.assign(income=frame.income.map(lambda v: f"{v:,.2f} €".translate(str.maketrans(",.", ".,"))),
+                        debt_ratio=(frame.debt / frame.income).round(2).map(lambda v: f"{v:.2f}".replace(".", ",")))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory) -> tuple[Path, Path]:
+    """A model trained for one epoch on the European export, and three applicants in the same format."""
+    from ct_lightning.experiment.runs.train import train
+
+    folder = tmp_path_factory.mktemp("european")
+    loans = pd.read_csv(LOANS)
+    (folder / "export.csv").write_bytes(b"sep=;\r\n" + european(loans).to_csv(sep=";", index=False).encode("cp1252"))
+    train({"data": str(folder / "export.csv"), "target": "approved", "immutable": "age,sex", "max_epochs": 1,
+           "nce": 16, "seed": 0, "tracking_uri": f"sqlite:///{folder / 'mlflow.db'}", "progress": False,
+           "checkpoint_dir": str(folder / "ct")})
+    rows = european(loans).drop(columns="approved").head(3)
+    rows.insert(0, "applicant_id", [501, 502, 503])
+    (folder / "applicants.csv").write_bytes(rows.to_csv(sep=";", index=False).encode("cp1252"))
+    return folder, folder / "ct" / "last.ckpt"
+
+
+def test_changes_are_written_with_the_files_decimal_commas_and_thousands_points(trained, capsys):
+    """An HR export (``60.800,00 €``) was explained as ``expected_salary: 60,800 € → 54,800 €``: where the file comes
+    from, ``60,800 €`` is sixty euros and eighty cents. The changes now read as the file writes numbers."""
+    from recipes.explain import main
+
+    folder, checkpoint = trained
+    records = main(["--checkpoint", str(checkpoint), "--rows", str(folder / "applicants.csv"), "--target", "yes",
+                    "--all-changes", "--max-steps", "300", "--no-log"])
+    out = capsys.readouterr().out
+    numbers = [c for r in records for c in r["changes"] if c["feature"] in ("income", "debt", "debt_ratio")]
+    assert numbers, out
+    for change in numbers:
+        assert change["decimal_comma"] is True  # --json says how the file wrote its numbers
+        assert f"    {change_text(change)}\n" in out
+    income = next(c for c in numbers if c["feature"] == "income")
+    start = f"{income['from']:,.0f}".replace(",", ".")
+    assert f"income: {start} € → " in out, out  # 30.600 €, not 30,600 €
+    debt = next((c for c in numbers if c["feature"] == "debt"), None)
+    if debt is not None:
+        assert f"debt: {debt['from']:,}".replace(",", ".") in out
+    assert change_text({"feature": "debt_ratio", "from": 0.26, "to": 0.3125, "decimal_comma": True}) == \
+        "debt_ratio: 0,26 → 0,31"
+    assert change_text({"feature": "income", "from": 1234.5, "to": 2000.5, "unit": "{} €", "decimal_comma": True}) \
+        == "income: 1.234,5 € → 2.000,5 €"
+    assert change_text({"feature": "home", "from": "rent", "to": "own", "decimal_comma": True}) == "home: rent → own"
