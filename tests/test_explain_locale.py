@@ -61,3 +61,26 @@ def test_changes_are_written_with_the_files_decimal_commas_and_thousands_points(
     assert change_text({"feature": "income", "from": 1234.5, "to": 2000.5, "unit": "{} €", "decimal_comma": True}) \
         == "income: 1.234,5 € → 2.000,5 €"
     assert change_text({"feature": "home", "from": "rent", "to": "own", "decimal_comma": True}) == "home: rent → own"
+
+
+def test_the_table_for_a_spreadsheet_is_written_in_the_files_locale(trained, tmp_path):
+    """``--csv`` of a batch from a ``;``-separated export with decimal commas came back ``,``-separated with decimal
+    points: Excel in that locale opened it as one column of text. It is now written as the export was: ``;`` and
+    decimal commas (still UTF-8 with a byte-order mark, so that ``→`` and ``€`` read as written)."""
+    from recipes.explain import main
+
+    folder, checkpoint = trained
+    table = tmp_path / "advice.csv"
+    records = main(["--checkpoint", str(checkpoint), "--rows", str(folder / "applicants.csv"), "--target", "yes",
+                    "--all-changes", "--max-steps", "300", "--no-log", "--csv", str(table)])
+    raw = table.read_bytes()
+    assert raw.startswith(b"\xef\xbb\xbf")
+    header = raw[3:].decode("utf-8").splitlines()[0]
+    assert header == "row;applicant_id;explained;prediction;prediction_probability;target;probability;valid;" \
+                     "changes;problem"
+    written = pd.read_csv(table, sep=";", decimal=",", encoding="utf-8-sig")
+    assert written["applicant_id"].tolist() == [501, 502, 503]
+    assert written["prediction_probability"].tolist() == pytest.approx(
+        [round(r["prediction_probability"], 3) for r in records], abs=1e-9)
+    assert "," in raw.decode("utf-8-sig").splitlines()[1].split(";")[4]  # 0,734: a decimal comma
+    assert "€ → " in " ".join(written["changes"].dropna())

@@ -445,13 +445,16 @@ def flat_table(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
-def write_table(path: str | Path, records: list[dict]) -> None:
+def write_table(path: str | Path, records: list[dict], decimal_comma: bool = False) -> None:
     """:func:`flat_table` as a CSV a spreadsheet opens as written: UTF-8 with a byte-order mark (Excel reads a CSV
-    without one as Windows-1252, and ``→`` as ``â†’``)."""
+    without one as Windows-1252, and ``→`` as ``â†’``); with ``decimal_comma`` (the model's training file wrote
+    decimal commas) ``;``-separated with decimal commas, as Excel in that file's locale reads a CSV (a ``,``-separated
+    one opens there as one column of text)."""
     from ct_lightning.experiment.runs.atomic_files import atomic_file  # noqa: PLC0415
 
+    dialect = {"sep": ";", "decimal": ","} if decimal_comma else {}
     with atomic_file(path) as temporary:
-        flat_table(records).to_csv(temporary, index=False, encoding="utf-8-sig")
+        flat_table(records).to_csv(temporary, index=False, encoding="utf-8-sig", **dialect)
 
 
 def plot_explanations(explanations: pd.DataFrame, path: str | Path) -> Path:
@@ -495,10 +498,11 @@ def explanation_figure(explanations: pd.DataFrame):
     return fig
 
 
-def log_explanations(tracking_uri: str, run_id: str, explanations: pd.DataFrame, records: list[dict]) -> str:
+def log_explanations(tracking_uri: str, run_id: str, explanations: pd.DataFrame, records: list[dict],
+                     decimal_comma: bool = False) -> str:
     """Log the explanations to the run itself under ``explanations/UTC-TIME/``: ``explanations.json`` and
-    ``explanations.csv`` (``records``, explain.py's ``--json`` and ``--csv``) and ``explanations.png`` (where a row
-    was explained). Returns that artifact folder."""
+    ``explanations.csv`` (``records``, explain.py's ``--json`` and ``--csv``, written as :func:`write_table` writes
+    it) and ``explanations.png`` (where a row was explained). Returns that artifact folder."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -506,7 +510,7 @@ def log_explanations(tracking_uri: str, run_id: str, explanations: pd.DataFrame,
     with tempfile.TemporaryDirectory(prefix="ct-explain-") as local:
         local = Path(local)
         (local / "explanations.json").write_text(json.dumps(records, indent=2, default=str))
-        write_table(local / "explanations.csv", records)
+        write_table(local / "explanations.csv", records, decimal_comma)
         if len(explanations):
             plot_explanations(explanations, local / "explanations.png")
         client.log_artifacts(run_id, str(local), artifact_path=folder)
