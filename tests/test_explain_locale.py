@@ -84,3 +84,24 @@ def test_the_table_for_a_spreadsheet_is_written_in_the_files_locale(trained, tmp
         [round(r["prediction_probability"], 3) for r in records], abs=1e-9)
     assert "," in raw.decode("utf-8-sig").splitlines()[1].split(";")[4]  # 0,734: a decimal comma
     assert "€ → " in " ".join(written["changes"].dropna())
+
+
+def test_an_empty_cell_among_the_columns_the_model_does_not_read_is_left_out_of_the_rows_name(trained, capsys):
+    """An applicant without notes in the HR export was named ``row 7 (Bewerber-ID 20250008, ..., Notizen None)``:
+    the empty cell is now left out of the name, and a row with only empty such cells is ``row N``."""
+    from ct_lightning.evaluation.explanation import row_label
+    from recipes.explain import main
+
+    folder, checkpoint = trained
+    rows = pd.read_csv(folder / "applicants.csv", sep=";", dtype=str, encoding="cp1252")
+    rows.insert(1, "notes", ["strong communicator", None, None])
+    rows.loc[2, "applicant_id"] = None
+    rows.to_csv(folder / "noted.csv", sep=";", index=False, encoding="cp1252")
+    records = main(["--checkpoint", str(checkpoint), "--rows", str(folder / "noted.csv"), "--target", "yes",
+                    "--max-steps", "50", "--no-log"])
+    out = capsys.readouterr().out
+    assert "row 0 (applicant_id 501, notes strong communicator): predicted " in out, out
+    assert "row 1 (applicant_id 502): predicted " in out and "row 2: predicted " in out
+    assert "None" not in out and "nan" not in out
+    assert records[1]["other_columns"] == {"applicant_id": 502, "notes": None}  # --json keeps the empty cell
+    assert row_label(4, {"hired_on": pd.NaT, "id": 7}) == "row 4 (id 7)"

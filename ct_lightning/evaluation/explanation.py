@@ -427,14 +427,23 @@ def change_text(change: dict) -> str:
 
 def row_label(row: int, other_columns: Mapping | None = None) -> str:
     """``row 5``, with the row's columns the model does not read where it has some (``row 5 (applicant_id
-    1005)``), so that an explanation can be told to its applicant; long text cut to 30 characters."""
-    if not other_columns:
+    1005)``), so that an explanation can be told to its applicant; long text cut to 30 characters, empty cells left
+    out (not ``notes None``)."""
+    present = {name: value for name, value in (other_columns or {}).items() if not _missing(value)}
+    if not present:
         return f"row {row}"
     shown = []
-    for name, value in other_columns.items():
+    for name, value in present.items():
         text = str(value) if isinstance(value, (int, np.integer)) else format_value(value)  # an id, not 1,005
         shown.append(f"{name} {text if len(text) <= 30 else text[:29] + '…'}")
     return f"row {row} ({', '.join(shown)})"
+
+
+def _missing(value) -> bool:
+    """Whether a cell is empty: ``None``, ``NaN`` or ``NaT``."""
+    if value is None:
+        return True
+    return not isinstance(value, str) and np.ndim(value) == 0 and bool(pd.isna(value))
 
 
 def mark_filled(changes: pd.Series, filled: Mapping) -> None:
