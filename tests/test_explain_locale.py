@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import pandas as pd
+import torch
 import pytest
 
 from ct_lightning.evaluation.explanation import change_text
@@ -105,3 +106,25 @@ def test_an_empty_cell_among_the_columns_the_model_does_not_read_is_left_out_of_
     assert "None" not in out and "nan" not in out
     assert records[1]["other_columns"] == {"applicant_id": 502, "notes": None}  # --json keeps the empty cell
     assert row_label(4, {"hired_on": pd.NaT, "id": 7}) == "row 4 (id 7)"
+
+
+def test_a_served_model_names_the_number_a_european_amount_writes(trained):
+    """The served model of the HR export refused ``"expected_salary": "60.800,00 €"`` (the export's own spelling) as
+    'is not a number', without the 'here 60800' it gives for ``"$17,665.85"``: it read the file's decimal commas
+    from the column, which has none (the codec has). And ``"60.800"`` was told to be sent without quotes: 60.8."""
+    from ct_lightning.experiment.runs.served_model import RawRowsClassifier, RequestRefused
+    from datamodules.table import TableDataModule
+
+    folder, _ = trained
+    codec = TableDataModule(folder / "export.csv", target="approved").codec
+    served = RawRowsClassifier(torch.nn.Linear(len(codec.feature_names), 2), codec, {})
+    row = pd.read_csv(LOANS).drop(columns="approved").head(1)
+    row = row.assign(debt_ratio=0.26).astype({"income": object})
+    for written, message in (("30.600,00 €", "'30.600,00 €' in row 0 is text; allowed: a number (in JSON "
+                                             "without quotes), here 30600"),
+                             ("30.600", "'30.600' in row 0 is text; allowed: a number (in JSON without quotes), "
+                                        "here 30600"),
+                             ("30600", "'30600' in row 0 is text; allowed: a number (in JSON without quotes)")):
+        with pytest.raises(RequestRefused) as refused:
+            served.predict(None, row.assign(income=[written]), {})
+        assert f"rows: column 'income': {message}" in str(refused.value), str(refused.value)
