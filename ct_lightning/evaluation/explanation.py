@@ -48,7 +48,7 @@ def explanation_search(hp) -> dict:
 
 
 COLUMNS = ["factual", "prediction", "prediction_probability", "target", "factual_probability", "counterfactual",
-           "changes", "probability", "valid", "converged", "immutable"]
+           "changes", "probability", "valid", "counterfactual_prediction", "converged", "immutable"]
 
 
 class FeatureCodec:
@@ -327,6 +327,9 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
         decoded, x_back, back = presented(x_back)
     target_probability = back.gather(1, targets[:, None]).squeeze(1).cpu()
     valid = (back.argmax(1) == targets).cpu()
+    # what the model predicts at the changes shown: where it is not the target, the class they lead to instead (of
+    # three, perhaps a better one than asked: an offer, not an interview)
+    reached_labels = codec.decode_target(back.argmax(1).cpu().numpy())
 
     predicted_labels = codec.decode_target(predicted.cpu().numpy())
     target_labels = codec.decode_target(targets.cpu().numpy())
@@ -346,6 +349,7 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
                         "target": _plain(target_labels[i]),
                         "factual_probability": float(probabilities[i, targets[i]]), "counterfactual": counterfactual, "changes": changes,
                         "probability": float(target_probability[i]), "valid": bool(valid[i]),
+                        "counterfactual_prediction": _plain(reached_labels[i]),
                         "converged": bool(result.converged[i]), "immutable": list(immutable)})
     return pd.DataFrame(records, columns=COLUMNS)
 
@@ -469,7 +473,8 @@ def describe(explanations: pd.DataFrame) -> str:
         label = row_label(i, row.get("other_columns"))
         lines.append(f"{label}: predicted {row['prediction']} "
                      f"(probability {probability_text(row['prediction_probability'])})")
-        status = "valid" if row["valid"] else "NOT valid: the decoded counterfactual is not predicted as the target"
+        status = "valid" if row["valid"] else (f"NOT valid: with these changes the model predicts "
+                                               f"{row.get('counterfactual_prediction')}, not {row['target']}")
         if _same(row["prediction"], row["target"]) and row["changes"]:
             # Already the target, below τ (three or more classes): the changes only make the model more certain.
             lines.append(f"  already {row['target']}: nothing needs to change; to make it more certain (probability "

@@ -420,14 +420,14 @@ def _training_data(explainable: Explainable, generator: str) -> tuple[torch.Tens
     return datamodule.x_train, datamodule.y_train
 
 
-FLAT = ["row", "explained", "prediction", "prediction_probability", "target", "probability", "valid", "changes",
-        "problem"]
+FLAT = ["row", "explained", "prediction", "prediction_probability", "target", "probability", "valid",
+        "counterfactual_prediction", "changes", "problem"]
 
 
 def flat_table(records: list[dict]) -> pd.DataFrame:
     """One line per input row, for a spreadsheet: ``row`` (its number in the input, from 0), the row's columns the
     model does not read (an applicant's id) as they were given, then the prediction, target, probabilities (three
-    decimals), validity and the changes as text in the row's own units (``income: 31,000 → 38,400; ...``), and for
+    decimals), validity, the class the changes lead to and the changes as text in the row's own units (``income: 31,000 → 38,400; ...``), and for
     a row left out (``--skip-bad-rows``) its ``problem``. ``records``: explain.py's JSON objects."""
     from ct_lightning.evaluation.explanation import change_text  # noqa: PLC0415
 
