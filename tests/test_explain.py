@@ -771,3 +771,28 @@ def test_an_explanation_that_misses_its_target_names_the_class_its_changes_lead_
     assert [r["prediction"] for r in again] == [r["counterfactual_prediction"] for r in missed]
     table = pd.read_csv(tmp_path / "out.csv", encoding="utf-8-sig")
     assert table["counterfactual_prediction"].tolist() == [r["counterfactual_prediction"] for r in records]
+
+
+def test_a_batchs_notes_on_its_rows_are_not_copied_into_every_value_the_explanation_reads():
+    """Explaining 1 200 candidates of an HR export took 93 s, 85 of them in copying: the checked rows carry each
+    row's other columns and filled values in ``attrs``, and pandas deep-copied them into every value read while the
+    explanations were written (one copy per row and column). Now they are copied a fixed number of times."""
+    from datamodules.table import TableDataModule
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows, explain_loaded
+
+    class Counted:
+        copies = 0
+
+        def __deepcopy__(self, memo):
+            Counted.copies += 1
+            return self
+
+    frame = pd.read_csv(LOANS)
+    codec = TableDataModule(frame, target="approved").codec
+    loaded = Explainable(torch.nn.Linear(len(codec.feature_names), 2), codec, {}, None, True)
+    rows, _, _ = check_rows(frame.drop(columns="approved").head(40), loaded, "--rows")
+    rows.attrs["notes"] = Counted()
+    Counted.copies = 0
+    explained = explain_loaded(loaded, rows, target="yes", settings={"max_steps": 5, "lr": 0.05, "tau": 0.6})
+    assert len(explained) == 40 and Counted.copies <= 4, Counted.copies
+    assert isinstance(rows.attrs["notes"], Counted)  # the caller's rows keep their notes

@@ -139,12 +139,15 @@ def class_named(label, classes, option: str):
 
 def _model_rows(frame: pd.DataFrame, codec) -> tuple[pd.DataFrame, torch.Tensor]:
     """The rows in the model's columns (those it was trained without, ``--drop-columns``, set aside; a missing or an
-    unknown column refused), numbered from 0, and their encoding."""
+    unknown column refused), numbered from 0, and their encoding. The copy has no ``attrs``: pandas deep-copies them
+    into every column and value read from it, and a batch's (each row's other columns and filled values) made reading
+    its values cost 85 of 93 s for 1 200 rows."""
     columns = _column_names(codec)
     if hasattr(codec, "without_dropped"):
         frame = codec.without_dropped(frame)
     check_columns(frame, columns)
     frame = frame[columns].reset_index(drop=True)
+    frame.attrs = {}  # a copy's: the caller's rows keep theirs
     return frame, torch.tensor(np.array(codec.encode(frame), dtype=np.float32))
 
 
