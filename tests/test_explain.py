@@ -796,3 +796,28 @@ def test_a_batchs_notes_on_its_rows_are_not_copied_into_every_value_the_explanat
     explained = explain_loaded(loaded, rows, target="yes", settings={"max_steps": 5, "lr": 0.05, "tau": 0.6})
     assert len(explained) == 40 and Counted.copies <= 4, Counted.copies
     assert isinstance(rows.attrs["notes"], Counted)  # the caller's rows keep their notes
+
+
+def test_a_whole_number_column_with_a_gap_keeps_whole_numbers_in_json():
+    """In an HR batch where one candidate left the expected salary empty (--impute median), --json wrote every
+    candidate's salary as a float ("from": 60800.0, "to": 54800; "factual": {"expected_salary": 65200.0}): the gap
+    made pandas read the column as floats. An integer column's values are whole numbers again once filled."""
+    from datamodules.table import TableDataModule
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows, explain_loaded
+
+    frame = pd.read_csv(LOANS)
+    codec = TableDataModule(frame, target="approved", impute="median").codec
+    model = torch.nn.Linear(len(codec.feature_names), 2)
+    with torch.no_grad():  # only income decides: more income, more "yes"
+        model.weight.zero_()
+        model.bias.zero_()
+        model.weight[1, codec.feature_names.index("income")] = 4.0
+    rows = frame.drop(columns="approved").head(4).astype({"income": float})
+    rows.loc[1, "income"] = np.nan
+    loaded = Explainable(model, codec, {}, None, True)
+    checked, _, _ = check_rows(rows, loaded, "--rows")
+    explained = explain_loaded(loaded, checked, target="yes", settings={"max_steps": 400, "lr": 0.05, "tau": 0.6})
+    records = to_records(explained)
+    assert all(type(r["factual"][c]) is int for r in records for c in ("age", "income", "debt", "years_employed"))
+    changed = [c for r in records for c in r["changes"] if c["feature"] == "income"]
+    assert changed and all(type(c["from"]) is int and type(c["to"]) is int for c in changed)

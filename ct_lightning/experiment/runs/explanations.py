@@ -215,7 +215,10 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
     frame = frame.iloc[kept].copy()  # the numeric columns are converted below, not in the caller's frame
     for column in codec.columns:
         if not _is_category(column):
-            frame[column.name] = pd.to_numeric(frame[column.name])
+            values = pd.to_numeric(frame[column.name])
+            if column.kind == "integer" and (values.abs() < 2 ** 53).all():  # whole (fractions refused above), filled
+                values = values.astype("int64")  # a gap made the column float: 60800, not 60800.0, in --json
+            frame[column.name] = values
     frame.attrs["filled"] = {row: columns for row, columns in gaps.items() if row in frame.index}
     frame.attrs["other_columns"] = others  # every row's, those left out too: they name the rows in the output
     return frame, notes, skipped
