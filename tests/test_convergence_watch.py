@@ -125,3 +125,27 @@ def test_a_training_prints_the_warning_once_as_a_plain_line(tmp_path, capfd):
     lines = [line for line in (out + err).splitlines() if "stopped converging" in line]
     assert len(lines) == 1 and lines[0].startswith("warning: training's counterfactual search"), lines
     assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+
+
+def test_a_search_that_converges_again_after_the_warning_says_so():
+    """An HR model of two classes warned 'stopped converging' at epoch 4 (its first CT epochs, the model still poor),
+    and its search then reached 0.98 from epoch 9 on: the console kept only the warning. A note now follows once the
+    share stays at or above the threshold for `patience` epochs, once."""
+    from ct_lightning.callbacks.epoch_lines import EpochLines
+
+    lines = []
+    echo = lambda text, **_: lines.append(text)  # noqa: E731
+    watch = ConvergenceWatch(threshold=0.1, patience=3, echo=echo)
+    trainer = L.Trainer(max_epochs=9, callbacks=[EpochLines(echo), watch], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Logs([0.2, 0.04, 0.0, 0.0, 0.35, 0.8, 0.95, 0.05, 0.97]))
+    notes = [line for line in lines if line.startswith("note: ")]
+    assert notes == ["note: training's counterfactual search converges again: train/cf_converged = 0.950 >= 0.1 for 3 "
+                     "epochs (epoch 7); the warning of epoch 4 no longer holds"], lines
+    assert lines.index(notes[0]) == lines.index(next(line for line in lines if line.startswith("epoch 7/9"))) - 1
+    quiet = []
+    trainer = L.Trainer(max_epochs=5, callbacks=[ConvergenceWatch(threshold=0.1, patience=3,
+                                                                  echo=lambda text, **_: quiet.append(text))],
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Logs([0.5, 0.6, 0.7, 0.8, 0.9]))  # never warned: nothing to take back
+    assert quiet == []

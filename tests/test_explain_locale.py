@@ -38,8 +38,8 @@ def trained(tmp_path_factory) -> tuple[Path, Path]:
 
 
 def test_changes_are_written_with_the_files_decimal_commas_and_thousands_points(trained, capsys):
-    """An HR export (``60.800,00 €``) was explained as ``expected_salary: 60,800 € → 54,800 €``: where the file comes
-    from, ``60,800 €`` is sixty euros and eighty cents. The changes now read as the file writes numbers."""
+    """An HR export (``60.800,00 €``) was explained as ``expected_salary: 60,800 € → 54,800 €``: where the file
+    comes from, ``60,800 €`` is sixty euros and eighty cents. The changes now read as the file writes numbers."""
     from recipes.explain import main
 
     folder, checkpoint = trained
