@@ -78,7 +78,7 @@ def test_the_table_for_a_spreadsheet_is_written_in_the_files_locale(trained, tmp
     assert raw.startswith(b"\xef\xbb\xbf")
     header = raw[3:].decode("utf-8").splitlines()[0]
     assert header == "row;applicant_id;explained;prediction;prediction_probability;target;probability;valid;" \
-                     "changes;problem"
+                     "counterfactual_prediction;changes;problem"
     written = pd.read_csv(table, sep=";", decimal=",", encoding="utf-8-sig")
     assert written["applicant_id"].tolist() == [501, 502, 503]
     assert written["prediction_probability"].tolist() == pytest.approx(
