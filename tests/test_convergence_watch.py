@@ -149,3 +149,24 @@ def test_a_search_that_converges_again_after_the_warning_says_so():
                         logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
     trainer.fit(Logs([0.5, 0.6, 0.7, 0.8, 0.9]))  # never warned: nothing to take back
     assert quiet == []
+
+
+class LogsOfAModel(Logs):
+    """:class:`Logs` with a CT model's ``tau`` and ``n_classes`` in its hparams."""
+
+    def __init__(self, shares, tau, n_classes):
+        super().__init__(shares)
+        self.save_hyperparameters({"tau": tau, "n_classes": n_classes})
+
+
+@pytest.mark.parametrize(("tau", "n_classes", "lower"), [(0.5, 2, False), (0.4, 2, False), (0.75, 2, True),
+                                                         (0.5, 3, True)])
+def test_a_lower_tau_is_advised_only_where_it_still_means_the_target(tau, n_classes, lower):
+    """An HR model of two classes at tau 0.5 (chosen for a small table) was told 'try a lower --tau': below 0.5 a
+    counterfactual of two classes still has the factual's class, and train.py takes --tau 0.3 without a word."""
+    lines = []
+    trainer = L.Trainer(max_epochs=3, callbacks=[ConvergenceWatch(echo=lambda text, **_: lines.append(text))],
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(LogsOfAModel([0.0, 0.0, 0.0], tau, n_classes))
+    assert len(lines) == 1 and "more search steps (--max-steps)" in lines[0]
+    assert ("a lower --tau" in lines[0]) is lower, lines

@@ -12,11 +12,23 @@ ADVICE = ("try a lower --tau, more search steps (--max-steps), a smaller --lambd
           "a larger search step size (--search-lr), or a longer --burnin")
 
 
-def convergence_message(key: str, share: float, threshold: float, low_epochs: int, epoch: int) -> str:
+def convergence_message(key: str, share: float, threshold: float, low_epochs: int, epoch: int,
+                        lower_tau: bool = True) -> str:
     """The warning's text: the share converged stayed below ``threshold`` for ``low_epochs`` epochs up to ``epoch``,
-    counted from 1 as the progress lines count (``epoch 3/3: ...``, :mod:`ct_lightning.callbacks.epoch_lines`)."""
+    counted from 1 as the progress lines count (``epoch 3/3: ...``, :mod:`ct_lightning.callbacks.epoch_lines`).
+    ``lower_tau=False`` leaves "a lower --tau" out of the advice: on two classes at tau 0.5 a lower one would count
+    counterfactuals that the model still predicts as the factual's class."""
+    advice = ADVICE if lower_tau else ADVICE.replace("a lower --tau, ", "")
     return (f"training's counterfactual search stopped converging: {key} = {share:.3f} < {threshold} for "
-            f"{low_epochs} epochs (epoch {epoch}); {ADVICE}")
+            f"{low_epochs} epochs (epoch {epoch}); {advice}")
+
+
+def tau_may_be_lowered(module) -> bool:
+    """Whether "a lower --tau" is advice for ``module`` (its ``hparams``' ``tau`` and ``n_classes``): not on two
+    classes at tau 0.5 or below, where a counterfactual below tau is not predicted as its target."""
+    hp = getattr(module, "hparams", None)
+    tau, n_classes = getattr(hp, "tau", None), getattr(hp, "n_classes", None)
+    return not (tau is not None and n_classes == 2 and float(tau) <= 0.5)
 
 
 def convergence_warning(shares: list[tuple[int, float]], threshold: float = 0.1, patience: int = 3,
@@ -80,7 +92,8 @@ class ConvergenceWatch(L.Callback):
             self.warned = True
             self.warned_epoch = trainer.current_epoch + 1
             # current_epoch counts from 0; the progress lines (EpochLines) and the message count from 1
-            message = convergence_message(self.key, share, self.threshold, self.low_epochs, trainer.current_epoch + 1)
+            message = convergence_message(self.key, share, self.threshold, self.low_epochs, trainer.current_epoch + 1,
+                                          tau_may_be_lowered(pl_module))
             if self.echo is not None:
                 self.echo(f"warning: {message}")
             else:
