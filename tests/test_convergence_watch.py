@@ -125,3 +125,48 @@ def test_a_training_prints_the_warning_once_as_a_plain_line(tmp_path, capfd):
     lines = [line for line in (out + err).splitlines() if "stopped converging" in line]
     assert len(lines) == 1 and lines[0].startswith("warning: training's counterfactual search"), lines
     assert not [w for w in caught if issubclass(w.category, ConvergenceWarning)]
+
+
+def test_a_search_that_converges_again_after_the_warning_says_so():
+    """An HR model of two classes warned 'stopped converging' at epoch 4 (its first CT epochs, the model still poor),
+    and its search then reached 0.98 from epoch 9 on: the console kept only the warning. A note now follows once the
+    share stays at or above the threshold for `patience` epochs, once."""
+    from ct_lightning.callbacks.epoch_lines import EpochLines
+
+    lines = []
+    echo = lambda text, **_: lines.append(text)  # noqa: E731
+    watch = ConvergenceWatch(threshold=0.1, patience=3, echo=echo)
+    trainer = L.Trainer(max_epochs=9, callbacks=[EpochLines(echo), watch], logger=False, enable_checkpointing=False,
+                        enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Logs([0.2, 0.04, 0.0, 0.0, 0.35, 0.8, 0.95, 0.05, 0.97]))
+    notes = [line for line in lines if line.startswith("note: ")]
+    assert notes == ["note: training's counterfactual search converges again: train/cf_converged = 0.950 >= 0.1 for 3 "
+                     "epochs (epoch 7); the warning of epoch 4 no longer holds"], lines
+    assert lines.index(notes[0]) == lines.index(next(line for line in lines if line.startswith("epoch 7/9"))) - 1
+    quiet = []
+    trainer = L.Trainer(max_epochs=5, callbacks=[ConvergenceWatch(threshold=0.1, patience=3,
+                                                                  echo=lambda text, **_: quiet.append(text))],
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Logs([0.5, 0.6, 0.7, 0.8, 0.9]))  # never warned: nothing to take back
+    assert quiet == []
+
+
+class LogsOfAModel(Logs):
+    """:class:`Logs` with a CT model's ``tau`` and ``n_classes`` in its hparams."""
+
+    def __init__(self, shares, tau, n_classes):
+        super().__init__(shares)
+        self.save_hyperparameters({"tau": tau, "n_classes": n_classes})
+
+
+@pytest.mark.parametrize(("tau", "n_classes", "lower"), [(0.5, 2, False), (0.4, 2, False), (0.75, 2, True),
+                                                         (0.5, 3, True)])
+def test_a_lower_tau_is_advised_only_where_it_still_means_the_target(tau, n_classes, lower):
+    """An HR model of two classes at tau 0.5 (chosen for a small table) was told 'try a lower --tau': below 0.5 a
+    counterfactual of two classes still has the factual's class, and train.py takes --tau 0.3 without a word."""
+    lines = []
+    trainer = L.Trainer(max_epochs=3, callbacks=[ConvergenceWatch(echo=lambda text, **_: lines.append(text))],
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(LogsOfAModel([0.0, 0.0, 0.0], tau, n_classes))
+    assert len(lines) == 1 and "more search steps (--max-steps)" in lines[0]
+    assert ("a lower --tau" in lines[0]) is lower, lines

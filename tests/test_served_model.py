@@ -80,7 +80,9 @@ def test_predictor_takes_named_raw_columns_and_is_registered(trained):
     with pytest.raises(Exception, match="rows: unknown column 'x3'; the model needs x1, x2 and no other columns"):
         predictor.predict(rows.assign(x3=1.0))
     explained = predictor.predict(rows, params={"explain": True})
-    assert {"target", "target_probability", "valid", "counterfactual", "changes"} <= set(explained.columns)
+    assert {"target", "target_probability", "valid", "counterfactual_prediction", "counterfactual",
+            "changes"} <= set(explained.columns)
+    assert ((explained["counterfactual_prediction"] == explained["target"]) == explained["valid"]).all()
     assert (explained["target"] != explained["prediction"]).all()
 
 

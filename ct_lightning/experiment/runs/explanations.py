@@ -230,7 +230,10 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
     frame = frame.iloc[kept].copy()  # the numeric columns are converted below, not in the caller's frame
     for column in codec.columns:
         if not _is_category(column):
-            frame[column.name] = pd.to_numeric(frame[column.name])
+            values = pd.to_numeric(frame[column.name])
+            if column.kind == "integer" and (values.abs() < 2 ** 53).all():  # whole (fractions refused above), filled
+                values = values.astype("int64")  # a gap made the column float: 60800, not 60800.0, in --json
+            frame[column.name] = values
     frame.attrs["filled"] = {row: columns for row, columns in gaps.items() if row in frame.index}
     frame.attrs["other_columns"] = others  # every row's, those left out too: they name the rows in the output
     return frame, notes, skipped
@@ -435,14 +438,14 @@ def _training_data(explainable: Explainable, generator: str) -> tuple[torch.Tens
     return datamodule.x_train, datamodule.y_train
 
 
-FLAT = ["row", "explained", "prediction", "prediction_probability", "target", "probability", "valid", "changes",
-        "problem"]
+FLAT = ["row", "explained", "prediction", "prediction_probability", "target", "probability", "valid",
+        "counterfactual_prediction", "changes", "problem"]
 
 
 def flat_table(records: list[dict]) -> pd.DataFrame:
     """One line per input row, for a spreadsheet: ``row`` (its number in the input, from 0), the row's columns the
     model does not read (an applicant's id) as they were given, then the prediction, target, probabilities (three
-    decimals), validity and the changes as text in the row's own units (``income: 31,000 → 38,400; ...``), and for
+    decimals), validity, the class the changes lead to and the changes as text in the row's own units (``income: 31,000 → 38,400; ...``), and for
     a row left out (``--skip-bad-rows``) its ``problem``. ``records``: explain.py's JSON objects."""
     from ct_lightning.evaluation.explanation import change_text  # noqa: PLC0415
 
@@ -460,13 +463,16 @@ def flat_table(records: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(lines)
 
 
-def write_table(path: str | Path, records: list[dict]) -> None:
+def write_table(path: str | Path, records: list[dict], decimal_comma: bool = False) -> None:
     """:func:`flat_table` as a CSV a spreadsheet opens as written: UTF-8 with a byte-order mark (Excel reads a CSV
-    without one as Windows-1252, and ``→`` as ``â†’``)."""
+    without one as Windows-1252, and ``→`` as ``â†’``); with ``decimal_comma`` (the model's training file wrote
+    decimal commas) ``;``-separated with decimal commas, as Excel in that file's locale reads a CSV (a ``,``-separated
+    one opens there as one column of text)."""
     from ct_lightning.experiment.runs.atomic_files import atomic_file  # noqa: PLC0415
 
+    dialect = {"sep": ";", "decimal": ","} if decimal_comma else {}
     with atomic_file(path) as temporary:
-        flat_table(records).to_csv(temporary, index=False, encoding="utf-8-sig")
+        flat_table(records).to_csv(temporary, index=False, encoding="utf-8-sig", **dialect)
 
 
 def plot_explanations(explanations: pd.DataFrame, path: str | Path) -> Path:
@@ -510,10 +516,11 @@ def explanation_figure(explanations: pd.DataFrame):
     return fig
 
 
-def log_explanations(tracking_uri: str, run_id: str, explanations: pd.DataFrame, records: list[dict]) -> str:
+def log_explanations(tracking_uri: str, run_id: str, explanations: pd.DataFrame, records: list[dict],
+                     decimal_comma: bool = False) -> str:
     """Log the explanations to the run itself under ``explanations/UTC-TIME/``: ``explanations.json`` and
-    ``explanations.csv`` (``records``, explain.py's ``--json`` and ``--csv``) and ``explanations.png`` (where a row
-    was explained). Returns that artifact folder."""
+    ``explanations.csv`` (``records``, explain.py's ``--json`` and ``--csv``, written as :func:`write_table` writes
+    it) and ``explanations.png`` (where a row was explained). Returns that artifact folder."""
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
@@ -521,7 +528,7 @@ def log_explanations(tracking_uri: str, run_id: str, explanations: pd.DataFrame,
     with tempfile.TemporaryDirectory(prefix="ct-explain-") as local:
         local = Path(local)
         (local / "explanations.json").write_text(json.dumps(records, indent=2, default=str))
-        write_table(local / "explanations.csv", records)
+        write_table(local / "explanations.csv", records, decimal_comma)
         if len(explanations):
             plot_explanations(explanations, local / "explanations.png")
         client.log_artifacts(run_id, str(local), artifact_path=folder)

@@ -117,9 +117,11 @@ def _categories(column, values: pd.Series) -> pd.Series:
     return matched
 
 
-def _numbers(column, values: pd.Series) -> pd.Series:
+def _numbers(column, values: pd.Series, decimal_comma: bool = False) -> pd.Series:
     """The values as ``float64``, else a one-line refusal of the first that is not a finite number of the
-    column's kind: text (``"40"`` too: in JSON a number has no quotes), true/false, a fraction in an integer column."""
+    column's kind: text (``"40"`` too: in JSON a number has no quotes), true/false, a fraction in an integer column.
+    The refusal of text that writes a number as the training file did names that number (``decimal_comma``: the
+    file wrote ``60.800,00 €`` and ``60.800`` for 60800)."""
     if pd.api.types.is_bool_dtype(values):
         raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[0])} in row 0 is true/false; allowed: a number")
     if not pd.api.types.is_numeric_dtype(values):  # text, objects or a mix: each value must be a number itself
@@ -128,14 +130,15 @@ def _numbers(column, values: pd.Series) -> pd.Series:
         sorts = values.map(_sort)
         # "40" and, as the training file may have written them, "$17,665.85" and "7.5%": text that writes a number
         written = values.where(sorts == "text").map(
-            lambda v: undressed_number(v, bool(getattr(column, "decimal_comma", False))) if isinstance(v, str) else None)
+            lambda v: undressed_number(v, decimal_comma) if isinstance(v, str) else None)
         digits = (sorts == "text") & pd.to_numeric(written, errors="coerce").notna()
         # a value that is no number at all comes first: in a CSV body it turns the whole column into text
         for wrong, why in (((sorts != "a number") & ~digits, None),
                            (digits, "is text; allowed: a number (in JSON without quotes)")):
             if wrong.any():
                 row = _first(wrong)
-                if why and pd.isna(pd.to_numeric(values.iloc[row], errors="coerce")):  # "$17,665.85": its number
+                as_json = pd.to_numeric(values.iloc[row], errors="coerce")  # "60.800" unquoted is 60.8 in JSON
+                if why and (pd.isna(as_json) or as_json != float(written.iloc[row])):  # "$17,665.85": its number
                     why += f", here {number_text(float(written.iloc[row]))}"
                 why = why or ("is true/false; allowed: a number" if sorts.iloc[row] == "true/false" else "is not a number")
                 raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[row])} in row {row} {why}")
@@ -219,7 +222,7 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int, held=()) -> pd.DataFra
         if column.kind in LABELLED and getattr(column, "categories", None):
             checked[column.name] = _categories(column, values)
             continue
-        numeric = _numbers(column, values)
+        numeric = _numbers(column, values, bool(getattr(codec, "decimal_comma", False)))
         outside = outside_domain(column, numeric)
         if outside is not None:
             row, value, allowed = outside

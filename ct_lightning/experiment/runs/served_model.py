@@ -74,7 +74,8 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
     """pyfunc: raw rows (original columns and units) → ``prediction``, ``probability`` and ``probability_CLASS``.
 
     ``params``: ``explain`` (bool) adds ``target``, ``target_probability`` (at the decoded counterfactual),
-    ``valid``, ``counterfactual`` (column → value) and ``changes`` (``[{feature, from, to}]``);
+    ``valid``, ``counterfactual_prediction`` (the class predicted there), ``counterfactual`` (column → value) and
+    ``changes`` (``[{feature, from, to}]``);
     ``target`` (a class label as text, as ``explain.py --target``; default: the most likely other class),
     ``max_steps``, and ``immutable`` and ``mutability`` (as ``explain.py``'s options: columns the explanation must not
     change, or only one way, on top of the run's own constraints), ``step`` (``income=1000``: changes in whole
@@ -125,6 +126,7 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
             out["target"] = explained["target"].to_list()
             out["target_probability"] = explained["probability"].to_list()
             out["valid"] = explained["valid"].to_list()
+            out["counterfactual_prediction"] = explained["counterfactual_prediction"].to_list()
             out["counterfactual"] = explained["counterfactual"].to_list()
             mark_filled(explained["changes"], frame.attrs.get("filled", {}))  # the request left them empty
             out["changes"] = explained["changes"].to_list()

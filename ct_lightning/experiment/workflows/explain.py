@@ -89,12 +89,14 @@ def run(args: argparse.Namespace) -> list[dict]:
               f"predicted {wanted} and explained"
               + (f"; the {len(passed)} others are not (their predictions are in --json and --csv)" if passed else ""))
     records = numbered_records(explanations, skipped, others, passed)
+    comma = bool(getattr(loaded.codec, "decimal_comma", False))  # --csv in the training file's locale
     if args.json:
         write_json_atomic(args.json, records)
     if getattr(args, "csv", None):
-        write_table(args.csv, records)
+        write_table(args.csv, records, comma)
     if args.run_id and args.log:
-        print(f"logged {log_explanations(args.tracking_uri, args.run_id, explanations, records)}/ to run {args.run_id}")
+        folder = log_explanations(args.tracking_uri, args.run_id, explanations, records, comma)
+        print(f"logged {folder}/ to run {args.run_id}")
     return records
 
 
