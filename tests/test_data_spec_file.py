@@ -263,3 +263,23 @@ def test_a_written_spec_trains_with_the_identifier_it_names_left_out(tmp_path):
     dropped = TableDataModule(tmp_path / "ided.csv", target="approved", spec=spec, drop_columns=["applicant_id"])
     assert dropped.codec.to_dict() == TableDataModule(LOANS, target="approved").codec.to_dict() | {
         "dropped": ["applicant_id"]}
+
+
+def test_a_file_with_gaps_gets_its_spec_and_a_command_that_trains(tmp_path, capsys):
+    """--write-data-spec refused a file with gaps until --impute was given, though the kinds it writes do not depend
+    on it; it writes the spec as --impute median reads the file, says which columns have gaps, and its command adds
+    --impute median. A file without gaps gets no --impute."""
+    frame = pd.read_csv(LOANS)
+    frame.loc[[3, 9], "income"] = np.nan
+    frame.loc[5, "purpose"] = None
+    frame.to_csv(tmp_path / "gaps.csv", index=False)
+    spec = write_spec(tmp_path, tmp_path / "gaps.csv")
+    printed = capsys.readouterr().out
+    assert "note: income, purpose: missing values; the command below adds --impute median" in printed, printed
+    assert printed.rstrip().endswith(f"--data-spec {spec} --impute median"), printed
+    written = TableDataModule(tmp_path / "gaps.csv", target="approved", spec=spec, impute="median").codec.to_dict()
+    assert written == TableDataModule(tmp_path / "gaps.csv", target="approved", impute="median").codec.to_dict()
+    assert yaml.safe_load(spec.read_text())["columns"]["income"]["kind"] == "integer"  # whole, though read as floats
+    (tmp_path / "spec.yaml").unlink()
+    write_spec(tmp_path, LOANS)
+    assert "--impute" not in capsys.readouterr().out

@@ -267,6 +267,9 @@ def rule_problems(codec, frame: pd.DataFrame, held=()) -> list[tuple[np.ndarray,
     return found
 
 
+WHOLE_SLACK = 1e-9  # a bound that is a whole number up to float noise is that number
+
+
 def outside_domain(column, numeric: pd.Series) -> tuple[int, str, str] | None:
     """The first row whose number lies outside ``column``'s domain, that number as text and what is allowed there
     (``"0 to 50000 (the data spec's bounds)"``), or ``None`` when every number lies inside (see :func:`domain_mask`)."""
@@ -291,6 +294,9 @@ def domain_mask(column, numeric: pd.Series) -> tuple[np.ndarray, str]:
         source += ", not below 0: no training value is negative"
     if declared < 2:  # a value a person may well have (12 credit lines where training saw 11): how to accept it
         source += "; to accept more, declare lower/upper in --data-spec and train again"
+    if getattr(column, "kind", None) == "integer":  # the whole numbers inside, as the search keeps to (not 2373.05)
+        low, high = (math.ceil(low - WHOLE_SLACK) if math.isfinite(low) else low,
+                     math.floor(high + WHOLE_SLACK) if math.isfinite(high) else high)
     return outside, f"{number_text(low)} to {number_text(high)} ({source})"
 
 

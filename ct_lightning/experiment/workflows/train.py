@@ -61,19 +61,25 @@ def write_data_spec(overrides: dict, path: str) -> dict:
         raise InputError("write_data_spec", path, "a path that does not exist yet (an existing file is never "
                          "overwritten: it may hold your edits)", "the file exists")
     check_output_file("write_data_spec", path)
-    config = resolve_config(overrides)
+    impute = overrides.get("impute") or "none"  # a file with gaps is read as --impute median would: said below
+    config = resolve_config({**overrides, "impute": "median" if impute == "none" else impute})
     from datamodules.spec_file import spec_text  # noqa: PLC0415 - reads the table: after the checks
     from datamodules.table import TableDataModule  # noqa: PLC0415
 
     module = TableDataModule(config["data"], **table_options(config))
+    gaps = [note.split(":")[0] for note in module.read_notes if note.endswith("(--impute median)")]
+    impute = "median" if gaps and impute == "none" else impute
     mutability = _command_line_mutability(config, module.codec)
     write_text_atomic(path, spec_text(module, mutability, source=str(data)))
     print(module.describe().splitlines()[0], *(f"note: {note}" for note in module.read_notes), sep="\n")
     options = ["--data", str(data), "--target", config["target"], "--data-spec", str(path)]
     for name, flag in (("drop_columns", "--drop-columns"), ("impute", "--impute"), ("balance", "--balance")):
-        value = config.get(name)
+        value = impute if name == "impute" else config.get(name)
         if value and value != "none":
             options += [flag, ",".join(value) if isinstance(value, list) else str(value)]
+    if gaps and (overrides.get("impute") or "none") == "none":
+        print(f"note: {', '.join(gaps)}: missing values; the command below adds --impute median (fills them as "
+              "noted; --impute drop leaves those rows out instead)")
     print(f"wrote {path}: the data spec of {len(module.codec.columns)} columns, as training would use it. Check each "
           "column's kind, mutability and bounds (its values are noted beside it), then train with:\n  "
           + recipe_command("train", options), flush=True)
