@@ -259,6 +259,16 @@ def test_a_run_that_trained_no_step_is_validated_and_explained_from_its_logged_m
 LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
 
 
+def income_model(codec) -> torch.nn.Linear:
+    """A linear model of ``codec``'s inputs where only income decides: more income, more "yes"."""
+    model = torch.nn.Linear(len(codec.feature_names), 2)
+    with torch.no_grad():
+        model.weight.zero_()
+        model.bias.zero_()
+        model.weight[1, codec.feature_names.index("income")] = 4.0
+    return model
+
+
 @pytest.mark.parametrize("source", ["checkpoint", "run", "logged-models"])
 def test_explanations_keep_the_constraints_the_model_was_trained_under(tmp_path, source):
     """From the checkpoint alone (`--checkpoint last.ckpt` copied without the config.json written beside it), from
@@ -508,11 +518,7 @@ def test_a_value_filled_in_is_marked_so_in_the_explanation():
     frame = pd.read_csv(LOANS)
     frame.loc[frame.index[:5], "income"] = np.nan
     codec = TableDataModule(frame, target="approved", impute="median").codec
-    model = torch.nn.Linear(len(codec.feature_names), 2)
-    with torch.no_grad():  # only income decides: more income, more "yes"
-        model.weight.zero_()
-        model.bias.zero_()
-        model.weight[1, codec.feature_names.index("income")] = 4.0
+    model = income_model(codec)
     rows = frame.drop(columns="approved").iloc[[0, 10]]  # row 0 has no income, row 10 has one
     rows = rows.assign(income=[np.nan, frame.income.median() - 2000.0])
     checked, _, _ = check_rows(rows, Explainable(model, codec, {}, None, True), "--rows")
@@ -807,11 +813,7 @@ def test_a_whole_number_column_with_a_gap_keeps_whole_numbers_in_json():
 
     frame = pd.read_csv(LOANS)
     codec = TableDataModule(frame, target="approved", impute="median").codec
-    model = torch.nn.Linear(len(codec.feature_names), 2)
-    with torch.no_grad():  # only income decides: more income, more "yes"
-        model.weight.zero_()
-        model.bias.zero_()
-        model.weight[1, codec.feature_names.index("income")] = 4.0
+    model = income_model(codec)
     rows = frame.drop(columns="approved").head(4).astype({"income": float})
     rows.loc[1, "income"] = np.nan
     loaded = Explainable(model, codec, {}, None, True)
