@@ -201,3 +201,20 @@ def test_explain_reads_a_runs_model_uri_as_its_run_id(runs, capsys):
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
         "error: --checkpoint: got 'models:/credit/1' (explain.py reads no registry or other URI); allowed: a "
         "checkpoint file, or --run-id ID for a model of an MLflow run")
+
+
+def test_compare_refuses_to_train_its_own_network_beside_a_model_of_ones_own(runs, tmp_path, capsys):
+    """compare with only --bl-run-id of a model of one's own trained the CT role (and the actionability pair) as its
+    default MLP, and its table compared that with the user's model. It is refused in one line naming the role."""
+    from recipes.compare import main
+
+    for extra, named in ((["--no-actionability"], "--ct-run-id"),
+                         (["--ct-run-id", runs["after"]["run_id"], "--immutable", "sex"], "--bl-protected-run-id")):
+        with pytest.raises(SystemExit) as refused:
+            main(["--bl-run-id", runs["before"]["run_id"], "--tracking-uri", runs["uri"], "--out-dir",
+                  str(tmp_path / "out"), *TINY, *extra])
+        errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+        assert refused.value.code == 2 and len(errors) == 1, errors
+        assert errors[0].startswith(f"error: {named}: got '(none)' (--bl-run-id {runs['before']['run_id']} is a model "
+                                    "of your own (--model bnnet:make --from-checkpoint"), errors
+        assert not (tmp_path / "out").exists()

@@ -82,6 +82,38 @@ def run_configs(reuse_lists: dict[str, list[str]], tracking_uri: str) -> dict[tu
     return configs
 
 
+OWN_MODEL_KEYS = ("model", "from_checkpoint", "model_inputs")  # a run of a model compare cannot build itself
+
+
+def own_model(config: dict) -> str | None:
+    """How a run's model differs from the networks compare trains (``--model bnnet:make``), or ``None``."""
+    said = [f"{option(key) if key in SETTINGS_BY_NAME else key} {config[key]}" for key in OWN_MODEL_KEYS
+            if config.get(key) not in (None, "", "mlp", "cnn")]
+    return " ".join(said) or None
+
+
+def check_roles_to_train(args: argparse.Namespace, reuse_lists: dict[str, list[str]],
+                         configs: dict[tuple[str, int], tuple[str, dict]]) -> None:
+    """Refuse in one line a comparison where a given run is a model of one's own (``--model``, ``--from-checkpoint``,
+    ``--model-inputs``) and compare would train another role of that data set itself: it would train its default
+    network, and the table would compare that with the user's model. The roles trained are the plausibility pair and,
+    unless ``--no-actionability``, the actionability pair (``reuse_lists`` holds every role, in that order)."""
+    roles = list(reuse_lists)[:4 if getattr(args, "actionability", True) else 2]
+    for (role, position), (run_id, config) in configs.items():
+        what = own_model(config)
+        if what is None:
+            continue
+        for missing in roles:
+            ids = reuse_lists[missing]
+            if position < len(ids) and ids[position]:
+                continue
+            hint = " or --no-actionability" if missing.endswith("_protected") else ""
+            raise InputError(f"--{missing.replace('_', '-')}-run-id", ",".join(ids) or "(none)",
+                             f"the id of a run of train.py on that model for this role too{hint}",
+                             f"--{role.replace('_', '-')}-run-id {run_id} is a model of your own ({what}), and "
+                             "compare would train its default network for this role")
+
+
 def settings_from_runs(args: argparse.Namespace, reuse_lists: dict[str, list[str]],
                        names: list[str] | None) -> tuple[list[str], list[str]]:
     """The data sets of the comparison (``names`` from ``--data``, else those of the given runs, position by
@@ -90,6 +122,7 @@ def settings_from_runs(args: argparse.Namespace, reuse_lists: dict[str, list[str
     from the runs', runs of one position trained on different data, and table runs with different table settings
     (compare reads all its tables with one ``--target``, ``--impute``...)."""
     configs = run_configs(reuse_lists, args.tracking_uri)
+    check_roles_to_train(args, reuse_lists, configs)
     positions = max((len(ids) for ids in reuse_lists.values()), default=0)
     first: dict[str, tuple[str, str, object]] = {}  # setting → (role, run id, value) of the first run that says it
     data = []
