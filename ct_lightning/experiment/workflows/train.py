@@ -37,7 +37,8 @@ def run(args: argparse.Namespace) -> dict:
     print(apply_threads(threads_for(given.get("threads"), given.get("model"), given.get("accelerator"))), flush=True)
     with checking():  # e.g. a checkpoint folder that filled up (OSError: one line, exit 1)
         summary = train(overrides)
-    print(announce(summary))
+    if summary.get("run_id") is not None:  # a DDP worker other than rank 0 tracked nothing: rank 0 says where it is
+        print(announce(summary))
     return summary
 
 
