@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from datamodules.feature_types import FeatureTypes, RowBound
-from datamodules.row_bounds import ALLOWED, SIDES, column_rules, read_rules, rule_text, rule_words
+from datamodules.row_bounds import BOUND_VALUES, SIDES, column_rules, read_rules, rule_name, rule_text, rule_words
 
 KINDS = ("continuous", "integer", "categorical", "binary", "ordinal")
 LABELLED = ("categorical", "binary", "ordinal")  # kinds whose values are categories (labels), not numbers
@@ -236,7 +236,7 @@ def check_spec(spec: Mapping) -> dict:
         lower, upper = options.get("lower"), options.get("upper")
         for bound, value in (("lower", lower), ("upper", upper)):  # text: a rule, read once the columns are known
             if value is not None and not _is_number(value) and not isinstance(value, str):
-                raise ValueError(f"data_spec: column {name!r}: {bound} {value!r}; allowed: {ALLOWED[9:]}")
+                raise ValueError(f"data_spec: column {name!r}: {bound} {value!r}; allowed: {BOUND_VALUES}")
         step, change = options.get("step"), options.get("max_change")
         if options.get("kind") == "ordinal":
             _check_places(name, step, change)
@@ -605,7 +605,7 @@ class TabularCodec:
         those of the columns it reads (:func:`datamodules.row_bounds.column_rules`)."""
         index = {c.name: self._slices[c.name].start for c in self.columns}
         return [RowBound(index[column.name], side, tuple((index[n], c) for n, c in terms.items()), constant,
-                         f"{column.name} {'<=' if side == 'upper' else '>='} {rule_text(terms, constant)}")
+                         rule_name(column, side, rule_text(terms, constant)))
                 for column, side, terms, constant in column_rules(self)]
 
     def mutability(self) -> dict[str, str]:

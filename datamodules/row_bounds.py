@@ -19,8 +19,10 @@ import pandas as pd
 
 SIDES = ("lower", "upper")
 NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
-ALLOWED = ("allowed: a number, or other number columns (continuous or integer) each times a number, joined by + and "
-           "-, plus a number, such as upper: age - 16 or upper: 10 * income")
+EXPRESSIONS = ("other number columns (continuous or integer) each times a number, joined by + and -, plus a number, "
+               "such as upper: age - 16 or upper: 10 * income")
+BOUND_VALUES = f"a number, or {EXPRESSIONS}"  # what a data spec's lower or upper may be
+ALLOWED = f"allowed: {BOUND_VALUES}"
 
 
 def _tokens(text: str, names: Sequence[str], where: str) -> list[tuple[str, object]]:
@@ -114,20 +116,19 @@ def _number(value: float) -> str:
     return f"{value:.15g}"
 
 
-def rule_text(terms: Mapping[str, float], constant: float, pretty: bool = False) -> str:
-    """The canonical text of a rule (``0.5 * a + b - 3``), which :func:`parse_rule` reads back to the same terms;
-    ``pretty``: as the start-up lines show it (``0.5 × a + b − 3``)."""
-    minus, times = ("−", "×") if pretty else ("-", "*")
+def rule_text(terms: Mapping[str, float], constant: float) -> str:
+    """The canonical text of a rule (``0.5 * a + b - 3``), which :func:`parse_rule` reads back to the same terms
+    (:func:`pretty_rule` shows it as the start-up lines do)."""
     parts = []
     for name, coefficient in terms.items():
         size = abs(coefficient)
-        body = str(name) if size == 1 else f"{_number(size)} {times} {name}"
+        body = str(name) if size == 1 else f"{_number(size)} * {name}"
         parts.append((coefficient < 0, body))
     if constant or not parts:
         parts.append((constant < 0, _number(abs(constant))))
     text = ""
     for i, (negative, body) in enumerate(parts):
-        text += (f"{minus}{body}" if negative else body) if i == 0 else f" {minus if negative else '+'} {body}"
+        text += (f"-{body}" if negative else body) if i == 0 else f" {'-' if negative else '+'} {body}"
     return text
 
 
@@ -141,7 +142,7 @@ def read_rules(pending: Sequence[tuple[object, Mapping[str, str]]]) -> None:
             terms, constant = parse_rule(text, column.name, side, kinds)
             if not terms:  # a number in quotes, as before rules: perhaps a column name lost in the quotes
                 raise ValueError(f"data_spec: column {column.name!r}: {side} {text!r} reads no column; allowed: a "
-                                 f"number without quotes ({side}: {_number(constant)}), or {ALLOWED[22:]}")
+                                 f"number without quotes ({side}: {_number(constant)}), or {EXPRESSIONS}")
             setattr(column, f"{side}_rule", rule_text(terms, constant))
     check_cycles([column for column, _ in pending])
 
