@@ -20,7 +20,7 @@ from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, generate_counterfactuals, make_generator
 from ct_lightning.losses import adversarial_loss, check_objective, contrast_pairs, energy_terms
 from ct_lightning.models import describe_model, model_from_hparams
-from ct_lightning.training.pool import ClassSampler, CounterfactualPool, random_targets
+from ct_lightning.training.pool import ClassSampler, CounterfactualPool, random_targets, target_tally
 from ct_lightning.training.trainer_data import trainer_tensors
 
 POOL_MODES = ("epoch", "step")
@@ -266,6 +266,8 @@ class CTModule(L.LightningModule):
                                           self.mutability, self.lower, self.upper, self.feature_types)
         stats = {**result.stats(), "search_seconds": time.perf_counter() - started}
         self.last_factual_index = index.detach().cpu()  # this rank's factuals of the latest pool (for checks)
+        tally = target_tally(result.converged, target, hp.n_classes)  # the epoch's share converged per target class
+        self._target_tally = tally if getattr(self, "_target_tally", None) is None else self._target_tally + tally
         x_pos, x_neg = contrast_pairs(x_pos, result.counterfactual, result.converged, self.mutability)
         return CounterfactualPool(x_pos, x_neg, result.nascent, labels, target), stats
 
@@ -314,6 +316,7 @@ class CTModule(L.LightningModule):
 
     def on_train_epoch_start(self) -> None:
         self.pool = None
+        self._target_tally = None
         if self.uses_counterfactuals:
             if not self._generator_fitted:
                 self._shared_generator_step(lambda: self.generator.fit(self.fit_context()))
@@ -458,8 +461,23 @@ class CTModule(L.LightningModule):
             means = torch.cat([means, means.new_zeros(1 + len(TERMS) - len(means))])
         self._log_epoch_values({"train/loss": means[0], **{f"train/{name}": means[i] for i, name in
                                                            enumerate(TERMS, start=1)},
-                                "train/acc": accuracy, "train/ct_active": float(self.uses_counterfactuals)},
+                                "train/acc": accuracy, "train/ct_active": float(self.uses_counterfactuals),
+                                **{f"train/cf_converged_target_{k}": share for k, (_, share) in
+                                   self.converged_by_target(gather=True).items()}},
                                prog_bar=("train/loss",))
+
+    def converged_by_target(self, gather: bool = False) -> dict[int, tuple[int, float]]:
+        """This epoch's counterfactual search per target class: ``{class index: (counterfactuals, share
+        converged)}`` for each class that was a target (empty without CT this epoch). ``gather``: summed over DDP
+        ranks (a collective: every rank must call it); else this rank's own. Logged as
+        ``train/cf_converged_target_K`` at the epoch's end."""
+        tally = getattr(self, "_target_tally", None)
+        if tally is None or not self.uses_counterfactuals:
+            return {}
+        if gather and self._world()[0] > 1:
+            tally = self.all_gather(tally).reshape(-1, *tally.shape).sum(0)
+        searched, reached = tally.cpu().tolist()
+        return {k: (int(n), r / n) for k, (n, r) in enumerate(zip(searched, reached)) if n > 0}
 
     def log_epochs_directly(self, enabled: bool = True) -> None:
         """Hand each epoch's values (already reduced here) straight to the trainer's metrics and to its loggers,

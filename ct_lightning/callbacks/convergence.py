@@ -6,6 +6,9 @@ import warnings
 from collections.abc import Callable
 
 import lightning as L
+import torch
+
+from ct_lightning.training.eval_mode import eval_mode
 
 # Every --option named here is one of recipes/train.py's (tests/test_convergence_watch.py checks it).
 ADVICE = ("try a lower --tau, more search steps (--max-steps), a smaller --lambda-reg or --lambda-energy, "
@@ -18,9 +21,13 @@ def convergence_message(key: str, share: float, threshold: float, low_epochs: in
     counted from 1 as the progress lines count (``epoch 3/3: ...``, :mod:`ct_lightning.callbacks.epoch_lines`).
     ``lower_tau=False`` leaves "a lower --tau" out of the advice: on two classes at tau 0.5 a lower one would count
     counterfactuals that the model still predicts as the factual's class."""
-    advice = ADVICE if lower_tau else ADVICE.replace("a lower --tau, ", "")
     return (f"training's counterfactual search stopped converging: {key} = {share:.3f} < {threshold} for "
-            f"{low_epochs} epochs (epoch {epoch}); {advice}")
+            f"{low_epochs} epochs (epoch {epoch}); {general_advice(lower_tau)}")
+
+
+def general_advice(lower_tau: bool = True) -> str:
+    """What to try when the search converges too seldom; without "a lower --tau" where ``lower_tau`` is false."""
+    return ADVICE if lower_tau else ADVICE.replace("a lower --tau, ", "")
 
 
 def tau_may_be_lowered(module) -> bool:
@@ -45,6 +52,63 @@ def convergence_warning(shares: list[tuple[int, float]], threshold: float = 0.1,
     return None
 
 
+RARE = 0.01  # a share of training rows below which the model "seldom" predicts a class or gives it tau
+
+
+def class_names(trainer, n_classes: int) -> list[str]:
+    """The classes' names in the model's output order: a table's classes, else their indices."""
+    classes = getattr(getattr(getattr(trainer, "datamodule", None), "codec", None), "classes", None)
+    return [str(c) for c in classes] if classes is not None and len(classes) == n_classes else \
+        [str(k) for k in range(n_classes)]
+
+
+def tau_reach(module) -> torch.Tensor | None:
+    """Per class, over the training rows: the share the model predicts as that class, the share to which it gives
+    the class a probability of at least ``tau``, and the highest probability it gives it; a ``3 × classes`` tensor
+    (one forward pass of ``module.model`` over ``module.x_train``), or ``None`` without them."""
+    x, tau = getattr(module, "x_train", None), getattr(getattr(module, "hparams", None), "tau", None)
+    if x is None or tau is None:
+        return None
+    with eval_mode(module.model), torch.no_grad():
+        p = module.model(x).float().softmax(1)
+    predicted = torch.bincount(p.argmax(1), minlength=p.shape[1]).float() / len(p)
+    return torch.stack([predicted, (p >= float(tau)).float().mean(0), p.amax(0)]).cpu()
+
+
+def target_message(names: list[str], by_target: dict[int, tuple[int, float]], low: list[int],
+                   reach: torch.Tensor | None, tau: float, table: bool, lower_tau: bool) -> tuple[str, bool]:
+    """The per-target part of the warnings: each target class's share converged (of how many counterfactuals), for
+    the ``low`` ones how the model treats them on the training rows (:func:`tau_reach`); then what to try where the
+    model seldom gives them ``tau`` (the second item is then true). Two causes: the model does not predict the
+    class (yet: rare classes, early epochs), or predicts it with less than ``tau`` (with three or more classes, a
+    class between others, as 'interview' between 'rejected' and 'offer', may never get 0.5)."""
+    parts = []
+    for k, (count, share) in by_target.items():
+        why = f" (predicted for {reach[0, k]:.0%} of training rows, p >= tau for {reach[1, k]:.0%}, max p " \
+            f"{reach[2, k]:.2f})" if reach is not None and k in low else ""
+        parts.append(f"{names[k]} {share:.2f} of {count}{why}")
+    texts = ["converged per target class: " + ", ".join(parts)]
+    seldom = [k for k in low if reach is not None and float(reach[1, k]) < RARE]
+    unpredicted = [k for k in seldom if float(reach[0, k]) < RARE]
+    capped = [k for k in seldom if k not in unpredicted]
+
+    def listed(classes: list[int]) -> str:
+        return ", ".join(repr(names[k]) for k in classes)
+
+    if unpredicted:
+        advice = ["a longer --burnin", "more search steps (--max-steps)"] + \
+            (["--balance undersample"] if table else [])
+        texts.append(f"the model does not predict {listed(unpredicted)}, so CT adds little for "
+                     f"{'it' if len(unpredicted) == 1 else 'them'}: try {', '.join(advice)}")
+    if capped:
+        texts.append(f"the model predicts {listed(capped)} but seldom with probability >= tau {tau:g}, so CT adds "
+                     f"little for {'it' if len(capped) == 1 else 'them'}" +
+                     (": try a lower --tau (then some counterfactuals count that the model predicts as another "
+                      "class), or a longer --burnin while the model still learns" if lower_tau else ""))
+    # (SPEC section 1: a counterfactual that does not converge adds no penalty.)
+    return "; ".join(texts), bool(unpredicted or (capped and lower_tau))
+
+
 class ConvergenceWarning(UserWarning):
     """Training's counterfactual search no longer converges."""
 
@@ -64,6 +128,12 @@ class ConvergenceWatch(L.Callback):
     ``threshold`` for ``patience`` epochs (a model that is still poor in its first CT epochs, whose search recovers
     as it learns, was otherwise left with the warning alone). Reads the epoch's logged value at epoch end only (one
     host read per epoch, none per step).
+
+    With a :class:`~ct_lightning.module.CTModule`, the warning also gives the share converged per target class
+    (``converged_by_target``) and, for the low ones, on how many training rows the model gives that class ``tau``
+    (:func:`tau_reach`, one forward pass when it warns); and a class whose share stays below ``threshold`` for
+    ``patience`` epochs while the share over all targets does not is named in a warning of its own (once): three
+    classes of which one is rare or lies between the others can leave CT with nothing to do for that target.
     """
 
     def __init__(self, threshold: float = 0.1, patience: int = 3, key: str = "train/cf_converged",
@@ -75,6 +145,8 @@ class ConvergenceWatch(L.Callback):
         self.warned = False
         self.warned_epoch = 0  # the epoch (from 1) of the warning, once given
         self.recovered = False
+        self.target_low: dict[int, int] = {}  # per target class index: its low epochs in a row
+        self.target_warned: set[int] = set()  # the target classes a per-target warning has named
         self.echo = echo
 
     def on_train_epoch_end(self, trainer: L.Trainer, pl_module: L.LightningModule) -> None:
@@ -82,19 +154,53 @@ class ConvergenceWatch(L.Callback):
         if value is None or not getattr(pl_module, "ct_active", True):
             return
         share = float(value)
+        epoch = trainer.current_epoch + 1  # current_epoch counts from 0; the progress lines (EpochLines) from 1
+        by_target = pl_module.converged_by_target() if callable(getattr(pl_module, "converged_by_target", None)) \
+            else {}
+        for k, (_, target_share) in by_target.items():
+            self.target_low[k] = self.target_low.get(k, 0) + 1 if target_share < self.threshold else 0
+        low_targets = [k for k, n in self.target_low.items() if n >= self.patience and k in by_target]
         self.low_epochs = self.low_epochs + 1 if share < self.threshold else 0
         self.high_epochs = 0 if share < self.threshold else self.high_epochs + 1
         if self.warned and not self.recovered and self.high_epochs >= self.patience and self.echo is not None:
             self.recovered = True
-            self.echo("note: " + recovery_message(self.key, share, self.threshold, self.high_epochs,
-                                                  trainer.current_epoch + 1, self.warned_epoch))
+            note = recovery_message(self.key, share, self.threshold, self.high_epochs, epoch, self.warned_epoch)
+            if low_targets:
+                names = class_names(trainer, int(pl_module.hparams.n_classes))
+                note += (f", except for target {'class' if len(low_targets) == 1 else 'classes'} "
+                         f"{', '.join(repr(names[k]) for k in low_targets)}")
+            self.echo("note: " + note)
         if self.low_epochs >= self.patience and not self.warned:
             self.warned = True
-            self.warned_epoch = trainer.current_epoch + 1
-            # current_epoch counts from 0; the progress lines (EpochLines) and the message count from 1
-            message = convergence_message(self.key, share, self.threshold, self.low_epochs, trainer.current_epoch + 1,
-                                          tau_may_be_lowered(pl_module))
-            if self.echo is not None:
-                self.echo(f"warning: {message}")
-            else:
-                warnings.warn(message, ConvergenceWarning, stacklevel=2)
+            self.warned_epoch = epoch
+            lower_tau = tau_may_be_lowered(pl_module)
+            message = convergence_message(self.key, share, self.threshold, self.low_epochs, epoch, lower_tau)
+            if by_target:
+                low = [k for k in by_target if by_target[k][1] < self.threshold]
+                message = self._with_targets(message[:-len(general_advice(lower_tau))], trainer, pl_module,
+                                             by_target, low)
+            self._say(message)
+        elif share >= self.threshold and set(low_targets) - self.target_warned:
+            # the share over all targets hides classes for which CT's search (nearly) never converges
+            self.target_warned.update(low_targets)
+            names = class_names(trainer, int(pl_module.hparams.n_classes))
+            head = (f"training's counterfactual search converges for few counterfactuals of target "
+                    f"{'class' if len(low_targets) == 1 else 'classes'} {', '.join(repr(names[k]) for k in low_targets)}"
+                    f" (< {self.threshold} for {min(self.target_low[k] for k in low_targets)} epochs, epoch {epoch}; "
+                    f"{self.key} = {share:.3f} over all targets); ")
+            self._say(self._with_targets(head, trainer, pl_module, by_target, low_targets))
+
+    def _with_targets(self, head: str, trainer, pl_module, by_target: dict, low: list[int]) -> str:
+        """``head`` (ending in "; "), then :func:`target_message`, then the general advice where that names none."""
+        hp = pl_module.hparams
+        lower_tau = tau_may_be_lowered(pl_module)
+        targets, advised = target_message(class_names(trainer, int(hp.n_classes)), by_target, low,
+                                          tau_reach(pl_module), float(hp.tau),
+                                          hasattr(getattr(trainer, "datamodule", None), "codec"), lower_tau)
+        return head + targets + ("" if advised else "; " + general_advice(lower_tau))
+
+    def _say(self, message: str) -> None:
+        if self.echo is not None:
+            self.echo(f"warning: {message}")
+        else:
+            warnings.warn(message, ConvergenceWarning, stacklevel=3)

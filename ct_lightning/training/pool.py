@@ -16,6 +16,14 @@ def random_targets(predicted: torch.Tensor, n_classes: int, rng: torch.Generator
     return (predicted + shift) % n_classes
 
 
+def target_tally(converged: torch.Tensor, target: torch.Tensor, n_classes: int) -> torch.Tensor:
+    """Per target class: ``[[counterfactuals searched], [of them converged]]``, a ``2 × n_classes`` float tensor (two
+    bincounts over the whole pool; no host sync)."""
+    searched = torch.bincount(target, minlength=n_classes)
+    reached = torch.bincount(target, weights=converged.to(torch.float32), minlength=n_classes)
+    return torch.stack([searched.to(torch.float32), reached])
+
+
 class ClassSampler:
     """Draws, per requested class, the index of a random training sample of that class."""
 
