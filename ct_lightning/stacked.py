@@ -37,7 +37,7 @@ from ct_lightning.generators.stacked_search import STACKED_SEARCH_GENERATORS, st
 from ct_lightning.losses import check_objective, contrast_pairs
 from ct_lightning.module import TERMS, CTModule
 from ct_lightning.training.epoch_block import EpochBlockLoader
-from ct_lightning.training.pool import chunk_bounds
+from ct_lightning.training.pool import chunk_bounds, target_tally
 from ct_lightning.training.stacked_model import StackedMLP
 
 # Generators a stack takes. Generic's and ECCo's pools are searched as one (generators.stacked_search). REVISE's are
@@ -86,15 +86,19 @@ def stack_blocker(members: list[CTModule]) -> str | None:
     return settings_blocker([dict(m.hparams) for m in members])
 
 
-def _logged_search(result, rows: int, n_models: int, seconds: float) -> list[dict[str, float]]:
-    """Per member, the search statistics ``CTModule`` logs (``train/cf_*``); the stacked search's time is shared
-    equally."""
+def _logged_search(result, rows: int, n_models: int, seconds: float, target: torch.Tensor,
+                   n_classes: int) -> list[dict[str, float]]:
+    """Per member, the search statistics ``CTModule`` logs (``train/cf_*``, ``train/cf_converged_target_K`` of
+    ``target``); the stacked search's time is shared equally."""
     converged = result.converged.view(n_models, rows).float().mean(1).tolist()
     steps = result.steps.view(n_models, rows).float().mean(1).tolist()
     nascent = (result.nascent_steps.view(n_models, rows) > 0).float().mean(1).tolist()
+    tallies = [target_tally(c, t, n_classes).tolist() for c, t in
+               zip(result.converged.view(n_models, rows), target.view(n_models, rows))]
     return [{"train/cf_converged": c, "train/cf_steps": s, "train/cf_nascent": a,
-             "train/cf_search_seconds": seconds / n_models, "train/cf_count": float(rows)}
-            for c, s, a in zip(converged, steps, nascent)]
+             "train/cf_search_seconds": seconds / n_models, "train/cf_count": float(rows),
+             **{f"train/cf_converged_target_{k}": r / n for k, (n, r) in enumerate(zip(*tally)) if n > 0}}
+            for c, s, a, tally in zip(converged, steps, nascent, tallies)]
 
 
 def _split_stats(losses: torch.Tensor, correct: torch.Tensor, rows: int) -> list[dict[str, float]]:
@@ -212,7 +216,7 @@ def _stacked_pool(members: list[CTModule], stacked: StackedMLP, epoch: int, limi
     shape = (len(members), rows)
     pool = {"x_pos": x_pos.view(*shape, -1), "x_neg": x_neg.view(*shape, -1),
             "nascent": result.nascent.view(*shape, -1), "labels": labels.view(shape), "target": target.view(shape)}
-    return pool, _logged_search(result, rows, len(members), seconds)
+    return pool, _logged_search(result, rows, len(members), seconds, target, int(hp.n_classes))
 
 
 def _pools_one_by_one(members: list[CTModule], epoch: int):
@@ -220,10 +224,13 @@ def _pools_one_by_one(members: list[CTModule], epoch: int):
     pools, logs = [], []
     for member in members:
         member.generator.update(member.fit_context(), epoch)  # as CTModule.on_train_epoch_start
+        member._target_tally = None  # this epoch's search only (CTModule.converged_by_target)
         pool, stats = member.generate_pool(member.hparams.nce, member._rng(0, epoch=epoch),
                                            member._rng(0, shared=True, epoch=epoch))
         pools.append(pool)
-        logs.append({**{f"train/cf_{key}": value for key, value in stats.items()}, "train/cf_count": float(len(pool))})
+        logs.append({**{f"train/cf_{key}": value for key, value in stats.items()}, "train/cf_count": float(len(pool)),
+                     **{f"train/cf_converged_target_{k}": share for k, (_, share) in
+                        member.converged_by_target().items()}})
     stacked = {name: torch.stack([getattr(pool, name) for pool in pools])
                for name in ("x_pos", "x_neg", "nascent", "labels", "target")}
     return stacked, logs

@@ -58,7 +58,9 @@ class ReferenceCTModule(CTModule):
         return loss
 
     def on_train_epoch_end(self):
-        pass
+        # the share converged per target class (logged since 11/27), as self.log sends it
+        for k, (_, share) in self.converged_by_target().items():
+            self.log(f"train/cf_converged_target_{k}", share, on_step=False, on_epoch=True)
 
     def _reference_eval_step(self, batch, stage, metric):
         x, y = batch[0], batch[1]
