@@ -126,8 +126,8 @@ class ConvergenceWatch(L.Callback):
     The warning is a :class:`ConvergenceWarning`, or, with ``echo`` (a recipe's console), one ``warning: ...`` line
     given to ``echo`` instead; with ``echo``, a ``note: ...`` line follows once the share is back at or above
     ``threshold`` for ``patience`` epochs (a model that is still poor in its first CT epochs, whose search recovers
-    as it learns, was otherwise left with the warning alone). Reads the epoch's logged value at epoch end only (one
-    host read per epoch, none per step).
+    as it learns, was otherwise left with the warning alone). Reads the epoch's logged value and the module's
+    per-target tally at epoch end only (two host reads per epoch, none per step).
 
     With a :class:`~ct_lightning.module.CTModule`, the warning also gives the share converged per target class
     (``converged_by_target``) and, for the low ones, on how many training rows the model gives that class ``tau``
