@@ -12,7 +12,6 @@ dict (``to_dict``), saved with every run, so a model and its preprocessing trave
 
 from __future__ import annotations
 
-import difflib
 import numbers
 import re
 import shlex
@@ -24,6 +23,7 @@ import pandas as pd
 
 from datamodules.feature_types import FeatureTypes, RowBound
 from datamodules.row_bounds import BOUND_VALUES, SIDES, column_rules, read_rules, rule_name, rule_text, rule_words
+from datamodules.suggest import did_you_mean
 
 KINDS = ("continuous", "integer", "categorical", "binary", "ordinal")
 LABELLED = ("categorical", "binary", "ordinal")  # kinds whose values are categories (labels), not numbers
@@ -203,8 +203,7 @@ SPEC_FILE = f"a YAML or JSON file with columns: {{name: {{{', '.join(COLUMN_KEYS
 
 def _unknown_key(key, allowed: Sequence[str]) -> str:
     """An unknown key and the allowed one it is probably a misspelling of: ``'mutabilty' (did you mean ...)``."""
-    close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.75)
-    return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    return f"unknown key {key!r}" + did_you_mean(key, allowed)
 
 
 def _is_number(value) -> bool:
@@ -320,10 +319,9 @@ def _column_dict(column: ColumnSpec) -> dict:
 def _not_in_order(name, value, order) -> ValueError:
     """The one-line error of a value its ordinal column's order does not hold, with the category it is probably a
     misspelling of, or YAML's reading of an unquoted ``No``/``Yes`` as false/true."""
-    close = difflib.get_close_matches(str(value), [str(c) for c in order], n=1, cutoff=0.75)
-    hint = f" (did you mean {close[0]!r}?)" if close else \
-        " (YAML reads an unquoted Yes, No, On or Off in order: as true or false: quote them)" \
-        if any(isinstance(c, bool) for c in order) and isinstance(value, str) else ""
+    yaml = any(isinstance(c, bool) for c in order) and isinstance(value, str)
+    hint = did_you_mean(value, order) or \
+        (" (YAML reads an unquoted Yes, No, On or Off in order: as true or false: quote them)" if yaml else "")
     return ValueError(f"data: column {name!r}: {_plain(value)!r} is not in its order{hint}; allowed: "
                       f"{', '.join(map(str, order))} (or add it to order: in --data-spec where it ranks)")
 

@@ -10,12 +10,13 @@ counterfactual to it.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+
+from datamodules.suggest import did_you_mean
 
 SIDES = ("lower", "upper")
 NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
@@ -72,9 +73,7 @@ def parse_rule(text, column: str, side: str, kinds: Mapping[str, str]) -> tuple[
                 raise ValueError(f"{where}: incomplete (an operator without a column or number after it); {ALLOWED}")
             kind, value = tokens[at]
             if kind == "word":
-                close = difflib.get_close_matches(value, list(kinds), n=1, cutoff=0.6)
-                raise ValueError(f"{where}: unknown column {value!r}" + (f" (did you mean {close[0]!r}?)" if close
-                                                                          else "") + f"; {ALLOWED}")
+                raise ValueError(f"{where}: unknown column {value!r}{did_you_mean(value, kinds)}; {ALLOWED}")
             if kind == "column":
                 if value == column:
                     raise ValueError(f"{where}: refers to {column!r} itself; {ALLOWED}")
