@@ -273,6 +273,28 @@ def test_explanations_keep_experience_at_most_age_minus_16_only_with_the_rule(tm
                  "yes", "--max-steps", "120", "--no-log", "--immutable", "experience"])
     assert len(held) == len(rows) and all(r.get("explained", True) for r in held), held  # kept: nothing to repair
     assert held[0]["counterfactual"] is None or held[0]["counterfactual"]["experience"] == bad.iloc[0]["experience"]
+    served_model_holds_a_broken_rules_column_only_when_asked(run_ids[-1], uri, bad.head(1))
+
+
+def served_model_holds_a_broken_rules_column_only_when_asked(run_id: str, uri: str, row: pd.DataFrame) -> None:
+    """The served model (MLflow pyfunc predict) passes its request's ``immutable`` into the row-rule check: a row
+    that breaks ``experience <= age - 16`` is explained as it is where the request holds ``experience``, and refused
+    in one line without it (as explain.py above). Nothing tested that wiring; the model is the test's last training."""
+    import mlflow.pyfunc
+
+    from ct_lightning.experiment.runs.run_artifacts import _tracking_uri
+    from ct_lightning.experiment.runs.served_model import RequestRefused
+
+    with _tracking_uri(uri):
+        predictor = mlflow.pyfunc.load_model(f"runs:/{run_id}/predictor")
+    params = {"explain": True, "target": "yes", "max_steps": 60}
+    answer = predictor.predict(row, params={**params, "immutable": "experience"})
+    assert len(answer) == 1 and answer["prediction"].iloc[0] in ("no", "yes"), answer
+    counterfactual = answer["counterfactual"].iloc[0]
+    assert counterfactual is None or counterfactual["experience"] == row["experience"].iloc[0], counterfactual
+    with pytest.raises(RequestRefused) as refused:
+        predictor.predict(row, params=params)
+    assert "breaks experience <= age − 16" in refused.value.message, refused.value.message
 
 
 def test_a_column_named_by_a_number_or_with_an_operator_is_read_and_shown_in_backticks():
