@@ -227,13 +227,7 @@ class Constraints:
         """
         if self.lower is not None or self.upper is not None:
             x_cf = x_cf.clamp_(self.lower, self.upper) if in_place else x_cf.clamp(self.lower, self.upper)
-        if self.increase is not None:
-            x_cf = torch.where(self.increase, torch.maximum(x_cf, x), x_cf)
-        if self.decrease is not None:
-            x_cf = torch.where(self.decrease, torch.minimum(x_cf, x), x_cf)
-        if self.none is not None:
-            x_cf = torch.where(self.none, x, x_cf)
-        return x_cf
+        return self._keep_mutability(x_cf, x)
 
     def snap(self, points: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
         """The nearest valid points: per one-hot group the column with the largest value (in 0/1 units; the
@@ -275,27 +269,25 @@ class Constraints:
             out = out.index_copy(1, self.step_columns, self._whole_steps(points, x).to(points.dtype))
         if self.reach is not None:
             out = torch.minimum(torch.maximum(out, x - self.reach), x + self.reach)
-        if self.increase is not None:
-            out = torch.where(self.increase, torch.maximum(out, x), out)
-        if self.decrease is not None:
-            out = torch.where(self.decrease, torch.minimum(out, x), out)
-        if self.none is not None:
-            out = torch.where(self.none, x, out)
+        out = self._keep_mutability(out, x)
         if self.rules:
             out = out.clone() if out is points else out  # a fresh tensor from here on: its columns are set in place
         for rule in self.rules:  # after mutability: a bound reads an immutable column's own value
             out[:, rule.column] = self._keep_mutability(rule.apply(out, x), x, rule.column)
         return out
 
-    def _keep_mutability(self, values: torch.Tensor, x: torch.Tensor, column: int) -> torch.Tensor:
-        """``values`` (one feature's, ``(n,)``) with that feature's mutability restored from ``x``."""
-        start = x[:, column]
+    def _keep_mutability(self, values: torch.Tensor, x: torch.Tensor, column: int | None = None) -> torch.Tensor:
+        """``values`` with mutability restored from the factuals ``x``: a ``none`` feature keeps ``x``'s value, an
+        ``increase`` one no less and a ``decrease`` one no more. ``values`` are all features ``(n, d)`` or, with
+        ``column``, that one feature's ``(n,)``; :meth:`project`, :meth:`snap` and each row bound use this one rule."""
+        index = slice(None) if column is None else column
+        start = x[:, index]
         if self.increase is not None:
-            values = torch.where(self.increase[..., column], torch.maximum(values, start), values)
+            values = torch.where(self.increase[..., index], torch.maximum(values, start), values)
         if self.decrease is not None:
-            values = torch.where(self.decrease[..., column], torch.minimum(values, start), values)
+            values = torch.where(self.decrease[..., index], torch.minimum(values, start), values)
         if self.none is not None:
-            values = torch.where(self.none[..., column], start, values)
+            values = torch.where(self.none[..., index], start, values)
         return values
 
     def _whole_steps(self, points: torch.Tensor, x: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,6 @@ dict (``to_dict``), saved with every run, so a model and its preprocessing trave
 
 from __future__ import annotations
 
-import difflib
 import numbers
 import re
 import shlex
@@ -24,6 +23,8 @@ import pandas as pd
 
 from datamodules.feature_types import FeatureTypes, RowBound
 from datamodules.row_bounds import BOUND_VALUES, SIDES, column_rules, read_rules, rule_name, rule_text, rule_words
+from datamodules.suggest import did_you_mean
+from datamodules.table_format import as_written
 
 KINDS = ("continuous", "integer", "categorical", "binary", "ordinal")
 LABELLED = ("categorical", "binary", "ordinal")  # kinds whose values are categories (labels), not numbers
@@ -51,16 +52,24 @@ def categories_by_case(categories) -> dict:
     return {key: same[0] for key, same in found.items() if len(same) == 1}
 
 
-def _declared_text(value) -> str:
-    """A number declared in a data spec as the start-up message shows it: ``0``, ``2.5``, ``1000``."""
+def _declared_text(value, decimal_comma: bool = False) -> str:
+    """A number declared in a data spec as the start-up message shows it: ``0``, ``2.5``, ``1000`` (``2,5`` where
+    the file writes decimal commas)."""
     value = _plain(value)
-    return f"{value:g}" if isinstance(value, float) and not value.is_integer() else str(int(value)) \
-        if isinstance(value, float) else str(value)
+    return as_written(f"{value:g}" if isinstance(value, float) and not value.is_integer() else str(int(value))
+                      if isinstance(value, float) else str(value), decimal_comma)
 
 
-def _bounds_text(lower, upper) -> str:
+def number_text(value, decimal_comma: bool = False) -> str:
+    """A value in a note (``filled with 0,31``): a number as the file writes numbers, anything else as it is."""
+    value = _plain(value)
+    plain = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return as_written(str(value), decimal_comma) if plain else str(value)
+
+
+def _bounds_text(lower, upper, decimal_comma: bool = False) -> str:
     """Declared bounds in words for the start-up message: ``, at least 0``, ``, at most 5``, ``, from 0 to 5``."""
-    shown = [_declared_text(v) for v in (lower, upper)]
+    shown = [_declared_text(v, decimal_comma) for v in (lower, upper)]
     if lower is not None and upper is not None:
         return f", from {shown[0]} to {shown[1]}"
     if lower is not None:
@@ -95,12 +104,12 @@ class ColumnSpec:
         """The model-input columns of this raw column."""
         return [f"{self.name}={value}" for value in self.categories] if self.kind == "categorical" else [self.name]
 
-    def change_text(self) -> str:
+    def change_text(self, decimal_comma: bool = False) -> str:
         """Its ``step`` and ``max_change`` in words, as the start-up lines and the ``ct.constraints`` tag say them:
         ``in steps of 1000, changing by at most 10000``; an ordinal column's in places of its order (``changing by at
-        most 2 places``); ``""`` without either."""
+        most 2 places``); ``""`` without either. ``decimal_comma``: numbers as such a file writes them (``0,5``)."""
         def amount(value) -> str:
-            text = _declared_text(value)
+            text = _declared_text(value, decimal_comma)
             return f"{text} place{'' if float(value) == 1 else 's'}" if self.kind == "ordinal" else text
         return ", ".join(([] if self.step is None else [f"in steps of {amount(self.step)}"])
                          + ([] if self.max_change is None else [f"changing by at most {amount(self.max_change)}"]))
@@ -203,8 +212,7 @@ SPEC_FILE = f"a YAML or JSON file with columns: {{name: {{{', '.join(COLUMN_KEYS
 
 def _unknown_key(key, allowed: Sequence[str]) -> str:
     """An unknown key and the allowed one it is probably a misspelling of: ``'mutabilty' (did you mean ...)``."""
-    close = difflib.get_close_matches(str(key), allowed, n=1, cutoff=0.75)
-    return f"unknown key {key!r}" + (f" (did you mean {close[0]!r}?)" if close else "")
+    return f"unknown key {key!r}" + did_you_mean(key, allowed)
 
 
 def _is_number(value) -> bool:
@@ -320,10 +328,9 @@ def _column_dict(column: ColumnSpec) -> dict:
 def _not_in_order(name, value, order) -> ValueError:
     """The one-line error of a value its ordinal column's order does not hold, with the category it is probably a
     misspelling of, or YAML's reading of an unquoted ``No``/``Yes`` as false/true."""
-    close = difflib.get_close_matches(str(value), [str(c) for c in order], n=1, cutoff=0.75)
-    hint = f" (did you mean {close[0]!r}?)" if close else \
-        " (YAML reads an unquoted Yes, No, On or Off in order: as true or false: quote them)" \
-        if any(isinstance(c, bool) for c in order) and isinstance(value, str) else ""
+    yaml = any(isinstance(c, bool) for c in order) and isinstance(value, str)
+    hint = did_you_mean(value, order) or \
+        (" (YAML reads an unquoted Yes, No, On or Off in order: as true or false: quote them)" if yaml else "")
     return ValueError(f"data: column {name!r}: {_plain(value)!r} is not in its order{hint}; allowed: "
                       f"{', '.join(map(str, order))} (or add it to order: in --data-spec where it ranks)")
 
@@ -639,8 +646,10 @@ class TabularCodec:
             extra = f" {len(c.categories)} categories" if c.kind == "categorical" else \
                 f" {c.categories}" if c.kind == "binary" else f" {_order_text(c.categories)}" if c.kind == "ordinal" \
                 else ""
-            step = f", {c.change_text()}" if c.change_text() else ""
-            lines.append(f"  {c.name}: {c.kind}{extra}{_bounds_text(c.lower, c.upper)}{rule_words(c)}{step}"
+            change = c.change_text(self.decimal_comma)
+            step = f", {change}" if change else ""
+            bounds = _bounds_text(c.lower, c.upper, self.decimal_comma)
+            lines.append(f"  {c.name}: {c.kind}{extra}{bounds}{rule_words(c)}{step}"
                          + ("" if c.mutability == "both" else f", {c.mutability}"))
         return "\n".join(lines)
 
@@ -676,7 +685,8 @@ class TabularCodec:
             if column.kind in ("continuous", "integer"):
                 frame[column.name] = pd.to_numeric(frame[column.name])
             what = "median" if column.kind in ("continuous", *RANKED) else "most frequent value"
-            notes.append(f"{column.name}: missing in {count} row(s), filled with {column.fill}, the training rows' "
+            notes.append(f"{column.name}: missing in {count} row(s), filled with "
+                         f"{number_text(column.fill, self.decimal_comma)}, the training rows' "
                          f"{what} (the model was trained with --impute median)")
         return frame, notes
 

@@ -10,12 +10,13 @@ counterfactual to it.
 
 from __future__ import annotations
 
-import difflib
 import re
 from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
+
+from datamodules.suggest import did_you_mean
 
 SIDES = ("lower", "upper")
 NUMBER = r"(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?"
@@ -23,15 +24,26 @@ EXPRESSIONS = ("other number columns (continuous or integer) each times a number
                "such as upper: age - 16 or upper: 10 * income")
 BOUND_VALUES = f"a number, or {EXPRESSIONS}"  # what a data spec's lower or upper may be
 ALLOWED = f"allowed: {BOUND_VALUES}"
+OPERATOR_BY_SPACE = re.compile(r"\s[-+*/−×]|[-+*/−×]\s")  # in a name: read bare, it would look like two names
+
+
+def quoted_name(name) -> str:
+    """A column's name as a rule writes and shows it: in backticks where it would read as something else bare (a
+    name that is a number, `` `2023` ``; an operator beside a space, `` `net - gross` ``), else as it is."""
+    text = str(name)
+    needs = re.fullmatch(NUMBER, text) or OPERATOR_BY_SPACE.search(text)
+    return f"`{text}`" if needs and "`" not in text else text
 
 
 def _tokens(text: str, names: Sequence[str], where: str) -> list[tuple[str, object]]:
-    """``text`` as ``(kind, value)`` tokens: ``column`` (the longest column name that matches, not running on into
-    a longer word), ``number``, ``op`` (``+ - * /``; ``−`` and ``×`` are read as ``-`` and ``*``) and ``word``
-    (a name that is no column). A one-line ``ValueError`` for any other character."""
-    spelt = sorted((n for n in names if not re.fullmatch(NUMBER, n)), key=len, reverse=True)
+    """``text`` as ``(kind, value)`` tokens: ``column`` (a name in backticks, `` `2023` ``, or the longest column
+    name that matches, not running on into a longer word; a bare number is a number), ``number``, ``op`` (``+ - *
+    /``; ``−`` and ``×`` are read as ``-`` and ``*``) and ``word`` (a name that is no column). A one-line
+    ``ValueError`` for any other character."""
+    spelt = sorted((n for n in map(str, names) if not re.fullmatch(NUMBER, n)), key=len, reverse=True)
+    by_text = {str(n): n for n in names}
     column = "|".join(re.escape(n) + (r"(?![\w.])" if re.search(r"\w$", n) else "") for n in spelt) or r"(?!)"
-    pattern = re.compile(rf"\s*(?:(?P<column>{column})|(?P<number>{NUMBER})|(?P<op>[-+*/−×])|"
+    pattern = re.compile(rf"\s*(?:`(?P<quoted>[^`]*)`|(?P<column>{column})|(?P<number>{NUMBER})|(?P<op>[-+*/−×])|"
                          rf"(?P<word>[^\W\d][\w.]*))")
     tokens, at = [], 0
     while at < len(text):
@@ -43,6 +55,10 @@ def _tokens(text: str, names: Sequence[str], where: str) -> list[tuple[str, obje
             raise ValueError(f"{where}: {rest[0]!r} is not allowed (no parentheses, powers or functions); {ALLOWED}")
         kind = found.lastgroup
         value = found.group(kind)
+        if kind == "quoted":  # a name in backticks is a column's, whatever it holds
+            kind, value = ("column", by_text[value]) if value in by_text else ("word", value)
+        elif kind == "column":
+            value = by_text[value]
         tokens.append((kind, float(value) if kind == "number" else
                        {"−": "-", "×": "*"}.get(value, value) if kind == "op" else value))
         at = found.end()
@@ -72,9 +88,7 @@ def parse_rule(text, column: str, side: str, kinds: Mapping[str, str]) -> tuple[
                 raise ValueError(f"{where}: incomplete (an operator without a column or number after it); {ALLOWED}")
             kind, value = tokens[at]
             if kind == "word":
-                close = difflib.get_close_matches(value, list(kinds), n=1, cutoff=0.6)
-                raise ValueError(f"{where}: unknown column {value!r}" + (f" (did you mean {close[0]!r}?)" if close
-                                                                          else "") + f"; {ALLOWED}")
+                raise ValueError(f"{where}: unknown column {value!r}{did_you_mean(value, kinds)}; {ALLOWED}")
             if kind == "column":
                 if value == column:
                     raise ValueError(f"{where}: refers to {column!r} itself; {ALLOWED}")
@@ -122,7 +136,7 @@ def rule_text(terms: Mapping[str, float], constant: float) -> str:
     parts = []
     for name, coefficient in terms.items():
         size = abs(coefficient)
-        body = str(name) if size == 1 else f"{_number(size)} * {name}"
+        body = quoted_name(name) if size == 1 else f"{_number(size)} * {quoted_name(name)}"
         parts.append((coefficient < 0, body))
     if constant or not parts:
         parts.append((constant < 0, _number(abs(constant))))
@@ -197,8 +211,11 @@ def rule_words(column) -> str:
 
 
 def pretty_rule(text: str) -> str:
-    """A rule's canonical text as the start-up lines and messages show it (``age − 16``, ``10 × income``)."""
-    return re.sub(r"(?<=\s)-(?=\s)|^-", "−", re.sub(r"(?<=\s)\*(?=\s)", "×", text))
+    """A rule's canonical text as the start-up lines and messages show it (``age − 16``, ``10 × income``); a name in
+    backticks is shown as it is written (`` `net - gross` − 16``)."""
+    parts = re.split(r"(`[^`]*`)", text)
+    return "".join(part if i % 2 else re.sub(r"(?<=\s)-(?=\s)|^-", "−", re.sub(r"(?<=\s)\*(?=\s)", "×", part))
+                   for i, part in enumerate(parts))
 
 
 def rule_values(terms: Mapping[str, float], constant: float, frame: pd.DataFrame) -> np.ndarray:
@@ -224,4 +241,4 @@ def breaking_rows(codec, frame: pd.DataFrame) -> list[tuple[object, str, str, np
 
 def rule_name(column, side: str, shown: str) -> str:
     """A rule as messages name it: ``experience <= age − 16``."""
-    return f"{column.name} {'<=' if side == 'upper' else '>='} {shown}"
+    return f"{quoted_name(column.name)} {'<=' if side == 'upper' else '>='} {shown}"

@@ -17,12 +17,13 @@ import numpy as np
 import pandas as pd
 
 from datamodules.base import TensorDataModule
-from datamodules.codec import TabularCodec, _plain, category_codes, ordinal_orders, read_spec, text_ordinals
+from datamodules.codec import (TabularCodec, _plain, category_codes, number_text, ordinal_orders, read_spec,
+                              text_ordinals)
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
 from datamodules.row_bounds import breaking_rows, rule_name
 from datamodules.table_header import drop_columns_error
-from datamodules.table_format import check_target, labels_as_written, read_table, text_column_problems, tidy_frame
+from datamodules.table_format import as_written, check_target, labels_as_written, read_table, text_column_problems, tidy_frame
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")  # a CSV's delimiter is read from its header; also --data's list
 IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
@@ -223,8 +224,11 @@ class TableDataModule(TensorDataModule):
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
         fills = training_fills(self.frame, self.rows["train"], target, orders) if impute == "median" else None
         if fills:
+            def filled(value) -> str:  # a number as the file writes numbers (0,31), a category quoted ('rent')
+                text = number_text(value, self.decimal_comma)
+                return text if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
             median = set(orders) | {name for name in self.frame.columns if pd.api.types.is_numeric_dtype(self.frame[name])}
-            self.read_notes += [f"{column}: missing in {count} row(s), filled with {fills[column]!r}, the training rows' "
+            self.read_notes += [f"{column}: missing in {count} row(s), filled with {filled(fills[column])}, the training rows' "
                                 f"{'median' if column in median else 'most frequent value'}"
                                 " (--impute median)" for column, count in self.frame.isna().sum().items()
                                 if count and column in fills]
@@ -323,8 +327,10 @@ class TableDataModule(TensorDataModule):
             below = int((values < c.lower).sum()) if c.lower is not None else 0
             above = int((values > c.upper).sum()) if c.upper is not None else 0
             if below or above:
-                parts = ([f"{below} below the declared lower bound {c.lower:g}"] if below else []) + \
-                        ([f"{above} above the declared upper bound {c.upper:g}"] if above else [])
+                lower, upper = (as_written(f"{v:g}", self.decimal_comma) if v is not None else None
+                                for v in (c.lower, c.upper))
+                parts = ([f"{below} below the declared lower bound {lower}"] if below else []) + \
+                        ([f"{above} above the declared upper bound {upper}"] if above else [])
                 lines.append(f"{c.name}: rows of the file lie outside the data spec's bounds ({', '.join(parts)}); they "
                              "train as they are, but counterfactuals keep to the bounds and such rows are refused when "
                              "explained or served")

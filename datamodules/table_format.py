@@ -100,6 +100,16 @@ THOUSANDS_COMMA = re.compile(r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?")  # 3
 THOUSANDS_APOSTROPHE = re.compile(r"\d{1,3}(?:'\d{3})+(?:\.\d+)?")  # 1'234.50 (Switzerland)
 
 
+COMMA_POINT = str.maketrans(",.", ".,")  # 60,800.5 → 60.800,5
+
+
+def as_written(text: str, decimal_comma: bool) -> str:
+    """A number's text (``60,800.5``, ``0.31``) as the file writes numbers: with ``decimal_comma`` (a file with
+    decimal commas, ``60.800,00 €``) its points and commas swapped (``60.800,5``, ``0,31``), else as it is. Every
+    number a message shows from such a file (start-up notes, fill-in notes, explanations) goes through here."""
+    return text.translate(COMMA_POINT) if decimal_comma else text
+
+
 def undressed_number(value, decimal_comma: bool):
     """The number a cell such as ``$36,428.20``, ``7.5%``, ``€ 1.234,50`` or ``1'234`` writes, without its currency
     sign, percent sign and thousands separators (``7.5%`` is 7.5); ``None`` for other text, such as ``1,5`` in a

@@ -44,8 +44,28 @@ def test_one_run_or_a_flat_bootstrap_marks_nothing_significant():
     assert one["significant"] is False and np.isnan(one["ci_low"]) and np.isnan(one["ci_high"])
     assert bootstrap_comparison([2.0], [1.0], n_boot=20)["significant"] is False  # one value a side
     assert bootstrap_comparison([2.0] * 5, [1.0] * 5, n_boot=20)["significant"] is False  # every round alike
-    assert run_comparison([2.0, 2.1, 1.9], [1.0, 1.1, 0.9])["significant"] is True  # an interval still counts
+    steady = np.linspace(1.9, 2.1, 8)
+    assert run_comparison(steady, steady - np.linspace(0.9, 1.1, 8))["significant"] is True  # 8 runs: an interval at 99 % counts
     assert bootstrap_comparison(np.linspace(2, 3, 50), np.linspace(0, 1, 50), n_boot=50)["significant"] is True
+
+
+def test_too_few_runs_for_the_runs_interval_get_no_star_but_say_so():
+    """--statistic runs starred a reduction from two (or three) evaluation runs: its 99 % quantile interval of per-run
+    differences is then their range, which lies on one side of zero by chance half the time (2 · 0.5ⁿ). Below the
+    fewest runs for which that chance is at most 1 %, the cell says so instead of a star."""
+    from ct_lightning.evaluation.compare import fewest_runs
+
+    assert fewest_runs(0.99) == 8 and 2 * 0.5 ** 8 <= 0.01 < 2 * 0.5 ** 7 and fewest_runs(0.95) == 6
+    two = run_comparison([2.0, 2.1], [1.0, 1.2])
+    assert two["ci_high"] < 0 and two["significant"] is False and two["too_few_runs"] is True  # the range excludes 0
+    runs = np.linspace(1.9, 2.1, 8)
+    eight = run_comparison(runs, runs - np.linspace(0.9, 1.1, 8))
+    assert eight["significant"] is True and eight["too_few_runs"] is False
+    assert bootstrap_comparison(np.linspace(2, 3, 50), np.linspace(0, 1, 50), n_boot=50).get("too_few_runs") is None
+    for stats, cell in ((two, " (too few runs for a test)"), (eight, "*")):
+        row = table_row("loans", {name: stats for name in ("ip", "ip_star")}, {"cost": stats}, {}, {})
+        text = format_cell(row, "ip").split(" †")[0]  # the dagger: no sample counts in this made-up row
+        assert text.endswith(cell) and text.count("*") == (cell == "*"), text
 
 
 # ------------------------------------------------------------------------------------- IP* dagger

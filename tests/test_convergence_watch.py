@@ -170,3 +170,20 @@ def test_a_lower_tau_is_advised_only_where_it_still_means_the_target(tau, n_clas
     trainer.fit(LogsOfAModel([0.0, 0.0, 0.0], tau, n_classes))
     assert len(lines) == 1 and "more search steps (--max-steps)" in lines[0]
     assert ("a lower --tau" in lines[0]) is lower, lines
+
+
+def test_a_stacked_training_says_it_converges_again_as_a_lone_one():
+    """Stacked and appendix trainings read their histories after training with convergence_warning and never said
+    that the search converged again; convergence_notes says what the watch says, warning and note alike."""
+    from ct_lightning.callbacks.convergence import convergence_notes
+
+    shares = [0.2, 0.04, 0.0, 0.0, 0.35, 0.8, 0.95, 0.05, 0.97]
+    lines = []
+    trainer = L.Trainer(max_epochs=len(shares), callbacks=[ConvergenceWatch(threshold=0.1, patience=3,
+                                                                            echo=lambda text, **_: lines.append(text))],
+                        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False)
+    trainer.fit(Logs(shares))
+    said = convergence_notes(list(enumerate(shares)))
+    assert [kind for kind, _ in said] == ["warning", "note"] and "(epoch 7)" in said[1][1], said
+    assert [f"{kind}: {text}" for kind, text in said] == lines, lines
+    assert convergence_notes(list(enumerate([0.5, 0.6, 0.7, 0.8]))) == []  # never warned: nothing to say

@@ -128,3 +128,25 @@ def test_a_served_model_names_the_number_a_european_amount_writes(trained):
         with pytest.raises(RequestRefused) as refused:
             served.predict(None, row.assign(income=[written]), {})
         assert f"rows: column 'income': {message}" in str(refused.value), str(refused.value)
+
+
+def test_start_up_and_fill_in_notes_write_numbers_as_the_file_does(tmp_path):
+    """The start-up lines of a training on such an export said ``filled with 0.31`` and ``from 0.05`` while its
+    explanations said ``0,31``: every number a note shows now reads as the file writes numbers."""
+    import re
+
+    from datamodules.table import TableDataModule
+
+    rows = european(pd.read_csv(LOANS))
+    rows.loc[:3, "debt_ratio"] = ""
+    (tmp_path / "export.csv").write_bytes(b"sep=;\r\n" + rows.to_csv(sep=";", index=False).encode("cp1252"))
+    spec = {"columns": {"debt_ratio": {"lower": 0.05, "upper": 2.5, "step": 0.01}}}
+    data = TableDataModule(tmp_path / "export.csv", target="approved", impute="median", spec=spec)
+    described = data.describe()
+    assert re.search(r"debt_ratio: missing in 4 row\(s\), filled with 0,\d+, the training rows' median", described), \
+        described
+    assert "  debt_ratio: continuous, from 0,05 to 2,5, in steps of 0,01" in described, described
+    assert re.search(r"\(\d+ below the declared lower bound 0,05\)", described), described
+    frame = rows.drop(columns="approved").head(2).assign(debt_ratio=[None, 0.2])
+    _, notes = data.codec.fill_missing(frame)  # a row explained or served with a gap
+    assert len(notes) == 1 and re.match(r"debt_ratio: missing in 1 row\(s\), filled with 0,\d+, ", notes[0]), notes

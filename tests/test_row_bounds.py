@@ -273,3 +273,57 @@ def test_explanations_keep_experience_at_most_age_minus_16_only_with_the_rule(tm
                  "yes", "--max-steps", "120", "--no-log", "--immutable", "experience"])
     assert len(held) == len(rows) and all(r.get("explained", True) for r in held), held  # kept: nothing to repair
     assert held[0]["counterfactual"] is None or held[0]["counterfactual"]["experience"] == bad.iloc[0]["experience"]
+    served_model_holds_a_broken_rules_column_only_when_asked(run_ids[-1], uri, bad.head(1))
+
+
+def served_model_holds_a_broken_rules_column_only_when_asked(run_id: str, uri: str, row: pd.DataFrame) -> None:
+    """The served model (MLflow pyfunc predict) passes its request's ``immutable`` into the row-rule check: a row
+    that breaks ``experience <= age - 16`` is explained as it is where the request holds ``experience``, and refused
+    in one line without it (as explain.py above). Nothing tested that wiring; the model is the test's last training."""
+    import mlflow.pyfunc
+
+    from ct_lightning.experiment.runs.run_artifacts import _tracking_uri
+    from ct_lightning.experiment.runs.served_model import RequestRefused
+
+    with _tracking_uri(uri):
+        predictor = mlflow.pyfunc.load_model(f"runs:/{run_id}/predictor")
+    params = {"explain": True, "target": "yes", "max_steps": 60}
+    answer = predictor.predict(row, params={**params, "immutable": "experience"})
+    assert len(answer) == 1 and answer["prediction"].iloc[0] in ("no", "yes"), answer
+    counterfactual = answer["counterfactual"].iloc[0]
+    assert counterfactual is None or counterfactual["experience"] == row["experience"].iloc[0], counterfactual
+    with pytest.raises(RequestRefused) as refused:
+        predictor.predict(row, params=params)
+    assert "breaks experience <= age − 16" in refused.value.message, refused.value.message
+
+
+def test_a_column_named_by_a_number_or_with_an_operator_is_read_and_shown_in_backticks():
+    """A column named ``2023`` could not be read by a rule (a bare 2023 is a number), and one named ``net - gross``
+    was shown as ``at most net − gross − 16``, the name cut like a subtraction. A name in backticks is the column's,
+    and the start-up lines and messages write such a name in backticks (docs/guide.md)."""
+    frame = table(broken=2).assign(**{"2023": lambda f: f.age, "net - gross": lambda f: f.income / 2})
+    spec = {"columns": {"experience": {"upper": "`2023` - 16"}, "income": {"lower": "2 * `net - gross` - 5"},
+                        "net - gross": {"upper": "1000 * age"}}}
+    codec = fit(spec, frame)
+    lines = codec.describe().splitlines()
+    assert "  experience: integer, at most `2023` − 16" in lines, lines
+    assert "  income: continuous, at least 2 × `net - gross` − 5" in lines, lines
+    assert [r.text for r in codec.feature_types().row_bounds] == [
+        "experience <= `2023` - 16", "`net - gross` <= 1000 * age", "income >= 2 * `net - gross` - 5"]
+    names = codec.feature_names
+    assert [(names[r.column], [names[c] for c, _ in r.terms]) for r in codec.feature_types().row_bounds] == [
+        ("experience", ["2023"]), ("net - gross", ["age"]), ("income", ["net - gross"])]
+    assert TabularCodec.from_dict(json.loads(json.dumps(codec.to_dict()))) == codec
+    with pytest.raises(ValueError, match=r"upper '2023 - 16' reads no column"):  # bare, 2023 is the number
+        fit({"columns": {"experience": {"upper": "2023 - 16"}}}, frame)
+    with pytest.raises(ValueError, match=r"unknown column '2024' \(did you mean '2023'\?\)"):
+        fit({"columns": {"experience": {"upper": "`2024` - 16"}}}, frame)
+    from datamodules.spec_file import spec_text
+    from datamodules.table import TableDataModule
+
+    module = TableDataModule(frame, target="approved", spec=spec)
+    described = module.describe()
+    assert "rows break experience <= `2023` − 16 (first: row 0)" in described, described
+    assert "rows break `net - gross` <= 1000 × age" in described, described
+    written = yaml.safe_load(spec_text(module))["columns"]  # --write-data-spec: YAML quotes a leading backtick
+    assert written["experience"]["upper"] == "`2023` - 16" and written["income"]["lower"] == "2 * `net - gross` - 5"

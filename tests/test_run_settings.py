@@ -183,6 +183,24 @@ def test_a_copy_of_the_runs_table_or_one_where_theirs_no_longer_is_is_taken_and_
     assert names == [str(moved)] and f"(--data {moved} in place of {gone}, which no longer exists)" in taken, taken
 
 
+def test_the_runs_config_files_are_removed_once_compare_has_read_its_settings(runs, tmp_path, monkeypatch):
+    """compare downloads each given run's config.json into a temporary folder; before, the folder was left behind
+    (one per run, each comparison)."""
+    import argparse
+    import tempfile
+
+    from ct_lightning.experiment.workflows.compare_runs import settings_from_runs
+
+    temporary = tmp_path / "tmp"
+    temporary.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(temporary))
+    args = argparse.Namespace(tracking_uri=runs["uri"], data_sets=None, target=None, data_spec=None, impute=None,
+                              drop_columns=None, balance=None)
+    names, taken = settings_from_runs(args, {"bl": [runs["other"]["run_id"]]}, None)
+    assert names == [str(runs["table"])] and args.impute == "none", (names, taken)  # read from the run's file
+    assert not list(temporary.glob("ct-compare-*")), list(temporary.iterdir())
+
+
 def test_explain_reads_a_runs_model_uri_as_its_run_id(runs, capsys):
     """``explain.py --checkpoint runs:/ID/model``, as evaluate.py takes it, was refused as 'not a readable
     checkpoint'; it explains as ``--run-id ID`` does, with a note. A registry URI is refused in one line."""

@@ -44,12 +44,28 @@ def convergence_warning(shares: list[tuple[int, float]], threshold: float = 0.1,
     training's history), or ``None``: the first time the share stays below ``threshold`` for ``patience`` epochs.
     ``epoch`` counts from 0, as Lightning's ``current_epoch`` and the history's ``"epoch"`` do; the message says
     ``epoch + 1``, as the progress lines do."""
-    low = 0
+    return next((text for kind, text in convergence_notes(shares, threshold, patience, key) if kind == "warning"), None)
+
+
+def convergence_notes(shares: list[tuple[int, float]], threshold: float = 0.1, patience: int = 3,
+                      key: str = "train/cf_converged", lower_tau: bool = True) -> list[tuple[str, str]]:
+    """What :class:`ConvergenceWatch` with ``echo`` says for these ``(epoch, share converged)`` of CT epochs, in order
+    (a stacked or appendix training's history, read after training), as ``(kind, text)``: ``("warning", ...)`` the
+    first time the share stays below ``threshold`` for ``patience`` epochs, then ``("note", ...)`` once it is back at
+    or above it for ``patience`` epochs (:func:`recovery_message`); ``[]`` when it never stopped converging. Epochs
+    count from 0, as :func:`convergence_warning`'s."""
+    said: list[tuple[str, str]] = []
+    low = high = warned = 0
     for epoch, share in shares:
         low = low + 1 if share < threshold else 0
-        if low >= patience:
-            return convergence_message(key, share, threshold, low, int(epoch) + 1)
-    return None
+        high = 0 if share < threshold else high + 1
+        if warned and high >= patience:
+            said.append(("note", recovery_message(key, share, threshold, high, int(epoch) + 1, warned)))
+            break
+        if low >= patience and not warned:
+            warned = int(epoch) + 1
+            said.append(("warning", convergence_message(key, share, threshold, low, warned, lower_tau)))
+    return said
 
 
 RARE = 0.01  # a share of training rows below which the model "seldom" predicts a class or gives it tau

@@ -13,6 +13,7 @@ from __future__ import annotations
 import csv
 import json
 import math
+import sys
 from pathlib import Path
 
 import numpy as np
@@ -103,13 +104,25 @@ def per_run_means(result, name: str) -> np.ndarray:
     return np.asarray(out, dtype=float)
 
 
+def fewest_runs(confidence: float) -> int:
+    """The fewest paired evaluation runs from which :func:`run_comparison` can call a difference significant at
+    ``confidence``. Its central quantile interval of ``n`` per-run differences is about their range (the 0.5 % and
+    99.5 % quantiles of a few values lie next to the smallest and the largest), so it excludes zero when all ``n``
+    differences share a sign: where BL and CT do not differ that happens by chance with probability ``2 · 0.5ⁿ``,
+    which must be at most ``1 − confidence``: 8 runs at 99 %, 6 at 95 % (2 runs: a coin toss)."""
+    if confidence >= 1.0:  # no number of runs gives certainty
+        return sys.maxsize
+    return max(2, math.ceil(math.log2(2.0 / (1.0 - confidence)) - 1e-9))
+
+
 def run_comparison(bl_runs, ct_runs, confidence: float = 0.99) -> dict:
     """Table 1 arithmetic of the authors' code over paired evaluation runs (lower is better).
 
     Per run ``r``: ``ratio_r = CT_r / BL_r`` and ``delta_r = CT_r − BL_r``. The reduction is
     ``−100·(mean ratio − 1)``, ``se`` is ``100·sd(ratio)`` (the spread over runs, as the paper's
     "±"), ``se_mean`` divides it by ``√runs``; ``significant`` when the central ``confidence``
-    quantile interval of the per-run deltas excludes zero (``False`` with one run or equal deltas: no interval).
+    quantile interval of the per-run deltas excludes zero (``False`` with one run or equal deltas: no interval), and
+    never with fewer runs than :func:`fewest_runs` (``too_few_runs``: too few for a test at ``confidence``).
     Runs with a missing side are dropped.
     """
     bl_runs, ct_runs = np.asarray(bl_runs, dtype=float), np.asarray(ct_runs, dtype=float)
@@ -117,7 +130,8 @@ def run_comparison(bl_runs, ct_runs, confidence: float = 0.99) -> dict:
     bl_runs, ct_runs = bl_runs[keep], ct_runs[keep]
     out = {"bl_mean": math.nan, "ct_mean": math.nan, "reduction_pct": math.nan, "se": math.nan,
            "se_mean": math.nan, "diff": math.nan, "ci_low": math.nan, "ci_high": math.nan, "significant": False,
-           "n_runs": int(keep.sum()), "confidence": confidence, "statistic": "runs"}
+           "n_runs": int(keep.sum()), "confidence": confidence, "statistic": "runs",
+           "too_few_runs": int(keep.sum()) < fewest_runs(confidence)}
     if bl_runs.size == 0:
         return out
     ratios, deltas = ct_runs / bl_runs, ct_runs - bl_runs
@@ -128,7 +142,7 @@ def run_comparison(bl_runs, ct_runs, confidence: float = 0.99) -> dict:
                 "reduction_pct": float(-100.0 * (ratios.mean() - 1.0)), "se": 100.0 * sd,
                 "se_mean": 100.0 * sd / math.sqrt(ratios.size), "diff": float(deltas.mean()),
                 "ci_low": float(ci_low), "ci_high": float(ci_high),
-                "significant": excludes_zero(ci_low, ci_high)})
+                "significant": excludes_zero(ci_low, ci_high) and not out["too_few_runs"]})
     return out
 
 
@@ -197,6 +211,8 @@ def table_row(data: str, plausibility: dict[str, dict], actionability: dict[str,
         row[f"{name}_valid_bl"], row[f"{name}_valid_ct"] = stats.get("valid_bl"), stats.get("valid_ct")
     row["significant"] = {name: bool((source or {}).get(name, {}).get("significant", False))
                           for name, source in sources.items()}
+    row["too_few_runs"] = {name: bool((source or {}).get(name, {}).get("too_few_runs", False))
+                           for name, source in sources.items()}  # the runs statistic only: no test, no star
     for label, summary, protected in (("bl", bl_summary, bl_protected), ("ct", ct_summary, ct_protected)):
         block = _model_block(summary)
         for name in table_metrics("protected"):  # e.g. cost: the protected pair's value, the other kept beside it
@@ -216,14 +232,16 @@ MIN_SAMPLES = 30
 
 
 def format_cell(row: dict, metric: str) -> str:
-    """``reduction ± se`` with an asterisk when significant, e.g. ``29.05 ± 0.67*``.
+    """``reduction ± se`` with an asterisk when significant, e.g. ``29.05 ± 0.67*``, or ``(too few runs for a test)``
+    where the runs statistic had fewer runs than :func:`fewest_runs`.
 
     A dagger and the counts are added when either side rests on fewer than ``MIN_SAMPLES`` valid
     counterfactuals (``valid_bl``/``valid_ct``: for IP*, the valid counterfactuals of the groups it was computed
     from). A row written before those counts has them only for a per-counterfactual metric (``n_bl``/``n_ct``).
     """
     text = f"{_fmt(row[f'{metric}_reduction_pct'])} ± {_fmt(row[f'{metric}_se'])}"
-    text += "*" if row["significant"].get(metric) else ""
+    text += " (too few runs for a test)" if row.get("too_few_runs", {}).get(metric) else \
+        "*" if row["significant"].get(metric) else ""
     n_bl, n_ct = row.get(f"{metric}_valid_bl"), row.get(f"{metric}_valid_ct")
     if (n_bl is None or n_ct is None) and METRICS[metric].scope != "group":
         n_bl, n_ct = row.get(f"{metric}_n_bl"), row.get(f"{metric}_n_ct")

@@ -25,6 +25,7 @@ from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, make_generator, prepare_standalone
 from ct_lightning.generators.base import generate_counterfactuals
 from datamodules.codec import ColumnSpec, categories_by_case  # ColumnSpec: also the identity codec's columns
+from datamodules.table_format import as_written
 
 EXPLAIN_STEP = 0.05  # the largest search step of an explanation (η); see explanation_search
 EXPLAIN_TRAVEL = 25.0  # η·T of the paper's training search (0.25 · 100 steps): how far an explanation may go
@@ -414,14 +415,10 @@ def format_change(before, after, unit: str | None = None, decimal_comma: bool = 
         shown = [f"{before:,.{shown_decimals}f}", f"{after:,.{decimals}f}"]
     else:
         shown = [format_value(before), format_value(after)]
-    if decimal_comma:
-        shown = [text.translate(_COMMA_POINT) for text in shown]
+    shown = [as_written(text, decimal_comma) for text in shown]
     if unit:
         shown = [f"-{unit.format(text[1:])}" if text.startswith("-") else unit.format(text) for text in shown]
     return f"{shown[0]} → {shown[1]}"
-
-
-_COMMA_POINT = str.maketrans(",.", ".,")  # 60,800.5 → 60.800,5
 
 
 def change_text(change: dict) -> str:

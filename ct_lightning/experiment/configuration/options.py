@@ -60,7 +60,7 @@ RECIPE_OPTIONS: tuple[Setting, ...] = (
     Setting("confidence", 0.99, "confidence of the interval (default {DFLT})", float, OUTPUT, low=0.0, high=1.0,
             low_open=True, high_open=True),
     Setting("statistic", None, "runs: per-run ratios and the quantile interval of per-run differences (the authors' "
-            "code; default with --protocol reference); bootstrap: pooled per-sample bootstrap (the paper's text; "
+            "code; default with --protocol reference; no * from fewer than 8 runs at 0.99); bootstrap: pooled per-sample bootstrap (the paper's text; "
             "default with --protocol paper)", group=OUTPUT, choices=("runs", "bootstrap")),
     # the evaluation protocol (evaluate, compare, appendix): unset values take the --protocol preset
     Setting("protocol", "reference", "reference: what the authors' code ran for Table 1 (η 0.1, λ_cst 0, ℓ1 IP, "

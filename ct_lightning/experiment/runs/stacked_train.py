@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.callbacks.convergence import convergence_warning
+from ct_lightning.callbacks.convergence import convergence_notes
 from ct_lightning.experiment.configuration.cpu_math import cpu_math_state
 from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
 from ct_lightning.experiment.configuration.preflight import preflight_training
@@ -118,10 +118,11 @@ def train_stack(overrides: list[dict], tags: list[dict] | None = None, echo=prin
         for k, (config, module, member_tags) in enumerate(zip(configs, members, tags)):
             summaries.append(record_member(config, module, datamodule, fit, k, member_tags))
             echo(f"stack: run {k + 1}/{len(members)} written ({summaries[-1]['run_id']})", flush=True)
-            warning = convergence_warning([(int(e["epoch"]), e["train/cf_converged"]) for e in fit.history[k]
-                                           if "train/cf_converged" in e])
-            if warning:  # what ConvergenceWatch says for a lone training
-                echo(f"WARNING: run {summaries[-1]['run_id']}: {warning}", flush=True)
+            said = convergence_notes([(int(e["epoch"]), e["train/cf_converged"]) for e in fit.history[k]
+                                      if "train/cf_converged" in e])
+            for kind, text in said:  # what ConvergenceWatch says for a lone training, and that it recovered
+                echo(f"{'WARNING' if kind == 'warning' else 'note'}: run {summaries[-1]['run_id']}: {text}",
+                     flush=True)
     finally:
         stopper.restore()
     stopper.pass_on()  # a signal after training still stops the study that called this

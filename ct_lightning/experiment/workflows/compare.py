@@ -411,9 +411,12 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     else:
         print("IP/IP*: all features mutable; Cost: protected features immutable in training and evaluation.")
     if summary["statistic"] == "runs":
+        from ct_lightning.evaluation.compare import fewest_runs  # noqa: PLC0415 - heavy
+
         print("± 100·sd of the per-run CT/BL ratios over the evaluation runs; * the central 99% quantile interval "
-              "of the per-run differences excludes zero (no * with one run: no interval; the authors' Table 1 "
-              "arithmetic);")
+              "of the per-run differences excludes zero (the authors' Table 1 arithmetic; with fewer than "
+              f"{fewest_runs(args.confidence)} runs no * but '(too few runs for a test)': the interval of a few runs "
+              "is their range, on one side of zero by chance);")
     else:
         print("± bootstrap standard error; * 99% bootstrap interval of the difference in means excludes zero;")
     print("† fewer than 30 valid counterfactuals on one side (n BL/CT): not a reliable comparison.")

@@ -62,23 +62,27 @@ def shown(key: str, value) -> str:
 
 
 def run_configs(reuse_lists: dict[str, list[str]], tracking_uri: str) -> dict[tuple[str, int], tuple[str, dict]]:
-    """``(role, position) → (run id, its config.json)`` for every given run (checked by ``check_run_ids``)."""
+    """``(role, position) → (run id, its config.json)`` for every given run (checked by ``check_run_ids``). The
+    files are downloaded into one temporary folder, removed once they are read."""
     from mlflow.tracking import MlflowClient  # noqa: PLC0415
 
     client = MlflowClient(tracking_uri=tracking_uri)
     configs = {}
-    for role, ids in reuse_lists.items():
-        for position, run_id in enumerate(ids):
-            if not run_id:
-                continue
-            try:
-                folder = tempfile.mkdtemp(prefix="ct-compare-")
-                config = json.loads(Path(client.download_artifacts(run_id, "config.json", folder)).read_text())
-            except Exception:  # noqa: BLE001 - MLflow raises several types for a missing artifact
-                raise InputError(f"--{role.replace('_', '-')}-run-id", run_id, "the id of a run of train.py (its "
-                                 "config.json names the data it was trained on), or an empty entry to train",
-                                 "it logged no config.json") from None
-            configs[role, position] = (run_id, config)
+    with tempfile.TemporaryDirectory(prefix="ct-compare-") as downloads:
+        for role, ids in reuse_lists.items():
+            for position, run_id in enumerate(ids):
+                if not run_id:
+                    continue
+                folder = Path(downloads) / f"{role}-{position}"
+                folder.mkdir()
+                try:
+                    config = json.loads(Path(client.download_artifacts(run_id, "config.json", str(folder)))
+                                        .read_text())
+                except Exception:  # noqa: BLE001 - MLflow raises several types for a missing artifact
+                    raise InputError(f"--{role.replace('_', '-')}-run-id", run_id, "the id of a run of train.py (its "
+                                     "config.json names the data it was trained on), or an empty entry to train",
+                                     "it logged no config.json") from None
+                configs[role, position] = (run_id, config)
     return configs
 
 

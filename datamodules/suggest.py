@@ -1,0 +1,29 @@
+"""The one "did you mean" of a refusal: the allowed name an unknown one is probably a misspelling of.
+
+Used wherever a data spec or a table is read (an unknown spec key, an ordinal value outside its order, an unknown
+column in a row bound) and by everything above (``datamodules`` is the lowest layer: plain Python, no imports of ours).
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable
+
+CUTOFF = 0.75  # difflib's similarity ratio from which a name is suggested ('agee' → 'age' 0.86; 'nope' → 'none' 0.75)
+
+
+def closest(value, allowed: Iterable) -> str | None:
+    """The allowed name (as text) most like ``value`` at a similarity of :data:`CUTOFF` or more, case ignored, else
+    ``None``."""
+    names = [str(name) for name in allowed]
+    folded = {}
+    for name in names:
+        folded.setdefault(name.casefold(), name)  # the first of names that differ only in case
+    close = difflib.get_close_matches(str(value).casefold(), list(folded), n=1, cutoff=CUTOFF)
+    return folded[close[0]] if close else None
+
+
+def did_you_mean(value, allowed: Iterable) -> str:
+    """``" (did you mean 'age'?)"`` for the name :func:`closest` finds, else ``""``: to append to a refusal."""
+    close = closest(value, allowed)
+    return f" (did you mean {close!r}?)" if close is not None else ""

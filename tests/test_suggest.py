@@ -1,0 +1,28 @@
+"""One "did you mean" for every refusal of a misspelt name (datamodules.suggest), at one similarity cutoff: before,
+a row bound's unknown column was suggested from 0.6, a spec key or an ordinal value from 0.75."""
+
+from __future__ import annotations
+
+import pytest
+from test_row_bounds import fit
+
+from datamodules.suggest import CUTOFF, closest, did_you_mean
+
+
+def test_the_closest_allowed_name_is_suggested_case_ignored_or_none():
+    assert closest("agee", ["income", "age"]) == "age"
+    assert closest("AGE", ["income", "age"]) == "age"  # the allowed name as it is spelt
+    assert closest(5, [1, 2, 3, 4]) is None and closest("xyz", ["age"]) is None
+    assert did_you_mean("mutabilty", ["kind", "mutability"]) == " (did you mean 'mutability'?)"
+    assert did_you_mean("xyz", ["age"]) == ""
+
+
+def test_a_row_bound_and_a_spec_key_suggest_from_the_same_similarity():
+    # 'inco' is 0.8 like 'income', 'inc' 0.67: both sides of the cutoff, for a rule's column and a column's key alike
+    assert 2 * 3 / (3 + 6) < CUTOFF <= 2 * 4 / (4 + 6)
+    for near, far, allowed, spec in (("inco", "inc", "income", lambda word: {"upper": f"{word} - 16"}),
+                                     ("stp", "st", "step", lambda word: {word: 1})):
+        for word, hinted in ((near, True), (far, False)):
+            with pytest.raises(ValueError) as error:
+                fit({"columns": {"experience": spec(word)}})
+            assert (f"(did you mean '{allowed}'?)" in str(error.value)) == hinted, str(error.value)
