@@ -170,6 +170,12 @@ def test_a_lower_tau_is_advised_only_where_it_still_means_the_target(tau, n_clas
     trainer.fit(LogsOfAModel([0.0, 0.0, 0.0], tau, n_classes))
     assert len(lines) == 1 and "more search steps (--max-steps)" in lines[0]
     assert ("a lower --tau" in lines[0]) is lower, lines
+    # a stack member's notes, read from its history after training, advise the same (they always named a lower tau)
+    from ct_lightning.experiment.runs.stacked_train import member_notes
+
+    history = [{"epoch": e, "train/cf_converged": 0.0} for e in range(3)]
+    said = member_notes(LogsOfAModel([0.0] * 3, tau, n_classes), history)
+    assert len(said) == 1 and ("a lower --tau" in said[0][1]) is lower, said
 
 
 def test_a_stacked_training_says_it_converges_again_as_a_lone_one():

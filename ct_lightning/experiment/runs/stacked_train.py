@@ -20,7 +20,7 @@ import numpy as np
 import torch
 from mlflow.tracking import MlflowClient
 
-from ct_lightning.callbacks.convergence import convergence_notes
+from ct_lightning.callbacks.convergence import convergence_notes, tau_may_be_lowered
 from ct_lightning.experiment.configuration.cpu_math import cpu_math_state
 from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
 from ct_lightning.experiment.configuration.preflight import preflight_training
@@ -118,15 +118,21 @@ def train_stack(overrides: list[dict], tags: list[dict] | None = None, echo=prin
         for k, (config, module, member_tags) in enumerate(zip(configs, members, tags)):
             summaries.append(record_member(config, module, datamodule, fit, k, member_tags))
             echo(f"stack: run {k + 1}/{len(members)} written ({summaries[-1]['run_id']})", flush=True)
-            said = convergence_notes([(int(e["epoch"]), e["train/cf_converged"]) for e in fit.history[k]
-                                      if "train/cf_converged" in e])
-            for kind, text in said:  # what ConvergenceWatch says for a lone training, and that it recovered
+            for kind, text in member_notes(module, fit.history[k]):  # what ConvergenceWatch says for a lone training, and that it recovered
                 echo(f"{'WARNING' if kind == 'warning' else 'note'}: run {summaries[-1]['run_id']}: {text}",
                      flush=True)
     finally:
         stopper.restore()
     stopper.pass_on()  # a signal after training still stops the study that called this
     return summaries
+
+
+def member_notes(module, history: list[dict]) -> list[tuple[str, str]]:
+    """What :class:`~ct_lightning.callbacks.ConvergenceWatch` would have said during a stack member's training, from
+    its ``history`` (one dict per epoch): the warning and the recovery note, with "a lower --tau" advised only where
+    it may help ``module`` (:func:`~ct_lightning.callbacks.convergence.tau_may_be_lowered`)."""
+    return convergence_notes([(int(e["epoch"]), e["train/cf_converged"]) for e in history if "train/cf_converged" in e],
+                             lower_tau=tau_may_be_lowered(module))
 
 
 def _after_epoch(stopper: StopOnSignal, n_models: int, max_epochs: int, echo, every: float):
