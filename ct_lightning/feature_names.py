@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from datamodules.suggest import name_hint
+
 MUTABILITY_KINDS = ("both", "increase", "decrease", "none")
 SHOWN_FEATURES = 30  # the known features an error lists
 
@@ -30,6 +32,5 @@ def unknown_feature_error(argument: str, key, features: Sequence[str]) -> ValueE
     """The one-line error for ``key``, named by ``argument`` (``immutable``, ``mutability``), that is none of
     ``features`` (the features by the names a user gives: a one-hot group once, by its column)."""
     shown = ", ".join(features[:SHOWN_FEATURES]) + (" ..." if len(features) > SHOWN_FEATURES else "")
-    same = [name for name in features if isinstance(key, str) and name.lower() == key.lower()]
-    hint = f" (did you mean {same[0]!r}? names are case-sensitive)" if same else ""
+    hint = name_hint(key, features) if isinstance(key, str) else ""
     return ValueError(f"{argument}: unknown feature {key!r}{hint}; known features: {shown or '(none named)'}")

@@ -36,6 +36,8 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+from datamodules.suggest import name_hint
+
 OPTION = "model_inputs"
 FORMS = ('{"feature": F, "center": C, "scale": S} (a number: (value - C) / S)',
          '{"feature": F, "category": V} (a one-hot column)', '{"feature": F, "codes": {V: CODE, ...}} (a code per '
@@ -230,7 +232,7 @@ def affine_map(entries: Sequence[Mapping], codec, source=None) -> tuple[list[lis
             elif feature == getattr(codec, "target", None):
                 detail = f"{where}: feature {feature!r} is the target"
             else:
-                detail = f"{where}: unknown feature {feature!r}"
+                detail = f"{where}: unknown feature {feature!r}{name_hint(feature, columns, '; {}')}"
             raise _refuse(source, detail, "features of the table: " + ", ".join(columns))
         _fill(source, where, entry, column, starts[feature], weight[row], bias, row)
     used = {entry["feature"] for entry in entries}

@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from datamodules.suggest import name_hint
+
 
 def one_hot_prefix(name) -> str | None:
     """The categorical feature a ``feature=value`` column belongs to (``None`` for other names), guessed from the
@@ -150,7 +152,7 @@ class FeatureTypes:
         integers = []
         for name in integer_features:
             if name not in names:
-                raise ValueError(f"integer_features: unknown feature {name!r}; known: {', '.join(names[:30])}")
+                raise ValueError(f"integer_features: unknown feature {name!r}{name_hint(name, names)}; known: {', '.join(names[:30])}")
             if one_hot_prefix(name) is not None:
                 raise ValueError(f"integer_features: {name!r} is a one-hot column, not an integer feature")
             integers.append(names.index(name))

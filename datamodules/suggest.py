@@ -27,3 +27,15 @@ def did_you_mean(value, allowed: Iterable) -> str:
     """``" (did you mean 'age'?)"`` for the name :func:`closest` finds, else ``""``: to append to a refusal."""
     close = closest(value, allowed)
     return f" (did you mean {close!r}?)" if close is not None else ""
+
+
+def name_hint(value, allowed: Iterable, wrap: str = " ({})") -> str:
+    """The hint for an unknown column or feature name, put into ``wrap``: ``" (did you mean 'Age'? names are
+    case-sensitive)"`` where one allowed name differs only in case, else ``" (did you mean 'age'?)"`` for the name
+    :func:`closest` finds, else ``""``."""
+    names = [str(name) for name in allowed]
+    same = [name for name in names if name.casefold() == str(value).casefold()]
+    close = same[0] if same else closest(value, names)
+    if close is None:
+        return ""
+    return wrap.format(f"did you mean {close!r}?" + (" names are case-sensitive" if same else ""))

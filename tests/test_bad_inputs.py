@@ -80,7 +80,7 @@ TRAIN = [
     ("--data {loans} --target approved --drop-columns ''", "--drop-columns: got ''"),  # typed, yet names nothing
     # --model-inputs: the inputs of a model of your own (bad_model_inputs below; {loans_sd}: a 13-input MLP)
     *((f"--data {{loans}} --target approved --from-checkpoint {{loans_sd}} --model-inputs {{inputs_{fault}}}", text)
-      for fault, text in (("unknown_feature", "(input 1 of 13: unknown feature 'agee'); allowed: features of the table: "
+      for fault, text in (("unknown_feature", "(input 1 of 13: unknown feature 'agee'; did you mean 'age'?); allowed: features of the table: "
                                               "age, income,"),
                           ("unknown_category", "unknown category 'renting' of 'home_ownership'); allowed: categories of "
                                                "home_ownership: mortgage, own, rent"),

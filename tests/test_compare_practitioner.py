@@ -198,7 +198,7 @@ def test_immutable_in_the_wrong_case_is_refused_before_training(tmp_path):
 
 @pytest.mark.parametrize("arguments, said", [
     (["--target", "approvd", "--immutable", "age"], "error: --target: column 'approvd' not found in "),
-    (["--target", "approved", "--immutable", "agee"], "error: --immutable: unknown feature 'agee'; known features: age, "),
+    (["--target", "approved", "--immutable", "agee"], "error: --immutable: unknown feature 'agee' (did you mean 'age'?); known features: age, "),
     (["--target", "approved", "--immutable", "age", "--drop-columns", "sexx"], "error: --drop-columns: got 'sexx', not a "
                                                                                "column of "),
 ], ids=["target", "immutable", "drop"])

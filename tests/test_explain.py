@@ -468,7 +468,7 @@ def test_explain_options_constrain_an_explanation_beyond_the_training(tmp_path, 
         assert {"age", "sex"} <= set(record["immutable"]) and record["factual"]["age"] == record["counterfactual"]["age"]
     assert any(record["changes"] for record in constrained), "the search moved some column"
     assert "note: every column was free" not in capsys.readouterr().out
-    for option, value, message in (("--immutable", "agee", "--immutable: got 'agee' (no such column); allowed: "
+    for option, value, message in (("--immutable", "agee", "--immutable: got 'agee' (no such column; did you mean 'age'?); allowed: "
                                     "the model's columns: age, "),
                                    ("--mutability", "sex=increase", "--mutability: got 'sex=increase' ('sex' is "
                                     "binary); allowed: both or none"),

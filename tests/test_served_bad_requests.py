@@ -205,8 +205,10 @@ def test_a_column_named_in_another_case_is_refused_with_the_models_spelling(code
         requested_mutability(codec, {"immutable": "Age,sex"})
     assert str(refused.value).startswith("params: immutable 'Age' (no such column; did you mean 'age'? names are "
                                          "case-sensitive); allowed: the model's columns: age, "), str(refused.value)
+    with pytest.raises(MutabilityRefused, match=r"\(no such column; did you mean 'age'\?\); allowed"):
+        requested_mutability(codec, {"mutability": "agee=none"})  # a misspelling is hinted as in a data spec
     with pytest.raises(MutabilityRefused, match=r"\(no such column\); allowed"):
-        requested_mutability(codec, {"mutability": "agee=none"})
+        requested_mutability(codec, {"mutability": "zzz=none"})
 
 
 def test_params_target_and_max_steps(codec):

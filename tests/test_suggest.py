@@ -26,3 +26,16 @@ def test_a_row_bound_and_a_spec_key_suggest_from_the_same_similarity():
             with pytest.raises(ValueError) as error:
                 fit({"columns": {"experience": spec(word)}})
             assert (f"(did you mean '{allowed}'?)" in str(error.value)) == hinted, str(error.value)
+
+
+def test_an_unknown_name_is_hinted_alike_everywhere():
+    """--immutable, a served request's immutable and a model-inputs list named 'agee' without a hint, while a row
+    bound's 'agee' got one; a name in another case keeps its case-sensitivity hint."""
+    from datamodules.suggest import name_hint
+    from ct_lightning.feature_names import unknown_feature_error
+
+    assert name_hint("agee", ["income", "age"]) == " (did you mean 'age'?)"
+    assert name_hint("Age", ["income", "age"], "; {}") == "; did you mean 'age'? names are case-sensitive"
+    assert name_hint("zzz", ["income", "age"]) == ""
+    assert "unknown feature 'agee' (did you mean 'age'?); known features: age" in \
+        str(unknown_feature_error("immutable", "agee", ["age", "income"]))

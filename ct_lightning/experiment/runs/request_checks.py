@@ -25,6 +25,7 @@ import numpy as np
 import pandas as pd
 
 from datamodules.codec import LABELLED, categories_by_case
+from datamodules.suggest import name_hint
 
 MAX_ROWS = ("CT_SERVE_MAX_ROWS", 10_000)  # rows in one prediction request
 MAX_EXPLAIN_ROWS = ("CT_SERVE_MAX_EXPLAIN_ROWS", 100)  # rows in one request with explain=true (a search per row)
@@ -356,8 +357,7 @@ def _mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
     structured = one_hot_groups(codec) is not None
     unknown = [name for name in given if name not in kinds]
     if unknown:
-        same = [name for name in kinds if len(unknown) == 1 and name.casefold() == unknown[0].casefold()]
-        hint = f"; did you mean {same[0]!r}? names are case-sensitive" if same else ""  # as train.py's --immutable
+        hint = name_hint(unknown[0], kinds, "; {}") if len(unknown) == 1 else ""  # as train.py's --immutable
         return ",".join(unknown), f"no such column{hint}", f"the model's columns: {_listed(list(kinds))}"
     for name, kind in given.items():
         if kind not in MUTABILITY_KINDS:
@@ -436,7 +436,7 @@ def requested_steps(codec, params: dict, param: str = "step") -> dict[str, float
         if not name:
             raise MutabilityRefused(param, item, f"expected COLUMN=NUMBER, e.g. {COLUMN_NUMBER_PARAMS[param]}", allowed)
         if name not in kinds:
-            raise MutabilityRefused(param, item, "no such column", allowed)
+            raise MutabilityRefused(param, item, f"no such column{name_hint(name, kinds, '; {}')}", allowed)
         if kinds[name] not in STEP_KINDS:
             raise MutabilityRefused(param, item, f"{name!r} is {kinds[name]}", allowed)
         try:
