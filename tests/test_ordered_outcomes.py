@@ -201,3 +201,29 @@ def test_train_refuses_a_misspelt_order_in_one_line_before_any_work(tmp_path, ca
         "error: --data-spec: target: order [rejected, interview, ofer]: 'ofer' is not a class of 'outcome' (did you "
         "mean 'offer'?); allowed: interview, offer, rejected"]
     assert not (tmp_path / "s" / "m.db").exists() and not (tmp_path / "c").exists()
+
+
+def test_a_sum_at_tau_with_a_lower_class_predicted_is_searched_on():
+    """Rejected 0.37, interview 0.32, offer 0.31: the sum of interview and offer (0.63) reaches τ = 0.5, yet the
+    model predicts rejected. The search must go on until a class at or above interview is the predicted one (it
+    stopped at the factual with no change, NOT valid, before the search also asked for that)."""
+    from ct_lightning.evaluation.explanation import explain
+    from datamodules.table import TableDataModule
+
+    codec = TableDataModule(hiring_table(), target="outcome", spec={"target": {"order": ORDER}}).codec
+    model = torch.nn.Linear(2, 3)  # inputs: experience, skills (standardised); classes: interview, offer, rejected
+    with torch.no_grad():
+        model.weight.copy_(torch.tensor([[0.0, 0.0], [1.0, 1.0], [-1.0, -1.0]]))
+        model.bias.copy_(torch.log(torch.tensor([0.32, 0.31, 0.37])))
+    row = pd.DataFrame([{c.name: c.mean for c in codec.columns}])  # encoded as 0: the probabilities above
+    result = explain(model, row, target="interview", codec=codec, generator="generic", tau=0.5, max_steps=200,
+                     lr=0.05)
+    record = result.iloc[0]
+    assert record["prediction"] == "rejected" and record["factual_probability"] == pytest.approx(0.63, abs=1e-4)
+    assert record["valid"] and record["changes"], record.to_dict()
+    assert record["counterfactual_prediction"] in ("interview", "offer")
+    assert record["probability"] >= 0.5 and record["valid_classes"] == ["interview", "offer"]
+    # without --target: the class one place above the prediction, not the most likely other one (offer here)
+    with torch.no_grad():
+        model.bias.copy_(torch.log(torch.tensor([0.29, 0.31, 0.40])))
+    assert explain(model, row, codec=codec, generator="generic", tau=0.5, max_steps=0).iloc[0]["target"] == "interview"
