@@ -128,6 +128,8 @@ def test_the_served_model_and_a_weights_only_load_keep_the_order(runs):
     answer = predictor.predict(rows, params={"explain": True, "target": "interview"})
     assert answer["valid_classes"].map(list).tolist() == [["interview", "offer"]] * 4
     assert answer["valid"].tolist() == answer["counterfactual_prediction"].isin(["interview", "offer"]).tolist()
+    by_default = predictor.predict(rows, params={"explain": True})  # one place above each prediction
+    assert by_default["target"].tolist() == [ORDER[min(ORDER.index(p) + 1, 2)] for p in by_default["prediction"]]
     old = load_checkpoint(folder / "plain" / "last.ckpt", weights_only=True)  # saved before orders existed
     codec = codec_from_dict(old.preprocessing)
     assert codec.order is None
