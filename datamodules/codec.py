@@ -205,6 +205,7 @@ def read_spec(spec) -> dict:
 
 
 SPEC_KEYS = ("columns", "positive", "target")
+TARGET_KEYS = ("name", "order")  # target: {name: outcome, order: [rejected, interview, offer]} (or target: outcome)
 COLUMN_KEYS = ("kind", "mutability", "lower", "upper", "step", "max_change", "order")  # what --write-data-spec writes
 NUMBER_KEYS = ("lower", "upper", "step", "max_change")  # keys of a number column only
 SPEC_FILE = f"a YAML or JSON file with columns: {{name: {{{', '.join(COLUMN_KEYS)}}}}} and positive"
@@ -225,6 +226,7 @@ def check_spec(spec: Mapping) -> dict:
     unknown = [key for key in spec if key not in SPEC_KEYS]
     if unknown:
         raise ValueError(f"data_spec: {_unknown_key(unknown[0], SPEC_KEYS)}; allowed: {', '.join(SPEC_KEYS)}")
+    _check_target_entry(spec)
     declared = spec.get("columns") or {}
     if not isinstance(declared, Mapping):
         raise ValueError(f"data_spec: columns: got a {type(declared).__name__}; allowed: a mapping of column names "
@@ -260,6 +262,77 @@ def check_spec(spec: Mapping) -> dict:
                              "allowed: lower at most upper")
         _check_order(name, options)
     return dict(spec)
+
+
+def _check_target_entry(spec: Mapping) -> None:
+    """A one-line ``ValueError`` for a ``target`` entry that cannot name the column to predict or rank its classes:
+    a mapping with a key other than ``name``/``order``, an ``order`` that is no list of plain values or lists a class
+    twice, or an ``order`` beside ``positive`` (the order's last class is the highest). Its classes are checked
+    against the table's by :func:`class_order`."""
+    entry = spec.get("target")
+    if not isinstance(entry, Mapping):
+        return  # a column name (or nothing): as before
+    unknown = [key for key in entry if key not in TARGET_KEYS]
+    if unknown:
+        raise ValueError(f"data_spec: target: {_unknown_key(unknown[0], TARGET_KEYS)}; allowed: "
+                         f"{', '.join(TARGET_KEYS)} (target: {{name: COLUMN, order: [lowest, ..., highest]}})")
+    order = entry.get("order")
+    if order is None:
+        return
+    plain = isinstance(order, Sequence) and not isinstance(order, str) and \
+        all(isinstance(v, (str, numbers.Real)) and v == v for v in order)  # v == v: no NaN
+    if not plain or len(order) < 2:
+        raise ValueError(f"data_spec: target: order {order!r}; allowed: a list of the target's classes from lowest "
+                         "to highest, such as order: [rejected, interview, offer]")
+    seen: set = set()
+    for value in order:
+        same = {str(value), *([float(value)] if _is_number(value) else [])}
+        if seen & same:
+            raise ValueError(f"data_spec: target: order lists {_plain(value)!r} twice; allowed: each class once, "
+                             "from lowest to highest")
+        seen |= same
+    if spec.get("positive") is not None:
+        raise ValueError(f"data_spec: positive {spec['positive']!r} beside target: order; allowed: one of them "
+                         "(positive: for a yes/no target; order: for three or more classes, its last the highest)")
+
+
+def target_entry(spec: Mapping | None) -> tuple[object, list | None]:
+    """The data spec's ``target``: the column it names (``None``: none) and its ``order`` of classes, lowest first
+    (``None``: unordered). ``target: outcome`` names the column only."""
+    entry = (spec or {}).get("target")
+    if isinstance(entry, Mapping):
+        return entry.get("name"), (list(entry["order"]) if entry.get("order") is not None else None)
+    return entry, None
+
+
+def class_order(order, classes: Sequence, target) -> list | None:
+    """The target's ``classes`` (as the table holds them) in the data spec's ``order``, lowest first; ``None``
+    without one. A one-line ``ValueError`` for an order naming a value that is no class (with the class it is
+    probably a misspelling of), one that leaves a class out, and one for a target of two classes (``positive``
+    names the higher of two)."""
+    if order is None:
+        return None
+    shown = ", ".join(map(str, classes))
+    written = f"[{', '.join(map(str, order))}]"
+    if len(classes) < 3:
+        raise ValueError(f"data_spec: target: order {written} for {target!r}, a target of two classes ({shown}); "
+                         "allowed: order for a target of three or more classes (of two, positive: names the higher)")
+    ranked = []
+    for value in order:
+        match = [c for c in classes if c == value or str(c) == str(value)]
+        if not match:
+            close = difflib.get_close_matches(str(value), [str(c) for c in classes], n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]!r}?)" if close else \
+                " (YAML reads an unquoted Yes, No, On or Off as true or false: quote it)" if isinstance(value, bool) \
+                else ""
+            raise ValueError(f"data_spec: target: order {written}: {_plain(value)!r} is not a class of {target!r}"
+                             f"{hint}; allowed: {shown}")
+        ranked.append(match[0])
+    missing = [c for c in classes if not any(c is r or c == r for r in ranked)]
+    if missing:
+        raise ValueError(f"data_spec: target: order {written} leaves out {_plain(missing[0])!r}, a class of "
+                         f"{target!r}; allowed: every class once, from lowest to highest: {shown}")
+    return [_plain(c) for c in ranked]
 
 
 def _check_places(name, step, change) -> None:
@@ -385,6 +458,7 @@ class TabularCodec:
     dropped: Sequence[str] = ()  # also what a codec pickled before --drop-columns existed reads (served predictors)
     decimal_comma: bool = False  # the training file wrote 0,18 and 12.000: rows to explain may be written so too
     balance: str | None = None  # the training's --balance, where recorded: the same table gives the same training rows
+    order: list | None = None  # the data spec's target order, lowest first: explanations count "at least" a class
 
     def __init__(self, target: str, classes: Sequence, columns: Sequence[ColumnSpec], positive=None,
                  dropped: Sequence[str] = ()):
@@ -412,8 +486,9 @@ class TabularCodec:
         declared = dict(spec.get("columns") or {})
         if target not in frame.columns:
             raise ValueError(f"target: column {target!r} not found; columns: {', '.join(map(str, frame.columns))}")
-        if spec.get("target") is not None and str(spec["target"]) != str(target):
-            raise ValueError(f"data_spec: target {spec['target']!r} is not the column to predict ({target!r}); "
+        named, order = target_entry(spec)
+        if named is not None and str(named) != str(target):
+            raise ValueError(f"data_spec: target {named!r} is not the column to predict ({target!r}); "
                              f"allowed: {target}, or no target in the data spec")
         frame = frame.drop(columns=[c for c in dropped if c in frame.columns])
         # a spec written before --drop-columns was chosen (--write-data-spec lists identifiers) names them: no feature
@@ -433,6 +508,7 @@ class TabularCodec:
                                  f"{', '.join(map(str, classes))}")
             positive = match[0]
             classes = [c for c in classes if c != positive] + [positive]  # the positive class is label 1 (last)
+        order = class_order(order, [_plain(c) for c in classes], target)  # the labels stay as they are: training too
         columns, pending = [], []
         for name in frame.columns:
             if name == target:
@@ -461,7 +537,9 @@ class TabularCodec:
             columns[-1].fill = _plain((fills or {}).get(name))
             pending.append((columns[-1], rules))
         read_rules(pending)  # other columns' bounds: read once every column's kind is known
-        return cls(target, classes, columns, positive, dropped)
+        codec = cls(target, classes, columns, positive, dropped)
+        codec.order = order
+        return codec
 
     @staticmethod
     def _fit_column(name, kind, mutability, options, values: pd.Series, train: pd.Series) -> ColumnSpec:
@@ -653,6 +731,21 @@ class TabularCodec:
                          + ("" if c.mutability == "both" else f", {c.mutability}"))
         return "\n".join(lines)
 
+    def class_ranks(self) -> list[int] | None:
+        """Each class's place in the target's :attr:`order` (0: the lowest), by class index; ``None`` unordered."""
+        if not self.order:
+            return None
+        return [next(i for i, c in enumerate(self.order) if c == label or str(c) == str(label))
+                for label in self.classes]
+
+    def outcome_text(self) -> str | None:
+        """The start-up line of an ordered target (``outcome: rejected < interview < offer (explanations count "at
+        least")``); ``None`` unordered."""
+        if not self.order:
+            return None
+        return f"outcome: {' < '.join(map(str, self.order))} (explanations count \"at least\": a class at or " \
+               "above the one asked for is valid)"
+
     # --- persistence -----------------------------------------------------------------------------------------
     def to_dict(self) -> dict:
         """A JSON-able description; :meth:`from_dict` rebuilds the same codec."""
@@ -660,7 +753,8 @@ class TabularCodec:
                 "positive": _plain(self.positive), "columns": [_column_dict(c) for c in self.columns],
                 **({"dropped": list(self.dropped)} if self.dropped else {}),
                 **({"decimal_comma": True} if self.decimal_comma else {}),
-                **({"balance": self.balance} if self.balance not in (None, "none") else {})}
+                **({"balance": self.balance} if self.balance not in (None, "none") else {}),
+                **({"order": [_plain(c) for c in self.order]} if self.order else {})}
 
     @classmethod
     def from_dict(cls, payload: Mapping) -> TabularCodec:
@@ -669,6 +763,7 @@ class TabularCodec:
         codec = cls(payload["target"], payload["classes"], columns, payload.get("positive"), payload.get("dropped", ()))
         codec.decimal_comma = bool(payload.get("decimal_comma", False))
         codec.balance = payload.get("balance")
+        codec.order = list(payload["order"]) if payload.get("order") else None  # a codec saved before: unordered
         return codec
 
     def fill_missing(self, frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

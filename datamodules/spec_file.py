@@ -1,7 +1,7 @@
 """A data spec written out from a table, to edit and pass back as ``--data-spec`` (``train.py --write-data-spec``).
 
-The file states what training would use (every column's kind and mutability, declared bounds and the positive
-class), so that training with it unedited gives the same preprocessing as without it. What a person needs to
+The file states what training would use (every column's kind and mutability, declared bounds, the positive
+class of two, the order of three or more where one was given), so that training with it unedited gives the same preprocessing as without it. What a person needs to
 decide the rest is written beside each column as a comment: its categories, or its range and how many different
 values it holds, and a hint where the kind looks wrong (a number that is a code of categories, an identifier, text
 categories that read as ranges or grades: ``<1 year``, ``1-3 years``, ``10+ years``; ``A`` to ``G``). Such a
@@ -130,6 +130,12 @@ def spec_text(module, mutability: Mapping[str, str] | None = None, source: str =
     if len(codec.classes) == 2:
         lines.append(f"positive: {yaml_scalar(codec.positive)}  # the class that is label 1 (default: the last in "
                      "sort order)")
+    elif getattr(codec, "order", None):  # an ordered outcome: explanations count "at least" a class
+        lines.append(f"target: {{name: {yaml_scalar(codec.target)}, order: [{', '.join(map(yaml_scalar, codec.order))}]}}"
+                     "  # its classes from lowest to highest")
+    else:
+        lines.append(f"# ordered classes (rejected < interview < offer)? then target: {{name: {yaml_scalar(codec.target)}, "
+                     "order: [lowest, ..., highest]}: explanations count \"at least\" a class")
     lines.append("columns:")
     for column in codec.columns:
         entry = {"kind": column.kind, "mutability": mutability.get(column.name, column.mutability)}

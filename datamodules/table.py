@@ -276,7 +276,9 @@ class TableDataModule(TensorDataModule):
         # label 1 of a yes/no target; of three or more classes none is "the positive" one
         positive = f" (positive: {_plain(self.codec.positive)!r})" if len(self.codec.classes) == 2 else ""
         return (f"data {self.label_of_source}: {len(self.frame)} rows ({sizes}), target {self.target!r} with classes "
-                f"{classes}{positive}\ncolumns (kind from the data spec or inferred from "
+                f"{classes}{positive}"
+                + (f"\n{self.codec.outcome_text()}" if getattr(self.codec, "order", None) else "")
+                + "\ncolumns (kind from the data spec or inferred from "
                 f"the dtypes):\n{self.codec.describe()}"
                 + (f"\nleft out (--drop-columns): {', '.join(self.drop_columns)}" if self.drop_columns else "")
                 + (f"\nbalanced (--balance undersample): kept {len(self.frame)} of {self.rows_read} rows, "

@@ -37,7 +37,8 @@ def build_parser() -> argparse.ArgumentParser:
     rows = parser.add_mutually_exclusive_group(required=True)
     rows.add_argument("--rows", help="a CSV file of rows in original units, with the model's columns")
     rows.add_argument("--row", help="one row as a JSON object of column: value, in original units")
-    parser.add_argument("--target", help="the class to reach (default: the most likely other class)")
+    parser.add_argument("--target", help="the class to reach (default: the most likely other class; of an ordered "
+                        "outcome, target: {order: [...]} in the data spec, at least the class one place above)")
     parser.add_argument("--skip-bad-rows", action="store_true",
                         help="--rows: leave out rows the model cannot read (a missing value, an unseen category, a "
                         "non-number, a number outside the model's domain), list them with their problem and explain "

@@ -21,6 +21,8 @@ from torch import nn
 
 from ct_lightning.constraints import FeatureTypes, mutability_pairs, one_hot_groups, parse_mutability
 from ct_lightning.evaluation.fewer_changes import column_masks, revert_needless_changes
+from ct_lightning.evaluation.ordered_outcomes import (accepted_classes, at_least_probability, at_least_valid,
+                                                      class_ranks, next_class_up, search_at_least)
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators import FitContext, make_generator, prepare_standalone
 from ct_lightning.generators.base import generate_counterfactuals
@@ -163,7 +165,11 @@ def predictions(model: nn.Module, rows: pd.DataFrame, codec) -> list[tuple[objec
 
 
 def _target_codes(target, codec, predicted: torch.Tensor, probabilities: torch.Tensor) -> torch.Tensor:
-    """Target class indices: the given label for every row, else the most likely class other than the prediction."""
+    """Target class indices: the given label for every row, else the most likely class other than the prediction
+    (of an ordered outcome: the class one place above it, :func:`next_class_up`)."""
+    ranks = class_ranks(codec)
+    if target is None and ranks is not None:
+        return next_class_up(predicted, ranks)
     if target is None:
         masked = probabilities.clone()
         masked[torch.arange(len(predicted)), predicted] = -1.0
@@ -259,6 +265,12 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     explanation changes each only by whole multiples of its step from the row's own value, on top of the codec's own
     steps (a data spec's ``step``); ``max_changes`` (``{column: largest change}``) limits how far each may move either
     way, in its units, on top of the codec's (a data spec's ``max_change``).
+
+    An ordered outcome (the codec's ``order``, a data spec's ``target: {order: [...]}``) counts "at least" the target:
+    the search aims at the summed probability of the classes at or above it (τ on that sum,
+    :mod:`~ct_lightning.evaluation.ordered_outcomes`), ``probability`` and ``factual_probability`` are that sum,
+    ``valid`` says the counterfactual's predicted class is one of them, and a column ``valid_classes`` lists them
+    (lowest first); the default target is the class one place above the prediction.
     """
     classifier = getattr(model, "model", model)
     hp = getattr(model, "hparams", None)
@@ -303,11 +315,27 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
         index = codec.feature_names.index
         types = with_steps(types, {index(name): step for name, step in (steps or {}).items()},
                            {index(name): change for name, change in (max_changes or {}).items()})
+    ranks = class_ranks(codec, device)  # an ordered outcome: the classes at or above the target count
+    accepted = None if ranks is None else accepted_classes(ranks, targets)
     torch.manual_seed(seed)
     with eval_mode(classifier):
-        result = generate_counterfactuals(made, classifier, x, targets, tau, max_steps, epsilon, codes.to(device),
-                                          None if lower is None else lower.to(device),
-                                          None if upper is None else upper.to(device), feature_types=types)
+        bounds = (None if lower is None else lower.to(device), None if upper is None else upper.to(device))
+        if accepted is None:
+            result = generate_counterfactuals(made, classifier, x, targets, tau, max_steps, epsilon, codes.to(device),
+                                              *bounds, feature_types=types)
+        else:
+            result = search_at_least(made, classifier, x, targets, ranks, tau, max_steps, epsilon, codes.to(device),
+                                     *bounds, feature_types=types)
+
+    def of_target(probabilities: torch.Tensor) -> torch.Tensor:
+        """Per row, the target's probability (of an ordered outcome: the classes' at or above it, summed)."""
+        if accepted is None:
+            return probabilities.gather(1, targets[:, None]).squeeze(1)
+        return at_least_probability(probabilities, accepted)
+
+    def reaches(probabilities: torch.Tensor) -> torch.Tensor:
+        """Per row, whether the predicted class is the target (of an ordered outcome: at or above it)."""
+        return probabilities.argmax(1) == targets if accepted is None else at_least_valid(probabilities, accepted)
     factual_decoded = codec.decode(x.detach().cpu().numpy())
     immutable = [c for c in columns if spec.get(c) == "none"]
 
@@ -324,18 +352,21 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     decoded, x_back, back = presented(result.counterfactual)
     masks = column_masks(list(codec.feature_names), columns) if fewer_changes else None
     if masks is not None:
-        reached = back.gather(1, targets[:, None]).squeeze(1)
         with eval_mode(classifier):
-            x_back = revert_needless_changes(classifier, x, x_back, targets, reached.clamp(max=tau), masks,
-                                             back.argmax(1) == targets)
+            x_back = revert_needless_changes(classifier, x, x_back, targets, of_target(back).clamp(max=tau), masks,
+                                             reaches(back), accepted)
         decoded, x_back, back = presented(x_back)
-    target_probability = back.gather(1, targets[:, None]).squeeze(1).cpu()
-    valid = (back.argmax(1) == targets).cpu()
+    target_probability = of_target(back).cpu()
+    factual_probability = of_target(probabilities).cpu()
+    valid = reaches(back).cpu()
     # what the model predicts at the changes shown: where it is not the target, the class they lead to instead (of
     # three, perhaps a better one than asked: an offer, not an interview)
     reached_labels = codec.decode_target(back.argmax(1).cpu().numpy())
 
     predicted_labels = codec.decode_target(predicted.cpu().numpy())
+    # an ordered outcome: the classes that count for each row, lowest first (valid: the changes lead to one of them)
+    valid_classes = None if accepted is None else [[_plain(c) for c in codec.order[rank:]]
+                                                   for rank in ranks[targets].tolist()]
     target_labels = codec.decode_target(targets.cpu().numpy())
     # the file's currency or percent sign ($36,428.20, 7.5%), shown with the numbers (format_change), and its decimal
     # commas (60.800,50 €): a change shown as 60,800 € reads as sixty euros and eighty cents where the file came from
@@ -351,11 +382,13 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
         records.append({"factual": factual, "prediction": _plain(predicted_labels[i]),
                         "prediction_probability": float(probabilities[i, predicted[i]]),
                         "target": _plain(target_labels[i]),
-                        "factual_probability": float(probabilities[i, targets[i]]), "counterfactual": counterfactual, "changes": changes,
+                        "factual_probability": float(factual_probability[i]), "counterfactual": counterfactual,
+                        "changes": changes,
                         "probability": float(target_probability[i]), "valid": bool(valid[i]),
                         "counterfactual_prediction": _plain(reached_labels[i]),
-                        "converged": bool(result.converged[i]), "immutable": list(immutable)})
-    return pd.DataFrame(records, columns=COLUMNS)
+                        "converged": bool(result.converged[i]), "immutable": list(immutable),
+                        **({} if accepted is None else {"valid_classes": valid_classes[i]})})
+    return pd.DataFrame(records, columns=COLUMNS + ["valid_classes"] * (accepted is not None))
 
 
 def _significant_digits(value: float) -> int:
@@ -473,18 +506,30 @@ def describe(explanations: pd.DataFrame) -> str:
         label = row_label(i, row.get("other_columns"))
         lines.append(f"{label}: predicted {row['prediction']} "
                      f"(probability {probability_text(row['prediction_probability'])})")
-        status = "valid" if row["valid"] else (f"NOT valid: with these changes the model predicts "
-                                               f"{row.get('counterfactual_prediction')}, not {row['target']}")
-        if _same(row["prediction"], row["target"]) and row["changes"]:
+        counted = row.get("valid_classes")
+        ordered = isinstance(counted, list)  # an ordered outcome: classes at or above the target count
+        reached = row.get("counterfactual_prediction")
+        wanted = f"at least {row['target']}" if ordered else row["target"]
+        if not row["valid"]:
+            status = f"NOT valid: with these changes the model predicts {reached}, " + \
+                (f"below {row['target']}" if ordered else f"not {row['target']}")
+        else:
+            status = f"valid: the model predicts {reached}, {wanted}" if ordered and not _same(reached, row["target"]) \
+                else "valid"
+        is_already = any(_same(row["prediction"], c) for c in counted) if ordered else \
+            _same(row["prediction"], row["target"])
+        already_text = f"{row['prediction']}, {wanted}" if ordered and not _same(row["prediction"], row["target"]) \
+            else row["target"]
+        if is_already and row["changes"]:
             # Already the target, below τ (three or more classes): the changes only make the model more certain.
-            lines.append(f"  already {row['target']}: nothing needs to change; to make it more certain (probability "
+            lines.append(f"  already {already_text}: nothing needs to change; to make it more certain (probability "
                          f"{probability_text(row['factual_probability'])} → {probability_text(row['probability'])}, "
                          f"{status}):")
         else:
-            lines.append(f"  to get {row['target']} (probability {probability_text(row['probability'])}, {status}):")
+            lines.append(f"  to get {wanted} (probability {probability_text(row['probability'])}, {status}):")
         if not row["changes"]:
-            already = row["valid"] and _same(row["prediction"], row["target"])
-            lines.append(f"    nothing needs to change: already {row['target']}" if already else "    no change found")
+            already = row["valid"] and is_already
+            lines.append(f"    nothing needs to change: already {already_text}" if already else "    no change found")
         for change in row["changes"]:
             lines.append(f"    {change_text(change)}")
         if row["changes"] and row.get("immutable"):
@@ -493,9 +538,10 @@ def describe(explanations: pd.DataFrame) -> str:
 
 
 def to_records(explanations: pd.DataFrame) -> list[dict]:
-    """The explanations as a JSON-able list, one object per row (with ``other_columns`` where the rows carried
-    columns the model does not read)."""
-    keys = COLUMNS + ["other_columns"] * ("other_columns" in explanations.columns)
+    """The explanations as a JSON-able list, one object per row (with ``valid_classes`` for an ordered outcome, and
+    ``other_columns`` where the rows carried columns the model does not read)."""
+    keys = COLUMNS + ["valid_classes"] * ("valid_classes" in explanations.columns) + \
+        ["other_columns"] * ("other_columns" in explanations.columns)
     out = []
     for _, row in explanations.iterrows():
         out.append({key: (_plain(row[key]) if not isinstance(row[key], (dict, list)) else row[key])

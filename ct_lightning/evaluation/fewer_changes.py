@@ -28,10 +28,12 @@ def column_masks(feature_names: list[str], columns: list[str]) -> torch.Tensor |
 
 def revert_needless_changes(classifier: nn.Module, factual: torch.Tensor, counterfactual: torch.Tensor,
                             targets: torch.Tensor, floor: torch.Tensor, masks: torch.Tensor,
-                            eligible: torch.Tensor) -> torch.Tensor:
+                            eligible: torch.Tensor, accepted: torch.Tensor | None = None) -> torch.Tensor:
     """``counterfactual`` (encoded, one row per factual) with each changed column set back to ``factual``'s value,
     smallest change first (the summed absolute change of its inputs), where the model still predicts the target with
-    probability at least ``floor`` (per row); rows not ``eligible`` (no valid counterfactual) stay as they are."""
+    probability at least ``floor`` (per row); rows not ``eligible`` (no valid counterfactual) stay as they are.
+    ``accepted`` (``(rows, classes)``, an ordered outcome's classes at or above each target): the predicted class
+    must be one of them and their summed probability at least ``floor``."""
     masks = masks.to(counterfactual.device)
     size = (counterfactual - factual).abs() @ masks.T.float()  # (rows, columns): how far each column moved
     changed = (size > CHANGED) & eligible[:, None]
@@ -45,6 +47,9 @@ def revert_needless_changes(classifier: nn.Module, factual: torch.Tensor, counte
             back = masks[order[:, k]] & trying[:, None]
             trial = torch.where(back, factual, current)
             probabilities = torch.softmax(classifier(trial), dim=1)
-            kept = trying & (probabilities.argmax(1) == targets) & (probabilities[rows, targets] >= floor)
+            if accepted is None:
+                kept = trying & (probabilities.argmax(1) == targets) & (probabilities[rows, targets] >= floor)
+            else:
+                kept = trying & accepted[rows, probabilities.argmax(1)] & ((probabilities * accepted).sum(1) >= floor)
             current = torch.where(kept[:, None], trial, current)
     return current

@@ -90,12 +90,15 @@ class CounterfactualGenerator(ABC):
     Class attributes: ``name`` (the registry key, set by ``register_generator``) and
     ``energy_weighted`` (``True`` if ``lambda_energy`` changes its search, so the evaluation
     protocol searches its grid of energy weights) and ``needs_fit`` (``True`` if ``fit`` must see
-    training data before ``generate`` works).
+    training data before ``generate`` works) and ``reads_classes`` (``True`` if it reads the model's classes
+    themselves, not only its loss: an amortised network conditioned on them; an ordered outcome's search then aims
+    at exactly the target, :mod:`ct_lightning.evaluation.ordered_outcomes`).
     """
 
     name: ClassVar[str] = "generator"
     energy_weighted: ClassVar[bool] = False
     needs_fit: ClassVar[bool] = False
+    reads_classes: ClassVar[bool] = False
 
     @abstractmethod
     def generate(self, model: nn.Module, x: torch.Tensor, target: torch.Tensor, tau: float = 0.75,

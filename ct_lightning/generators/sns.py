@@ -126,6 +126,7 @@ class SNSRefined(CounterfactualGenerator):
         self.name = f"{getattr(generator, 'name', 'generator')}+sns"
         self.energy_weighted = getattr(generator, "energy_weighted", False)
         self.needs_fit = getattr(generator, "needs_fit", False)
+        self.reads_classes = getattr(generator, "reads_classes", False)
 
     def config(self) -> dict:
         """The wrapped generator's settings plus SNS's."""

@@ -66,8 +66,24 @@ def check_table_columns(given: dict) -> None:
 
     frame = read_table(given["data"])
     check_target(frame, given.get("target"), given["data"])
+    check_target_order(given.get("data_spec"), frame, given["target"])
     if not named:  # a Parquet file, or a header the line alone could not tell: the names as read
         check_named_features(given, [str(column) for column in frame.columns])
+
+
+def check_target_order(spec, frame, target: str) -> None:
+    """The data spec's ``target: {order: [...]}`` against the target's classes in ``frame`` (a class it does not
+    name, a value that is no class, a target of two classes: one-line ``ValueError``), before torch is imported;
+    the codec checks it again when it is fitted (:func:`datamodules.codec.class_order`)."""
+    if not spec:
+        return
+    from datamodules.codec import _plain, class_order, read_spec, target_entry  # noqa: PLC0415
+
+    named, order = target_entry(read_spec(spec))
+    if order is None or (named is not None and str(named) != str(target)):
+        return  # unordered, or a spec for another column: the codec refuses that in its own words
+    classes = sorted(frame[target].dropna().unique(), key=lambda v: (str(type(v)), v))  # as the codec sorts them
+    class_order(order, [_plain(c) for c in classes], target)
 
 
 def check_data_dir(path) -> None:

@@ -445,11 +445,12 @@ FLAT = ["row", "explained", "prediction", "prediction_probability", "target", "p
 def flat_table(records: list[dict]) -> pd.DataFrame:
     """One line per input row, for a spreadsheet: ``row`` (its number in the input, from 0), the row's columns the
     model does not read (an applicant's id) as they were given, then the prediction, target, probabilities (three
-    decimals), validity, the class the changes lead to and the changes as text in the row's own units (``income: 31,000 → 38,400; ...``), and for
+    decimals), validity, the class the changes lead to (and, for an ordered outcome, the classes that count as
+    valid: ``interview, offer``) and the changes as text in the row's own units (``income: 31,000 → 38,400; ...``), and for
     a row left out (``--skip-bad-rows``) its ``problem``. ``records``: explain.py's JSON objects."""
     from ct_lightning.evaluation.explanation import change_text  # noqa: PLC0415
 
-    lines = []
+    lines, ordered = [], any("valid_classes" in record for record in records)
     for record in records:
         line = {"row": record["row"]}
         for name, value in (record.get("other_columns") or {}).items():
@@ -457,6 +458,8 @@ def flat_table(records: list[dict]) -> pd.DataFrame:
         line.update({key: record.get(key) for key in FLAT[1:-2]})
         for key in ("prediction_probability", "probability"):
             line[key] = None if line[key] is None else round(float(line[key]), 3)
+        if ordered:  # an ordered outcome: the classes that count as valid
+            line["valid_classes"] = ", ".join(map(str, record.get("valid_classes") or ()))
         line["changes"] = "; ".join(change_text(c) for c in record.get("changes", ()))
         line["problem"] = record.get("problem", "")
         lines.append(line)

@@ -320,7 +320,11 @@ def as_rows(model_input) -> pd.DataFrame:
 def target_default(codec) -> str:
     """The ``target`` param's default in the predictor's signature: no class (the most likely other one), in words
     that name the classes, since MLflow refuses a ``target`` of another type than text (a JSON number) before the
-    predictor runs, in a message that shows only the param's type and this default."""
+    predictor runs, in a message that shows only the param's type and this default. An ordered outcome's default is
+    the class one place above the prediction, and its classes are named lowest first."""
+    if getattr(codec, "order", None):
+        return f"the class one place above the prediction (valid: at least it); allowed: " \
+               f"{', '.join(map(str, codec.order))}, as text"
     return f"the most likely other class; allowed: {', '.join(map(str, codec.classes))}, as text"
 
 

@@ -75,7 +75,8 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
 
     ``params``: ``explain`` (bool) adds ``target``, ``target_probability`` (at the decoded counterfactual),
     ``valid``, ``counterfactual_prediction`` (the class predicted there), ``counterfactual`` (column → value) and
-    ``changes`` (``[{feature, from, to}]``);
+    ``changes`` (``[{feature, from, to}]``); for an ordered outcome also ``valid_classes`` (the classes at or above
+    the target, which count as valid; ``target_probability`` is their summed probability);
     ``target`` (a class label as text, as ``explain.py --target``; default: the most likely other class),
     ``max_steps``, and ``immutable`` and ``mutability`` (as ``explain.py``'s options: columns the explanation must not
     change, or only one way, on top of the run's own constraints), ``step`` (``income=1000``: changes in whole
@@ -127,6 +128,8 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
             out["target_probability"] = explained["probability"].to_list()
             out["valid"] = explained["valid"].to_list()
             out["counterfactual_prediction"] = explained["counterfactual_prediction"].to_list()
+            if "valid_classes" in explained.columns:  # an ordered outcome: valid counts "at least" the target
+                out["valid_classes"] = explained["valid_classes"].to_list()
             out["counterfactual"] = explained["counterfactual"].to_list()
             mark_filled(explained["changes"], frame.attrs.get("filled", {}))  # the request left them empty
             out["changes"] = explained["changes"].to_list()

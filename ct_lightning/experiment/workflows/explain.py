@@ -80,7 +80,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         print("note: every column was free to change (the model was trained without immutable columns, and none was "
               "given): --immutable COLUMN,... holds those a person cannot change, e.g. age")
     if args.tau is None and settings["tau"] <= 0.5 and len(explanations) and explanations["valid"].any():
-        print(tau_note(settings["tau"], int(loaded.module.hparams.n_classes)))
+        print(tau_note(settings["tau"], int(loaded.module.hparams.n_classes), bool(getattr(loaded.codec, "order", None))))
     if skipped:
         print(f"{len(skipped)} of {len(skipped) + len(explanations) + len(passed)} rows not explained (listed above: "
               "--skip-bad-rows)")
@@ -100,9 +100,13 @@ def run(args: argparse.Namespace) -> list[dict]:
     return records
 
 
-def tau_note(tau: float, n_classes: int) -> str:
-    """The note on a search that stops at the model's own low tau: the counterfactual is barely the target."""
-    if n_classes == 2:
+def tau_note(tau: float, n_classes: int, ordered: bool = False) -> str:
+    """The note on a search that stops at the model's own low tau: the counterfactual is barely the target (of an
+    ordered outcome: barely at least the target)."""
+    if ordered:
+        stop = (f"once the classes at or above the target reach tau {tau:g} together (the model's own) and one of "
+                "them is the most likely")
+    elif n_classes == 2:
         stop = f"once the target is the more likely class (tau {tau:g}, the model's own)"
     else:  # valid: the most likely of the classes, which may be below tau (0.43 of four classes)
         stop = (f"once the target's probability reaches tau {tau:g} (the model's own), and the change is valid once the "

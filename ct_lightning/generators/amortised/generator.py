@@ -38,6 +38,7 @@ class Amortised(CounterfactualGenerator):
     """
 
     needs_fit = True
+    reads_classes = True  # its network is conditioned on the model's classes
 
     def __init__(self, lambda_cost: float = 0.001, lr: float = 0.25, variant: str = "mmd", refit_every: int = 5,
                  refit_epochs: int = 1, initial_epochs: int = 10, hidden_sizes: Sequence[int] = (64, 64),
