@@ -321,10 +321,9 @@ def class_order(order, classes: Sequence, target) -> list | None:
     for value in order:
         match = [c for c in classes if c == value or str(c) == str(value)]
         if not match:
-            close = difflib.get_close_matches(str(value), [str(c) for c in classes], n=1, cutoff=0.6)
-            hint = f" (did you mean {close[0]!r}?)" if close else \
-                " (YAML reads an unquoted Yes, No, On or Off as true or false: quote it)" if isinstance(value, bool) \
-                else ""
+            hint = did_you_mean(value, classes) or \
+                (" (YAML reads an unquoted Yes, No, On or Off as true or false: quote it)" if isinstance(value, bool)
+                 else "")
             raise ValueError(f"data_spec: target: order {written}: {_plain(value)!r} is not a class of {target!r}"
                              f"{hint}; allowed: {shown}")
         ranked.append(match[0])
