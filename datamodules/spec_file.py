@@ -134,8 +134,9 @@ def spec_text(module, mutability: Mapping[str, str] | None = None, source: str =
         lines.append(f"target: {{name: {yaml_scalar(codec.target)}, order: [{', '.join(map(yaml_scalar, codec.order))}]}}"
                      "  # its classes from lowest to highest")
     else:
-        lines.append(f"# ordered classes (rejected < interview < offer)? then target: {{name: {yaml_scalar(codec.target)}, "
-                     "order: [lowest, ..., highest]}: explanations count \"at least\" a class")
+        lines.append(f"# ordered classes? then target: {{name: "
+                     f"{yaml_scalar(codec.target)}, order: [{', '.join(map(yaml_scalar, codec.classes))}]}} with the "
+                     "classes from lowest to highest: explanations count \"at least\" a class")
     lines.append("columns:")
     for column in codec.columns:
         entry = {"kind": column.kind, "mutability": mutability.get(column.name, column.mutability)}

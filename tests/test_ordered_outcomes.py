@@ -229,3 +229,25 @@ def test_a_sum_at_tau_with_a_lower_class_predicted_is_searched_on():
     with torch.no_grad():
         model.bias.copy_(torch.log(torch.tensor([0.29, 0.31, 0.40])))
     assert explain(model, row, codec=codec, generator="generic", tau=0.5, max_steps=0).iloc[0]["target"] == "interview"
+
+
+def test_the_written_spec_offers_the_tables_own_classes_and_keeps_an_order(tmp_path):
+    """--write-data-spec of a three-class target showed 'rejected < interview < offer' as the file's order whatever
+    its classes; it now offers a line with the table's own classes, and a spec with an order writes it back."""
+    from recipes.train import main as train_main
+    from datamodules.table import TableDataModule
+
+    data = tmp_path / "grades.csv"
+    table = hiring_table().rename(columns={"outcome": "grade"})
+    table["grade"] = table["grade"].map({"rejected": "low", "interview": "mid", "offer": "top"})
+    table.to_csv(data, index=False)
+    plain, ordered = tmp_path / "plain.yaml", tmp_path / "ordered.yaml"
+    train_main(["--data", str(data), "--target", "grade", "--write-data-spec", str(plain)])
+    offer = [line for line in plain.read_text().splitlines() if "order:" in line and line.startswith("# ordered")]
+    assert offer and "order: [low, mid, top]" in offer[0] and "rejected" not in offer[0], offer
+    spec = tmp_path / "edited.yaml"
+    spec.write_text(plain.read_text().replace(offer[0], "target: {name: grade, order: [top, mid, low]}"))
+    train_main(["--data", str(data), "--target", "grade", "--data-spec", str(spec), "--write-data-spec", str(ordered)])
+    assert "target: {name: grade, order: [top, mid, low]}" in ordered.read_text()
+    assert TableDataModule(data, target="grade", spec=ordered).codec.to_dict() == \
+        TableDataModule(data, target="grade", spec=spec).codec.to_dict()
