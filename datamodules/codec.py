@@ -279,18 +279,8 @@ def _check_target_entry(spec: Mapping) -> None:
     order = entry.get("order")
     if order is None:
         return
-    plain = isinstance(order, Sequence) and not isinstance(order, str) and \
-        all(isinstance(v, (str, numbers.Real)) and v == v for v in order)  # v == v: no NaN
-    if not plain or len(order) < 2:
-        raise ValueError(f"data_spec: target: order {order!r}; allowed: a list of the target's classes from lowest "
-                         "to highest, such as order: [rejected, interview, offer]")
-    seen: set = set()
-    for value in order:
-        same = {str(value), *([float(value)] if _is_number(value) else [])}
-        if seen & same:
-            raise ValueError(f"data_spec: target: order lists {_plain(value)!r} twice; allowed: each class once, "
-                             "from lowest to highest")
-        seen |= same
+    _check_order_list(order, "data_spec: target:", "the target's classes", "class",
+                      "such as order: [rejected, interview, offer]")
     if spec.get("positive") is not None:
         raise ValueError(f"data_spec: positive {spec['positive']!r} beside target: order; allowed: one of them "
                          "(positive: for a yes/no target; order: for three or more classes, its last the highest)")
@@ -366,17 +356,23 @@ def _check_order(name, options: Mapping) -> None:
                          "mutability, order, step, max_change")
     if order is None:
         return  # a column of numbers may leave it out (its sorted values); text is refused when the file is read
+    _check_order_list(order, f"data_spec: column {name!r}:", "at least two categories", "category",
+                      "such as order: [low, medium, high]")
+
+
+def _check_order_list(order, where: str, listed: str, each: str, example: str) -> None:
+    """Refuses in one line (starting ``where``) an ``order:`` that is not a list of at least two plain values
+    (``listed`` from lowest to highest, ``example``), or that lists one value twice (``each``: what a value is)."""
     plain = isinstance(order, Sequence) and not isinstance(order, str) and \
         all(isinstance(v, (str, numbers.Real)) and v == v for v in order)  # v == v: no NaN
     if not plain or len(order) < 2:
-        raise ValueError(f"data_spec: column {name!r}: order {order!r}; allowed: a list of at least two categories "
-                         "from lowest to highest, such as order: [low, medium, high]")
+        raise ValueError(f"{where} order {order!r}; allowed: a list of {listed} from lowest to highest, {example}")
     seen: set = set()
     for value in order:
-        same = {str(value), *([float(value)] if _is_number(value) else [])}  # '1', 1 and 1.0 are one grade
+        same = {str(value), *([float(value)] if _is_number(value) else [])}  # '1', 1 and 1.0 are one value
         if seen & same:
-            raise ValueError(f"data_spec: column {name!r}: order lists {_plain(value)!r} twice; allowed: each "
-                             "category once, from lowest to highest")
+            raise ValueError(f"{where} order lists {_plain(value)!r} twice; allowed: each {each} once, from lowest "
+                             "to highest")
         seen |= same
 
 
