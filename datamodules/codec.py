@@ -295,17 +295,17 @@ def target_entry(spec: Mapping | None) -> tuple[object, list | None]:
     return entry, None
 
 
-def class_order(order, classes: Sequence, target) -> list | None:
+def class_order(order, classes: Sequence, target, where: str = "data_spec: target: order") -> list | None:
     """The target's ``classes`` (as the table holds them) in the data spec's ``order``, lowest first; ``None``
-    without one. A one-line ``ValueError`` for an order naming a value that is no class (with the class it is
-    probably a misspelling of), one that leaves a class out, and one for a target of two classes (``positive``
-    names the higher of two)."""
+    without one. A one-line ``ValueError`` (starting ``where``: the key or option that gave the order) for an order
+    naming a value that is no class (with the class it is probably a misspelling of), one that leaves a class out,
+    and one for a target of two classes (``positive`` names the higher of two)."""
     if order is None:
         return None
     shown = ", ".join(map(str, classes))
     written = f"[{', '.join(map(str, order))}]"
     if len(classes) < 3:
-        raise ValueError(f"data_spec: target: order {written} for {target!r}, a target of two classes ({shown}); "
+        raise ValueError(f"{where} {written} for {target!r}, a target of two classes ({shown}); "
                          "allowed: order for a target of three or more classes (of two, positive: names the higher)")
     ranked = []
     for value in order:
@@ -314,12 +314,15 @@ def class_order(order, classes: Sequence, target) -> list | None:
             hint = did_you_mean(value, classes) or \
                 (" (YAML reads an unquoted Yes, No, On or Off as true or false: quote it)" if isinstance(value, bool)
                  else "")
-            raise ValueError(f"data_spec: target: order {written}: {_plain(value)!r} is not a class of {target!r}"
+            raise ValueError(f"{where} {written}: {_plain(value)!r} is not a class of {target!r}"
                              f"{hint}; allowed: {shown}")
+        if any(c is match[0] or c == match[0] for c in ranked):
+            raise ValueError(f"{where} {written} lists {_plain(value)!r} twice; allowed: each class once, from lowest "
+                             f"to highest: {shown}")
         ranked.append(match[0])
     missing = [c for c in classes if not any(c is r or c == r for r in ranked)]
     if missing:
-        raise ValueError(f"data_spec: target: order {written} leaves out {_plain(missing[0])!r}, a class of "
+        raise ValueError(f"{where} {written} leaves out {_plain(missing[0])!r}, a class of "
                          f"{target!r}; allowed: every class once, from lowest to highest: {shown}")
     return [_plain(c) for c in ranked]
 

@@ -8,6 +8,7 @@ Examples:
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --only-predicted no --csv advice.csv
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --immutable age,sex --mutability debt=decrease
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --step income=1000 --max-change income=10000
+  .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows candidates.csv --target interview --target-order rejected,interview,offer
   .venv/bin/python recipes/explain.py --checkpoint mlruns/checkpoints/1a6d42.../last.ckpt --row '{"x1": 0.3, "x2": -1}'
   .venv/bin/python recipes/explain.py --checkpoint copied/last.ckpt --data loans.csv --rows applicants.csv --generator revise
 
@@ -27,7 +28,7 @@ import sys
 
 from ct_lightning.experiment.configuration.options import add_arguments
 from ct_lightning.experiment.runner import console_entry, recipe_parser, run_recipe
-from ct_lightning.experiment.workflows.explain import SEARCH, run
+from ct_lightning.experiment.workflows.explain import SEARCH, add_explanation_limits, run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -56,12 +57,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "probabilities, valid, the changes in the row's units, and why a row was not explained "
                         "(an existing file is refused unless --overwrite)")
     add_arguments(parser, ["immutable", "mutability"])  # checked against the model's columns before any search
-    parser.add_argument("--step", metavar="COLUMN=NUMBER,...", help="change these number or ordinal columns only by "
-                        "whole steps from the row's own value, in their units or places of the order (e.g. "
-                        "income=1000,grade=2), on top of the data spec's")
-    parser.add_argument("--max-change", metavar="COLUMN=NUMBER,...", help="change these number or ordinal columns by "
-                        "at most this much either way, in their units or places of the order (e.g. income=10000,"
-                        "grade=2), on top of the data spec's")
+    add_explanation_limits(parser)  # --step, --max-change, --target-order
     add_arguments(parser, ["data"], data=None)  # the training data of a checkpoint copied without its config.json
     add_arguments(parser, ["tracking_uri", "which", "log", "overwrite"])
     add_arguments(parser, SEARCH + ["seed"], **{name: None for name in SEARCH}, seed=0)

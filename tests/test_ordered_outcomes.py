@@ -251,3 +251,31 @@ def test_the_written_spec_offers_the_tables_own_classes_and_keeps_an_order(tmp_p
     assert "target: {name: grade, order: [top, mid, low]}" in ordered.read_text()
     assert TableDataModule(data, target="grade", spec=ordered).codec.to_dict() == \
         TableDataModule(data, target="grade", spec=spec).codec.to_dict()
+
+
+def test_an_order_given_to_explain_counts_at_least_for_a_model_trained_without_one(runs, capsys):
+    """The order does not change training, so a model trained without one needs no second training:
+    explain.py --target-order explains it as the data spec's order would, and refuses a bad order in one line."""
+    folder, _, _ = runs
+    common = ["--rows", str(folder / "rows.csv"), "--target", "interview", "--no-log"]
+    ordered = explain_main(["--checkpoint", str(folder / "ordered" / "last.ckpt"), *common])
+    capsys.readouterr()
+    given = explain_main(["--checkpoint", str(folder / "plain" / "last.ckpt"), *common,
+                          "--target-order", "rejected, interview,offer"])
+    out = capsys.readouterr().out
+    assert 'outcome: rejected < interview < offer (explanations count "at least"' in out
+    assert [(r["valid"], r["counterfactual_prediction"], r["valid_classes"]) for r in given] == \
+        [(r["valid"], r["counterfactual_prediction"], r["valid_classes"]) for r in ordered]
+    assert any(r["valid"] and r["counterfactual_prediction"] == "offer" for r in given), out
+    for checkpoint, order, said in (
+            ("plain", "rejected,intervew,offer", "error: --target-order [rejected, intervew, offer]: 'intervew' is "
+             "not a class of 'outcome' (did you mean 'interview'?); allowed: interview, offer, rejected"),
+            ("plain", "rejected,offer", "error: --target-order [rejected, offer] leaves out 'interview'"),
+            ("plain", "rejected,offer,offer,interview", "error: --target-order [rejected, offer, offer, interview] "
+             "lists 'offer' twice"),
+            ("ordered", "offer,interview,rejected", "error: --target-order: got 'offer,interview,rejected'; allowed: "
+             "the order of the model's data spec, rejected,interview,offer, or leave it out")):
+        with pytest.raises(SystemExit) as stopped:
+            explain_main(["--checkpoint", str(folder / checkpoint / "last.ckpt"), *common, "--target-order", order])
+        err = capsys.readouterr().err.strip().splitlines()
+        assert stopped.value.code == 2 and len(err) == 1 and err[0].startswith(said), err

@@ -17,7 +17,7 @@ import torch
 from ct_lightning.evaluation.explanation import FeatureCodec, codec_from_dict, explain, explanation_search, mark_filled
 from ct_lightning.experiment.configuration.validation import InputError, show
 from ct_lightning.experiment.runs.checkpoints import load_trained_classifier
-from datamodules.codec import LABELLED, categories_by_case, category_codes
+from datamodules.codec import LABELLED, categories_by_case, category_codes, class_order
 
 PREPROCESSING = "preprocessing.json"
 
@@ -374,6 +374,28 @@ def explanation_steps(explainable: Explainable, given: str | None = None, param:
         return requested_steps(explainable.codec, {param: given or ""}, param)
     except MutabilityRefused as refused:
         raise InputError(f"--{param.replace('_', '-')}", refused.value, refused.allowed, refused.detail) from None
+
+
+def use_target_order(explainable: Explainable, given: str | None) -> str | None:
+    """explain.py's ``--target-order LOWEST,...,HIGHEST``: explain the model's classes as an ordered outcome ("at
+    least" the target, :mod:`~ct_lightning.evaluation.ordered_outcomes`), as a data spec's ``target: {order: [...]}``
+    would; the weights do not depend on it (training reads the same tensors with and without an order). Returns the
+    outcome's start-up line, or ``None`` without ``given``. A one-line ``ValueError`` naming the option for an order
+    that is not the classes once each, for a model without a table's classes, and for one whose data spec orders them
+    otherwise."""
+    if not given:
+        return None
+    codec = explainable.codec
+    if not callable(getattr(codec, "outcome_text", None)):
+        raise InputError("--target-order", given, "an order for a model trained on a table (its classes have names; "
+                         "this model's preprocessing has none)")
+    order = class_order([part.strip() for part in given.split(",")], list(codec.classes), codec.target,
+                        "--target-order")
+    if codec.order and list(map(str, codec.order)) != list(map(str, order)):
+        raise InputError("--target-order", given, f"the order of the model's data spec, "
+                         f"{','.join(map(str, codec.order))}, or leave it out")
+    codec.order = order
+    return codec.outcome_text()
 
 
 def search_settings(module, given: dict) -> dict:

@@ -15,6 +15,22 @@ from ct_lightning.experiment.configuration.validation import (EnvironmentProblem
 SEARCH = ["generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "search_lr", "generator_options"]
 
 
+def add_explanation_limits(parser: argparse.ArgumentParser) -> None:
+    """explain.py's options that ask more of an explanation than the model was trained with: ``--step``,
+    ``--max-change`` and ``--target-order``."""
+    parser.add_argument("--step", metavar="COLUMN=NUMBER,...", help="change these number or ordinal columns only by "
+                        "whole steps from the row's own value, in their units or places of the order (e.g. "
+                        "income=1000,grade=2), on top of the data spec's")
+    parser.add_argument("--max-change", metavar="COLUMN=NUMBER,...", help="change these number or ordinal columns by "
+                        "at most this much either way, in their units or places of the order (e.g. income=10000,"
+                        "grade=2), on top of the data spec's")
+    parser.add_argument("--target-order", metavar="LOWEST,...,HIGHEST",
+                        help="the model's classes from lowest to highest (e.g. rejected,interview,offer): an "
+                        "explanation towards a class is then valid where it reaches that class or a higher one, as "
+                        "with target: {order: [...]} in the data spec, which a model trained without one lacks (the "
+                        "order does not change training)")
+
+
 def run_of_checkpoint(args: argparse.Namespace) -> None:
     """``--checkpoint runs:/ID/model`` (as evaluate.py takes it) read as ``--run-id ID``, which explain.py loads with
     its run's preprocessing and settings, said in a note; a registry URI (``models:/``) or both options refused in one
@@ -47,8 +63,8 @@ def run(args: argparse.Namespace) -> list[dict]:
             SETTINGS_BY_NAME["data"].checked(args.data, "--data")  # a table file must exist
         from ct_lightning.experiment.runs.explanations import (check_rows, explain_loaded,  # noqa: PLC0415
                                                                explanation_mutability, explanation_steps,
-                                                               load_explainable,
-                                                               log_explanations, read_rows, search_settings, use_data,
+                                                               load_explainable, log_explanations, read_rows,
+                                                               search_settings, use_data, use_target_order,
                                                                write_table)
         from ct_lightning.evaluation.explanation import describe, row_label  # noqa: PLC0415
 
@@ -57,6 +73,9 @@ def run(args: argparse.Namespace) -> list[dict]:
         replaced = use_data(loaded, args.data)
         if replaced:
             print(f"note: {replaced}")
+        ordered = use_target_order(loaded, getattr(args, "target_order", None))
+        if ordered:
+            print(ordered)
         mutability = explanation_mutability(loaded, getattr(args, "immutable", None), getattr(args, "mutability", None))
         rows, notes, skipped = check_rows(rows, loaded, "--rows" if args.rows else "--row",
                                           skip_bad_rows=args.skip_bad_rows,
