@@ -342,7 +342,7 @@ BAD_REQUESTS = {
     "target as a JSON number": (records(APPLICANT, explain=True, target=0), ["target", "Can not safely convert",
                                                                               "allowed: no, yes, as text"], False),
     "unknown immutable column": (records(APPLICANT, explain=True, immutable="age,agee"),
-                                 ["params: immutable 'agee' (no such column); allowed: the model's columns: age"], True),
+                                 ["params: immutable 'agee' (no such column; did you mean 'age'?); allowed: the model's columns: age"], True),
     "direction on a category": (records(APPLICANT, explain=True, mutability="purpose=increase"),
                                 ["params: mutability 'purpose=increase' ('purpose' is categorical); allowed: both or "
                                  "none"], True),
@@ -429,7 +429,7 @@ def test_a_request_holds_columns_in_its_explanations_on_top_of_the_runs_constrai
         named = {c["feature"]: c for c in changes}
         assert not {"age", "sex"} & set(named) and counterfactual["age"] == row["age"], changes
         assert "debt" not in named or named["debt"]["to"] <= named["debt"]["from"], changes
-    for params, words in (({"immutable": "agee"}, "params: immutable 'agee' (no such column)"),
+    for params, words in (({"immutable": "agee"}, "params: immutable 'agee' (no such column; did you mean 'age'?)"),
                           ({"mutability": "debt=up"}, "params: mutability 'debt=up' (no such kind); allowed: both,"),
                           ({"mutability": "debt"}, "params: mutability: expected FEATURE=KIND, got 'debt'")):
         with pytest.raises(RequestRefused) as refused:

@@ -173,7 +173,7 @@ def test_explanations_change_stepped_columns_by_whole_steps_from_the_applicants_
     assert len(plain) >= 5 and not whole_steps(plain, steps)
     asked = changes(free, "--step", "income=1000,debt=500")
     assert len(asked) >= 5 and whole_steps(asked, steps), asked
-    for value, said in (("incme=1000", "--step: got 'incme=1000' (no such column); allowed: COLUMN=NUMBER for the "
+    for value, said in (("incme=1000", "--step: got 'incme=1000' (no such column; did you mean 'income'?); allowed: COLUMN=NUMBER for the "
                                        "model's number columns: age, income, debt, years_employed"),
                         ("purpose=1", "--step: got 'purpose=1' ('purpose' is categorical); allowed: COLUMN=NUMBER"),
                         ("income=-5", "--step: got 'income=-5' (not a positive number); allowed: COLUMN=NUMBER"),
