@@ -10,13 +10,12 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
-from preloaded import run_script
+from preloaded import run_script, start_script
 import torch
 
 from ct_lightning.experiment.studies.grids import (NOTE1, VANILLA_IGNORED, effective_overrides, f1_score, load_grid,
@@ -119,20 +118,19 @@ def test_tiny_grid_end_to_end_resumes_and_shares_bl(tmp_path, monkeypatch):
     results = tmp_path / "tiny.json"
     # First invocation: SIGTERM (a scheduler's preemption) once its first model is stored: it stops at the end of
     # the training's epoch or at once between trainings, exits 143 and leaves its parent run KILLED.
-    process = subprocess.Popen(_recipe(grid, tmp_path), env=env, stdout=subprocess.DEVNULL,
-                               stderr=subprocess.PIPE, text=True, start_new_session=True)
+    # Forked from the preloaded interpreter (one job: the grid trains in this one process, no workers to reach).
+    command = _recipe(grid, tmp_path)
+    process = start_script(command[1], command[2:], env=env, cwd=Path.cwd())
     deadline = time.time() + 300
     while time.time() < deadline and process.poll() is None:
         if results.exists() and json.loads(results.read_text())["models"]:
             break
-        time.sleep(0.5)
+        time.sleep(0.1)
     assert process.poll() is None, "the grid finished before it could be interrupted"
     os.kill(process.pid, signal.SIGTERM)
-    try:
-        stderr = process.communicate(timeout=300)[1]
-    finally:
-        os.killpg(process.pid, signal.SIGKILL) if process.poll() is None else None
-    assert process.returncode == 128 + signal.SIGTERM, stderr[-3000:]
+    stopped = process.wait(300)
+    stderr = stopped.stderr
+    assert stopped.returncode == 128 + signal.SIGTERM, stderr[-3000:]
     assert "Traceback" not in stderr, stderr[-3000:]
     first = json.loads(results.read_text())
     assert 1 <= len(first["models"]) < 5
@@ -141,7 +139,6 @@ def test_tiny_grid_end_to_end_resumes_and_shares_bl(tmp_path, monkeypatch):
                                    "tags.`ct.role` = 'grid'")
     assert parent.info.status == "KILLED" and parent.data.tags["ct.interrupted"].startswith("SIGTERM")
     # Second invocation: finishes the rest.
-    command = _recipe(grid, tmp_path)
     done = run_script(command[1], command[2:], env=env, cwd=Path.cwd())
     assert done.returncode == 0, done.stderr[-2000:]
     final = json.loads(results.read_text())
