@@ -14,7 +14,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
-from preloaded import run_script
+from preloaded import run_script, start_script
 
 from ct_lightning.experiment.studies.reproduce import (CONFIG_KEY_TAG, load_evaluation, save_evaluation, stable_key,
                                                training_key)
@@ -70,16 +70,18 @@ def _finished_training_keys(store: Path) -> Counter:
 def test_killed_reproduction_resumes_without_retraining(tmp_path):
     store, out = tmp_path / "mlflow.db", tmp_path / "out"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    process = subprocess.Popen(_compare_command(store, out), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, env=env, cwd=tmp_path, start_new_session=True)
+    # Forked from the preloaded interpreter: one job, so every training runs in this one process (no workers).
+    command = _compare_command(store, out)
+    process = start_script(command[1], command[2:], env=env, cwd=tmp_path)
     done_lines, seen = 0, []
     deadline = time.monotonic() + 300
-    for line in process.stdout:
-        seen.append(line)
-        done_lines += "done]" in line and "trained+evaluated" in line
-        if done_lines >= 3 or time.monotonic() > deadline:
+    while process.poll() is None and time.monotonic() < deadline:
+        seen = process.output().splitlines(keepends=True)
+        done_lines = sum("done]" in line and "trained+evaluated" in line for line in seen)
+        if done_lines >= 3:
             break
-    os.killpg(process.pid, signal.SIGKILL)
+        time.sleep(0.05)
+    os.kill(process.pid, signal.SIGKILL)
     process.wait()
     assert done_lines >= 3, "the reproduction did not finish three models before the deadline"
     plan = "".join(seen[:next(i for i, line in enumerate(seen) if "done]" in line)])
@@ -89,7 +91,6 @@ def test_killed_reproduction_resumes_without_retraining(tmp_path):
     before = _finished_training_keys(store)
     assert 3 <= len(before) < 8 and set(before.values()) == {1}
 
-    command = _compare_command(store, out)
     second = run_script(command[1], command[2:], env=env, cwd=tmp_path)
     assert second.returncode == 0, second.stdout[-2000:] + second.stderr[-2000:]
     after = _finished_training_keys(store)
