@@ -66,6 +66,12 @@ def test_too_few_runs_for_the_runs_interval_get_no_star_but_say_so():
         row = table_row("loans", {name: stats for name in ("ip", "ip_star")}, {"cost": stats}, {}, {})
         text = format_cell(row, "ip").split(" †")[0]  # the dagger: no sample counts in this made-up row
         assert text.endswith(cell) and text.count("*") == (cell == "*"), text
+    # the legend names the level --confidence set (it said 99% at any level)
+    from ct_lightning.experiment.workflows.compare import statistic_legend
+
+    assert "* the central 95% quantile interval" in statistic_legend("runs", 0.95)
+    assert "fewer than 6 runs" in statistic_legend("runs", 0.95)
+    assert "* 99.5% bootstrap interval" in statistic_legend("bootstrap", 0.995)
 
 
 # ------------------------------------------------------------------------------------- IP* dagger

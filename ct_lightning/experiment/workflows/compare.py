@@ -410,15 +410,21 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
               "pairs; Cost: --immutable columns immutable in addition, in training and evaluation.")
     else:
         print("IP/IP*: all features mutable; Cost: protected features immutable in training and evaluation.")
-    if summary["statistic"] == "runs":
-        from ct_lightning.evaluation.compare import fewest_runs  # noqa: PLC0415 - heavy
-
-        print("± 100·sd of the per-run CT/BL ratios over the evaluation runs; * the central 99% quantile interval "
-              "of the per-run differences excludes zero (the authors' Table 1 arithmetic; with fewer than "
-              f"{fewest_runs(args.confidence)} runs no * but '(too few runs for a test)': the interval of a few runs "
-              "is their range, on one side of zero by chance);")
-    else:
-        print("± bootstrap standard error; * 99% bootstrap interval of the difference in means excludes zero;")
+    print(statistic_legend(summary["statistic"], args.confidence))
     print("† fewer than 30 valid counterfactuals on one side (n BL/CT): not a reliable comparison.")
     print(f"MLflow parent run: {parent}; outputs in {out_dir}")
     return summary
+
+
+def statistic_legend(statistic: str, confidence: float) -> str:
+    """The table's legend line for ``±`` and ``*`` under ``statistic`` (``runs`` or ``bootstrap``) at
+    ``confidence`` (``--confidence``: 0.99 is "99%")."""
+    level = f"{100 * confidence:g}%"
+    if statistic == "runs":
+        from ct_lightning.evaluation.compare import fewest_runs  # noqa: PLC0415 - heavy
+
+        return (f"± 100·sd of the per-run CT/BL ratios over the evaluation runs; * the central {level} quantile "
+                "interval of the per-run differences excludes zero (the authors' Table 1 arithmetic; with fewer than "
+                f"{fewest_runs(confidence)} runs no * but '(too few runs for a test)': the interval of a few runs is "
+                "their range, on one side of zero by chance);")
+    return f"± bootstrap standard error; * {level} bootstrap interval of the difference in means excludes zero;"
