@@ -506,20 +506,7 @@ def describe(explanations: pd.DataFrame) -> str:
         label = row_label(i, row.get("other_columns"))
         lines.append(f"{label}: predicted {row['prediction']} "
                      f"(probability {probability_text(row['prediction_probability'])})")
-        counted = row.get("valid_classes")
-        ordered = isinstance(counted, list)  # an ordered outcome: classes at or above the target count
-        reached = row.get("counterfactual_prediction")
-        wanted = f"at least {row['target']}" if ordered else row["target"]
-        if not row["valid"]:
-            status = f"NOT valid: with these changes the model predicts {reached}, " + \
-                (f"below {row['target']}" if ordered else f"not {row['target']}")
-        else:
-            status = f"valid: the model predicts {reached}, {wanted}" if ordered and not _same(reached, row["target"]) \
-                else "valid"
-        is_already = any(_same(row["prediction"], c) for c in counted) if ordered else \
-            _same(row["prediction"], row["target"])
-        already_text = f"{row['prediction']}, {wanted}" if ordered and not _same(row["prediction"], row["target"]) \
-            else row["target"]
+        wanted, status, is_already, already_text = _outcome_words(row)
         if is_already and row["changes"]:
             # Already the target, below τ (three or more classes): the changes only make the model more certain.
             lines.append(f"  already {already_text}: nothing needs to change; to make it more certain (probability "
@@ -535,6 +522,25 @@ def describe(explanations: pd.DataFrame) -> str:
         if row["changes"] and row.get("immutable"):
             lines.append(f"    (not allowed to change: {', '.join(row['immutable'])})")
     return "\n".join(lines)
+
+
+def _outcome_words(row) -> tuple[str, str, bool, str]:
+    """How :func:`describe` names one explanation's outcome: what it asks for (``interview``; of an ordered outcome
+    ``at least interview``), its status (``valid``, ``valid: the model predicts offer, at least interview``, ``NOT
+    valid: ... predicts rejected, not interview`` or ``..., below interview``), whether the row already has what it
+    asks for, and how that reads (``interview``; ``offer, at least interview``)."""
+    counted = row.get("valid_classes")
+    ordered = isinstance(counted, list)  # an ordered outcome: classes at or above the target count
+    reached, target, prediction = row.get("counterfactual_prediction"), row["target"], row["prediction"]
+    wanted = f"at least {target}" if ordered else target
+    if not row["valid"]:
+        status = f"NOT valid: with these changes the model predicts {reached}, " + \
+            (f"below {target}" if ordered else f"not {target}")
+    else:
+        status = f"valid: the model predicts {reached}, {wanted}" if ordered and not _same(reached, target) else "valid"
+    is_already = any(_same(prediction, c) for c in counted) if ordered else _same(prediction, target)
+    already_text = f"{prediction}, {wanted}" if ordered and not _same(prediction, target) else target
+    return wanted, status, is_already, already_text
 
 
 def to_records(explanations: pd.DataFrame) -> list[dict]:
