@@ -21,8 +21,13 @@ def convergence_message(key: str, share: float, threshold: float, low_epochs: in
     counted from 1 as the progress lines count (``epoch 3/3: ...``, :mod:`ct_lightning.callbacks.epoch_lines`).
     ``lower_tau=False`` leaves "a lower --tau" out of the advice: on two classes at tau 0.5 a lower one would count
     counterfactuals that the model still predicts as the factual's class."""
+    return stopped_head(key, share, threshold, low_epochs, epoch) + general_advice(lower_tau)
+
+
+def stopped_head(key: str, share: float, threshold: float, low_epochs: int, epoch: int) -> str:
+    """The warning's text before its advice (ending in "; ")."""
     return (f"training's counterfactual search stopped converging: {key} = {share:.3f} < {threshold} for "
-            f"{low_epochs} epochs (epoch {epoch}); {general_advice(lower_tau)}")
+            f"{low_epochs} epochs (epoch {epoch}); ")
 
 
 def general_advice(lower_tau: bool = True) -> str:
@@ -189,12 +194,13 @@ class ConvergenceWatch(L.Callback):
         if self.low_epochs >= self.patience and not self.warned:
             self.warned = True
             self.warned_epoch = epoch
-            lower_tau = tau_may_be_lowered(pl_module)
-            message = convergence_message(self.key, share, self.threshold, self.low_epochs, epoch, lower_tau)
             if by_target:
                 low = [k for k in by_target if by_target[k][1] < self.threshold]
-                message = self._with_targets(message[:-len(general_advice(lower_tau))], trainer, pl_module,
-                                             by_target, low)
+                message = self._with_targets(stopped_head(self.key, share, self.threshold, self.low_epochs, epoch),
+                                             trainer, pl_module, by_target, low)
+            else:
+                message = convergence_message(self.key, share, self.threshold, self.low_epochs, epoch,
+                                              tau_may_be_lowered(pl_module))
             self._say(message)
         elif share >= self.threshold and set(low_targets) - self.target_warned:
             # the share over all targets hides classes for which CT's search (nearly) never converges

@@ -118,7 +118,8 @@ def train_stack(overrides: list[dict], tags: list[dict] | None = None, echo=prin
         for k, (config, module, member_tags) in enumerate(zip(configs, members, tags)):
             summaries.append(record_member(config, module, datamodule, fit, k, member_tags))
             echo(f"stack: run {k + 1}/{len(members)} written ({summaries[-1]['run_id']})", flush=True)
-            for kind, text in member_notes(module, fit.history[k]):  # what ConvergenceWatch says for a lone training, and that it recovered
+            # what ConvergenceWatch says for a lone training, and that it recovered
+            for kind, text in member_notes(module, fit.history[k]):
                 echo(f"{'WARNING' if kind == 'warning' else 'note'}: run {summaries[-1]['run_id']}: {text}",
                      flush=True)
     finally:
