@@ -279,3 +279,18 @@ def test_an_order_given_to_explain_counts_at_least_for_a_model_trained_without_o
             explain_main(["--checkpoint", str(folder / checkpoint / "last.ckpt"), *common, "--target-order", order])
         err = capsys.readouterr().err.strip().splitlines()
         assert stopped.value.code == 2 and len(err) == 1 and err[0].startswith(said), err
+
+
+def test_evaluate_says_its_metrics_count_the_exact_target(runs, tmp_path, capsys):
+    """evaluate.py's validity and IP follow the paper (the exact target); with an order it says so under them."""
+    from recipes.evaluate import main
+
+    folder, _, _ = runs
+    tiny = ["--n-individuals", "4", "--n-runs", "1", "--no-log", "--lambda-energy", "1", "--eval-steps", "10"]
+    main(["--checkpoint", str(folder / "ordered" / "last.ckpt"), *tiny, "--out-dir", str(tmp_path / "plots")])
+    out = capsys.readouterr().out
+    assert ("note: 'outcome' is ordered (rejected < interview < offer), but these metrics count a counterfactual "
+            "valid only at its exact target") in out
+    main(["--checkpoint", str(folder / "plain" / "last.ckpt"), "--data", str(folder / "hires.csv"), "--target",
+          "outcome", *tiny, "--out-dir", str(tmp_path / "plots2")])
+    assert "is ordered" not in capsys.readouterr().out

@@ -65,6 +65,18 @@ def load(args: argparse.Namespace):
     return loaded, datamodule, config, constraints
 
 
+def order_note(datamodule) -> str | None:
+    """The note under an ordered target's metrics: they count a counterfactual valid at its exact target only (the
+    paper's protocol), where explain.py counts "at least"; ``None`` for an unordered target."""
+    codec = getattr(datamodule, "codec", None)
+    order = getattr(codec, "order", None)
+    if not order:
+        return None
+    return (f"note: {codec.target!r} is ordered ({' < '.join(map(str, order))}), but these metrics count a "
+            "counterfactual valid only at its exact target, as the paper's protocol does; explain.py counts a class "
+            "at or above the target as valid")
+
+
 EVALUATED_TAG = "ct.evaluated_with"  # on a run that evaluate.py logged eval/* metrics to
 
 
@@ -123,6 +135,8 @@ def run(args: argparse.Namespace) -> dict:
         write_json_atomic(args.summary_json, payload)
     shown = {k: v for k, v in summary.items() if k != "per_lambda"}
     print(f"data {datamodule.name} ({args.split} split), {constraints.in_words()}")
+    if order_note(datamodule):
+        print(order_note(datamodule))
     for key, value in shown.items():
         print(f"  {key:>18}: {value:.4f}" if isinstance(value, float) else f"  {key:>18}: {value}")
     if logged:
