@@ -269,6 +269,16 @@ class TableDataModule(TensorDataModule):
         """The codec's structure for valid counterfactuals (:meth:`TabularCodec.feature_types`)."""
         return self.codec.feature_types()
 
+    def example_row(self) -> dict | None:
+        """The first test row without a gap, as ``{column: value}`` of the model's columns in the file's own units
+        (numbers as read: ``$12,500`` is 12500), for the explain command shown after training; ``None`` if every
+        test row has a gap."""
+        names = [c.name for c in self.codec.columns]
+        rows = self.frame.iloc[self.rows["test"]][names].dropna()
+        if rows.empty:
+            return None
+        return {name: _plain(value) for name, value in rows.iloc[0].items()}
+
     def describe(self) -> str:
         """What was read and inferred, for the start-up message."""
         sizes = " / ".join(f"{split} {len(rows)}" for split, rows in self.rows.items())

@@ -823,3 +823,36 @@ def test_a_whole_number_column_with_a_gap_keeps_whole_numbers_in_json():
     assert all(type(r["factual"][c]) is int for r in records for c in ("age", "income", "debt", "years_employed"))
     changed = [c for r in records for c in r["changes"] if c["feature"] == "income"]
     assert changed and all(type(c["from"]) is int and type(c["to"]) is int for c in changed)
+
+
+def test_training_on_a_table_ends_with_an_explain_command_that_runs_as_printed(tmp_path, capsys):
+    """The next step after training on one's own table, explaining a decision, is printed as a command with the
+    table's first test row in the file's own units ($12,500 reads 12500), and it runs as printed."""
+    import shlex
+
+    from ct_lightning.experiment.runs.train import announce, train
+    from datamodules.table import TableDataModule
+    from recipes.explain import main as explain_main
+
+    rng = np.random.default_rng(0)
+    income = rng.integers(1000, 30000, 120)
+    table = pd.DataFrame({"income": [f"${v:,}" for v in income], "sector": rng.choice(["Retail", "Food"], 120),
+                          "approved": np.where(income > 12000, "yes", "no")})
+    table.to_csv(tmp_path / "money.csv", index=False)
+    summary = train({"data": str(tmp_path / "money.csv"), "target": "approved", "max_epochs": 1, "nce": 16,
+                     "progress": False, "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    command = summary["explain_command"]
+    assert f"Explain a decision in the table's own units (its first test row; --rows FILE.csv for many):\n  {command}" \
+        in announce(summary)
+    argv = shlex.split(command)
+    assert argv[1].endswith("recipes/explain.py") and argv[argv.index("--run-id") + 1] == summary["run_id"]
+    module = TableDataModule(tmp_path / "money.csv", target="approved")
+    first = module.rows["test"][0]
+    row = json.loads(argv[argv.index("--row") + 1])
+    assert row == {"income": int(income[first]), "sector": table.loc[first, "sector"]}
+    capsys.readouterr()
+    records = explain_main([*argv[2:], "--no-log"])
+    assert len(records) == 1 and "row 0: predicted" in capsys.readouterr().out
+    assert summary.get("explain_command") and "explain_command" not in train(
+        {"data": "moons", "max_epochs": 1, "nce": 16, "progress": False,
+         "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})

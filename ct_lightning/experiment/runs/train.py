@@ -35,11 +35,11 @@ from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, CONSTRAI
                                               check_outputs, trained_under,
                                               completed_epochs, create_run, defining_config,
                                               find_resumable_run, mark_failed, mark_interrupted,
-                                              resume_command)
+                                              recipe_command, resume_command)
 from ct_lightning.experiment.runs.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
                                                    log_missing_epoch_metrics, log_training_inputs,
                                                    log_training_plots)
-from ct_lightning.experiment.runs.served_model import log_models, registered_text
+from ct_lightning.experiment.runs.served_model import example_rows, log_models, registered_text
 from ct_lightning.experiment.runs.last_checkpoint import BestCheckpoint, LastCheckpoint
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.configuration.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
@@ -597,6 +597,10 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         "tracking_uri": config["tracking_uri"], "config": config, "data": datamodule.summary(), "metrics": metrics,
         "checkpoints": {"last": last.best_model_path or None, "best": best.best_model_path or None},
     }
+    example = explain_example(datamodule)
+    if example:  # a table: the next step, explaining one of its decisions, as a command that runs as printed
+        summary["explain_command"] = recipe_command("explain", ["--run-id", run_id, "--tracking-uri",
+                                                                config["tracking_uri"], "--row", json.dumps(example)])
     client.log_metric(run_id, "fit_seconds", fit_seconds)
     weights = save_network_weights(module.model, config["checkpoint_dir"])  # --model-inputs: for your own pipeline
     if weights is not None:
@@ -675,6 +679,20 @@ def result_lines(summary: dict) -> list[str]:
     return lines
 
 
+def explain_example(datamodule) -> dict | None:
+    """A test row of a table in its own units, for the explain command shown after training: a user's table's row as
+    the file gives it, else a built-in table's first test row decoded by its codec (to 6 significant digits);
+    ``None`` for data without a codec (circles, MNIST)."""
+    if hasattr(datamodule, "example_row"):
+        return datamodule.example_row()
+    codec = getattr(datamodule, "codec", None)
+    if codec is None or not hasattr(codec, "decode"):
+        return None
+    row = example_rows(codec, datamodule.x_test, 1).iloc[0].to_dict()
+    return {k: float(f"{v:.6g}") if isinstance(v, float) else (v.item() if hasattr(v, "item") else v)
+            for k, v in row.items()}
+
+
 def _share_slack(summary: dict) -> float:
     """How far a test accuracy may lie above the training rows' majority share and still be that of always predicting
     the majority class: the test split's shares differ from the training rows' by the rounding of each class's rows
@@ -698,6 +716,9 @@ def announce(summary: dict) -> str:
     the UI on a local store), and the upload command when the run's end waits for its server."""
     lines = [*result_lines(summary), *registered_lines(summary), f"MLflow run id: {summary['run_id']}",
              *run_links(summary["tracking_uri"], summary["experiment_id"], summary["run_id"])]
+    if summary.get("explain_command"):
+        lines.append(f"Explain a decision in the table's own units (its first test row; --rows FILE.csv for many):\n"
+                     f"  {summary['explain_command']}")
     pending = summary.get("tracking")
     if pending:
         lines.append(f"Pending upload ({pending['records']} record(s) in {pending['outbox']}); once the server "
