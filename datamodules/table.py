@@ -106,10 +106,13 @@ def rare_class_problems(labels: pd.Series, target: str, name: str) -> list[str]:
     if rare.empty:
         return []
     shown = ", ".join(f"{label!r} ({count} row{'s' if count > 1 else ''})" for label, count in rare.items())
+    enough = counts.index[counts >= MIN_CLASS_ROWS]
+    fix = (f"a misspelt label? write it as one of the other classes ({', '.join(map(repr, enough[:5]))}), or leave "
+           "those rows out" if len(enough) else
+           f"no class has {MIN_CLASS_ROWS} rows: the table is too small to train on; give it more rows")
     return [f"target {target!r}: {'class' if len(rare) == 1 else 'classes'} {shown} of {name} "
             f"{'has' if len(rare) == 1 else 'have'} too few rows for the training, validation and test splits "
-            f"(allowed: at least {MIN_CLASS_ROWS} rows per class); a misspelt label? write it as one of the other "
-            f"classes ({', '.join(map(repr, counts.index[counts >= MIN_CLASS_ROWS][:5]))}), or leave those rows out"]
+            f"(allowed: at least {MIN_CLASS_ROWS} rows per class); {fix}"]
 
 
 def raise_problems(problems: list[str], name: str) -> None:

@@ -460,6 +460,10 @@ def test_a_class_too_rare_for_every_split_is_refused_as_a_likely_misspelt_label(
                                          r"\(allowed: at least 4 rows per class\); a misspelt label\? write it as one "
                                          r"of the other classes \('yes', 'no'\), or leave those rows out$"):
         TableDataModule(typos, target="approved")
+    tiny = loans.head(6)  # no class of 4 rows: no other class to write a label as
+    with pytest.raises(ValueError, match=r"\(allowed: at least 4 rows per class\); no class has 4 rows: the table is "
+                                         r"too small to train on; give it more rows$"):
+        TableDataModule(tiny, target="approved")
     typos.loc[[3], "approved"] = "maybe"  # four rows: a class each split sees
     data = TableDataModule(typos, target="approved")
     assert len(data.codec.classes) == 3
