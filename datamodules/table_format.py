@@ -289,10 +289,17 @@ def _missing_words(text: pd.Series, name: str, decimal_comma: bool) -> tuple[pd.
         return text, None
     found = ", ".join(repr(w) for w in pd.unique(text[words]))
     count = int(words.sum())
-    if _as_numbers(text.where(~words), decimal_comma) is not None:
-        return text.where(~words), f"{name}: {found} read as a missing value in {count} row(s)"
+    rest = text.where(~words)
+    if _as_numbers(rest, decimal_comma) is not None or _all_dressed(rest, decimal_comma):
+        return rest, f"{name}: {found} read as a missing value in {count} row(s)"
     return text, (f"{name}: {found} kept as a category in {count} row(s) (the column holds text); where it means a "
                   "missing value, leave the cell empty or write '?'")
+
+
+def _all_dressed(text: pd.Series, decimal_comma: bool) -> bool:
+    """Whether every present cell of a text column is a number dressed as text (``$36,428.20``, ``7.5%``)."""
+    values = _distinct_text(text)
+    return values is not None and all(undressed_number(v, decimal_comma) is not None for v in values)
 
 
 def read_csv(path, option: str = "data") -> pd.DataFrame:
@@ -481,8 +488,9 @@ MAX_CLASSES = 20  # a target with more different values is no class label
 
 def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
     """A one-line ``ValueError`` for a target column a classifier cannot be trained on: none given, not a column of
-    the table, one class, or more than :data:`MAX_CLASSES` (an amount such as a loss: regression, which CT does not
-    do). Rows without a label do not count (a training leaves them out)."""
+    the table, one class, more than :data:`MAX_CLASSES` (an amount such as a loss: regression, which CT does not
+    do), or one class written several ways (:func:`class_spellings_error`). Rows without a label do not count (a
+    training leaves them out)."""
     error = target_column_error(target, list(frame.columns), name)
     if error is not None:
         raise error
@@ -493,6 +501,9 @@ def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
         raise ValueError(f"target: column {target!r} has only one class{shown} in {name}; allowed: a column with at "
                          "least two classes")
     if classes <= MAX_CLASSES:
+        spelling = class_spellings_error(labels, target, name)
+        if spelling is not None:
+            raise spelling
         return
     allowed = f"allowed: a class label with at most {MAX_CLASSES} classes"
     if pd.api.types.is_numeric_dtype(labels) and not pd.api.types.is_bool_dtype(labels):
@@ -503,16 +514,48 @@ def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
     raise ValueError(f"target: column {target!r} has {classes} distinct values in {name}; {allowed}")
 
 
+YES_WORDS, NO_WORDS = ("y", "yes", "true"), ("n", "no", "false")  # one answer, written the ways files write it
+
+
+def _class_key(label):
+    """What a class label says, whatever its case: ``'Y'``, ``'y'`` and ``'Yes'`` say yes; numbers as they are."""
+    if not isinstance(label, str):
+        return label
+    folded = label.strip().casefold()
+    return "yes" if folded in YES_WORDS else "no" if folded in NO_WORDS else folded
+
+
+def class_spellings_error(labels: pd.Series, target: str, name: str) -> ValueError | None:
+    """A one-line ``ValueError`` where the target ``labels`` write one class several ways (``'Y'``, ``'y'``,
+    ``'Yes'``; ``'Approved'``, ``'approved'``): each spelling would train as a class of its own (a yes/no decision as
+    six classes), so a model of a binary decision would not be one. ``None`` where every class is written one way."""
+    counts = labels.value_counts()
+    groups: dict = {}
+    for label in counts.index:
+        groups.setdefault(_class_key(label), []).append(label)
+    clashes = [sorted(group, key=lambda label: (-counts[label], str(label))) for group in groups.values()
+               if len(group) > 1]  # the most rows first
+    if not clashes:
+        return None
+    shown = "; ".join(", ".join(f"{label!r} ({counts[label]})" for label in group) for group in clashes)
+    first = clashes[0]
+    return ValueError(f"target: column {target!r} of {name} writes one class in several ways (rows in brackets): "
+                      f"{shown}; they would train as {len(counts)} different classes; allowed: each class written one "
+                      f"way in the file (e.g. {first[0]!r} for all of {', '.join(map(repr, first))})")
+
+
 def rows_as_written(frame: pd.DataFrame, numeric: list[str], decimal_comma: bool) -> pd.DataFrame:
     """Rows to explain (``--row``, ``--rows``) read as the training file was: text without surrounding spaces, empty
-    and ``?`` cells missing, and, for a model trained on a file with decimal commas, the ``numeric`` columns' text
-    in that convention (``"0,18"`` → 0.18, ``"31.000"`` → 31000)."""
+    and ``?`` cells missing, words for a missing value (``NA``, ``n/a``, ...) missing in the ``numeric`` columns,
+    and, for a model trained on a file with decimal commas, the ``numeric`` columns' text in that convention
+    (``"0,18"`` → 0.18, ``"31.000"`` → 31000)."""
     frame = frame.copy()
     for name in frame.columns:
         if not _is_text(frame[name]):
             continue
         values = _tidy_text(frame[name])
         if name in numeric:  # '0,18' in a file with decimal commas, '$36,428.20' as the training file wrote them
+            values = values.where(~values.isin(MISSING_WORDS), None)  # 'NA', 'n/a': missing, as in training
             values = values.map(lambda v: _undressed_or_as_written(v, decimal_comma))
         frame[name] = values
     return frame

@@ -232,6 +232,44 @@ def test_words_for_missing_values_are_missing_in_numbers_and_categories_in_text(
     assert TableDataModule(tmp_path / "semicolons.csv", target="approved").frame.region.tolist() == regions
 
 
+def test_words_for_missing_values_are_missing_in_money_too_in_training_and_in_rows_to_explain(tmp_path, loans):
+    """A bank's export wrote revenue as ``$734,300`` and a gap as ``NA`` or ``n/a``: training refused the column as
+    'numbers but for 2 value(s): 'NA', 'n/a'' (a plain number column read them as gaps), and rows to explain with
+    such a cell ended in pandas' own words (``error: Unable to parse string 'NA' at position 40``), or refused
+    ``"income": "NA"`` in ``--row``, where the training file read it as a gap."""
+    from ct_lightning.experiment.configuration.validation import InputError
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows, read_rows
+
+    money = [f"${v:,}" for v in loans.income]
+    money[3], money[7] = "NA", "n/a"
+    ratios = [f"{v}" for v in loans.debt_ratio]
+    ratios[5] = "NA"
+    path = tmp_path / "export.csv"
+    loans.assign(income=money, debt_ratio=ratios).to_csv(path, index=False)
+    data = TableDataModule(path, target="approved", impute="median")
+    assert {c.name: c.kind for c in data.codec.columns}["income"] == "integer"
+    text = data.describe()
+    assert "note: income: 'NA', 'n/a' read as a missing value in 2 row(s)" in text
+    assert "note: income: missing in 2 row(s), filled with" in text
+    loaded = Explainable(None, data.codec, {}, None, True)
+    head = loans.iloc[data.rows["train"][:4]].drop(columns="approved").assign(income=["$31,000", "$32,500", "$40,000", "NA"],
+                                                          debt_ratio=["NA", "n/a", "0.5", "0.4"])
+    head.to_csv(tmp_path / "rows.csv", index=False)  # row 3 holds 'NA' in income, rows 0 and 1 in debt_ratio
+    rows, notes, _ = check_rows(read_rows(str(tmp_path / "rows.csv")), loaded, "--rows")
+    fills = {c.name: c.fill for c in data.codec.columns}
+    assert rows.income.tolist() == [31000, 32500, 40000, fills["income"]]
+    assert rows.debt_ratio.tolist() == [fills["debt_ratio"]] * 2 + [0.5, 0.4]
+    assert "--rows: income: missing in 1 row(s), filled with" in " ".join(notes)
+    row = head.iloc[0].to_dict() | {"income": "n/a", "debt_ratio": "NA"}
+    rows, _, _ = check_rows(read_rows(row=pd.Series(row).to_json()), loaded, "--row")
+    assert rows.iloc[0][["income", "debt_ratio"]].tolist() == [fills["income"], fills["debt_ratio"]]
+    # a gap beside a word that is no number in one column: the word is refused by name, not by pandas' parser
+    head.assign(income=["$31,000", "", "forty", "$32,000"]).to_csv(tmp_path / "typo.csv", index=False)
+    with pytest.raises(InputError, match=r"^--rows: got 'income=forty' \(not a number in row 2\); allowed: a number "
+                                         r"for income"):
+        check_rows(read_rows(str(tmp_path / "typo.csv")), loaded, "--rows")
+
+
 def test_true_and_false_keep_the_files_spelling_also_with_gaps_and_rows_may_spell_them_otherwise(tmp_path, loans):
     """A TRUE/FALSE column with gaps became the numbers 0.0/1.0 (pandas' booleans through to_numeric): explanations
     read ``member: 0 → 1`` and no row could say TRUE. Now its categories are the file's words, and a row to explain
