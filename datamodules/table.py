@@ -193,7 +193,9 @@ class TableDataModule(TensorDataModule):
         self.frame = tidy_frame(source.copy()) if isinstance(source, pd.DataFrame) else read_table(source)
         if codec is not None and not isinstance(codec, TabularCodec):
             codec = TabularCodec.from_dict(codec)
-        self.spec = read_spec(spec)
+        # a trained model's preprocessing holds what its data spec declared: the file, perhaps edited, moved or named
+        # relative to another folder since, is not read again
+        self.spec = read_spec(spec) if codec is None else {}
         orders = ordinal_orders(self.spec, codec)  # labels such as 10% or $1,000 match their order as written
         self.frame = labels_as_written(self.frame, text_ordinals(orders))
         self.read_notes = list(self.frame.attrs.get("notes", ()))  # how the file was read: delimiter, decimal commas
