@@ -16,12 +16,14 @@ word: a ``;``-separated file becomes one column, ``127.600`` (127 600 with a tho
   separator (``12.000`` → 12000); a ``;``-separated file whose only dotted numbers look like thousands
   (``127.600``) is a one-line error, as the two readings differ a thousandfold;
 - a first row that looks like data (Adult's ``adult.data``: its names recur as values below) is a one-line error;
-- numbers dressed as text (``$36,428.20``, ``7.5%``, ``€ 1.234,50`` with decimal commas, ``1'234``) are numbers, with a
-  note and their shared sign kept as the column's unit (:func:`unit_of`) for explanations; ``7.5%`` is 7.5. Their
+- numbers dressed as text (``$36,428.20``, ``7.5%``, ``€ 1.234,50`` with decimal commas, ``1'234``, ``($1,200)`` in
+  accounting's brackets: -1200) are numbers, with a note and their shared sign kept as the column's unit
+  (:func:`unit_of`) for explanations; ``7.5%`` is 7.5, and a column writing ``7.5%`` beside ``0.075`` stays text,
+  refused by :func:`text_column_problems` (a share, or 0.075 %?). Their
   text is kept too, for an ordinal column whose ``order:`` lists such labels (:func:`labels_as_written`).
 
 :func:`text_column_problems` then finds, unless the data spec declares the column's kind, text whose number is
-ambiguous (``30,6`` in a comma-separated file: 30.6 or 306?), dates, and text of more than 100 different values: read
+ambiguous (``30,6`` in a comma-separated file: 30.6 or 306?; ``7.5%`` beside ``0.075``), dates, and text of more than 100 different values: read
 as categories they would silently train as hundreds of unrelated levels. Such a column must be cleaned, or left out
 with ``--drop-columns``; the data module reports every such problem of a file at once.
 
@@ -48,7 +50,7 @@ MISSING_WORDS = ("#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan
                  "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
 DECIMAL_COMMA = re.compile(r"[+-]?(?:[1-9]\d{0,2}(?:\.\d{3})+|\d+)(?:,\d+)?")  # 0,18  12.000  1.234,5
 THOUSANDS_POINT = re.compile(r"[+-]?[1-9]\d{0,2}(?:\.\d{3})+")  # 127.600: thousands, or three decimals?
-NUMBER_DRESS = re.compile(r"[$€£¥%\s\u00a0',]")  # what turns a number into text: currency, percent, separators
+NUMBER_DRESS = re.compile(r"[$€£¥%\s\u00a0',()]")  # what turns a number into text: currency, percent, separators
 DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}"
                   r"|\d{4}/\d{1,2}/\d{1,2}")
 
@@ -112,11 +114,15 @@ def as_written(text: str, decimal_comma: bool) -> str:
 
 def undressed_number(value, decimal_comma: bool):
     """The number a cell such as ``$36,428.20``, ``7.5%``, ``€ 1.234,50`` or ``1'234`` writes, without its currency
-    sign, percent sign and thousands separators (``7.5%`` is 7.5); ``None`` for other text, such as ``1,5`` in a
+    sign, percent sign and thousands separators (``7.5%`` is 7.5), and negative where accounting writes it in
+    brackets (``($1,200)`` is -1200); ``None`` for other text, such as ``1,5`` in a
     file without decimal commas (one and a half, or fifteen?). Numbers and missing values come back as they are."""
     if not isinstance(value, str):
         return value
     text = value.replace("\u00a0", " ").strip()
+    if len(text) > 2 and text[0] == "(" and text[-1] == ")" and text[1] not in "+-()":  # accounting: ($1,200) is -1200
+        number = undressed_number(text[1:-1], decimal_comma)
+        return None if number is None else -number
     percent = text.endswith("%")
     match = CURRENCY.fullmatch(text[:-1].rstrip() if percent else text)
     if match is None or (match.group(1) and match.group(2)):
@@ -143,7 +149,7 @@ def unit_of(values) -> str | None:
     ``$36,428.20``, ``"{}%"`` for ``7.5%``, ``"{} €"`` for ``12 €``; ``None`` where they share none."""
     units = set()
     for value in values:
-        text = value.replace("\u00a0", " ").strip().lstrip("+-").strip()
+        text = value.replace("\u00a0", " ").strip().removeprefix("(").removesuffix(")").lstrip("+-").strip()
         if text.endswith("%"):
             units.add("{}%")
         elif text[:1] in "$€£¥" and text[:1]:
@@ -182,6 +188,8 @@ def _dressed_numbers(text: pd.Series, decimal_comma: bool, notes: list[str], uni
         if number is None:
             return None
         numbers[value] = number
+    if _mixed_percent(values) is not None:  # 7.5% beside 0.075: which scale? refused by text_column_problems
+        return None
     first = values[0]
     percent = " ('%' dropped: 7.5% is 7.5)" if any(v.endswith("%") for v in values) and \
         not first.endswith("%") else ""
@@ -405,6 +413,15 @@ def tidy_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _mixed_percent(values: list[str]) -> tuple[str, str] | None:
+    """A value written with ``%`` and one without (``'7.5%'``, ``'0.075'``) where a column's numbers are written both
+    ways, else ``None``: ``0.075`` may be 7.5 % as a share or 0.075 %, a hundredfold apart, and only the file's
+    author knows."""
+    percent = next((v for v in values if v.rstrip().endswith("%")), None)
+    bare = next((v for v in values if not v.rstrip().endswith("%")), None)
+    return None if percent is None or bare is None else (percent, bare)
+
+
 def _number_text(values: pd.Series) -> str | None:
     """A value of a text column in which every value is a number dressed as text (``$12,000``, ``35%``), else
     ``None``."""
@@ -462,7 +479,16 @@ def text_column_problems(frame: pd.DataFrame, target: str, declared: dict, name:
             continue
         quoted = shlex.quote(str(column))
         number, date = _number_text(frame[column]), _date_text(frame[column])
-        if number is not None:
+        mixed = _mixed_percent(_distinct_text(frame[column]) or []) if number is not None else None
+        if mixed is not None:
+            texts = frame[column].dropna()
+            with_sign = int(texts.str.rstrip().str.endswith("%").sum())
+            bare = next(n for n in (undressed_number(mixed[1], False), undressed_number(mixed[1], True)) if n is not None)
+            problems.append(f"column {column!r} of {name} writes {with_sign} of its numbers with '%' ({mixed[0]!r}) and "
+                            f"{len(texts) - with_sign} without ({mixed[1]!r}): is {mixed[1]} a share ({bare * 100:g}%) "
+                            f"or {mixed[1]}%?; allowed: every number of the column written one way in the file (all "
+                            f"with '%', or all as plain numbers), or leave it out with --drop-columns {quoted}")
+        elif number is not None:
             problems.append(f"column {column!r} of {name} holds numbers written as text ({number!r}); allowed: plain "
                             "numbers (12000, 0.35): remove currency signs, '%' and thousands separators in the file, "
                             f"or leave it out with --drop-columns {quoted}")

@@ -108,6 +108,33 @@ def test_money_and_percentages_are_read_as_numbers_with_a_note(tmp_path, loans, 
     assert checked.income.tolist() == pytest.approx(expected[typical.index].tolist())
 
 
+def test_accounting_brackets_are_negative_numbers_and_percent_beside_plain_numbers_is_refused(tmp_path, loans):
+    """Two silent misreadings of a spreadsheet's money and rates. A net income written as accountants write a loss,
+    ``($1,000)``, made the column text: with fewer than 100 different values it trained as unordered categories
+    (``'$1,000'``, ``'($2,000)'``, ...). A rate written ``7.5%`` in most cells and ``0.104`` (a share) in a few
+    read 0.104 as 0.104 %, a hundredfold off, with only a note. Brackets now make a negative number; a column that
+    writes numbers both with and without ``%`` is refused, naming both readings."""
+    net = [f"(${-v:,})" if v < 0 else f"${v:,}" for v in (loans.income // 1000 * 1000 - 40000)]
+    assert any(v.startswith("(") for v in net) and len(set(net)) < 100
+    loans.assign(net=net).to_csv(tmp_path / "net.csv", index=False)
+    data = TableDataModule(tmp_path / "net.csv", target="approved")
+    column = next(c for c in data.codec.columns if c.name == "net")
+    assert column.kind == "integer" and column.unit == "${}"
+    assert data.frame.net.tolist() == (loans.income // 1000 * 1000 - 40000).tolist()
+    rates = [f"{v / 1000:.1f}%" for v in loans.income]
+    rates[4], rates[9] = "0.104", "0.2"
+    loans.assign(rate=rates).to_csv(tmp_path / "rates.csv", index=False)
+    with pytest.raises(ValueError, match=r"^data: column 'rate' of .*rates.csv writes 118 of its numbers with '%' "
+                                         r"\('\d+\.\d%'\) and 2 without \('0.104'\): is 0.104 a share \(10.4%\) or "
+                                         r"0.104%\?; allowed: every number of the column written one way in the file "
+                                         r"\(all with '%', or all as plain numbers\), or leave it out with "
+                                         r"--drop-columns rate$"):
+        TableDataModule(tmp_path / "rates.csv", target="approved")
+    rates[4], rates[9] = "10.4%", "20%"
+    loans.assign(rate=rates).to_csv(tmp_path / "rates.csv", index=False)
+    assert TableDataModule(tmp_path / "rates.csv", target="approved").frame.rate.iloc[4] == pytest.approx(10.4)
+
+
 def test_numbers_written_ambiguously_as_text_are_refused_unless_declared(tmp_path, loans):
     """``30,6`` in a comma-separated file: thirty point six, or three hundred and six? Refused, not guessed."""
     few = loans.head(80)  # fewer incomes than a categorical column's limit (100 levels), for the declared case
