@@ -515,8 +515,8 @@ MAX_CLASSES = 20  # a target with more different values is no class label
 def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
     """A one-line ``ValueError`` for a target column a classifier cannot be trained on: none given, not a column of
     the table, one class, more than :data:`MAX_CLASSES` (an amount such as a loss: regression, which CT does not
-    do), or one class written several ways (:func:`class_spellings_error`). Rows without a label do not count (a
-    training leaves them out)."""
+    do), one class written several ways (:func:`class_spellings_error`), or a word for a missing value as a class
+    (``NA``: a pending decision). Rows without a label do not count (a training leaves them out)."""
     error = target_column_error(target, list(frame.columns), name)
     if error is not None:
         raise error
@@ -530,6 +530,13 @@ def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
         spelling = class_spellings_error(labels, target, name)
         if spelling is not None:
             raise spelling
+        words = labels[labels.isin(MISSING_WORDS)]
+        if len(words):  # a pending decision written 'NA' would train as a class of its own
+            shown = ", ".join(f"{word!r} ({count})" for word, count in words.value_counts().items())
+            raise ValueError(f"target: column {target!r} of {name} holds {shown} (rows in brackets), words other tools "
+                             "write for a missing value: they would train as a class of their own; allowed: an empty "
+                             "cell or '?' for a row without a label (such rows are left out), or a class name that is "
+                             "no such word")
         return
     allowed = f"allowed: a class label with at most {MAX_CLASSES} classes"
     if pd.api.types.is_numeric_dtype(labels) and not pd.api.types.is_bool_dtype(labels):
