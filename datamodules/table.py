@@ -207,6 +207,8 @@ class TableDataModule(TensorDataModule):
         self.drop_columns = list(codec.dropped if codec is not None else drop_columns)
         self.frame = drop_table_columns(self.frame, self.drop_columns, target, self.label_of_source,
                                         strict=codec is None)
+        # how a column left out was read ('NA' kept as a category in a free-text column) is no longer news
+        self.read_notes = [n for n in self.read_notes if not any(n.startswith(f"{c}: ") for c in self.drop_columns)]
         self.frame, dropped_or_filled, problems = check_table(self.frame, target, impute, self.label_of_source)
         self.read_notes += dropped_or_filled
         self.target, self.impute, self.data_seed = target, impute, data_seed

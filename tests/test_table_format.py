@@ -279,6 +279,11 @@ def test_words_for_missing_values_are_missing_in_money_too_in_training_and_in_ro
     assert "note: income: 'NA', 'n/a' read as a missing value in 2 row(s)" in text
     assert "note: income: missing in 2 row(s), filled with" in text
     loaded = Explainable(None, data.codec, {}, None, True)
+    # a free-text column left out: how its cells were read is not said (it said "'n/a' kept as a category")
+    loans.assign(income=money, notes=["n/a", "repeat customer"] * (len(loans) // 2)).to_csv(path, index=False)
+    assert "note: notes" in TableDataModule(path, target="approved", impute="median").describe()
+    kept = TableDataModule(path, target="approved", impute="median", drop_columns=["notes"]).describe()
+    assert "note: notes" not in kept and "note: income: 'NA', 'n/a' read as a missing value in 2 row(s)" in kept
     head = loans.iloc[data.rows["train"][:4]].drop(columns="approved").assign(income=["$31,000", "$32,500", "$40,000", "NA"],
                                                           debt_ratio=["NA", "n/a", "0.5", "0.4"])
     head.to_csv(tmp_path / "rows.csv", index=False)  # row 3 holds 'NA' in income, rows 0 and 1 in debt_ratio
