@@ -18,8 +18,8 @@ word: a ``;``-separated file becomes one column, ``127.600`` (127 600 with a tho
 - a first row that looks like data (Adult's ``adult.data``: its names recur as values below) is a one-line error;
 - numbers dressed as text (``$36,428.20``, ``7.5%``, ``€ 1.234,50`` with decimal commas, ``1'234``, ``($1,200)`` in
   accounting's brackets: -1200) are numbers, with a note and their shared sign kept as the column's unit
-  (:func:`unit_of`) for explanations; ``7.5%`` is 7.5, and a column writing ``7.5%`` beside ``0.075`` stays text,
-  refused by :func:`text_column_problems` (a share, or 0.075 %?). Their
+  (:func:`unit_of`) for explanations; ``7.5%`` is 7.5, and a column writing ``0.075`` beside ``4%`` to ``14%`` stays
+  text, refused by :func:`text_column_problems` (a share, or 0.075 %?). Their
   text is kept too, for an ordinal column whose ``order:`` lists such labels (:func:`labels_as_written`).
 
 :func:`text_column_problems` then finds, unless the data spec declares the column's kind, text whose number is
@@ -188,7 +188,7 @@ def _dressed_numbers(text: pd.Series, decimal_comma: bool, notes: list[str], uni
         if number is None:
             return None
         numbers[value] = number
-    if _mixed_percent(values) is not None:  # 7.5% beside 0.075: which scale? refused by text_column_problems
+    if _mixed_percent(values, decimal_comma) is not None:  # 7.5% beside 0.075: refused by text_column_problems
         return None
     first = values[0]
     percent = " ('%' dropped: 7.5% is 7.5)" if any(v.endswith("%") for v in values) and \
@@ -413,13 +413,22 @@ def tidy_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
-def _mixed_percent(values: list[str]) -> tuple[str, str] | None:
+def _mixed_percent(values: list[str], decimal_comma: bool | None = None) -> tuple[str, str] | None:
     """A value written with ``%`` and one without (``'7.5%'``, ``'0.075'``) where a column's numbers are written both
-    ways, else ``None``: ``0.075`` may be 7.5 % as a share or 0.075 %, a hundredfold apart, and only the file's
-    author knows."""
-    percent = next((v for v in values if v.rstrip().endswith("%")), None)
-    bare = next((v for v in values if not v.rstrip().endswith("%")), None)
-    return None if percent is None or bare is None else (percent, bare)
+    ways and a number without ``%`` lies outside the range of those with it, else ``None``: ``0.075`` beside 4 % to
+    14 % may be 7.5 % as a share or 0.075 %, a hundredfold apart, and only the file's author knows (``7.5`` there is
+    read as 7.5 %). ``decimal_comma``: the file's number format, ``None`` where unknown (either reading)."""
+    def number(text: str):
+        readings = (decimal_comma,) if decimal_comma is not None else (False, True)
+        return next((n for n in (undressed_number(text, d) for d in readings) if n is not None), None)
+
+    percent = {v: number(v) for v in values if v.rstrip().endswith("%")}
+    bare = {v: number(v) for v in values if not v.rstrip().endswith("%")}
+    if not percent or not bare or None in percent.values() or None in bare.values():
+        return None
+    low, high = min(percent.values()), max(percent.values())
+    outside = next((v for v, n in bare.items() if not low <= n <= high), None)
+    return None if outside is None else (next(iter(percent)), outside)
 
 
 def _number_text(values: pd.Series) -> str | None:

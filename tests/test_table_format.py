@@ -113,7 +113,8 @@ def test_accounting_brackets_are_negative_numbers_and_percent_beside_plain_numbe
     ``($1,000)``, made the column text: with fewer than 100 different values it trained as unordered categories
     (``'$1,000'``, ``'($2,000)'``, ...). A rate written ``7.5%`` in most cells and ``0.104`` (a share) in a few
     read 0.104 as 0.104 %, a hundredfold off, with only a note. Brackets now make a negative number; a column that
-    writes numbers both with and without ``%`` is refused, naming both readings."""
+    writes numbers both with and without ``%``, some of those without outside the range of those with, is refused,
+    naming both readings."""
     net = [f"(${-v:,})" if v < 0 else f"${v:,}" for v in (loans.income // 1000 * 1000 - 40000)]
     assert any(v.startswith("(") for v in net) and len(set(net)) < 100
     loans.assign(net=net).to_csv(tmp_path / "net.csv", index=False)
@@ -130,9 +131,10 @@ def test_accounting_brackets_are_negative_numbers_and_percent_beside_plain_numbe
                                          r"\(all with '%', or all as plain numbers\), or leave it out with "
                                          r"--drop-columns rate$"):
         TableDataModule(tmp_path / "rates.csv", target="approved")
-    rates[4], rates[9] = "10.4%", "20%"
+    rates[4], rates[9] = "10.4%", "40"  # a '%' left out within the column's range: the same scale, read as it is
     loans.assign(rate=rates).to_csv(tmp_path / "rates.csv", index=False)
-    assert TableDataModule(tmp_path / "rates.csv", target="approved").frame.rate.iloc[4] == pytest.approx(10.4)
+    read = TableDataModule(tmp_path / "rates.csv", target="approved").frame.rate
+    assert read.iloc[4] == pytest.approx(10.4) and read.iloc[9] == 40
 
 
 def test_numbers_written_ambiguously_as_text_are_refused_unless_declared(tmp_path, loans):
