@@ -300,11 +300,12 @@ class TableDataModule(TensorDataModule):
                    "(train.py --write-data-spec spec.yaml writes one to start from; docs/guide.md, 'Your own table')" if self.code_like() else ""))
 
     def case_variants(self) -> list[str]:
-        """One line per text column (and the target) with values that differ only in upper and lower case ('male',
-        'Male'): they stay different categories, which is seldom what the file meant."""
+        """One line per text column with values that differ only in upper and lower case ('male', 'Male'): they stay
+        different categories, which is seldom what the file meant (a target's classes are refused so:
+        :func:`~datamodules.table_format.class_spellings_error`)."""
         lines = []
         named = [(c.name, c.categories) for c in self.codec.columns if c.kind in ("categorical", "binary")]
-        for name, values in named + [(f"target {self.target}", self.codec.classes)]:
+        for name, values in named:
             groups = {}
             for value in values:
                 if isinstance(value, str):
