@@ -775,8 +775,10 @@ class TabularCodec:
         for column in gaps:
             count = int(frame[column.name].isna().sum())
             frame[column.name] = frame[column.name].astype(object).where(frame[column.name].notna(), column.fill)
-            if column.kind in ("continuous", "integer"):
-                frame[column.name] = pd.to_numeric(frame[column.name])
+            if column.kind in ("continuous", "integer"):  # a cell that is no number ('forty') stays, to be refused
+                numbers = pd.to_numeric(frame[column.name], errors="coerce")  # by name, with its row, by the caller
+                if numbers.notna().all():
+                    frame[column.name] = numbers
             what = "median" if column.kind in ("continuous", *RANKED) else "most frequent value"
             notes.append(f"{column.name}: missing in {count} row(s), filled with "
                          f"{number_text(column.fill, self.decimal_comma)}, the training rows' "

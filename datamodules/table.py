@@ -196,7 +196,9 @@ class TableDataModule(TensorDataModule):
         self.frame = tidy_frame(source.copy()) if isinstance(source, pd.DataFrame) else read_table(source)
         if codec is not None and not isinstance(codec, TabularCodec):
             codec = TabularCodec.from_dict(codec)
-        self.spec = read_spec(spec)
+        # a trained model's preprocessing holds what its data spec declared: the file, perhaps edited, moved or named
+        # relative to another folder since, is not read again
+        self.spec = read_spec(spec) if codec is None else {}
         orders = ordinal_orders(self.spec, codec)  # labels such as 10% or $1,000 match their order as written
         self.frame = labels_as_written(self.frame, text_ordinals(orders))
         self.read_notes = list(self.frame.attrs.get("notes", ()))  # how the file was read: delimiter, decimal commas
@@ -208,6 +210,8 @@ class TableDataModule(TensorDataModule):
         self.drop_columns = list(codec.dropped if codec is not None else drop_columns)
         self.frame = drop_table_columns(self.frame, self.drop_columns, target, self.label_of_source,
                                         strict=codec is None)
+        # how a column left out was read ('NA' kept as a category in a free-text column) is no longer news
+        self.read_notes = [n for n in self.read_notes if not any(n.startswith(f"{c}: ") for c in self.drop_columns)]
         self.frame, dropped_or_filled, problems = check_table(self.frame, target, impute, self.label_of_source)
         self.read_notes += dropped_or_filled
         self.target, self.impute, self.data_seed = target, impute, data_seed
@@ -309,11 +313,12 @@ class TableDataModule(TensorDataModule):
                    "(train.py --write-data-spec spec.yaml writes one to start from; docs/guide.md, 'Your own table')" if self.code_like() else ""))
 
     def case_variants(self) -> list[str]:
-        """One line per text column (and the target) with values that differ only in upper and lower case ('male',
-        'Male'): they stay different categories, which is seldom what the file meant."""
+        """One line per text column with values that differ only in upper and lower case ('male', 'Male'): they stay
+        different categories, which is seldom what the file meant (a target's classes are refused so:
+        :func:`~datamodules.table_format.class_spellings_error`)."""
         lines = []
         named = [(c.name, c.categories) for c in self.codec.columns if c.kind in ("categorical", "binary")]
-        for name, values in named + [(f"target {self.target}", self.codec.classes)]:
+        for name, values in named:
             groups = {}
             for value in values:
                 if isinstance(value, str):

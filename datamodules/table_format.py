@@ -16,12 +16,14 @@ word: a ``;``-separated file becomes one column, ``127.600`` (127 600 with a tho
   separator (``12.000`` → 12000); a ``;``-separated file whose only dotted numbers look like thousands
   (``127.600``) is a one-line error, as the two readings differ a thousandfold;
 - a first row that looks like data (Adult's ``adult.data``: its names recur as values below) is a one-line error;
-- numbers dressed as text (``$36,428.20``, ``7.5%``, ``€ 1.234,50`` with decimal commas, ``1'234``) are numbers, with a
-  note and their shared sign kept as the column's unit (:func:`unit_of`) for explanations; ``7.5%`` is 7.5. Their
+- numbers dressed as text (``$36,428.20``, ``7.5%``, ``€ 1.234,50`` with decimal commas, ``1'234``, ``($1,200)`` in
+  accounting's brackets: -1200) are numbers, with a note and their shared sign kept as the column's unit
+  (:func:`unit_of`) for explanations; ``7.5%`` is 7.5, and a column writing ``0.075`` beside ``4%`` to ``14%`` stays
+  text, refused by :func:`text_column_problems` (a share, or 0.075 %?). Their
   text is kept too, for an ordinal column whose ``order:`` lists such labels (:func:`labels_as_written`).
 
 :func:`text_column_problems` then finds, unless the data spec declares the column's kind, text whose number is
-ambiguous (``30,6`` in a comma-separated file: 30.6 or 306?), dates, and text of more than 100 different values: read
+ambiguous (``30,6`` in a comma-separated file: 30.6 or 306?; ``7.5%`` beside ``0.075``), dates, and text of more than 100 different values: read
 as categories they would silently train as hundreds of unrelated levels. Such a column must be cleaned, or left out
 with ``--drop-columns``; the data module reports every such problem of a file at once.
 
@@ -48,7 +50,7 @@ MISSING_WORDS = ("#N/A", "#N/A N/A", "#NA", "-1.#IND", "-1.#QNAN", "-NaN", "-nan
                  "NA", "NULL", "NaN", "None", "n/a", "nan", "null")
 DECIMAL_COMMA = re.compile(r"[+-]?(?:[1-9]\d{0,2}(?:\.\d{3})+|\d+)(?:,\d+)?")  # 0,18  12.000  1.234,5
 THOUSANDS_POINT = re.compile(r"[+-]?[1-9]\d{0,2}(?:\.\d{3})+")  # 127.600: thousands, or three decimals?
-NUMBER_DRESS = re.compile(r"[$€£¥%\s\u00a0',]")  # what turns a number into text: currency, percent, separators
+NUMBER_DRESS = re.compile(r"[$€£¥%\s\u00a0',()]")  # what turns a number into text: currency, percent, separators
 DATE = re.compile(r"\d{4}-\d{1,2}-\d{1,2}(?:[ T]\d{1,2}:\d{2}(?::\d{2}(?:\.\d+)?)?)?|\d{1,2}[./-]\d{1,2}[./-]\d{2,4}"
                   r"|\d{4}/\d{1,2}/\d{1,2}")
 
@@ -112,11 +114,15 @@ def as_written(text: str, decimal_comma: bool) -> str:
 
 def undressed_number(value, decimal_comma: bool):
     """The number a cell such as ``$36,428.20``, ``7.5%``, ``€ 1.234,50`` or ``1'234`` writes, without its currency
-    sign, percent sign and thousands separators (``7.5%`` is 7.5); ``None`` for other text, such as ``1,5`` in a
+    sign, percent sign and thousands separators (``7.5%`` is 7.5), and negative where accounting writes it in
+    brackets (``($1,200)`` is -1200); ``None`` for other text, such as ``1,5`` in a
     file without decimal commas (one and a half, or fifteen?). Numbers and missing values come back as they are."""
     if not isinstance(value, str):
         return value
     text = value.replace("\u00a0", " ").strip()
+    if len(text) > 2 and text[0] == "(" and text[-1] == ")" and text[1] not in "+-()":  # accounting: ($1,200) is -1200
+        number = undressed_number(text[1:-1], decimal_comma)
+        return None if number is None else -number
     percent = text.endswith("%")
     match = CURRENCY.fullmatch(text[:-1].rstrip() if percent else text)
     if match is None or (match.group(1) and match.group(2)):
@@ -143,7 +149,7 @@ def unit_of(values) -> str | None:
     ``$36,428.20``, ``"{}%"`` for ``7.5%``, ``"{} €"`` for ``12 €``; ``None`` where they share none."""
     units = set()
     for value in values:
-        text = value.replace("\u00a0", " ").strip().lstrip("+-").strip()
+        text = value.replace("\u00a0", " ").strip().removeprefix("(").removesuffix(")").lstrip("+-").strip()
         if text.endswith("%"):
             units.add("{}%")
         elif text[:1] in "$€£¥" and text[:1]:
@@ -182,6 +188,8 @@ def _dressed_numbers(text: pd.Series, decimal_comma: bool, notes: list[str], uni
         if number is None:
             return None
         numbers[value] = number
+    if _mixed_percent(values, decimal_comma) is not None:  # 7.5% beside 0.075: refused by text_column_problems
+        return None
     first = values[0]
     percent = " ('%' dropped: 7.5% is 7.5)" if any(v.endswith("%") for v in values) and \
         not first.endswith("%") else ""
@@ -289,10 +297,17 @@ def _missing_words(text: pd.Series, name: str, decimal_comma: bool) -> tuple[pd.
         return text, None
     found = ", ".join(repr(w) for w in pd.unique(text[words]))
     count = int(words.sum())
-    if _as_numbers(text.where(~words), decimal_comma) is not None:
-        return text.where(~words), f"{name}: {found} read as a missing value in {count} row(s)"
+    rest = text.where(~words)
+    if _as_numbers(rest, decimal_comma) is not None or _all_dressed(rest, decimal_comma):
+        return rest, f"{name}: {found} read as a missing value in {count} row(s)"
     return text, (f"{name}: {found} kept as a category in {count} row(s) (the column holds text); where it means a "
                   "missing value, leave the cell empty or write '?'")
+
+
+def _all_dressed(text: pd.Series, decimal_comma: bool) -> bool:
+    """Whether every present cell of a text column is a number dressed as text (``$36,428.20``, ``7.5%``)."""
+    values = _distinct_text(text)
+    return values is not None and all(undressed_number(v, decimal_comma) is not None for v in values)
 
 
 def read_csv(path, option: str = "data") -> pd.DataFrame:
@@ -398,6 +413,24 @@ def tidy_frame(frame: pd.DataFrame) -> pd.DataFrame:
     return frame
 
 
+def _mixed_percent(values: list[str], decimal_comma: bool | None = None) -> tuple[str, str] | None:
+    """A value written with ``%`` and one without (``'7.5%'``, ``'0.075'``) where a column's numbers are written both
+    ways and a number without ``%`` lies outside the range of those with it, else ``None``: ``0.075`` beside 4 % to
+    14 % may be 7.5 % as a share or 0.075 %, a hundredfold apart, and only the file's author knows (``7.5`` there is
+    read as 7.5 %). ``decimal_comma``: the file's number format, ``None`` where unknown (either reading)."""
+    def number(text: str):
+        readings = (decimal_comma,) if decimal_comma is not None else (False, True)
+        return next((n for n in (undressed_number(text, d) for d in readings) if n is not None), None)
+
+    percent = {v: number(v) for v in values if v.rstrip().endswith("%")}
+    bare = {v: number(v) for v in values if not v.rstrip().endswith("%")}
+    if not percent or not bare or None in percent.values() or None in bare.values():
+        return None
+    low, high = min(percent.values()), max(percent.values())
+    outside = next((v for v, n in bare.items() if not low <= n <= high), None)
+    return None if outside is None else (next(iter(percent)), outside)
+
+
 def _number_text(values: pd.Series) -> str | None:
     """A value of a text column in which every value is a number dressed as text (``$12,000``, ``35%``), else
     ``None``."""
@@ -455,7 +488,16 @@ def text_column_problems(frame: pd.DataFrame, target: str, declared: dict, name:
             continue
         quoted = shlex.quote(str(column))
         number, date = _number_text(frame[column]), _date_text(frame[column])
-        if number is not None:
+        mixed = _mixed_percent(_distinct_text(frame[column]) or []) if number is not None else None
+        if mixed is not None:
+            texts = frame[column].dropna()
+            with_sign = int(texts.str.rstrip().str.endswith("%").sum())
+            bare = next(n for n in (undressed_number(mixed[1], False), undressed_number(mixed[1], True)) if n is not None)
+            problems.append(f"column {column!r} of {name} writes {with_sign} of its numbers with '%' ({mixed[0]!r}) and "
+                            f"{len(texts) - with_sign} without ({mixed[1]!r}): is {mixed[1]} a share ({bare * 100:g}%) "
+                            f"or {mixed[1]}%?; allowed: every number of the column written one way in the file (all "
+                            f"with '%', or all as plain numbers), or leave it out with --drop-columns {quoted}")
+        elif number is not None:
             problems.append(f"column {column!r} of {name} holds numbers written as text ({number!r}); allowed: plain "
                             "numbers (12000, 0.35): remove currency signs, '%' and thousands separators in the file, "
                             f"or leave it out with --drop-columns {quoted}")
@@ -481,8 +523,9 @@ MAX_CLASSES = 20  # a target with more different values is no class label
 
 def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
     """A one-line ``ValueError`` for a target column a classifier cannot be trained on: none given, not a column of
-    the table, one class, or more than :data:`MAX_CLASSES` (an amount such as a loss: regression, which CT does not
-    do). Rows without a label do not count (a training leaves them out)."""
+    the table, one class, more than :data:`MAX_CLASSES` (an amount such as a loss: regression, which CT does not
+    do), one class written several ways (:func:`class_spellings_error`), or a word for a missing value as a class
+    (``NA``: a pending decision). Rows without a label do not count (a training leaves them out)."""
     error = target_column_error(target, list(frame.columns), name)
     if error is not None:
         raise error
@@ -493,6 +536,16 @@ def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
         raise ValueError(f"target: column {target!r} has only one class{shown} in {name}; allowed: a column with at "
                          "least two classes")
     if classes <= MAX_CLASSES:
+        spelling = class_spellings_error(labels, target, name)
+        if spelling is not None:
+            raise spelling
+        words = labels[labels.isin(MISSING_WORDS)]
+        if len(words):  # a pending decision written 'NA' would train as a class of its own
+            shown = ", ".join(f"{word!r} ({count})" for word, count in words.value_counts().items())
+            raise ValueError(f"target: column {target!r} of {name} holds {shown} (rows in brackets), words other tools "
+                             "write for a missing value: they would train as a class of their own; allowed: an empty "
+                             "cell or '?' for a row without a label (such rows are left out), or a class name that is "
+                             "no such word")
         return
     allowed = f"allowed: a class label with at most {MAX_CLASSES} classes"
     if pd.api.types.is_numeric_dtype(labels) and not pd.api.types.is_bool_dtype(labels):
@@ -503,16 +556,48 @@ def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
     raise ValueError(f"target: column {target!r} has {classes} distinct values in {name}; {allowed}")
 
 
+YES_WORDS, NO_WORDS = ("y", "yes", "true"), ("n", "no", "false")  # one answer, written the ways files write it
+
+
+def _class_key(label):
+    """What a class label says, whatever its case: ``'Y'``, ``'y'`` and ``'Yes'`` say yes; numbers as they are."""
+    if not isinstance(label, str):
+        return label
+    folded = label.strip().casefold()
+    return "yes" if folded in YES_WORDS else "no" if folded in NO_WORDS else folded
+
+
+def class_spellings_error(labels: pd.Series, target: str, name: str) -> ValueError | None:
+    """A one-line ``ValueError`` where the target ``labels`` write one class several ways (``'Y'``, ``'y'``,
+    ``'Yes'``; ``'Approved'``, ``'approved'``): each spelling would train as a class of its own (a yes/no decision as
+    six classes), so a model of a binary decision would not be one. ``None`` where every class is written one way."""
+    counts = labels.value_counts()
+    groups: dict = {}
+    for label in counts.index:
+        groups.setdefault(_class_key(label), []).append(label)
+    clashes = [sorted(group, key=lambda label: (-counts[label], str(label))) for group in groups.values()
+               if len(group) > 1]  # the most rows first
+    if not clashes:
+        return None
+    shown = "; ".join(", ".join(f"{label!r} ({counts[label]})" for label in group) for group in clashes)
+    first = clashes[0]
+    return ValueError(f"target: column {target!r} of {name} writes one class in several ways (rows in brackets): "
+                      f"{shown}; they would train as {len(counts)} different classes; allowed: each class written one "
+                      f"way in the file (e.g. {first[0]!r} for all of {', '.join(map(repr, first))})")
+
+
 def rows_as_written(frame: pd.DataFrame, numeric: list[str], decimal_comma: bool) -> pd.DataFrame:
     """Rows to explain (``--row``, ``--rows``) read as the training file was: text without surrounding spaces, empty
-    and ``?`` cells missing, and, for a model trained on a file with decimal commas, the ``numeric`` columns' text
-    in that convention (``"0,18"`` → 0.18, ``"31.000"`` → 31000)."""
+    and ``?`` cells missing, words for a missing value (``NA``, ``n/a``, ...) missing in the ``numeric`` columns,
+    and, for a model trained on a file with decimal commas, the ``numeric`` columns' text in that convention
+    (``"0,18"`` → 0.18, ``"31.000"`` → 31000)."""
     frame = frame.copy()
     for name in frame.columns:
         if not _is_text(frame[name]):
             continue
         values = _tidy_text(frame[name])
         if name in numeric:  # '0,18' in a file with decimal commas, '$36,428.20' as the training file wrote them
+            values = values.where(~values.isin(MISSING_WORDS), None)  # 'NA', 'n/a': missing, as in training
             values = values.map(lambda v: _undressed_or_as_written(v, decimal_comma))
         frame[name] = values
     return frame

@@ -12,6 +12,8 @@ import itertools
 import re
 from pathlib import Path
 
+from datamodules.suggest import name_hint
+
 DELIMITERS = (",", ";", "\t", "|")
 SEP_LINE = re.compile(r'"?sep=(.)"?')
 CSV_SUFFIXES = (".csv", ".tsv", ".txt")  # the table files whose names are in a header line (not Parquet)
@@ -72,7 +74,7 @@ def target_column_error(target, columns, name: str) -> ValueError | None:
     if not target:
         return ValueError(f"target: required with a table file ({name}); allowed: one of its columns: {shown}")
     if target not in columns:
-        return ValueError(f"target: column {target!r} not found in {name}; allowed: {shown}")
+        return ValueError(f"target: column {target!r} not found in {name}{name_hint(target, columns)}; allowed: {shown}")
     return None
 
 

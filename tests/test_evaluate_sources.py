@@ -168,3 +168,35 @@ def test_compare_evaluates_the_model_as_it_was_beside_its_fine_tuning(trained, t
     assert len(plan) == 2 and all("in evaluation (trained as the given run was)" in line and "in training" not in line
                                   for line in plan), plan
     assert (tmp_path / "cmp" / "table.md").is_file()
+
+
+def test_a_run_with_a_data_spec_is_evaluated_and_explained_from_any_folder(tmp_path, monkeypatch, capsys):
+    """``train.py --data-spec spec.yaml`` kept the spec's path as typed while the data's was made absolute, so
+    ``evaluate.py --run-id`` (or ``--checkpoint``) from another folder, or after the spec was moved or edited into
+    another name, ended with ``error: [Errno 2] No such file or directory: 'spec.yaml'``, although the model's own
+    preprocessing holds everything the spec declared. The run now names the spec absolutely, and a model's
+    evaluation and explanations never read it again."""
+    import json
+
+    from ct_lightning.experiment.runs.train import train
+    from recipes.explain import main as explain
+
+    work, elsewhere = tmp_path / "work", tmp_path / "elsewhere"
+    work.mkdir()
+    elsewhere.mkdir()
+    (work / "spec.yaml").write_text("columns:\n  age: {mutability: none}\n  debt: {mutability: decrease}\n")
+    monkeypatch.chdir(work)
+    uri = f"sqlite:///{tmp_path}/mlflow.db"
+    summary = train({"data": str(LOANS), "target": "approved", "data_spec": "spec.yaml", "max_epochs": 1, "nce": 16,
+                     "tracking_uri": uri, "progress": False, "checkpoint_dir": str(work / "ckpt")})
+    assert json.loads((work / "ckpt" / "config.json").read_text())["data_spec"] == str(work / "spec.yaml")
+    (work / "spec.yaml").rename(work / "spec-v1.yaml")  # the practitioner keeps the first version under a new name
+    monkeypatch.chdir(elsewhere)
+    for source in (["--run-id", summary["run_id"], "--tracking-uri", uri], ["--checkpoint", str(work / "ckpt" / "last.ckpt")]):
+        payload = evaluate(*source, tmp_path=tmp_path)
+        assert set(payload["immutable"]) == {"age"} and 0.0 <= payload["summary"]["validity"] <= 1.0
+    row = '{"age": 29, "income": 31000, "debt": 21000, "years_employed": 2, "home_ownership": "rent", ' \
+          '"purpose": "car", "sex": "female"}'
+    records = explain(["--checkpoint", str(work / "ckpt" / "last.ckpt"), "--row", row, "--data", str(LOANS),
+                       "--max-steps", "5", "--no-log"])
+    assert records[0]["immutable"] == ["age"] and "Errno" not in capsys.readouterr().err

@@ -211,3 +211,22 @@ def test_explanations_change_a_column_by_at_most_its_max_change(tmp_path):
     spec.write_text("columns:\n  income: {max_change: 2000}\n  debt: {max_change: 1000}\n")
     trained = largest(str(spec))
     assert all(trained[name] <= reach[name] for name in reach), trained
+
+
+def test_a_step_or_largest_change_may_be_written_as_the_file_writes_the_column(tmp_path):
+    """``explain.py --step 'revenue=$1,000'``, for a column the file writes ``$734,300``, was cut at its thousands
+    comma and refused as ``got 'revenue=$1' (not a positive number)``; ``rate=0.5%`` was refused too. Both read as
+    the training file's cells are read; a number that stays ambiguous (``1,5`` without decimal commas) is still
+    refused."""
+    from ct_lightning.experiment.runs.request_checks import MutabilityRefused, requested_steps
+    from datamodules.table import TableDataModule
+
+    loans = pd.read_csv(LOANS)
+    loans.assign(income=loans.income.map(lambda v: f"${v:,}"), rate=[f"{4 + i % 90 / 10:.1f}%" for i in range(len(loans))]
+                 ).to_csv(tmp_path / "dressed.csv", index=False)
+    codec = TableDataModule(tmp_path / "dressed.csv", target="approved").codec
+    assert requested_steps(codec, {"step": "income=$1,000,debt=500,rate=0.5%"}) == {"income": 1000, "debt": 500,
+                                                                                   "rate": 0.5}
+    assert requested_steps(codec, {"max_change": "income=12,500"}, "max_change") == {"income": 12500}
+    with pytest.raises(MutabilityRefused, match=r"^params: step 'income=1,5' \(not a positive number\); allowed: "):
+        requested_steps(codec, {"step": "income=1,5"})

@@ -108,6 +108,35 @@ def test_money_and_percentages_are_read_as_numbers_with_a_note(tmp_path, loans, 
     assert checked.income.tolist() == pytest.approx(expected[typical.index].tolist())
 
 
+def test_accounting_brackets_are_negative_numbers_and_percent_beside_plain_numbers_is_refused(tmp_path, loans):
+    """Two silent misreadings of a spreadsheet's money and rates. A net income written as accountants write a loss,
+    ``($1,000)``, made the column text: with fewer than 100 different values it trained as unordered categories
+    (``'$1,000'``, ``'($2,000)'``, ...). A rate written ``7.5%`` in most cells and ``0.104`` (a share) in a few
+    read 0.104 as 0.104 %, a hundredfold off, with only a note. Brackets now make a negative number; a column that
+    writes numbers both with and without ``%``, some of those without outside the range of those with, is refused,
+    naming both readings."""
+    net = [f"(${-v:,})" if v < 0 else f"${v:,}" for v in (loans.income // 1000 * 1000 - 40000)]
+    assert any(v.startswith("(") for v in net) and len(set(net)) < 100
+    loans.assign(net=net).to_csv(tmp_path / "net.csv", index=False)
+    data = TableDataModule(tmp_path / "net.csv", target="approved")
+    column = next(c for c in data.codec.columns if c.name == "net")
+    assert column.kind == "integer" and column.unit == "${}"
+    assert data.frame.net.tolist() == (loans.income // 1000 * 1000 - 40000).tolist()
+    rates = [f"{v / 1000:.1f}%" for v in loans.income]
+    rates[4], rates[9] = "0.104", "0.2"
+    loans.assign(rate=rates).to_csv(tmp_path / "rates.csv", index=False)
+    with pytest.raises(ValueError, match=r"^data: column 'rate' of .*rates.csv writes 118 of its numbers with '%' "
+                                         r"\('\d+\.\d%'\) and 2 without \('0.104'\): is 0.104 a share \(10.4%\) or "
+                                         r"0.104%\?; allowed: every number of the column written one way in the file "
+                                         r"\(all with '%', or all as plain numbers\), or leave it out with "
+                                         r"--drop-columns rate$"):
+        TableDataModule(tmp_path / "rates.csv", target="approved")
+    rates[4], rates[9] = "10.4%", "40"  # a '%' left out within the column's range: the same scale, read as it is
+    loans.assign(rate=rates).to_csv(tmp_path / "rates.csv", index=False)
+    read = TableDataModule(tmp_path / "rates.csv", target="approved").frame.rate
+    assert read.iloc[4] == pytest.approx(10.4) and read.iloc[9] == 40
+
+
 def test_numbers_written_ambiguously_as_text_are_refused_unless_declared(tmp_path, loans):
     """``30,6`` in a comma-separated file: thirty point six, or three hundred and six? Refused, not guessed."""
     few = loans.head(80)  # fewer incomes than a categorical column's limit (100 levels), for the declared case
@@ -230,6 +259,49 @@ def test_words_for_missing_values_are_missing_in_numbers_and_categories_in_text(
     assert "note: income: missing in 12 row(s), filled with" in text and "(--impute median)" in text
     loans.assign(region=regions).to_csv(tmp_path / "semicolons.csv", sep=";", index=False)  # the other reading path
     assert TableDataModule(tmp_path / "semicolons.csv", target="approved").frame.region.tolist() == regions
+
+
+def test_words_for_missing_values_are_missing_in_money_too_in_training_and_in_rows_to_explain(tmp_path, loans):
+    """A bank's export wrote revenue as ``$734,300`` and a gap as ``NA`` or ``n/a``: training refused the column as
+    'numbers but for 2 value(s): 'NA', 'n/a'' (a plain number column read them as gaps), and rows to explain with
+    such a cell ended in pandas' own words (``error: Unable to parse string 'NA' at position 40``), or refused
+    ``"income": "NA"`` in ``--row``, where the training file read it as a gap."""
+    from ct_lightning.experiment.configuration.validation import InputError
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows, read_rows
+
+    money = [f"${v:,}" for v in loans.income]
+    money[3], money[7] = "NA", "n/a"
+    ratios = [f"{v}" for v in loans.debt_ratio]
+    ratios[5] = "NA"
+    path = tmp_path / "export.csv"
+    loans.assign(income=money, debt_ratio=ratios).to_csv(path, index=False)
+    data = TableDataModule(path, target="approved", impute="median")
+    assert {c.name: c.kind for c in data.codec.columns}["income"] == "integer"
+    text = data.describe()
+    assert "note: income: 'NA', 'n/a' read as a missing value in 2 row(s)" in text
+    assert "note: income: missing in 2 row(s), filled with" in text
+    loaded = Explainable(None, data.codec, {}, None, True)
+    # a free-text column left out: how its cells were read is not said (it said "'n/a' kept as a category")
+    loans.assign(income=money, notes=["n/a", "repeat customer"] * (len(loans) // 2)).to_csv(path, index=False)
+    assert "note: notes" in TableDataModule(path, target="approved", impute="median").describe()
+    kept = TableDataModule(path, target="approved", impute="median", drop_columns=["notes"]).describe()
+    assert "note: notes" not in kept and "note: income: 'NA', 'n/a' read as a missing value in 2 row(s)" in kept
+    head = loans.iloc[data.rows["train"][:4]].drop(columns="approved").assign(income=["$31,000", "$32,500", "$40,000", "NA"],
+                                                          debt_ratio=["NA", "n/a", "0.5", "0.4"])
+    head.to_csv(tmp_path / "rows.csv", index=False)  # row 3 holds 'NA' in income, rows 0 and 1 in debt_ratio
+    rows, notes, _ = check_rows(read_rows(str(tmp_path / "rows.csv")), loaded, "--rows")
+    fills = {c.name: c.fill for c in data.codec.columns}
+    assert rows.income.tolist() == [31000, 32500, 40000, fills["income"]]
+    assert rows.debt_ratio.tolist() == [fills["debt_ratio"]] * 2 + [0.5, 0.4]
+    assert "--rows: income: missing in 1 row(s), filled with" in " ".join(notes)
+    row = head.iloc[0].to_dict() | {"income": "n/a", "debt_ratio": "NA"}
+    rows, _, _ = check_rows(read_rows(row=pd.Series(row).to_json()), loaded, "--row")
+    assert rows.iloc[0][["income", "debt_ratio"]].tolist() == [fills["income"], fills["debt_ratio"]]
+    # a gap beside a word that is no number in one column: the word is refused by name, not by pandas' parser
+    head.assign(income=["$31,000", "", "forty", "$32,000"]).to_csv(tmp_path / "typo.csv", index=False)
+    with pytest.raises(InputError, match=r"^--rows: got 'income=forty' \(not a number in row 2\); allowed: a number "
+                                         r"for income"):
+        check_rows(read_rows(str(tmp_path / "typo.csv")), loaded, "--rows")
 
 
 def test_true_and_false_keep_the_files_spelling_also_with_gaps_and_rows_may_spell_them_otherwise(tmp_path, loans):

@@ -514,8 +514,9 @@ def resolve_config(overrides: dict) -> dict:
     data = catalogue.canonical_dataset(given["data"]) or given["data"]
     if is_table_file(data):
         data = str(Path(data).resolve())  # the run's configuration names the file absolutely
-    if isinstance(given.get("model_inputs"), str):
-        given["model_inputs"] = str(Path(given["model_inputs"]).resolve())
+    for name in ("model_inputs", "data_spec"):  # so that a run is evaluated and explained from any folder
+        if isinstance(given.get(name), str):
+            given[name] = str(Path(given[name]).resolve())
     config = {**DEFAULTS, **table2(data, {**DEFAULTS, **given}), **given, "data": data}
     for name in ("immutable", "drop_columns"):
         if isinstance(config[name], str):

@@ -26,6 +26,7 @@ import pandas as pd
 
 from datamodules.codec import LABELLED, categories_by_case
 from datamodules.suggest import name_hint
+from datamodules.table_format import undressed_number
 
 MAX_ROWS = ("CT_SERVE_MAX_ROWS", 10_000)  # rows in one prediction request
 MAX_EXPLAIN_ROWS = ("CT_SERVE_MAX_EXPLAIN_ROWS", 100)  # rows in one request with explain=true (a search per row)
@@ -418,6 +419,18 @@ STEP_KINDS = ("continuous", "integer", "ordinal")  # the kinds of column a step 
 COLUMN_NUMBER_PARAMS = {"step": "income=1000", "max_change": "income=10000"}  # param: an example
 
 
+def _column_items(text: str) -> list[str]:
+    """The ``COLUMN=NUMBER`` items of a comma-separated list, where a piece without ``=`` continues the item before
+    it: ``income=$1,000,debt=500`` is ``income=$1,000`` and ``debt=500`` (a thousands separator, not a new item)."""
+    items: list[str] = []
+    for part in (part.strip() for part in text.split(",")):
+        if items and "=" not in part and part[:3].isdigit():
+            items[-1] += "," + part
+        elif part:
+            items.append(part)
+    return items
+
+
 def requested_steps(codec, params: dict, param: str = "step") -> dict[str, float]:
     """``{column: number}`` from a request's ``step`` param (``explain.py --step``) or ``max_change`` param
     (``explain.py --max-change``): ``COLUMN=NUMBER,...``, the smallest change (``step``) or the largest change either
@@ -435,7 +448,7 @@ def requested_steps(codec, params: dict, param: str = "step") -> dict[str, float
     which = "number and ordinal" if "ordinal" in kinds.values() else "number"
     allowed = f"COLUMN=NUMBER for the model's {which} columns: {_listed(numbers)}"
     chosen: dict[str, float] = {}
-    for item in filter(None, (part.strip() for part in text.split(","))):
+    for item in _column_items(text):
         name, _, value = (part.strip() for part in item.rpartition("="))
         if not name:
             raise MutabilityRefused(param, item, f"expected COLUMN=NUMBER, e.g. {COLUMN_NUMBER_PARAMS[param]}", allowed)
@@ -445,8 +458,9 @@ def requested_steps(codec, params: dict, param: str = "step") -> dict[str, float
             raise MutabilityRefused(param, item, f"{name!r} is {kinds[name]}", allowed)
         try:
             number = float(value)
-        except ValueError:
-            number = math.nan
+        except ValueError:  # as the training file wrote the column: $1,000, 2.5%, 0,5 with decimal commas
+            written = undressed_number(value, bool(getattr(codec, "decimal_comma", False)))
+            number = math.nan if isinstance(written, str) or written is None else float(written)
         if not 0 < number < math.inf:
             raise MutabilityRefused(param, item, "not a positive number", allowed)
         if kinds[name] == "integer" and not number.is_integer():
