@@ -539,7 +539,7 @@ def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
         spelling = class_spellings_error(labels, target, name)
         if spelling is not None:
             raise spelling
-        words = labels[labels.isin(MISSING_WORDS)]
+        words = labels[labels.isin(MISSING_WORDS) & (labels != "None")]  # 'None': a severity, a class of its own
         if len(words):  # a pending decision written 'NA' would train as a class of its own
             shown = ", ".join(f"{word!r} ({count})" for word, count in words.value_counts().items())
             raise ValueError(f"target: column {target!r} of {name} holds {shown} (rows in brackets), words other tools "

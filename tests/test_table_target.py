@@ -100,6 +100,8 @@ def test_a_word_for_a_missing_label_is_refused_as_a_class(tmp_path):
                                  "(rows in brackets), words other tools write for a missing value: they would train as "
                                  "a class of their own; allowed: an empty cell or '?' for a row without a label (such "
                                  "rows are left out), or a class name that is no such word")
+    severity = frame.assign(approved=frame["approved"].replace({"NA": "None", "n/a": "None"}))  # a class, as written
+    assert list(TableDataModule(severity, target="approved").codec.classes) == ["N", "None", "Y"]
     frame.loc[[10, 20, 30, 40], "approved"] = ""
     frame.loc[[50, 60, 70, 80, 90], "approved"] = "?"
     frame.to_csv(tmp_path / "pending.csv", index=False)
