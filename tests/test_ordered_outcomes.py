@@ -289,6 +289,7 @@ def test_evaluate_says_its_metrics_count_the_exact_target(runs, tmp_path, capsys
     tiny = ["--n-individuals", "4", "--n-runs", "1", "--no-log", "--lambda-energy", "1", "--eval-steps", "10"]
     main(["--checkpoint", str(folder / "ordered" / "last.ckpt"), *tiny, "--out-dir", str(tmp_path / "plots")])
     out = capsys.readouterr().out
+    assert "  converged (p >= tau 0.95): " in out  # valid (the target predicted) need not mean converged
     assert ("note: 'outcome' is ordered (rejected < interview < offer), but these metrics count a counterfactual "
             "valid only at its exact target") in out
     main(["--checkpoint", str(folder / "plain" / "last.ckpt"), "--data", str(folder / "hires.csv"), "--target",

@@ -65,6 +65,12 @@ def load(args: argparse.Namespace):
     return loaded, datamodule, config, constraints
 
 
+def metric_label(key: str, config) -> str:
+    """A summary key as printed: ``converged`` with the tau it counts (the protocol's, 0.95 by default: a
+    counterfactual can be valid, the target predicted, without reaching it)."""
+    return f"converged (p >= tau {config.tau:g})" if key == "converged" else key
+
+
 def order_note(datamodule) -> str | None:
     """The note under an ordered target's metrics: they count a counterfactual valid at its exact target only (the
     paper's protocol), where explain.py counts "at least"; ``None`` for an unordered target."""
@@ -138,7 +144,8 @@ def run(args: argparse.Namespace) -> dict:
     if order_note(datamodule):
         print(order_note(datamodule))
     for key, value in shown.items():
-        print(f"  {key:>18}: {value:.4f}" if isinstance(value, float) else f"  {key:>18}: {value}")
+        print(f"  {metric_label(key, config):>18}: {value:.4f}" if isinstance(value, float) else
+              f"  {metric_label(key, config):>18}: {value}")
     if logged:
         print(f"logged {', '.join(logged)} to run {loaded.run_id}")
     print(f"plots: {out_dir}")
