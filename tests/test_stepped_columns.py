@@ -230,3 +230,20 @@ def test_a_step_or_largest_change_may_be_written_as_the_file_writes_the_column(t
     assert requested_steps(codec, {"max_change": "income=12,500"}, "max_change") == {"income": 12500}
     with pytest.raises(MutabilityRefused, match=r"^params: step 'income=1,5' \(not a positive number\); allowed: "):
         requested_steps(codec, {"step": "income=1,5"})
+
+
+def test_a_step_in_a_file_with_decimal_commas_reads_as_the_file_writes_numbers(tmp_path):
+    """In a file that writes 31.000,00 € (decimal commas), ``--step income=1.000`` is a thousand, as the file's
+    cells read, not 1; ``debt_ratio=0,05`` a twentieth."""
+    from ct_lightning.experiment.runs.request_checks import requested_steps
+    from datamodules.table import TableDataModule
+
+    loans = pd.read_csv(LOANS)
+    european = loans.assign(
+        income=loans.income.map(lambda v: f"{v:,.2f} €".translate(str.maketrans(",.", ".,"))),
+        debt_ratio=(loans.debt / loans.income).round(2).map(lambda v: f"{v:.2f}".replace(".", ",")))
+    european.to_csv(tmp_path / "export.csv", sep=";", index=False)
+    codec = TableDataModule(tmp_path / "export.csv", target="approved").codec
+    assert codec.decimal_comma
+    assert requested_steps(codec, {"step": "income=1.000,debt_ratio=0,05"}) == {"income": 1000, "debt_ratio": 0.05}
+    assert requested_steps(codec, {"step": "income=250"}) == {"income": 250}

@@ -431,6 +431,18 @@ def _column_items(text: str) -> list[str]:
     return items
 
 
+def step_number(text: str, decimal_comma: bool) -> float:
+    """A ``--step``/``--max-change`` number as the training file writes the column's numbers (``$1,000``, ``2.5%``;
+    with decimal commas ``1.000`` is a thousand and ``0,5`` a half, as in the file); NaN where it reads none."""
+    written = undressed_number(text, decimal_comma)
+    if written is not None and not isinstance(written, str):
+        return float(written)
+    try:
+        return float(text)
+    except ValueError:
+        return math.nan
+
+
 def requested_steps(codec, params: dict, param: str = "step") -> dict[str, float]:
     """``{column: number}`` from a request's ``step`` param (``explain.py --step``) or ``max_change`` param
     (``explain.py --max-change``): ``COLUMN=NUMBER,...``, the smallest change (``step``) or the largest change either
@@ -456,11 +468,7 @@ def requested_steps(codec, params: dict, param: str = "step") -> dict[str, float
             raise MutabilityRefused(param, item, f"no such column{name_hint(name, kinds, '; {}')}", allowed)
         if kinds[name] not in STEP_KINDS:
             raise MutabilityRefused(param, item, f"{name!r} is {kinds[name]}", allowed)
-        try:
-            number = float(value)
-        except ValueError:  # as the training file wrote the column: $1,000, 2.5%, 0,5 with decimal commas
-            written = undressed_number(value, bool(getattr(codec, "decimal_comma", False)))
-            number = math.nan if isinstance(written, str) or written is None else float(written)
+        number = step_number(value, bool(getattr(codec, "decimal_comma", False)))
         if not 0 < number < math.inf:
             raise MutabilityRefused(param, item, "not a positive number", allowed)
         if kinds[name] == "integer" and not number.is_integer():
