@@ -7,6 +7,7 @@ column in a row bound) and by everything above (``datamodules`` is the lowest la
 from __future__ import annotations
 
 import difflib
+import unicodedata
 from collections.abc import Iterable
 
 CUTOFF = 0.75  # difflib's similarity ratio from which a name is suggested ('agee' → 'age' 0.86; 'nope' → 'none' 0.75)
@@ -34,6 +35,10 @@ def name_hint(value, allowed: Iterable, wrap: str = " ({})") -> str:
     case-sensitive)"`` where one allowed name differs only in case, else ``" (did you mean 'age'?)"`` for the name
     :func:`closest` finds, else ``""``."""
     names = [str(name) for name in allowed]
+    composed = unicodedata.normalize("NFC", str(value))
+    accents = [name for name in names if name != str(value) and unicodedata.normalize("NFC", name) == composed]
+    if accents:  # the same letters, an accent written as its own character (NFD) on one side
+        return wrap.format(f"did you mean {accents[0]!r}? the same letters, its accents written another way")
     same = [name for name in names if name.casefold() == str(value).casefold()]
     close = same[0] if same else closest(value, names)
     if close is None:

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from datamodules.table_header import SEP_LINE, sniff_delimiter, target_column_error
+from datamodules.table_header import SEP_LINE, column_name, sniff_delimiter, target_column_error
 from datamodules.table_header import header_line as _header_line
 from datamodules.table_header import second_line as _second_line
 
@@ -338,7 +338,7 @@ def read_csv(path, option: str = "data") -> pd.DataFrame:
         encoding = "cp1252"
         notes.append(f"{path.name} is not UTF-8: read as Windows-1252")
         cells = pd.read_csv(path, encoding=encoding, **options)
-    cells.columns = [str(c).strip() for c in cells.columns]
+    cells.columns = [column_name(c) for c in cells.columns]
     cells = cells.apply(_tidy_text).dropna(how="all").reset_index(drop=True)
     cells = cells.drop(columns=[c for c in cells.columns if c.startswith("Unnamed: ") and cells[c].isna().all()])
     _check_header(cells, path, option)
@@ -404,6 +404,7 @@ def tidy_frame(frame: pd.DataFrame) -> pd.DataFrame:
     """A Parquet file's or DataFrame's text columns as :func:`read_csv` leaves a CSV's: cells without surrounding
     spaces, empty cells and ``?`` missing, numbers dressed as text (``$36,428.20``) as numbers, with a note."""
     frame, notes = frame.apply(_tidy_text), list(frame.attrs.get("notes", ()))
+    frame.columns = [column_name(c) if isinstance(c, str) else c for c in frame.columns]
     units, written = dict(frame.attrs.get("units", {})), dict(frame.attrs.get("written", {}))
     for name in frame.columns:
         numbers = _dressed_numbers(frame[name], False, notes, units, written) if _is_text(frame[name]) else None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import itertools
 import re
+import unicodedata
 from pathlib import Path
 
 from datamodules.suggest import name_hint
@@ -43,6 +44,12 @@ def header_line(path: Path, encoding: str) -> str:
     return ""
 
 
+def column_name(text) -> str:
+    """A column's name as every reader of ours names it: without surrounding spaces, and in Unicode's composed form
+    (NFC), so that ``Âge`` written by a tool that decomposes accents (NFD, as macOS may) is the ``Âge`` typed."""
+    return unicodedata.normalize("NFC", str(text).strip())
+
+
 def header_names(path) -> list[str] | None:
     """The column names of a CSV file (``.csv``, ``.tsv``, ``.txt``) as :func:`~datamodules.table_format.read_csv`
     names them (spaces around them dropped), from its header line alone; ``None`` where that line cannot tell them
@@ -59,7 +66,7 @@ def header_names(path) -> list[str] | None:
         sep = hint.group(1) if hint else sniff_delimiter(header)
         if hint:
             header = second_line(path, encoding)
-        names = [name.strip() for name in next(csv.reader([header], delimiter=sep))]
+        names = [column_name(name) for name in next(csv.reader([header], delimiter=sep))]
     except (OSError, UnicodeDecodeError, csv.Error, StopIteration):
         return None
     if not names or not all(names) or len(set(names)) != len(names):
