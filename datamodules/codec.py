@@ -17,14 +17,17 @@ import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
 
-from datamodules.feature_types import FeatureTypes, RowBound
 from datamodules.row_bounds import BOUND_VALUES, SIDES, column_rules, read_rules, rule_name, rule_text, rule_words
 from datamodules.suggest import did_you_mean
 from datamodules.table_format import as_written
+
+if TYPE_CHECKING:  # torch: the searches' structures load on first use, so a table is checked before torch loads
+    from datamodules.feature_types import FeatureTypes, RowBound
 
 KINDS = ("continuous", "integer", "categorical", "binary", "ordinal")
 LABELLED = ("categorical", "binary", "ordinal")  # kinds whose values are categories (labels), not numbers
@@ -665,6 +668,8 @@ class TabularCodec:
         number of steps from the factual's value (an integer or ordinal column's whole step keeps it whole), columns
         with a ``max_change`` within it of the factual's value (an ordinal column's raw units are its ranks, so both
         count places of its order)."""
+        from datamodules.feature_types import FeatureTypes  # noqa: PLC0415 - imports torch
+
         offset = np.zeros(len(self.feature_names), dtype=np.float32)
         scale = np.ones(len(self.feature_names), dtype=np.float32)
         integers, binary, steps, reach = [], [], {}, {}
@@ -686,6 +691,8 @@ class TabularCodec:
     def row_bounds(self) -> list[RowBound]:
         """The data spec's cross-column bounds (``experience: {upper: age - 16}``) by model input, a column's after
         those of the columns it reads (:func:`datamodules.row_bounds.column_rules`)."""
+        from datamodules.feature_types import RowBound  # noqa: PLC0415 - imports torch
+
         index = {c.name: self._slices[c.name].start for c in self.columns}
         return [RowBound(index[column.name], side, tuple((index[n], c) for n, c in terms.items()), constant,
                          rule_name(column, side, rule_text(terms, constant)))

@@ -17,21 +17,16 @@ import numpy as np
 import pandas as pd
 
 from datamodules.base import TensorDataModule
-from datamodules.codec import (TabularCodec, _plain, category_codes, number_text, ordinal_orders, read_spec,
-                              text_ordinals)
+from datamodules.codec import TabularCodec, _plain, category_codes, number_text, ordinal_orders, read_spec
 from datamodules.feature_types import FeatureTypes
 from datamodules.preprocess import undersample
 from datamodules.row_bounds import breaking_rows, rule_name
-from datamodules.table_header import drop_columns_error
-from datamodules.table_format import as_written, check_target, labels_as_written, read_table, text_column_problems, tidy_frame
+from datamodules.table_checks import SPLIT, checked_table, raise_problems
+from datamodules.table_format import as_written, read_table, tidy_frame
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq")  # a CSV's delimiter is read from its header; also --data's list
-IMPUTE = ("none", "drop", "median")  # missing values: refuse, drop those rows, or fill (median / most frequent)
 CODE_LEVELS = 10  # an inferred integer column with at most this many values may be category codes (SEX 1/2)
 BALANCE = ("none", "undersample")  # classes: as in the file, or each cut to the smallest's size
-SPLIT = (0.70, 0.15, 0.15)  # train, validation, test
-# the fewest rows of a class that give each split one (stratified_split rounds 15 % of 4 rows up to 1)
-MIN_CLASS_ROWS = next(n for n in range(1, 100) if min(round(n * SPLIT[1]), round(n * SPLIT[2])) >= 1)
 
 
 def is_table_path(data) -> bool:
@@ -48,82 +43,6 @@ def table_defaults(n_train: int) -> dict:
             "batch_size": 1000 if large else 32}
 
 
-def drop_table_columns(frame: pd.DataFrame, columns: Sequence[str], target: str | None, name: str,
-                       strict: bool = True) -> pd.DataFrame:
-    """``frame`` without ``columns`` (``--drop-columns``: identifiers, free text, leaked outcomes); ``strict``: a
-    column the table lacks, or the target, is a one-line ``ValueError`` (a trained model's list is not strict: a
-    file to evaluate may lack an identifier it was trained without)."""
-    error = drop_columns_error(columns, list(frame.columns), target, name) if strict else None
-    if error is not None:
-        raise error
-    return frame.drop(columns=[c for c in columns if c in frame.columns])
-
-
-def check_table(frame: pd.DataFrame, target: str | None, impute: str, name: str
-                ) -> tuple[pd.DataFrame, list[str], list[str]]:
-    """The table with missing values handled as ``impute`` says, notes on the rows left out or filled, and the
-    problems of its feature columns that stop a training (missing values, constant columns; each a message with its
-    fix, reported together by :func:`raise_problems`); a one-line ``ValueError`` at once for a target that cannot
-    be trained on: none, not a column, one class, too many classes."""
-    check_target(frame, target, name)
-    if impute not in IMPUTE:
-        raise ValueError(f"impute: got {impute!r}; allowed: {', '.join(IMPUTE)}")
-    notes = []
-    unlabelled = int(frame[target].isna().sum())
-    if unlabelled:
-        notes.append(f"{unlabelled} row(s) without a value in the target column {target!r} left out")
-        frame = frame[frame[target].notna()].reset_index(drop=True)
-    missing, problems = frame.columns[frame.isna().any()].tolist(), []
-    if missing and impute == "none":
-        counts = [f"{column!r} ({int(frame[column].isna().sum())})" for column in missing]
-        what = f"column {missing[0]!r} has {int(frame[missing[0]].isna().sum())} missing value(s)" if len(missing) == 1 \
-            else f"columns {', '.join(counts)} have missing values"
-        problems.append(f"{what} (empty or '?') in {name}; pass --impute drop (drop those rows) or --impute median "
-                        "(fill from the training rows)")
-    if missing and impute == "drop":
-        before = len(frame)
-        frame = frame.dropna().reset_index(drop=True)
-        notes.append(f"{before - len(frame)} row(s) with a missing value left out (--impute drop)")
-    if frame[target].nunique() < 2:  # its other classes were only in rows --impute drop left out
-        raise ValueError(f"target: column {target!r} has only one class ({frame[target].iloc[0]!r}) in {name}; "
-                         "allowed: a column with at least two classes")
-    problems += rare_class_problems(frame[target], target, name)
-    constant = [c for c in frame.columns if c != target and frame[c].nunique(dropna=False) <= 1]
-    if constant:
-        what = f"column {constant[0]!r} is" if len(constant) == 1 else \
-            f"columns {', '.join(repr(c) for c in constant)} are"
-        problems.append(f"{what} constant in {name} (a constant column cannot explain anything); leave "
-                        f"{'it' if len(constant) == 1 else 'them'} out with --drop-columns "
-                        f"{shlex.quote(','.join(map(str, constant)))}")
-    return frame, notes, problems
-
-
-def rare_class_problems(labels: pd.Series, target: str, name: str) -> list[str]:
-    """A problem (with its fix) for the classes with fewer than :data:`MIN_CLASS_ROWS` rows: a misspelt label
-    ('Rejectd' once beside 'Rejected') would train as a class of its own that no validation or test row holds."""
-    counts = labels.value_counts()
-    rare = counts[counts < MIN_CLASS_ROWS]
-    if rare.empty:
-        return []
-    shown = ", ".join(f"{label!r} ({count} row{'s' if count > 1 else ''})" for label, count in rare.items())
-    enough = counts.index[counts >= MIN_CLASS_ROWS]
-    fix = (f"a misspelt label? write it as one of the other classes ({', '.join(map(repr, enough[:5]))}), or leave "
-           "those rows out" if len(enough) else
-           f"no class has {MIN_CLASS_ROWS} rows: the table is too small to train on; give it more rows")
-    return [f"target {target!r}: {'class' if len(rare) == 1 else 'classes'} {shown} of {name} "
-            f"{'has' if len(rare) == 1 else 'have'} too few rows for the training, validation and test splits "
-            f"(allowed: at least {MIN_CLASS_ROWS} rows per class); {fix}"]
-
-
-def raise_problems(problems: list[str], name: str) -> None:
-    """A one-line ``ValueError`` with every problem of a table (each with its fix), so that one run shows them all."""
-    if len(problems) == 1:
-        raise ValueError(f"data: {problems[0]}")
-    if problems:
-        raise ValueError(f"data: {len(problems)} problems in {name}, each with its fix: "
-                         + " | ".join(f"({i}) {problem}" for i, problem in enumerate(problems, start=1)))
-
-
 def identifier_candidates(features: pd.DataFrame) -> set[str]:
     """Columns of whole numbers that look like row identifiers: a different number in every row, spanning at most
     twice as many numbers as there are rows (consecutive, or with the gaps of rows removed from a register)."""
@@ -138,7 +57,8 @@ def identifier_candidates(features: pd.DataFrame) -> set[str]:
 
 def stratified_split(y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
     """Seeded train/val/test row positions with each class split 70/15/15, rounded per class: every split sees every
-    class of at least :data:`MIN_CLASS_ROWS` rows (a rarer class is refused, :func:`rare_class_problems`)."""
+    class of at least :data:`~datamodules.table_checks.MIN_CLASS_ROWS` rows (a rarer class is refused,
+    :func:`~datamodules.table_checks.rare_class_problems`)."""
     rng = np.random.default_rng(seed)
     parts = {"train": [], "val": [], "test": []}
     for label in np.unique(y):
@@ -200,25 +120,19 @@ class TableDataModule(TensorDataModule):
         # relative to another folder since, is not read again
         self.spec = read_spec(spec) if codec is None else {}
         orders = ordinal_orders(self.spec, codec)  # labels such as 10% or $1,000 match their order as written
-        self.frame = labels_as_written(self.frame, text_ordinals(orders))
-        self.read_notes = list(self.frame.attrs.get("notes", ()))  # how the file was read: delimiter, decimal commas
-        units = dict(self.frame.attrs.get("units", {}))  # numbers the file wrote as $36,428.20 or 7.5%
-        self.decimal_comma = bool(self.frame.attrs.get("decimal_comma", False))
         self.label_of_source = "DataFrame" if isinstance(source, pd.DataFrame) else str(source)
         if not isinstance(source, pd.DataFrame):
             self.name = Path(source).stem  # loans.csv -> loans: table rows, plots and model names use it
         self.drop_columns = list(codec.dropped if codec is not None else drop_columns)
-        self.frame = drop_table_columns(self.frame, self.drop_columns, target, self.label_of_source,
-                                        strict=codec is None)
-        # how a column left out was read ('NA' kept as a category in a free-text column) is no longer news
-        self.read_notes = [n for n in self.read_notes if not any(n.startswith(f"{c}: ") for c in self.drop_columns)]
-        self.frame, dropped_or_filled, problems = check_table(self.frame, target, impute, self.label_of_source)
-        self.read_notes += dropped_or_filled
+        # the checks the recipes also make before torch is imported (preflight.check_table_columns): one home
+        checked = checked_table(self.frame, target, impute, self.label_of_source, orders, self.drop_columns,
+                                strict=codec is None, declared=dict(self.spec.get("columns") or {}) if codec is None
+                                else None)
+        self.frame, self.read_notes = checked.frame, checked.notes  # how the file was read, rows left out
+        units = dict(checked.attrs.get("units", {}))  # numbers the file wrote as $36,428.20 or 7.5%
+        self.decimal_comma = bool(checked.attrs.get("decimal_comma", False))
         self.target, self.impute, self.data_seed = target, impute, data_seed
-        if codec is None:
-            problems += text_column_problems(self.frame, target, dict(self.spec.get("columns") or {}),
-                                             self.label_of_source)
-        raise_problems(problems, self.label_of_source)
+        raise_problems(checked.problems, self.label_of_source)
         if codec is not None and codec.balance is not None:  # a trained model's own rows (explain.py --data)
             balance = codec.balance
         self._identifier_candidates = identifier_candidates(self.frame.drop(columns=[target]))  # before balancing

@@ -7,9 +7,11 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import NamedTuple
 
-from ct_lightning.experiment.configuration.settings import DEFAULTS, is_table_file, load_config_file, validate_config
+from ct_lightning.experiment.configuration.settings import (DEFAULTS, csv_names, is_table_file, load_config_file,
+                                                             validate_config)
 from ct_lightning.experiment.configuration.store import anchor_tracking_uri, check_store_exists, check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (check_accelerator, check_checkpoint_file, check_output_file,
                                                 check_writable_folder)
@@ -56,8 +58,10 @@ def check_table_columns(given: dict) -> None:
     check them before torch is imported: names against the header line first
     (:func:`~ct_lightning.experiment.configuration.table_columns.check_table_header`, a fraction of a second), then
     the target's classes, which needs the table read with pandas (the data module reuses what is read here,
-    :func:`~datamodules.table_format.read_table`), so that a misspelt column or an amount to predict (regression)
-    is refused in a second, not after the imports and the data module."""
+    :func:`~datamodules.table_format.read_table`), then every problem of the table the data module would refuse,
+    by the data module's own checks (:func:`check_table_data`), so that a misspelt column, an amount to predict
+    (regression), a gap without ``impute`` or a column of dates is refused in a second, not after the imports and
+    the data module."""
     if given.get("resume") or not is_table_file(given.get("data")):
         return
     from ct_lightning.experiment.configuration.table_columns import check_named_features, check_table_header  # noqa: PLC0415
@@ -69,6 +73,29 @@ def check_table_columns(given: dict) -> None:
     check_target_order(given.get("data_spec"), frame, given["target"])
     if not named:  # a Parquet file, or a header the line alone could not tell: the names as read
         check_named_features(given, [str(column) for column in frame.columns])
+    check_table_data(given, frame)
+
+
+def check_table_data(given: dict, frame) -> None:
+    """The problems of the table ``frame`` (as read from ``given["data"]``) that its data module would refuse, by the
+    same functions and with the same one line: the data spec's keys and values
+    (:func:`~datamodules.codec.read_spec`), ``drop_columns``, missing values without ``impute``, a class too rare
+    for the splits, constant columns and text columns a training cannot read, every one at once
+    (:func:`~datamodules.table_checks.checked_table`, :func:`~datamodules.table_checks.raise_problems`); then, with a
+    data spec, what it declares against the columns (unknown columns, kinds, bounds, orders, row rules) by fitting
+    the codec on all rows (:meth:`~datamodules.codec.TabularCodec.fit`; the data module fits it again on its training
+    rows). Not with ``balance: undersample``: the data module fits its codec on the rows kept, which may hold fewer
+    categories than the file."""
+    from datamodules.codec import TabularCodec, ordinal_orders, read_spec  # noqa: PLC0415 - pandas, no torch
+    from datamodules.table_checks import checked_table, raise_problems  # noqa: PLC0415
+
+    spec, drop = read_spec(given.get("data_spec")), csv_names(given.get("drop_columns"))
+    name = str(Path(given["data"]).resolve())  # as the data module names it (settings.resolve_config)
+    checked = checked_table(frame, given["target"], given.get("impute") or "none", name, ordinal_orders(spec), drop,
+                            declared=dict(spec.get("columns") or {}))
+    raise_problems(checked.problems, name)
+    if spec and (given.get("balance") or "none") == "none":
+        TabularCodec.fit(checked.frame, given["target"], spec, dropped=drop)
 
 
 def check_target_order(spec, frame, target: str) -> None:
@@ -88,8 +115,6 @@ def check_target_order(spec, frame, target: str) -> None:
 
 def check_data_dir(path) -> None:
     """A given raw-data folder must not be a file (a missing folder is the data module's to report or fill)."""
-    from pathlib import Path
-
     from ct_lightning.experiment.configuration.validation import InputError
 
     if Path(path).exists() and not Path(path).is_dir():

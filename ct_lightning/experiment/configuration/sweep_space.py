@@ -191,14 +191,16 @@ def check_trials(base: dict, settings: list[dict]) -> None:
 
 
 def check_table_options(base: dict, settings: list[dict]) -> None:
-    """The options that name a table's columns (``target``, ``immutable``, ``mutability``), once per distinct table
-    configuration of the trials, as ``train.py`` checks them before torch is imported
-    (:func:`~ct_lightning.experiment.configuration.preflight.check_table_columns`: the header line, then the target's
-    classes with pandas): the same one line, in a second instead of after torch and the data module."""
+    """The options that name a table's columns (``target``, ``immutable``, ``mutability``) and the table's problems
+    (gaps without ``impute``, dates, the data spec, ...), once per distinct table configuration of the trials, as
+    ``train.py`` checks them before torch is imported
+    (:func:`~ct_lightning.experiment.configuration.preflight.check_table_columns`: the header line, then the table
+    read with pandas): the same one line, in a second instead of after torch and the data module."""
     seen = set()
     for params in settings:
         config = {**base, **params}
-        key = repr([config.get(k) for k in ("data", "target", "drop_columns", "immutable", "mutability")])
+        key = repr([config.get(k) for k in ("data", "target", "drop_columns", "immutable", "mutability", "data_spec",
+                                            "impute", "balance")])
         if key not in seen:
             seen.add(key)
             check_table_columns(config)

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING
 from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic, write_text_atomic
 from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console
-from ct_lightning.experiment.configuration.preflight import threads_for
+from ct_lightning.experiment.configuration.preflight import check_table_columns, threads_for
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import checking, open_store, start, trained_batches
 from ct_lightning.experiment.configuration.settings import (TABLE_FILE, TABLE_KEYS, csv_names, is_factory, is_table_file,
@@ -100,11 +100,10 @@ def check_table_options(args, names: list[str]) -> None:
         raise InputError("--immutable", args.immutable, "nothing with --no-actionability (only the actionability "
                          "pair gets --immutable columns; the plausibility pair keeps only the data spec's own "
                          "mutability)")
-    from ct_lightning.experiment.configuration.table_columns import check_table_header  # noqa: PLC0415
-
-    for table in tables:  # the names in its header line first: a misspelt column is refused before torch
-        check_table_header({"data": table, "target": args.target, "drop_columns": args.drop_columns,
-                            "immutable": args.immutable})
+    for table in tables:  # before torch, as train.py: the header line's names, then the table's problems
+        check_table_columns({"data": table, "target": args.target, "drop_columns": args.drop_columns,
+                             "immutable": args.immutable, "data_spec": args.data_spec, "impute": args.impute,
+                             "balance": args.balance})
     from ct_lightning.experiment.configuration.settings import data_class  # noqa: PLC0415 - imports torch
 
     for table in tables:  # reading the table checks it (columns, classes, missing values, ...) before any work
