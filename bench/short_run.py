@@ -4,14 +4,18 @@ user runs it (a fresh interpreter, ``python recipes/train.py ...``), and where i
 Run: ``.venv/bin/python bench/short_run.py [--repeat 3] [--against DIR] [--json bench/short_run.json --label after]``.
 Each repeat makes an empty folder and runs the command there twice: the *first run* creates the MLflow store
 (``./mlruns``, SQLite), the *repeat run* finds it. Prints the median wall time of each (to exit, from the start of the
-interpreter), then an *anatomy* of one first and one repeat run (two more runs, in a folder of their own, under this
-script's timer, ``--anatomy-child``): the seconds of named stages (the functions of ``STAGES``, where the checkout has
-them: configuration, store setup, run creation, training, checkpoints, model logging, registry, plots, run end, …)
-and, inside each, the seconds spent importing modules; stages nest, and each level's ``other`` is what its named stages
-leave (at the top: the command line, its checks and the imports before ``train()``). ``--against DIR`` times another
-checkout as well (e.g. ``git archive BASE | tar -x -C DIR``), alternating with this one repeat by repeat, so that both
-see the same load on a shared machine; its anatomy is taken by this script's timer too. ``--json`` keeps one entry per
-``--label`` in the file (an earlier entry under the same label is replaced). Not a unit test: timings depend on the machine.
+interpreter). A warm-up run per checkout comes first, not timed: it fills the file cache and the runs' own user cache
+(``CT_CACHE_DIR``, empty at the start), where the first store MLflow creates is kept as the template of later new
+stores (``ct_lightning/experiment/runs/store_template.py``; a user's very first store is made by MLflow as before).
+Then an *anatomy* of one first and one repeat run (two more runs, in a folder of their own, under this script's timer,
+``--anatomy-child``): the seconds of named stages (the functions of ``STAGES``, where the checkout has them:
+configuration, store setup, run creation, training, checkpoints, model logging, registry, plots, run end, and the
+MLflow and matplotlib steps inside them that cost most) and, inside each, the seconds spent importing modules (the
+slowest imports named); stages nest, and each level's ``other`` is what its named stages leave (at the top: the
+command line, its checks and the imports before ``train()``). ``--against DIR`` times another checkout as well (e.g.
+``git archive BASE | tar -x -C DIR``), alternating with this one repeat by repeat, so that both see the same load on a
+shared machine; its anatomy is taken by this script's timer too. ``--json`` keeps one entry per ``--label`` in the
+file (an earlier entry under the same label is replaced). Not a unit test: timings depend on the machine.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -37,6 +42,9 @@ STAGES = [
     ("ct_lightning.experiment.configuration.data", "build_datamodule", "data module"),
     ("ct_lightning.experiment.runs.train", "module_and_unused", "CTModule"),
     ("ct_lightning.experiment.runs.tracking", "prepare_store", "store setup (SQLite store, its tables)"),
+    ("ct_lightning.experiment.runs.store_template", "copy_template", "copy of the empty store (store_template)"),
+    ("ct_lightning.experiment.runs.store_template", "keep_template", "kept as the template (store_template)"),
+    ("mlflow.store.db.utils", "_initialize_tables", "MLflow's schema migrations (a new store)"),
     ("ct_lightning.experiment.runs.tracking", "ensure_experiment", "experiment"),
     ("ct_lightning.experiment.runs.lifecycle", "create_run", "run creation (name, tags)"),
     ("ct_lightning.experiment.runs.run_artifacts", "log_training_inputs", "params, config.json/yaml, datasets"),
@@ -47,12 +55,16 @@ STAGES = [
     ("lightning.pytorch", "Trainer.test", "test"),
     ("ct_lightning.experiment.runs.served_model", "log_models", "model logging (model, predictor, registry)"),
     ("ct_lightning.experiment.runs.run_artifacts", "log_classifier", "PyTorch model (mlflow.pytorch.log_model)"),
+    ("mlflow.utils.requirements_utils", "_init_modules_to_packages_map",
+     "MLflow: every installed package's file list read (its requirement check; once a process)"),
+    ("mlflow.models.utils", "_validate_serving_input", "MLflow: input example scored (validation)"),
     ("ct_lightning.experiment.runs.served_model", "log_predictor", "predictor (pyfunc)"),
     ("ct_lightning.experiment.runs.served_model", "register_predictor", "registry (register the predictor)"),
     ("ct_lightning.experiment.runs.served_model", "_link_quietly", "final metrics linked to the models"),
     ("ct_lightning.experiment.runs.run_artifacts", "log_training_plots", "training plots"),
     ("ct_lightning.evaluation.plots", "plot_convergence", "convergence plot"),
     ("ct_lightning.evaluation.plots", "plot_decision_boundaries", "decision-boundary plot"),
+    ("matplotlib.figure", "Figure.savefig", "PNG (savefig: layout pass for the tight box, drawing, encoding)"),
     ("mlflow.tracking.client", "MlflowClient.log_artifact", "artifact upload (log_artifact)"),
     ("mlflow.tracking.client", "MlflowClient.log_artifacts", "artifact upload (log_artifacts)"),
     ("mlflow.tracking.client", "MlflowClient.get_run", "run reload (get_run)"),
@@ -64,18 +76,20 @@ STAGES = [
 # --- the timer, run inside the child interpreter: standard library only, installed before anything is imported ---
 
 class StageClock:
-    """Times the stages of one run: inclusive seconds and the seconds spent importing inside each, nested."""
+    """Times the stages of one run in its main thread: inclusive seconds and the seconds spent importing inside
+    each, nested."""
 
     def __init__(self):
         self.start = time.monotonic()
         self.stack = [{"label": "run", "seconds": 0.0, "imports_s": 0.0, "calls": 1, "children": {}}]
         self.importing = False
         self.wrapped: set = set()
+        self.thread = threading.get_ident()  # the main thread's stages only
 
     def import_hook(self, original):
         """``_find_and_load`` timing the outermost import into the current stage, and wrapping new stage targets."""
         def find_and_load(name, import_):
-            if self.importing:
+            if self.importing or threading.get_ident() != self.thread:
                 return original(name, import_)
             self.importing, started = True, time.monotonic()
             try:
@@ -117,6 +131,8 @@ class StageClock:
         clock = self
 
         def stage(*args, **kwargs):
+            if threading.get_ident() != clock.thread:  # another thread's calls (MLflow's own) are not stages
+                return function(*args, **kwargs)
             parent = clock.stack[-1]
             node = parent["children"].setdefault(label, {"label": label, "seconds": 0.0, "imports_s": 0.0,
                                                          "calls": 0, "children": {}})
@@ -251,6 +267,12 @@ def main() -> None:
     loads, times = [os.getloadavg()[0]], {tree: {"first": [], "repeat": []} for tree in trees}
     anatomies = {}
     with tempfile.TemporaryDirectory(prefix="ct-short-run-") as scratch:
+        env["CT_CACHE_DIR"] = str(Path(scratch) / "cache")  # the user cache of these runs: an empty one
+        for tree in trees:  # not timed: warms the file cache, and the user cache's empty store (store_template)
+            warm = Path(scratch) / f"warm-up-{trees.index(tree)}"
+            warm.mkdir()
+            if timed_run(tree, warm, env)[1]:
+                sys.exit(f"{tree}: the warm-up run failed")
         for index in range(args.repeat):
             for tree in trees:  # alternating: both trees see the same load
                 folder = Path(scratch) / f"{index}-{trees.index(tree)}"
