@@ -4,7 +4,8 @@ user runs it (a fresh interpreter, ``python recipes/train.py ...``), and where i
 Run: ``.venv/bin/python bench/short_run.py [--repeat 3] [--against DIR] [--json bench/short_run.json --label after]``.
 Each repeat makes an empty folder and runs the command there twice: the *first run* creates the MLflow store
 (``./mlruns``, SQLite), the *repeat run* finds it. Prints the median wall time of each (to exit, from the start of the
-interpreter). A warm-up run per checkout comes first, not timed: it fills the file cache and the runs' own user cache
+interpreter) and of its CPU seconds (user and system: what waiting for a core on a shared machine inflates least). A
+warm-up run per checkout comes first, not timed: it fills the file cache and the runs' own user cache
 (``CT_CACHE_DIR``, empty at the start), where the first store MLflow creates is kept as the template of later new
 stores (``ct_lightning/experiment/runs/store_template.py``; a user's very first store is made by MLflow as before).
 Then an *anatomy* of one first and one repeat run (two more runs, in a folder of their own, under this script's timer,
@@ -24,6 +25,7 @@ import argparse
 import json
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -173,14 +175,21 @@ def anatomy_child(out: str, script: str, argv: list[str]) -> None:
 
 # --- the parent: wall times and the anatomy's table ---
 
-def timed_run(tree: Path, folder: Path, env: dict) -> tuple[float, int]:
-    """``(seconds to exit, exit status)`` of the command run from ``tree`` in ``folder``."""
-    started = time.monotonic()
+def cpu_seconds() -> float:
+    """CPU seconds (user and system) of this process's finished children so far."""
+    used = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return used.ru_utime + used.ru_stime
+
+
+def timed_run(tree: Path, folder: Path, env: dict) -> tuple[float, float, int]:
+    """``(seconds to exit, CPU seconds, exit status)`` of the command run from ``tree`` in ``folder``. The CPU
+    seconds are what the run itself computed, which waiting for a core on a shared machine does not inflate."""
+    started, cpu = time.monotonic(), cpu_seconds()
     done = subprocess.run([sys.executable, str(tree / "recipes" / "train.py"), *COMMAND], cwd=folder,
                           env={**env, "PYTHONPATH": str(tree)}, capture_output=True, text=True)
     if done.returncode:
         print(done.stdout[-2000:], done.stderr[-4000:], file=sys.stderr)
-    return time.monotonic() - started, done.returncode
+    return time.monotonic() - started, cpu_seconds() - cpu, done.returncode
 
 
 def anatomy(tree: Path, folder: Path, env: dict) -> list[dict]:
@@ -264,24 +273,26 @@ def main() -> None:
     trees = [ROOT] + ([args.against.resolve()] if args.against else [])
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env.setdefault("CT_DATA_DIR", "/work/shared/data/raw")
-    loads, times = [os.getloadavg()[0]], {tree: {"first": [], "repeat": []} for tree in trees}
+    loads, times = [os.getloadavg()[0]], {tree: {kind: [] for kind in ("first", "repeat", "first_cpu",
+                                                                                "repeat_cpu")} for tree in trees}
     anatomies = {}
     with tempfile.TemporaryDirectory(prefix="ct-short-run-") as scratch:
         env["CT_CACHE_DIR"] = str(Path(scratch) / "cache")  # the user cache of these runs: an empty one
         for tree in trees:  # not timed: warms the file cache, and the user cache's empty store (store_template)
             warm = Path(scratch) / f"warm-up-{trees.index(tree)}"
             warm.mkdir()
-            if timed_run(tree, warm, env)[1]:
+            if timed_run(tree, warm, env)[2]:
                 sys.exit(f"{tree}: the warm-up run failed")
         for index in range(args.repeat):
             for tree in trees:  # alternating: both trees see the same load
                 folder = Path(scratch) / f"{index}-{trees.index(tree)}"
                 folder.mkdir()
                 for kind in ("first", "repeat"):
-                    seconds, status = timed_run(tree, folder, env)
+                    seconds, cpu, status = timed_run(tree, folder, env)
                     if status:
                         sys.exit(f"{tree}: the {kind} run failed (exit {status})")
                     times[tree][kind].append(seconds)
+                    times[tree][f"{kind}_cpu"].append(cpu)
                 if index == args.repeat - 1 and not args.no_anatomy:  # extra runs: the timer costs a little
                     fresh = Path(scratch) / f"anatomy-{trees.index(tree)}"
                     fresh.mkdir()
@@ -291,10 +302,11 @@ def main() -> None:
     for tree, prefix in zip(trees, ("", "against_")):
         where = "" if tree == ROOT else f"  [{tree}]"
         for kind in ("first", "repeat"):
-            median = statistics.median(times[tree][kind])
-            print(f"{median:6.2f} s  {kind} run (median of {args.repeat}: "
-                  f"{', '.join(f'{s:.2f}' for s in times[tree][kind])}){where}")
+            median, cpu = (statistics.median(times[tree][key]) for key in (kind, f"{kind}_cpu"))
+            print(f"{median:6.2f} s  {kind} run, {cpu:6.2f} s CPU (medians of {args.repeat}: "
+                  f"{', '.join(f'{s:.2f}' for s in times[tree][kind])} s){where}")
             result[f"{prefix}{kind}_run_s"] = round(median, 3)
+            result[f"{prefix}{kind}_run_cpu_s"] = round(cpu, 3)
             result[f"{prefix}{kind}_runs_s"] = [round(s, 3) for s in times[tree][kind]]
         for kind, rows in anatomies.get(tree, {}).items():
             show_anatomy(rows, f"{kind} run {where.strip() or f'[{ROOT}]'}")
