@@ -60,3 +60,17 @@ def test_template_only_from_an_empty_store(tmp_path, monkeypatch):
     client = MlflowClient(tracking_uri=f"sqlite:///{database}")
     client.create_experiment("holds-something", artifact_location=(tmp_path / "a").as_uri())
     assert not keep_template(database) and not template_file().exists()
+
+
+def test_a_damaged_template_is_dropped(tmp_path, monkeypatch):
+    """A template damaged since it was kept is not copied: MLflow creates the store, which becomes the new template."""
+    monkeypatch.setenv("CT_CACHE_DIR", str(tmp_path / "cache"))
+    prepare_store(f"sqlite:///{tmp_path / 'one' / 'mlflow.db'}")
+    template = template_file()
+    template.write_bytes(template.read_bytes()[:4096])  # cut short
+    second = tmp_path / "two" / "mlflow.db"
+    second.parent.mkdir()
+    assert not copy_template(second) and not second.exists() and not template.exists()
+    prepare_store(f"sqlite:///{second}", "exp")
+    assert MlflowClient(tracking_uri=f"sqlite:///{second}").get_experiment_by_name("exp") is not None
+    assert template.is_file() and _experiments(template) == []

@@ -58,6 +58,9 @@ def copy_template(database: Path) -> bool:
     template = template_file()
     if template is None or database.exists() or not template.is_file():
         return False
+    if not _sound(template):  # damaged since it was kept: dropped, MLflow creates this store (a new template)
+        template.unlink(missing_ok=True)
+        return False
     partial = database.with_name(f".{database.name}.{os.getpid()}.partial")
     try:
         shutil.copyfile(template, partial)
@@ -66,6 +69,17 @@ def copy_template(database: Path) -> bool:
         partial.unlink(missing_ok=True)
         return False
     return True
+
+
+def _sound(template: Path) -> bool:
+    """Whether ``template`` is an intact SQLite file with a schema revision and no experiment."""
+    try:
+        with closing(sqlite3.connect(f"{template.as_uri()}?mode=ro", uri=True)) as connection:
+            return connection.execute("PRAGMA quick_check").fetchone() == ("ok",) \
+                and connection.execute("SELECT COUNT(*) FROM alembic_version").fetchone() == (1,) \
+                and connection.execute("SELECT COUNT(*) FROM experiments").fetchone() == (0,)
+    except sqlite3.Error:
+        return False
 
 
 def keep_template(database: Path) -> bool:
