@@ -169,8 +169,7 @@ def anatomy_child(out: str, script: str, argv: list[str]) -> None:
     root["seconds"] = time.monotonic() - clock.start
     Path(out).write_text(json.dumps({"start": clock.start, "end": time.monotonic(), "root": root,
                                      "exit_status": status}))
-    sys.stdout.flush()
-    os._exit(status)  # the interpreter's own exit is timed by the parent (from "end" to the process's end)
+    sys.exit(status)  # the interpreter's own exit, as the recipe's: timed by the parent, from "end" to the process's end
 
 
 # --- the parent: wall times and the anatomy's table ---
