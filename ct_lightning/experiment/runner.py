@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import gc
 import os
 from collections.abc import Callable
 from typing import Any, TypeVar
@@ -105,11 +106,20 @@ def open_store(tracking_uri: str, experiment: str):
     return client, ensure_experiment(client, experiment, artifact_location), artifact_location
 
 
+def exit_soon() -> None:
+    """Prepare a recipe's process for its exit, which comes next: the objects it holds (millions: torch, Lightning,
+    MLflow, SciPy) are moved out of the garbage collector's reach (``gc.freeze``), so that the interpreter's shutdown
+    does not walk them all again (2.4 s after a short training, 0.3 s so; ``bench/short_run.py``). What ends a process
+    properly still runs: ``atexit`` handlers (log handlers flushed, temporary folders removed), the flush of the
+    standard streams, and the release of every object that no reference cycle holds."""
+    gc.freeze()
+
+
 def console_entry(main: Callable[[list[str] | None], Any]) -> Callable[[], int]:
     """A recipe's console-script entry (``ct-train = "recipes.train:cli"``): run ``main`` on the command line and
     return exit code 0. ``main`` returns its summary for callers in Python, which a console script's
     ``sys.exit(cli())`` must not see (it would print it and exit 1); errors still end inside ``main`` with their
-    one-line message and exit code 1 or 2."""
+    one-line message and exit code 1 or 2. The process ends when ``cli`` returns (call ``main`` from Python)."""
 
     def cli() -> int:
         from ct_lightning.experiment.configuration.allocator import keep_freed_memory  # noqa: PLC0415
@@ -119,6 +129,8 @@ def console_entry(main: Callable[[list[str] | None], Any]) -> Callable[[], int]:
             main(None)
         except TrainingInterrupted as interrupted:  # its message and the resume command are already printed
             return interrupted.exit_code
+        finally:
+            exit_soon()
         return 0
 
     cli.__doc__ = (f"Console-script entry: ``{main.__module__}.main`` on the command line; exit code 0 on success, "

@@ -279,7 +279,6 @@ def log_training_plots(client, run_id: str, module, datamodule, n_counterfactual
     from ct_lightning.evaluation.plots import metric_history, plot_convergence, plot_decision_boundaries
     from ct_lightning.training.pool import random_targets
 
-    logged = []
     with tempfile.TemporaryDirectory(prefix="ct-plots-") as folder:
         history = metric_history(client, run_id, "train/cf_converged")
         paths = [plot_convergence({"CT": history}, Path(folder) / "mature_counterfactuals.png")]
@@ -301,10 +300,8 @@ def log_training_plots(client, run_id: str, module, datamodule, n_counterfactual
             paths.append(plot_decision_boundaries([panel], Path(folder) / "decision_boundary.png",
                                                   datamodule.x_train, datamodule.y_train,
                                                   feature_names=tuple(datamodule.feature_names[:2])))
-        for path in paths:
-            client.log_artifact(run_id, str(path), artifact_path="plots")
-            logged.append(f"plots/{Path(path).name}")
-    return logged
+        client.log_artifacts(run_id, folder, artifact_path="plots")  # one call: the folder holds these plots only
+        return [f"plots/{Path(path).name}" for path in paths]
 
 
 def _load_torch_module(uri: str) -> torch.nn.Module:

@@ -12,6 +12,7 @@ except ImportError:  # Windows: no advisory locks; creation then relies on the r
     fcntl = None
 
 from ct_lightning.experiment.configuration.store import local_store_dir
+from ct_lightning.experiment.runs.store_template import copy_template, keep_template
 
 
 # Errors MLflow raises when several processes create the same store or experiment at once.
@@ -70,20 +71,26 @@ def prepare_store(tracking_uri: str, experiment: str | None = None) -> str | Non
     MLflow 3 rejects the old file store, so local runs track in SQLite and keep artifacts as
     files in ``artifacts/`` next to the database. Many processes may start at once on a fresh
     store: the database and the experiment are created under an inter-process lock, so none of
-    them fails with ``table experiments already exists``. A server store (``http://...``) creates
+    them fails with ``table experiments already exists``. A new database starts as a copy of the
+    empty store MLflow created before (:mod:`~ct_lightning.experiment.runs.store_template`), else
+    MLflow creates it (and it becomes that template). A server store (``http://...``) creates
     its own tables; there only the experiment is created, with retries.
     """
     from mlflow.tracking import MlflowClient
 
     if tracking_uri.startswith("sqlite:///"):
         store = local_store_dir(tracking_uri)
+        database = Path(tracking_uri[len("sqlite:///"):])
         artifacts = (store / "artifacts").resolve().as_uri()
         with store_lock(store):
+            new = "?" not in tracking_uri and database.name != ":memory:" and not database.exists()
+            copied = new and copy_template(database)  # MLflow's migrations ran once, for the template
             client = MlflowClient(tracking_uri=tracking_uri)
+            retry_race(lambda: client.search_experiments(max_results=1))  # MLflow creates or opens the store
+            if new and not copied:
+                keep_template(database)  # before anything is written to it
             if experiment is not None:
                 ensure_experiment(client, experiment, artifacts)
-            else:
-                retry_race(lambda: client.search_experiments(max_results=1))
         return artifacts
     if experiment is not None:
         ensure_experiment(MlflowClient(tracking_uri=tracking_uri), experiment)
