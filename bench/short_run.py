@@ -36,6 +36,8 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))  # run as a script: bench/ is a package of the checkout
+from bench.startup import commit, write_json  # noqa: E402 - after the path
 COMMAND = ["--data", "circles", "--max-epochs", "2"]
 # (module, attribute: a function, or Class.method, label) of each timed stage; a checkout without one times the rest.
 STAGES = [
@@ -242,22 +244,6 @@ def show_anatomy(rows: list[dict], title: str) -> None:
         imported = ", ".join(f"{name} {seconds:.2f}" for name, seconds in row.get("imported", {}).items())
         print(f"  {'  ' * row['depth']}{row['seconds']:6.2f}{imports:8}  {row['stage']}{calls}"
               + (f"  [imports: {imported}]" if imported else ""))
-
-
-def commit() -> str:
-    """The worktree's commit (with ``+changes`` when it has uncommitted changes)."""
-    def git(*args):
-        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True).stdout.strip()
-
-    return git("rev-parse", "--short", "HEAD") + ("+changes" if git("status", "--porcelain", "--untracked-files=no")
-                                                  else "")
-
-
-def write_json(path: Path, entry: dict) -> None:
-    """Keep ``entry`` in ``path`` beside the entries of other labels."""
-    runs = json.loads(path.read_text())["runs"] if path.is_file() else []
-    runs = [run for run in runs if run["label"] != entry["label"]] + [entry]
-    path.write_text(json.dumps({"runs": runs}, indent=2) + "\n")
 
 
 def main() -> None:
