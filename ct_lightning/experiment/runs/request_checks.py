@@ -434,8 +434,8 @@ def _column_items(text: str) -> list[str]:
 def step_number(text: str, decimal_comma: bool) -> float:
     """A ``--step``/``--max-change`` number as the training file writes the column's numbers (``$1,000``, ``2.5%``;
     with decimal commas ``1.000`` is a thousand and ``0,5`` a half, as in the file); NaN where it reads none."""
-    written = undressed_number(text, decimal_comma)
-    if written is not None and not isinstance(written, str):
+    written = undressed_number(text, decimal_comma)  # of text: a number, or None where it reads none
+    if written is not None:
         return float(written)
     try:
         return float(text)

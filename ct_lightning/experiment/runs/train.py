@@ -688,9 +688,10 @@ def explain_example(datamodule) -> dict | None:
     codec = getattr(datamodule, "codec", None)
     if codec is None or not hasattr(codec, "decode"):
         return None
+    from datamodules.codec import _plain  # noqa: PLC0415 - numpy scalars as JSON keeps them
+
     row = example_rows(codec, datamodule.x_test, 1).iloc[0].to_dict()
-    return {k: float(f"{v:.6g}") if isinstance(v, float) else (v.item() if hasattr(v, "item") else v)
-            for k, v in row.items()}
+    return {k: float(f"{v:.6g}") if isinstance(v, float) else _plain(v) for k, v in row.items()}
 
 
 def _share_slack(summary: dict) -> float:

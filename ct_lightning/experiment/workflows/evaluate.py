@@ -141,8 +141,9 @@ def run(args: argparse.Namespace) -> dict:
         write_json_atomic(args.summary_json, payload)
     shown = {k: v for k, v in summary.items() if k != "per_lambda"}
     print(f"data {datamodule.name} ({args.split} split), {constraints.in_words()}")
-    if order_note(datamodule):
-        print(order_note(datamodule))
+    note = order_note(datamodule)
+    if note:
+        print(note)
     for key, value in shown.items():
         print(f"  {metric_label(key, config):>18}: {value:.4f}" if isinstance(value, float) else
               f"  {metric_label(key, config):>18}: {value}")
