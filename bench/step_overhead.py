@@ -39,7 +39,7 @@ class Timed(CTModule):
         public = self.current_epoch % 2 == 1
         for index, (x, y) in enumerate(batch.batches()):
             started = time.perf_counter()
-            loss = self._step_loss(x, y, index, len(batch))
+            loss = self._step_loss(x, y, index, len(batch))[0]
             if self.current_epoch == self.log_epoch:
                 t = time.perf_counter()
                 for name in TERMS:

@@ -17,7 +17,10 @@ from ct_lightning.constraints import (Constraints, one_hot_groups, parse_mutabil
                                       resolve_feature_types)
 from ct_lightning.training.epoch_block import EpochBlock
 from ct_lightning.training.eval_mode import eval_mode
+from ct_lightning.training.flat_adam import FlatAdam
+from ct_lightning.training.mlp_step import conventional_step, counterfactual_step
 from ct_lightning.generators import FitContext, generate_counterfactuals, make_generator
+from ct_lightning.generators.input_gradient import by_hand, plain_mlp_layers
 from ct_lightning.losses import adversarial_loss, check_objective, contrast_pairs, energy_terms
 from ct_lightning.models import describe_model, model_from_hparams
 from ct_lightning.training.pool import ClassSampler, CounterfactualPool, random_targets, target_tally
@@ -353,7 +356,7 @@ class CTModule(L.LightningModule):
 
     def training_step(self, batch, batch_idx: int) -> torch.Tensor | None:
         if self.automatic_optimization:
-            return self._step_loss(batch[0], batch[1], batch_idx, self._batches_per_epoch())
+            return self._step_loss(batch[0], batch[1], batch_idx, self._batches_per_epoch())[0]
         # Manual optimisation: the same order as Lightning's automatic closure (step, zero_grad, backward, step).
         if isinstance(batch, EpochBlock):
             steps, n_batches = enumerate(batch.batches()), len(batch)
@@ -369,11 +372,15 @@ class CTModule(L.LightningModule):
         # direct path calls those two itself. tests/test_epoch_block.py checks the count and the weights.
         direct = str(self.trainer.precision) in ("32-true", "32", "64-true", "64") and \
             hasattr(optimizer, "_on_before_step") and self._world()[0] == 1
+        layers = self._layers_by_hand(optimizer.optimizer) if direct else None
         for index, (x, y) in steps:
-            loss = self._step_loss(x, y, index, n_batches)
+            # By hand (training.mlp_step) the step writes the gradients itself; else autograd's backward.
+            grads = optimizer.optimizer.gradient_views() if layers is not None else None
+            loss, grads_written = self._step_loss(x, y, index, n_batches, layers, grads)
             if direct:
-                optimizer.optimizer.zero_grad()
-                loss.backward()
+                if not grads_written:
+                    optimizer.optimizer.zero_grad()
+                    loss.backward()
                 optimizer._on_before_step()
                 optimizer.optimizer.step()
                 optimizer._on_after_step()
@@ -383,33 +390,56 @@ class CTModule(L.LightningModule):
                 optimizer.step()
         return None
 
-    def _step_loss(self, x: torch.Tensor, y: torch.Tensor, batch_idx: int, n_batches: int) -> torch.Tensor:
-        """The loss of one optimisation step on batch ``batch_idx`` of ``n_batches`` (Eq. 2), accumulated for logging."""
+    def _layers_by_hand(self, optimizer) -> list[nn.Module] | None:
+        """The model's layers where a training step may run by hand (``training.mlp_step``): a plain MLP on a CPU
+        whose optimiser takes flat gradients, outside autocast and ``input_gradient.autograd_only``; else ``None``."""
+        if not by_hand() or not callable(getattr(optimizer, "gradient_views", None)) \
+                or torch.is_autocast_enabled("cpu"):
+            return None
+        layers = plain_mlp_layers(self.model)
+        if layers is None or any(p.device.type != "cpu" or not p.requires_grad for p in self.model.parameters()):
+            return None
+        return layers
+
+    def _step_loss(self, x: torch.Tensor, y: torch.Tensor, batch_idx: int, n_batches: int,
+                   layers: list[nn.Module] | None = None, grads: dict | None = None) -> tuple[torch.Tensor, bool]:
+        """The loss of one optimisation step on batch ``batch_idx`` of ``n_batches`` (Eq. 2), accumulated for logging,
+        and whether the parameters' gradients are written: by hand into ``grads`` (the optimiser's
+        :meth:`~ct_lightning.training.flat_adam.FlatAdam.gradient_views`) when given, with the MLP's ``layers``
+        (``training.mlp_step``; the same loss and gradients as autograd's), else left to the caller's backward pass."""
         hp = self.hparams
         if not self.uses_counterfactuals:
-            logits = self.model(x)
-            clf = F.cross_entropy(logits, y)
-            loss = clf if hp.lambda_clf == 1.0 else hp.lambda_clf * clf  # the same value, one kernel fewer
+            if grads is not None:
+                loss, clf, logits = conventional_step(layers, x, y, hp.lambda_clf, grads)
+            else:
+                logits = self.model(x)
+                clf = F.cross_entropy(logits, y)
+                loss = clf if hp.lambda_clf == 1.0 else hp.lambda_clf * clf  # the same value, one kernel fewer
             # [loss, clf] only: the other terms are 0 and are filled in once per epoch (on_train_epoch_end).
             self._accumulate("train", (loss.detach(), clf.detach()), logits, y)
-            return loss
-        else:
-            pool = self._pool_for_step(batch_idx, n_batches)
-            m = len(pool)
-            # One forward pass over [x, x⁺, x', x'_tε] instead of four.
-            logits = self.model(torch.cat([x, pool.x_pos, pool.x_neg, pool.nascent]))
-            logits, logits_pos, logits_neg, logits_adv = logits.split([len(x), m, m, m])
-            clf = F.cross_entropy(logits, y)
-            div, ridge = energy_terms(logits_pos, logits_neg, pool.target)
-            adv = adversarial_loss(logits_adv, pool.labels)
-            if not self.uses_energy:
-                div, ridge = div.detach() * 0.0, ridge.detach() * 0.0
-            if not self.uses_adversarial:
-                adv = adv.detach() * 0.0
-            terms = {"clf": clf, "div": div, "ridge": ridge, "adv": adv}
-            loss = hp.lambda_clf * clf + hp.lambda_div * div + hp.lambda_reg * ridge + hp.lambda_adv * adv
+            return loss, grads is not None
+        pool = self._pool_for_step(batch_idx, n_batches)
+        m = len(pool)
+        if grads is not None and m:
+            loss, terms, logits = counterfactual_step(
+                layers, x, y, pool, (hp.lambda_clf, hp.lambda_div, hp.lambda_reg, hp.lambda_adv),
+                self.uses_energy, self.uses_adversarial, grads)
+            self._accumulate("train", (loss, *terms), logits, y)
+            return loss, True
+        # One forward pass over [x, x⁺, x', x'_tε] instead of four.
+        logits = self.model(torch.cat([x, pool.x_pos, pool.x_neg, pool.nascent]))
+        logits, logits_pos, logits_neg, logits_adv = logits.split([len(x), m, m, m])
+        clf = F.cross_entropy(logits, y)
+        div, ridge = energy_terms(logits_pos, logits_neg, pool.target)
+        adv = adversarial_loss(logits_adv, pool.labels)
+        if not self.uses_energy:
+            div, ridge = div.detach() * 0.0, ridge.detach() * 0.0
+        if not self.uses_adversarial:
+            adv = adv.detach() * 0.0
+        terms = {"clf": clf, "div": div, "ridge": ridge, "adv": adv}
+        loss = hp.lambda_clf * clf + hp.lambda_div * div + hp.lambda_reg * ridge + hp.lambda_adv * adv
         self._accumulate("train", (loss.detach(), *(terms[name].detach() for name in TERMS)), logits, y)
-        return loss
+        return loss, False
 
     # ---------------------------------------------------------------------- logging
     def _accumulate(self, stage: str, values: tuple[torch.Tensor, ...], logits: torch.Tensor, y: torch.Tensor) -> None:
@@ -545,4 +575,5 @@ class CTModule(L.LightningModule):
         self._log_eval_epoch("test")
 
     def configure_optimizers(self):
-        return torch.optim.Adam(self.model.parameters(), lr=self.hparams.lr)
+        # Adam, with a flat step on a CPU (the same arithmetic; training.flat_adam).
+        return FlatAdam(self.model.parameters(), lr=self.hparams.lr)

@@ -22,13 +22,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# The activations whose backward is a function of their output alone (what autograd keeps for them).
-_BACKWARD_FROM_OUTPUT = {
+# The activations whose backward is a function of their output alone (what autograd keeps for them); also the
+# training step by hand (ct_lightning.training.mlp_step).
+ACTIVATION_BACKWARD = {
     nn.ReLU: lambda grad, output: torch.ops.aten.threshold_backward(grad, output, 0),
     nn.Tanh: torch.ops.aten.tanh_backward,
     nn.Sigmoid: torch.ops.aten.sigmoid_backward,
 }
-_FORWARD = {nn.ReLU: torch.relu, nn.Tanh: torch.tanh, nn.Sigmoid: torch.sigmoid}
+ACTIVATION_FORWARD = {nn.ReLU: torch.relu, nn.Tanh: torch.tanh, nn.Sigmoid: torch.sigmoid}
 _by_hand = True
 
 
@@ -64,7 +65,8 @@ class MLPPasses:
         with torch.no_grad():
             h = x.detach()
             for layer in self.layers:
-                h = F.linear(h, layer.weight, layer.bias) if type(layer) is nn.Linear else _FORWARD[type(layer)](h)
+                h = F.linear(h, layer.weight, layer.bias) if type(layer) is nn.Linear \
+                    else ACTIVATION_FORWARD[type(layer)](h)
                 outputs.append(h)
         return h, outputs
 
@@ -76,7 +78,7 @@ class MLPPasses:
                 if type(layer) is nn.Linear:
                     grad = grad.mm(layer.weight)
                 else:
-                    grad = _BACKWARD_FROM_OUTPUT[type(layer)](grad, output)
+                    grad = ACTIVATION_BACKWARD[type(layer)](grad, output)
         return grad
 
 
@@ -95,7 +97,7 @@ def plain_mlp_layers(model: nn.Module) -> list[nn.Module] | None:
     if type(layers[0]) is not nn.Linear or type(layers[-1]) is not nn.Linear:
         return None
     for layer in layers:
-        if type(layer) not in (nn.Linear, *_BACKWARD_FROM_OUTPUT) or _hooked(layer):
+        if type(layer) not in (nn.Linear, *ACTIVATION_BACKWARD) or _hooked(layer):
             return None
     hooks = nn.modules.module
     if hooks._global_forward_hooks or hooks._global_forward_pre_hooks or hooks._global_backward_hooks \
@@ -109,6 +111,11 @@ def _autocast_on() -> bool:
     return any(torch.is_autocast_enabled(device) for device in ("cpu", "cuda"))
 
 
+def by_hand() -> bool:
+    """Whether the passes of a plain MLP may run by hand (``False`` inside :func:`autograd_only`)."""
+    return _by_hand
+
+
 def model_passes(model: nn.Module) -> AutogradPasses | MLPPasses:
     """The fastest exact way to run ``model``'s search passes: by hand for a plain MLP, else autograd (also under
     autocast, where autograd's backward runs outside the autocast region and the hand-written one would not)."""
@@ -118,7 +125,8 @@ def model_passes(model: nn.Module) -> AutogradPasses | MLPPasses:
 
 @contextlib.contextmanager
 def autograd_only() -> Iterator[None]:
-    """Within the block, every search uses autograd (to compare the two ways; ``bench/``, tests)."""
+    """Within the block, every search and training step uses autograd (to compare the two ways; ``bench/``,
+    tests)."""
     global _by_hand
     before, _by_hand = _by_hand, False
     try:
