@@ -142,7 +142,7 @@ def workbook_cells(value, option: str = "data"):
     if not rows:
         return pd.DataFrame(), []
     header = [f"Unnamed: {c}" if cell is None else str(_text(cell)) for c, cell in enumerate(rows[0])]
-    cells = pd.DataFrame([[_text(cell) for cell in row] for row in rows[1:]], columns=header, dtype=object)
+    cells = pd.DataFrame([[_text(cell) for cell in row] for row in rows[1:]], columns=header, dtype="str")  # as read_csv
     note = f"{Path(path).name}: sheet {sheet!r}" + (f" of {len(names)}" if len(names) > 1 else "") + \
         ", each cell's stored value (a cell shown as 7.5% holds 0.075)"
     return cells, [note]
