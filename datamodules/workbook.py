@@ -96,6 +96,27 @@ def _chosen_sheet(names: list[str], sheet: str | None, path: str, value: str, op
     return names[0] if sheet is None else sheet
 
 
+FORMULA_TAG = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?f[\s>/]")  # a cell's <f>: the formula beside its stored <v>
+
+
+def _holds_formulas(path: Path) -> bool:
+    """Whether a worksheet of the workbook holds a formula, from its XML text (read in pieces): a workbook without
+    one needs no second reading to tell a formula without a stored value from an empty cell."""
+    import zipfile  # noqa: PLC0415
+
+    with zipfile.ZipFile(path) as archive:
+        for name in archive.namelist():
+            if not (name.startswith("xl/worksheets/") and name.endswith(".xml")):
+                continue
+            with archive.open(name) as part:
+                tail = b""
+                while chunk := part.read(1 << 20):
+                    if FORMULA_TAG.search(tail + chunk):
+                        return True
+                    tail = chunk[-64:]
+    return False
+
+
 def _unset_formulas(path: Path, sheet: str, gaps: set[tuple[int, int]], value: str, option: str) -> None:
     """A one-line ``TableError`` where a cell of ``gaps`` (empty as stored: row, column) holds a formula: a value
     Excel never computed, which a training must not read as a missing value."""
@@ -115,6 +136,21 @@ def _unset_formulas(path: Path, sheet: str, gaps: set[tuple[int, int]], value: s
                          f"value (first: {_column_letter(c)}{r + 1}, {text}): the file was written by a program that "
                          "does not compute formulas", "a workbook saved by Excel or LibreOffice (open it and save it: "
                          "each formula's value is stored), or the formulas pasted as values")
+
+
+def _check_first_row(rows: list[list], value: str, option: str) -> None:
+    """A one-line ``TableError`` where row 1 names fewer than half of the columns holding values (a title such as
+    ``Loan book 2023`` above the table, or empty rows first): the names are on a lower row, and the table read from
+    row 1 would hold them as data. One unnamed column (an index pandas wrote) is a CSV's ``Unnamed: 0``."""
+    from datamodules.table_format import TableError  # noqa: PLC0415
+
+    named = [cell for cell in rows[0] if cell is not None and str(cell).strip()]
+    filled = [c for c in range(len(rows[0])) if any(row[c] is not None for row in rows[1:])]
+    if len(filled) >= 2 and 2 * len(named) < len(filled):
+        shown = f" (only {', '.join(repr(str(cell)) for cell in named)})" if named else ""
+        raise TableError(option, value, f"row 1 of {Path(value).name} names {len(named)} of its {len(filled)} columns"
+                         f"{shown}: are the column names on a lower row, below a title?", "a sheet whose row 1 holds "
+                         "the column names: delete the rows above them")
 
 
 def workbook_cells(value, option: str = "data"):
@@ -137,10 +173,11 @@ def workbook_cells(value, option: str = "data"):
     width = max((len(row) for row in rows), default=0)
     rows = [row + [None] * (width - len(row)) for row in rows]
     gaps = {(r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell is None}
-    if gaps:  # only then is a second reading needed: formulas without a stored value read as empty cells
+    if gaps and _holds_formulas(Path(path)):  # a formula without a stored value reads as an empty cell
         _unset_formulas(Path(path), sheet, gaps, str(value), option)
     if not rows:
         return pd.DataFrame(), []
+    _check_first_row(rows, str(value), option)
     header = [f"Unnamed: {c}" if cell is None else str(_text(cell)) for c, cell in enumerate(rows[0])]
     cells = pd.DataFrame([[_text(cell) for cell in row] for row in rows[1:]], columns=header, dtype="str")  # as read_csv
     note = f"{Path(path).name}: sheet {sheet!r}" + (f" of {len(names)}" if len(names) > 1 else "") + \

@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import re
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 import openpyxl
@@ -32,7 +34,7 @@ def write_book(path: Path, sheets: dict[str, pd.DataFrame], percent: str | None 
         for row in frame.itertuples(index=False):
             sheet.append([None if pd.isna(value) else value.item() if hasattr(value, "item") else value
                           for value in row])
-        if percent in frame.columns:
+        if percent is not None:
             column = list(frame.columns).index(percent) + 1
             for cells in sheet.iter_rows(min_row=2, min_col=column, max_col=column):
                 cells[0].number_format = "0.0%"
@@ -68,6 +70,26 @@ def test_a_workbook_reads_and_encodes_as_the_same_table_saved_as_csv(tmp_path):
     assert all((from_book.rows[s] == from_csv.rows[s]).all() for s in from_book.rows)
     assert from_book.name == "loans" and "note: loans.xlsx: sheet 'Applications', each cell's stored value" in \
         from_book.describe()
+
+
+def test_a_formula_reads_as_the_value_excel_stored_with_it(tmp_path):
+    """A formula cell holds its formula and the value Excel last computed; the value is read (pandas' reading), as a
+    CSV saved from the workbook holds it, and the formula, whose value could be missing, needs no gaps around it."""
+    frame = pd.read_csv(LOANS)
+    book = write_book(tmp_path / "raw.xlsx", {"Sheet1": frame.assign(doubled=[f"=B{i + 2}*2" for i in frame.index])})
+    with zipfile.ZipFile(book) as archive:  # as Excel saves it: each formula with its value (openpyxl writes none)
+        parts = {name: archive.read(name) for name in archive.namelist()}
+    parts["xl/worksheets/sheet1.xml"] = re.sub(
+        rb"<f>B(\d+)\*2</f><v ?/>", lambda m: b"<f>B%s*2</f><v>%d</v>" % (m.group(1), 2 * frame["income"][int(m.group(1)) - 2]),
+        parts["xl/worksheets/sheet1.xml"])
+    with zipfile.ZipFile(tmp_path / "saved.xlsx", "w") as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
+    frame.assign(doubled=2 * frame["income"]).to_csv(tmp_path / "saved.csv", index=False)
+    from_book, from_csv = (TableDataModule(str(tmp_path / name), target="approved") for name in ("saved.xlsx", "saved.csv"))
+    pd.testing.assert_frame_equal(from_book.frame, from_csv.frame)
+    with pytest.raises(ValueError, match=r"^data: 300 cell\(s\) of raw.xlsx hold a formula without a stored value"):
+        TableDataModule(str(book), target="approved")
 
 
 def _problem(kind: str, frame: pd.DataFrame) -> pd.DataFrame:
@@ -120,17 +142,21 @@ def _train_py(tmp_path: Path, data: str) -> subprocess.CompletedProcess:
                 "open it in Excel and save it as 'Excel Workbook (.xlsx)' or as CSV"),
     ("gaps.xlsx", "error: --data: column 'income' has 1 missing value(s) (empty or '?') in gaps.xlsx; pass --impute "
                   "drop"),
+    ("titled.xlsx", "error: --data: row 1 of titled.xlsx names 1 of its 8 columns (only 'Loan book 2023'): are the "
+                    "column names on a lower row, below a title? allowed: a sheet whose row 1 holds the column names"),
     ("formula.xlsx", "error: --data: 300 cell(s) of formula.xlsx hold a formula without a stored value (first: I2, "
                      "=B2/C2): the file was written by a program that does not compute formulas; allowed: a workbook "
                      "saved by Excel or LibreOffice"),
 ])
 def test_train_refuses_a_workbook_in_one_line_before_torch_is_imported(tmp_path, data, error):
-    """Several sheets and none named, a sheet it lacks, an .xls file (another reader, not installed), a gap, a
-    formula whose value no program computed (openpyxl writes none: read as stored it would be a column of gaps):
+    """Several sheets and none named, a sheet it lacks, an .xls file (another reader, not installed), a gap, a title
+    above the column names (read from row 1, the names would be a row of data), a formula whose value no program computed (openpyxl writes none: read as stored it would be a column of gaps):
     one line naming --data, the value and what is allowed, exit code 2, torch never imported, nothing written."""
     frame = pd.read_csv(LOANS)
     write_book(tmp_path / "book.xlsx", {"Applications": frame, "Notes": pd.DataFrame({"checked by": ["ann"]})})
     write_book(tmp_path / "gaps.xlsx", {"Sheet1": _problem("gap", frame)})
+    titled = pd.concat([pd.DataFrame([frame.columns], columns=frame.columns), frame], ignore_index=True)
+    write_book(tmp_path / "titled.xlsx", {"Sheet1": titled.set_axis(["Loan book 2023", *[None] * 7], axis=1)})
     write_book(tmp_path / "formula.xlsx", {"Sheet1": frame.assign(ratio=[f"=B{i + 2}/C{i + 2}" for i in frame.index])})
     done = _train_py(tmp_path, data)
     assert done.stdout.strip().splitlines()[-1] == "exit 2 torch imported: False", done.stdout + done.stderr
