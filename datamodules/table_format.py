@@ -27,7 +27,9 @@ ambiguous (``30,6`` in a comma-separated file: 30.6 or 306?; ``7.5%`` beside ``0
 as categories they would silently train as hundreds of unrelated levels. Such a column must be cleaned, or left out
 with ``--drop-columns``; the data module reports every such problem of a file at once.
 
-:func:`read_table` reads a table file (a CSV as above, or Parquet) for training and the rows to explain alike.
+:func:`read_table` reads a table file (a CSV as above, Parquet, or an Excel workbook's sheet, whose cells
+:mod:`datamodules.workbook` writes as a CSV's and which is then read as above) for training and the rows to explain
+alike.
 """
 
 from __future__ import annotations
@@ -389,7 +391,8 @@ TABLE_ALLOWED = "a table with a header row and data rows"
 
 def read_table(path, option: str = "data") -> pd.DataFrame:
     """The file as a DataFrame (a CSV read by :func:`read_csv`: its delimiter, decimal commas, spaces around cells;
-    ``attrs["notes"]`` says what was decided). A missing file is a ``FileNotFoundError``; an unreadable, empty or
+    a workbook's sheet, ``loans.xlsx#Applications``, by :func:`read_workbook`; ``attrs["notes"]`` says what was
+    decided; an ``.xls`` file is refused). A missing file is a ``FileNotFoundError``; an unreadable, empty or
     ambiguous one a :class:`TableError` naming ``option``, the caller's name for the file (``data``, ``--rows``)."""
     path, sheet = split_sheet(path)
     path = Path(path)
