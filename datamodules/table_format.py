@@ -27,7 +27,9 @@ ambiguous (``30,6`` in a comma-separated file: 30.6 or 306?; ``7.5%`` beside ``0
 as categories they would silently train as hundreds of unrelated levels. Such a column must be cleaned, or left out
 with ``--drop-columns``; the data module reports every such problem of a file at once.
 
-:func:`read_table` reads a table file (a CSV as above, or Parquet) for training and the rows to explain alike.
+:func:`read_table` reads a table file (a CSV as above, Parquet, or an Excel workbook's sheet, whose cells
+:mod:`datamodules.workbook` writes as a CSV's and which is then read as above) for training and the rows to explain
+alike.
 """
 
 from __future__ import annotations
@@ -43,6 +45,7 @@ import pandas as pd
 from datamodules.table_header import SEP_LINE, column_name, sniff_delimiter, target_column_error
 from datamodules.table_header import header_line as _header_line
 from datamodules.table_header import second_line as _second_line
+from datamodules.workbook import OLD_EXCEL_FIX, WORKBOOK_SUFFIXES, is_old_excel, split_sheet, table_file, workbook_cells
 
 MISSING_MARKS = ("?",)  # as in the UCI files (Adult): a cell that is only '?' is a missing value
 # pandas' words for a missing value (its read_csv default na_values, less the empty cell)
@@ -282,7 +285,12 @@ def _check_thousands(text: pd.Series, name: str, path: Path, sep: str, option: s
 
 def _check_names_once(header: str, sep: str, path: Path, option: str) -> None:
     """A :class:`TableError` for a column name the header line holds twice."""
-    names = [name.strip() for name in next(csv.reader([header], delimiter=sep))]
+    _check_names(next(csv.reader([header], delimiter=sep)), path, option)
+
+
+def _check_names(names: list, path: Path, option: str) -> None:
+    """A :class:`TableError` for a column name a header (a CSV's line, a workbook's first row) holds twice."""
+    names = [name.strip() for name in names]
     twice = next((name for i, name in enumerate(names) if name and name in names[:i]), None)
     if twice is not None:
         raise TableError(option, str(path), f"{path.name} names the column {twice!r} twice",
@@ -329,7 +337,6 @@ def read_csv(path, option: str = "data") -> pd.DataFrame:
     _check_names_once(header if not hint else _second_line(path, encoding), sep, path, option)
     # Every cell as written: numbers, decimal commas and thousands points are decided below, TRUE/FALSE stay text,
     # and only empty cells are missing here (pandas' own missing words are decided per column).
-    as_text = sep != ","  # decimal commas are looked for only where the comma does not separate columns
     options = {"sep": sep, "skiprows": 1 if hint else None, "dtype": str, "keep_default_na": False,
                "na_values": [""]}
     try:
@@ -338,11 +345,21 @@ def read_csv(path, option: str = "data") -> pd.DataFrame:
         encoding = "cp1252"
         notes.append(f"{path.name} is not UTF-8: read as Windows-1252")
         cells = pd.read_csv(path, encoding=encoding, **options)
+    return _typed_cells(cells, path, option, notes, decimal_commas=sep != ",", semicolons=sep == ";")
+
+
+def _typed_cells(cells: pd.DataFrame, path: Path, option: str, notes: list[str], decimal_commas: bool = False,
+                 semicolons: bool = False) -> pd.DataFrame:
+    """:func:`read_csv`'s reading of a table's cells as written (text, ``None`` for an empty cell), a CSV's or a
+    workbook's (:func:`~datamodules.workbook.workbook_cells`): names and cells tidied, rows and unnamed columns with
+    no value left out, then per column missing words, numbers and dressed numbers. ``decimal_commas``: look for
+    them (a file whose columns the comma does not separate); ``semicolons``: a ``;``-separated file, whose dotted
+    numbers may be thousands."""
     cells.columns = [column_name(c) for c in cells.columns]
     cells = cells.apply(_tidy_text).dropna(how="all").reset_index(drop=True)
     cells = cells.drop(columns=[c for c in cells.columns if c.startswith("Unnamed: ") and cells[c].isna().all()])
     _check_header(cells, path, option)
-    decimal_comma = as_text and _uses_decimal_comma(cells)
+    decimal_comma = decimal_commas and _uses_decimal_comma(cells)
     if decimal_comma:
         notes.append(f"{path.name}: decimal commas (0,5) and '.' as the thousands separator (12.000 = 12000)")
     frame, units, written = pd.DataFrame(index=cells.index), {}, {}
@@ -351,13 +368,22 @@ def read_csv(path, option: str = "data") -> pd.DataFrame:
         if note:
             notes.append(note)
         numbers = _as_numbers(cells[name], decimal_comma) if _is_text(cells[name]) else cells[name]
-        if numbers is not None and sep == ";" and not decimal_comma:
-            _check_thousands(cells[name], name, path, sep, option)
-        if numbers is None and not (sep == ";" and not decimal_comma):  # ';' without decimal commas: '.' unclear
+        if numbers is not None and semicolons and not decimal_comma:
+            _check_thousands(cells[name], name, path, ";", option)
+        if numbers is None and not (semicolons and not decimal_comma):  # ';' without decimal commas: '.' unclear
             numbers = _dressed_numbers(cells[name], decimal_comma, notes, units, written)
         frame[name] = cells[name] if numbers is None else numbers
     frame.attrs.update(decimal_comma=decimal_comma, notes=notes, units=units, written=WrittenLabels(written))
     return frame
+
+
+def read_workbook(value, option: str = "data") -> pd.DataFrame:
+    """An Excel workbook's sheet (``loans.xlsx``, ``loans.xlsx#Applications``) as :func:`read_csv` reads the same
+    table saved as CSV: its cells as a CSV holds them (:func:`~datamodules.workbook.workbook_cells`), then read as
+    a comma-separated file's (no decimal commas: a workbook stores numbers as numbers)."""
+    cells, notes = workbook_cells(value, option)
+    _check_names(list(cells.columns), Path(str(value)), option)
+    return _typed_cells(cells, Path(str(value)), option, notes)
 
 
 TABLE_ALLOWED = "a table with a header row and data rows"
@@ -365,16 +391,21 @@ TABLE_ALLOWED = "a table with a header row and data rows"
 
 def read_table(path, option: str = "data") -> pd.DataFrame:
     """The file as a DataFrame (a CSV read by :func:`read_csv`: its delimiter, decimal commas, spaces around cells;
-    ``attrs["notes"]`` says what was decided). A missing file is a ``FileNotFoundError``; an unreadable, empty or
+    a workbook's sheet, ``loans.xlsx#Applications``, by :func:`read_workbook`; ``attrs["notes"]`` says what was
+    decided; an ``.xls`` file is refused). A missing file is a ``FileNotFoundError``; an unreadable, empty or
     ambiguous one a :class:`TableError` naming ``option``, the caller's name for the file (``data``, ``--rows``)."""
+    path, sheet = split_sheet(path)
     path = Path(path)
+    if is_old_excel(path):  # before its existence: the file is refused either way
+        raise TableError(option, str(path), f"{path.name} is an old binary Excel workbook (.xls), which needs "
+                         "another reader", OLD_EXCEL_FIX)
     if not path.is_file():
         raise FileNotFoundError(f"{option}: file {str(path)!r} not found")
     with open(path, "rb") as handle:  # by content: a file rewritten within the clock's tick keeps its mtime
-        key = (str(path.resolve()), hashlib.file_digest(handle, "blake2b").hexdigest())
+        key = (str(path.resolve()), sheet, hashlib.file_digest(handle, "blake2b").hexdigest())
     if key not in _LAST_READ:
         _LAST_READ.clear()  # one table at a time: a command reads its data file, then perhaps rows to explain
-        _LAST_READ[key] = _read_table_file(path, option)
+        _LAST_READ[key] = _read_table_file(path if sheet is None else Path(f"{path}#{sheet}"), option)
     return _LAST_READ[key].copy(deep=False)  # copy-on-write: a caller's changes never reach the kept frame
 
 
@@ -386,8 +417,12 @@ _LAST_READ: dict[tuple, pd.DataFrame] = {}
 def _read_table_file(path: Path, option: str) -> pd.DataFrame:
     """:func:`read_table`'s reading of ``path``, without the reuse of the last file read."""
     try:
-        frame = tidy_frame(pd.read_parquet(path)) if path.suffix.lower() in (".parquet", ".pq") \
-            else read_csv(path, option)
+        if table_file(path).lower().endswith(WORKBOOK_SUFFIXES):  # loans.xlsx, loans.xlsx#Applications
+            frame = read_workbook(path, option)
+        elif path.suffix.lower() in (".parquet", ".pq"):
+            frame = tidy_frame(pd.read_parquet(path))
+        else:
+            frame = read_csv(path, option)
     except TableError:  # read_csv's own one-line errors
         raise
     except pd.errors.EmptyDataError:

@@ -26,11 +26,12 @@ def paper_label(data: str) -> str:
     file's stem)."""
     from datamodules import get_datamodule_class  # noqa: PLC0415 - the data modules hold the facts
     from datamodules.table import is_table_path  # noqa: PLC0415
+    from datamodules.workbook import table_file  # noqa: PLC0415
 
     try:
         return get_datamodule_class(data).label()
     except ValueError:
-        return Path(data).stem if is_table_path(data) else data
+        return Path(table_file(data)).stem if is_table_path(data) else data
 
 
 def published_label(row: dict) -> str | None:

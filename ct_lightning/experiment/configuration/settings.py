@@ -30,7 +30,7 @@ from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.configuration.store import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
 from ct_lightning.experiment.configuration.validation import BATCHES_ALLOWED, NO_TRAINING, InputError, Rule
 
-TABLE_FILE = "a .csv/.tsv/.txt/.parquet file"
+TABLE_FILE = "a .csv/.tsv/.txt/.parquet/.xlsx file"
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 EPOCH_LOOPS = ("auto", "fused", "lightning")
 
@@ -221,8 +221,11 @@ def _check_generator_options(value, option: str) -> None:
 
 def is_table_file(value) -> bool:
     """Whether a ``--data`` value names a table file (``datamodules.table.TABLE_SUFFIXES``, read from its source
-    when first needed: the package is not imported here) instead of a data set."""
-    return isinstance(value, str) and Path(value).suffix.lower() in _table_suffixes()
+    when first needed: the package is not imported here; a workbook perhaps with its ``#sheet``) instead of a data
+    set."""
+    from datamodules.workbook import table_file  # noqa: PLC0415 - plain Python
+
+    return isinstance(value, str) and Path(table_file(value)).suffix.lower() in _table_suffixes()
 
 
 @functools.cache
@@ -238,11 +241,15 @@ def is_factory(value) -> bool:
 def _check_data(value, option: str) -> None:
     if catalogue.canonical_dataset(value) is not None or is_factory(value):
         return
+    from datamodules.workbook import OLD_EXCEL_FIX, is_old_excel, table_file  # noqa: PLC0415 - plain Python
+
     allowed = f"{', '.join(datasets_and_aliases())}, {TABLE_FILE}, or package.module:Class"
     if is_table_file(value):
-        if not Path(value).is_file():
+        if not Path(table_file(value)).is_file():
             raise InputError(option, value, allowed, "file not found")
         return
+    if is_old_excel(value):  # pandas reads it with xlrd, which is not installed
+        raise InputError(option, value, OLD_EXCEL_FIX, "an old binary Excel workbook (.xls)")
     raise InputError(option, value, allowed)
 
 
@@ -274,7 +281,8 @@ TABLE: tuple[Setting, ...] = (
     Setting("config", None, "YAML file with any of these options (long names, e.g. max_epochs: 50)", group="",
             run_only=True),
     # data
-    Setting("data", "circles", "data set: {AVAILABLE}; or your own table, a .csv (.tsv, .txt: any delimiter) or .parquet file (with --target), "
+    Setting("data", "circles", "data set: {AVAILABLE}; or your own table, a .csv (.tsv, .txt: any delimiter), .parquet or .xlsx file (with --target; a "
+            "workbook of several sheets: book.xlsx#SHEET), "
             "or package.module:Class (a TensorDataModule subclass) (default {DFLT})", group=DATA),
     Setting("target", None, "table files: the column to predict (the class label)", group=DATA),
     Setting("data_spec", None, "table files: a YAML file describing the columns (kind continuous|integer|"
@@ -513,7 +521,9 @@ def resolve_config(overrides: dict) -> dict:
     given["data"] = SETTINGS_BY_NAME["data"].checked(given.get("data", DEFAULTS["data"]))
     data = catalogue.canonical_dataset(given["data"]) or given["data"]
     if is_table_file(data):
-        data = str(Path(data).resolve())  # the run's configuration names the file absolutely
+        from datamodules.workbook import resolved  # noqa: PLC0415 - plain Python
+
+        data = resolved(data)  # the run's configuration names the file absolutely (a workbook's sheet kept)
     for name in ("model_inputs", "data_spec"):  # so that a run is evaluated and explained from any folder
         if isinstance(given.get(name), str):
             given[name] = str(Path(given[name]).resolve())
@@ -539,7 +549,7 @@ def check_combination(config: dict) -> None:
         raise ValueError(f"center_distance: {config['center_distance']!r} is not allowed for data {data!r}; "
                          f"allowed only for the blob data sets {blobs} (or unset)")
     if config["model_inputs"] is not None and not is_table_file(data):
-        raise InputError("model_inputs", config["model_inputs"], "a file with --data FILE.csv/.parquet --target "
+        raise InputError("model_inputs", config["model_inputs"], "a file with --data FILE.csv/.parquet/.xlsx --target "
                          "COLUMN (the inputs are made from a table's columns)", f"--data is {data}")
     if config["limit_train_batches"] == 0 and not config.get("from_checkpoint"):
         raise InputError("limit_train_batches", 0, f"{BATCHES_ALLOWED}, {NO_TRAINING}",

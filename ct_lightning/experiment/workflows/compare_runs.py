@@ -14,6 +14,7 @@ from pathlib import Path
 from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.configuration.settings import (SETTINGS_BY_NAME, TABLE_KEYS, csv_names, is_table_file)
 from ct_lightning.experiment.configuration.validation import InputError
+from datamodules.workbook import resolved, split_sheet, table_file
 
 FROM_RUNS = ("data", *TABLE_KEYS)  # what a given run says about the data it was trained on
 
@@ -27,7 +28,7 @@ def comparable(key: str, value):
     """A setting's value in one form for the command line's and a run's: a table by its absolute path, a built-in
     set by its canonical name, the dropped columns as a set, an unset impute or balance as ``none``."""
     if key == "data":
-        return str(Path(value).resolve()) if is_table_file(value) else (catalogue.canonical_dataset(value) or value)
+        return resolved(value) if is_table_file(value) else (catalogue.canonical_dataset(value) or value)
     if key == "drop_columns":
         return frozenset(csv_names(value))
     if key in ("impute", "balance"):
@@ -43,15 +44,16 @@ def same(key: str, given, trained) -> bool:
     a, b = comparable(key, given), comparable(key, trained)
     if a == b:
         return True
-    return key in ("data", "data_spec") and bool(a and b) and Path(a).is_file() and Path(b).is_file() \
-        and filecmp.cmp(a, b, shallow=False)
+    (a, sheet_a), (b, sheet_b) = split_sheet(a), split_sheet(b)  # a workbook's sheet: the same one
+    return key in ("data", "data_spec") and bool(a and b) and sheet_a == sheet_b and Path(a).is_file() \
+        and Path(b).is_file() and filecmp.cmp(a, b, shallow=False)
 
 
 def moved(key: str, given, trained) -> bool:
     """Whether ``given`` is a table or data spec that exists where the run's ``trained`` one no longer does (the
     project moved to another folder or machine): it is taken in the run's file's place, and said so."""
     return key in ("data", "data_spec") and bool(given and trained) and is_table_file(str(given)) == \
-        is_table_file(str(trained)) and Path(str(given)).is_file() and not Path(str(trained)).exists()
+        is_table_file(str(trained)) and Path(table_file(given)).is_file() and not Path(table_file(trained)).exists()
 
 
 def shown(key: str, value) -> str:

@@ -1,0 +1,185 @@
+"""An Excel workbook (``.xlsx``) as a table file: its sheet, named after ``#``, and its cells as a CSV writes them.
+
+``loans.xlsx`` names a workbook of one sheet; ``loans.xlsx#Applications`` its sheet ``Applications`` (the one way to
+pick a sheet, so that ``--data``, ``--rows``, compare.py's list and a run's recorded data name a table alike). A
+workbook of several sheets without ``#``, or with a sheet it lacks, is refused in one line naming its sheets.
+
+:func:`workbook_cells` reads the sheet with openpyxl, each cell's stored value (the value a formula last computed,
+as pandas reads it), row 1 as the header, and writes every cell as the text a CSV would hold: numbers as numbers
+(a cell Excel shows as ``7.5%`` holds 0.075), text as typed (``$1,200`` is then read as a CSV's cell is), dates as
+``2023-01-05``, ``TRUE``/``FALSE``. :func:`~datamodules.table_format.read_table` then reads that text as it reads a
+CSV's, so that a workbook gets the same columns, notes and refusals as the same table saved as CSV. A formula
+without a stored value (a file written by a program that computes none) is refused rather than read as a gap.
+
+Plain Python at import (the command lines ask :func:`split_sheet` before pandas is loaded); openpyxl on reading.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import re
+import shlex
+from pathlib import Path
+
+WORKBOOK_SUFFIXES = (".xlsx",)
+OLD_EXCEL = (".xls",)  # binary Excel (97-2003): another reader (xlrd); refused with what to save it as
+OLD_EXCEL_FIX = "an .xlsx or .csv file: open it in Excel and save it as 'Excel Workbook (.xlsx)' or as CSV"
+SHEET = re.compile(r"(?is)(.*\.xlsx)#(.*)")  # loans.xlsx#Applications: the workbook, then its sheet
+
+
+def split_sheet(value) -> tuple[str, str | None]:
+    """``"loans.xlsx#Applications"`` → ``("loans.xlsx", "Applications")``; any other value → ``(value, None)``."""
+    match = SHEET.fullmatch(str(value))
+    return (match.group(1), match.group(2)) if match else (str(value), None)
+
+
+def table_file(value) -> str:
+    """The file a table value names, without its ``#sheet``."""
+    return split_sheet(value)[0]
+
+
+def resolved(value) -> str:
+    """A table value with its file as an absolute path and its ``#sheet`` kept (the run's configuration holds it)."""
+    path, sheet = split_sheet(value)
+    return str(Path(path).resolve()) + ("" if sheet is None else f"#{sheet}")
+
+
+def is_old_excel(value) -> bool:
+    """Whether ``value`` names a binary Excel workbook (``.xls``), refused with :data:`OLD_EXCEL_FIX`."""
+    return isinstance(value, (str, Path)) and Path(str(value)).suffix.lower() in OLD_EXCEL
+
+
+def _text(value):
+    """A cell's stored value as a CSV from Excel holds it: numbers in full, ``TRUE``/``FALSE``, a date at midnight
+    as ``2023-01-05``; text as typed, an empty cell ``None``."""
+    if value is None or isinstance(value, str):
+        return value
+    if isinstance(value, bool):
+        return "TRUE" if value else "FALSE"
+    if isinstance(value, float):
+        return repr(value)  # the shortest text that reads back as the same float
+    if isinstance(value, dt.datetime) and value.time() == dt.time():
+        return value.date().isoformat()
+    if isinstance(value, (dt.date, dt.time)):
+        return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
+    return str(value)
+
+
+def _column_letter(index: int) -> str:
+    """Excel's letter of a column (0 → ``A``, 27 → ``AB``)."""
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord("A") + rest) + letters
+    return letters
+
+
+def _typed(text: str) -> str:
+    """``text`` as a shell takes it: as it is where it can (``loans.xlsx#Applications``), else quoted."""
+    return text if re.fullmatch(r"[\w.#/:+-]+", text) else shlex.quote(text)
+
+
+def _chosen_sheet(names: list[str], sheet: str | None, path: str, value: str, option: str) -> str:
+    """The sheet to read: the only one, or the one named after ``#``; a one-line ``TableError`` otherwise."""
+    from datamodules.suggest import name_hint  # noqa: PLC0415
+    from datamodules.table_format import TableError  # noqa: PLC0415
+
+    shown = ", ".join(map(repr, names))
+    if sheet is None and len(names) > 1:
+        raise TableError(option, value, f"{Path(path).name} has {len(names)} sheets ({shown}): which one holds the "
+                         "table?", "the sheet named after '#': "
+                         + ", ".join(_typed(f"{path}#{name}") for name in names))
+    if sheet is not None and sheet not in names:
+        raise TableError(option, value, f"{Path(path).name} has no sheet {sheet!r}{name_hint(sheet, names)}",
+                         f"one of its sheets: {shown}")
+    return names[0] if sheet is None else sheet
+
+
+FORMULA_TAG = re.compile(rb"<(?:[A-Za-z_][\w.-]*:)?f[\s>/]")  # a cell's <f>: the formula beside its stored <v>
+
+
+def _holds_formulas(path: Path) -> bool:
+    """Whether a worksheet of the workbook holds a formula, from its XML text (read in pieces): a workbook without
+    one needs no second reading to tell a formula without a stored value from an empty cell."""
+    import zipfile  # noqa: PLC0415
+
+    with zipfile.ZipFile(path) as archive:
+        for name in archive.namelist():
+            if not (name.startswith("xl/worksheets/") and name.endswith(".xml")):
+                continue
+            with archive.open(name) as part:
+                tail = b""
+                while chunk := part.read(1 << 20):
+                    if FORMULA_TAG.search(tail + chunk):
+                        return True
+                    tail = chunk[-64:]
+    return False
+
+
+def _unset_formulas(path: Path, sheet: str, gaps: set[tuple[int, int]], value: str, option: str) -> None:
+    """A one-line ``TableError`` where a cell of ``gaps`` (empty as stored: row, column) holds a formula: a value
+    Excel never computed, which a training must not read as a missing value."""
+    import openpyxl  # noqa: PLC0415
+    from datamodules.table_format import TableError  # noqa: PLC0415
+
+    book = openpyxl.load_workbook(path, read_only=True, data_only=False)
+    try:
+        found = [(r, c, cell) for r, row in enumerate(book[sheet].iter_rows(values_only=True))
+                 for c, cell in enumerate(row) if (r, c) in gaps and cell is not None]
+    finally:
+        book.close()
+    if found:
+        r, c, formula = found[0]
+        text = getattr(formula, "text", formula)  # an array formula's text
+        raise TableError(option, value, f"{len(found)} cell(s) of {Path(value).name} hold a formula without a stored "
+                         f"value (first: {_column_letter(c)}{r + 1}, {text}): the file was written by a program that "
+                         "does not compute formulas", "a workbook saved by Excel or LibreOffice (open it and save it: "
+                         "each formula's value is stored), or the formulas pasted as values")
+
+
+def _check_first_row(rows: list[list], value: str, option: str) -> None:
+    """A one-line ``TableError`` where row 1 names fewer than half of the columns holding values (a title such as
+    ``Loan book 2023`` above the table, or empty rows first): the names are on a lower row, and the table read from
+    row 1 would hold them as data. One unnamed column (an index pandas wrote) is a CSV's ``Unnamed: 0``."""
+    from datamodules.table_format import TableError  # noqa: PLC0415
+
+    named = [cell for cell in rows[0] if cell is not None and str(cell).strip()]
+    filled = [c for c in range(len(rows[0])) if any(row[c] is not None for row in rows[1:])]
+    if len(filled) >= 2 and 2 * len(named) < len(filled):
+        shown = f" (only {', '.join(repr(str(cell)) for cell in named)})" if named else ""
+        raise TableError(option, value, f"row 1 of {Path(value).name} names {len(named)} of its {len(filled)} columns"
+                         f"{shown}: are the column names on a lower row, below a title?", "a sheet whose row 1 holds "
+                         "the column names: delete the rows above them")
+
+
+def workbook_cells(value, option: str = "data"):
+    """The sheet ``value`` names (``loans.xlsx``, ``loans.xlsx#Applications``) as a DataFrame of text cells
+    (:func:`_text`) whose columns are row 1's names (an empty name: ``Unnamed: N``, as pandas names a CSV's), and
+    the note saying which sheet was read. One-line ``TableError`` naming ``option``: several sheets and none named,
+    an unknown sheet, a formula without a stored value. Rows and columns left empty at the end stay for the CSV
+    reader's tidying, which leaves them out."""
+    import openpyxl  # noqa: PLC0415
+    import pandas as pd  # noqa: PLC0415
+
+    path, sheet = split_sheet(value)
+    book = openpyxl.load_workbook(path, read_only=True, data_only=True)  # data_only: each formula's stored value
+    try:
+        names = [worksheet.title for worksheet in book.worksheets]
+        sheet = _chosen_sheet(names, sheet, path, str(value), option)
+        rows = [list(row) for row in book[sheet].iter_rows(values_only=True)]
+    finally:
+        book.close()
+    width = max((len(row) for row in rows), default=0)
+    rows = [row + [None] * (width - len(row)) for row in rows]
+    gaps = {(r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell is None}
+    if gaps and _holds_formulas(Path(path)):  # a formula without a stored value reads as an empty cell
+        _unset_formulas(Path(path), sheet, gaps, str(value), option)
+    if not rows:
+        return pd.DataFrame(), []
+    _check_first_row(rows, str(value), option)
+    header = [f"Unnamed: {c}" if cell is None else str(_text(cell)) for c, cell in enumerate(rows[0])]
+    cells = pd.DataFrame([[_text(cell) for cell in row] for row in rows[1:]], columns=header, dtype="str")  # as read_csv
+    note = f"{Path(path).name}: sheet {sheet!r}" + (f" of {len(names)}" if len(names) > 1 else "") + \
+        ", each cell's stored value (a cell shown as 7.5% holds 0.075)"
+    return cells, [note]

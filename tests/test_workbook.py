@@ -1,0 +1,198 @@
+"""An analyst's Excel workbook (.xlsx) as a table file: the same columns, codec and one-line refusals as the same
+table saved as CSV; a sheet picked with book.xlsx#SHEET; .xls and formulas without a stored value refused."""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+import re
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import openpyxl
+import pandas as pd
+import pytest
+from preloaded import run_script
+
+from datamodules.table import TableDataModule
+
+ROOT = Path(__file__).resolve().parents[1]
+LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
+ENV = {"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}
+
+
+def write_book(path: Path, sheets: dict[str, pd.DataFrame], percent: str | None = None) -> Path:
+    """``sheets`` as a workbook written by openpyxl, as Excel leaves one: ``percent``'s cells shown as percentages,
+    a formatted empty cell past the last row and column (Excel keeps such cells in the sheet's range)."""
+    book = openpyxl.Workbook()
+    book.remove(book.active)
+    for title, frame in sheets.items():
+        sheet = book.create_sheet(title)
+        sheet.append(list(frame.columns))
+        for row in frame.itertuples(index=False):
+            sheet.append([None if pd.isna(value) else value.item() if hasattr(value, "item") else value
+                          for value in row])
+        if percent is not None:
+            column = list(frame.columns).index(percent) + 1
+            for cells in sheet.iter_rows(min_row=2, min_col=column, max_col=column):
+                cells[0].number_format = "0.0%"
+        sheet.cell(row=len(frame) + 4, column=len(frame.columns) + 3).number_format = "0.00"
+    book.save(path)
+    return path
+
+
+def loans() -> pd.DataFrame:
+    """The loans fixture with what a bank's workbook holds beyond it: a rate in a percent-formatted column (0.075
+    stored), an amount typed as text with its currency sign ('$1,200'), a yes/no flag as Excel's TRUE/FALSE."""
+    frame = pd.read_csv(LOANS)
+    frame.insert(4, "rate", [round(0.04 + 0.001 * (i % 50), 3) for i in range(len(frame))])
+    frame.insert(5, "fee", [f"${1000 + 25 * (i % 40):,}" for i in range(len(frame))])
+    frame.insert(6, "cosigned", [i % 3 == 0 for i in range(len(frame))])
+    return frame
+
+
+def test_a_workbook_reads_and_encodes_as_the_same_table_saved_as_csv(tmp_path):
+    """train.py refused loans.xlsx (only .csv/.tsv/.txt/.parquet were tables). A workbook's sheet now reads as the
+    same table saved as CSV: the same columns and dtypes (a percent cell is its stored 0.075, '$1,200' text is 1200
+    with its unit, TRUE/FALSE are the CSV's categories), the same codec and split, and the formatted empty cells
+    Excel leaves past the table become neither rows with gaps nor 'Unnamed' columns."""
+    frame = loans()
+    csv = tmp_path / "loans.csv"
+    frame.assign(cosigned=frame["cosigned"].map({True: "TRUE", False: "FALSE"})).to_csv(csv, index=False)
+    book = write_book(tmp_path / "loans.xlsx", {"Applications": frame}, percent="rate")
+    from_csv, from_book = (TableDataModule(str(path), target="approved") for path in (csv, book))
+    pd.testing.assert_frame_equal(from_book.frame, from_csv.frame)
+    assert list(from_book.frame.columns) == list(frame.columns) and from_book.frame["rate"].iloc[10] == 0.05
+    assert from_book.codec.to_dict() == from_csv.codec.to_dict()
+    assert {c.name: c.unit for c in from_book.codec.columns}["fee"] == "${}"
+    assert all((from_book.rows[s] == from_csv.rows[s]).all() for s in from_book.rows)
+    assert from_book.name == "loans" and "note: loans.xlsx: sheet 'Applications', each cell's stored value" in \
+        from_book.describe()
+
+
+def test_a_formula_reads_as_the_value_excel_stored_with_it(tmp_path):
+    """A formula cell holds its formula and the value Excel last computed; the value is read (pandas' reading), as a
+    CSV saved from the workbook holds it, and the formula, whose value could be missing, needs no gaps around it."""
+    frame = pd.read_csv(LOANS)
+    book = write_book(tmp_path / "raw.xlsx", {"Sheet1": frame.assign(doubled=[f"=B{i + 2}*2" for i in frame.index])})
+    with zipfile.ZipFile(book) as archive:  # as Excel saves it: each formula with its value (openpyxl writes none)
+        parts = {name: archive.read(name) for name in archive.namelist()}
+    parts["xl/worksheets/sheet1.xml"] = re.sub(
+        rb"<f>B(\d+)\*2</f><v ?/>", lambda m: b"<f>B%s*2</f><v>%d</v>" % (m.group(1), 2 * frame["income"][int(m.group(1)) - 2]),
+        parts["xl/worksheets/sheet1.xml"])
+    with zipfile.ZipFile(tmp_path / "saved.xlsx", "w") as archive:
+        for name, data in parts.items():
+            archive.writestr(name, data)
+    frame.assign(doubled=2 * frame["income"]).to_csv(tmp_path / "saved.csv", index=False)
+    from_book, from_csv = (TableDataModule(str(tmp_path / name), target="approved") for name in ("saved.xlsx", "saved.csv"))
+    pd.testing.assert_frame_equal(from_book.frame, from_csv.frame)
+    with pytest.raises(ValueError, match=r"^data: 300 cell\(s\) of raw.xlsx hold a formula without a stored value"):
+        TableDataModule(str(book), target="approved")
+
+
+def _problem(kind: str, frame: pd.DataFrame) -> pd.DataFrame:
+    """The loans table with one thing a training refuses."""
+    frame = frame.copy()
+    if kind == "gap":
+        frame["income"] = frame["income"].astype(object)
+        frame.loc[3, "income"] = None
+    if kind == "dates":  # date cells: the workbook stores datetimes
+        frame["applied"] = [dt.datetime(2023, 1 + i % 12, 1 + i % 28) for i in range(len(frame))]
+    if kind == "mixed %":  # text with '%' beside a number stored without one
+        frame["rate"] = pd.Series([f"{4 + i % 10}%" for i in range(len(frame))], dtype=object)
+        frame.loc[5, "rate"] = 0.075
+    if kind == "rare class":
+        frame.loc[7, "approved"] = "Approvd"
+    return frame
+
+
+@pytest.mark.parametrize("kind", ["gap", "dates", "mixed %", "rare class"])
+def test_a_workbook_is_refused_with_the_line_the_same_csv_gets(tmp_path, kind):
+    """Gaps, dates, numbers with and without '%', a class too rare for the splits: the workbook gets the CSV's one
+    line, naming the workbook instead of the CSV."""
+    frame = _problem(kind, pd.read_csv(LOANS))
+    frame.to_csv(tmp_path / "loans.csv", index=False)
+    write_book(tmp_path / "loans.xlsx", {"Sheet1": frame})
+    said = []
+    for name in ("loans.csv", "loans.xlsx"):
+        with pytest.raises(ValueError) as caught:
+            TableDataModule(str(tmp_path / name), target="approved")
+        said.append(str(caught.value).replace(name, "FILE"))
+    assert said[0] == said[1] and "\n" not in said[1], said
+
+
+def _train_py(tmp_path: Path, data: str) -> subprocess.CompletedProcess:
+    """train.py on ``data`` (exits before its training here), with whether torch was imported by then."""
+    code = ("import runpy, sys\nsys.argv = ['train.py', '--data', sys.argv[1], '--target', 'approved', "
+            f"'--tracking-uri', 'sqlite:///{tmp_path}/store/mlflow.db']\n"
+            f"try:\n    runpy.run_path({str(ROOT / 'recipes' / 'train.py')!r}, run_name='__main__')\n"
+            "except SystemExit as stop:\n    print('exit', stop.code, 'torch imported:', 'torch' in sys.modules)\n")
+    return subprocess.run([sys.executable, "-c", code, data], cwd=tmp_path, capture_output=True, text=True, env=ENV,
+                          timeout=120)
+
+
+@pytest.mark.parametrize("data, error", [
+    ("book.xlsx", "error: --data: book.xlsx has 2 sheets ('Applications', 'Notes'): which one holds the table? "
+                  "allowed: the sheet named after '#': book.xlsx#Applications, book.xlsx#Notes"),
+    ("book.xlsx#Aplications", "error: --data: book.xlsx has no sheet 'Aplications' (did you mean 'Applications'?); "
+                              "allowed: one of its sheets: 'Applications', 'Notes'"),
+    ("old.xls", "error: --data: got 'old.xls' (an old binary Excel workbook (.xls)); allowed: an .xlsx or .csv file: "
+                "open it in Excel and save it as 'Excel Workbook (.xlsx)' or as CSV"),
+    ("gaps.xlsx", "error: --data: column 'income' has 1 missing value(s) (empty or '?') in gaps.xlsx; pass --impute "
+                  "drop"),
+    ("titled.xlsx", "error: --data: row 1 of titled.xlsx names 1 of its 8 columns (only 'Loan book 2023'): are the "
+                    "column names on a lower row, below a title? allowed: a sheet whose row 1 holds the column names"),
+    ("formula.xlsx", "error: --data: 300 cell(s) of formula.xlsx hold a formula without a stored value (first: I2, "
+                     "=B2/C2): the file was written by a program that does not compute formulas; allowed: a workbook "
+                     "saved by Excel or LibreOffice"),
+])
+def test_train_refuses_a_workbook_in_one_line_before_torch_is_imported(tmp_path, data, error):
+    """Several sheets and none named, a sheet it lacks, an .xls file (another reader, not installed), a gap, a title
+    above the column names (read from row 1, the names would be a row of data), a formula whose value no program computed (openpyxl writes none: read as stored it would be a column of gaps):
+    one line naming --data, the value and what is allowed, exit code 2, torch never imported, nothing written."""
+    frame = pd.read_csv(LOANS)
+    write_book(tmp_path / "book.xlsx", {"Applications": frame, "Notes": pd.DataFrame({"checked by": ["ann"]})})
+    write_book(tmp_path / "gaps.xlsx", {"Sheet1": _problem("gap", frame)})
+    titled = pd.concat([pd.DataFrame([frame.columns], columns=frame.columns), frame], ignore_index=True)
+    write_book(tmp_path / "titled.xlsx", {"Sheet1": titled.set_axis(["Loan book 2023", *[None] * 7], axis=1)})
+    write_book(tmp_path / "formula.xlsx", {"Sheet1": frame.assign(ratio=[f"=B{i + 2}/C{i + 2}" for i in frame.index])})
+    done = _train_py(tmp_path, data)
+    assert done.stdout.strip().splitlines()[-1] == "exit 2 torch imported: False", done.stdout + done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].replace(f"{tmp_path}/", "").startswith(error), done.stderr
+    assert not (tmp_path / "store").exists(), "nothing was written"
+
+
+def test_a_workbooks_sheet_trains_and_explains_rows_of_another_sheet(tmp_path):
+    """A run trained on book.xlsx#Applications names its data with the sheet (so evaluate.py, explain.py and
+    compare.py read the same table), takes its name from the file ('loans'), and explain.py --rows takes rows from
+    another sheet of a workbook (book.xlsx#Rows) in their own units."""
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.runs.train import train
+    from ct_lightning.experiment.workflows.compare import resolve_names
+
+    frame = pd.read_csv(LOANS)
+    rows = frame.drop(columns="approved").head(2).assign(applicant=["A-17", "B-04"])
+    write_book(tmp_path / "loans.xlsx", {"Applications": frame, "Rows": rows})
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = train({"data": str(tmp_path / "loans.xlsx#Applications"), "target": "approved", "max_epochs": 1, "nce": 16,
+                 "tracking_uri": uri, "progress": False, "checkpoint_dir": str(tmp_path / "ckpt")})
+    assert run["config"]["data"] == f"{tmp_path / 'loans.xlsx'}#Applications"
+    assert MlflowClient(uri).get_run(run["run_id"]).data.tags["data"] == "loans"
+    assert resolve_names("loans.xlsx#Applications,moons".replace("loans", str(tmp_path / "loans"))) == \
+        [run["config"]["data"], "moons"]
+    out = tmp_path / "explained.json"
+    done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", run["run_id"], "--tracking-uri", uri, "--rows",
+                      "loans.xlsx#Rows", "--json", str(out), "--no-log"], cwd=tmp_path, timeout=300,
+                      env={**ENV, "HOME": str(tmp_path)})
+    assert done.returncode == 0, done.stderr[-3000:]
+    records = json.loads(out.read_text())
+    assert [r["factual"]["income"] for r in records] == frame["income"].head(2).tolist()
+    refused = run_script(ROOT / "recipes" / "explain.py", ["--run-id", run["run_id"], "--tracking-uri", uri, "--rows",
+                         "loans.xlsx", "--no-log"], cwd=tmp_path, timeout=300, env={**ENV, "HOME": str(tmp_path)})
+    assert refused.returncode == 2 and "Traceback" not in refused.stderr
+    assert refused.stderr.strip().splitlines()[-1].startswith("error: --rows: got 'loans.xlsx' (loans.xlsx has 2 "
+                                                              "sheets ('Applications', 'Rows'): which one"), refused.stderr
