@@ -17,6 +17,14 @@ from torch import nn
 ACTIVATIONS = {"relu": nn.ReLU, "tanh": nn.Tanh, "sigmoid": nn.Sigmoid, "gelu": nn.GELU,
                "leaky_relu": nn.LeakyReLU, "elu": nn.ELU}
 BUILTIN_ARCHITECTURES = ("mlp", "cnn")
+# The activations whose backward is a function of their output alone (what autograd keeps for them): a plain MLP's
+# passes by hand (ct_lightning.generators.input_gradient, ct_lightning.training.mlp_step).
+ACTIVATION_BACKWARD = {
+    nn.ReLU: lambda grad, output: torch.ops.aten.threshold_backward(grad, output, 0),
+    nn.Tanh: torch.ops.aten.tanh_backward,
+    nn.Sigmoid: torch.ops.aten.sigmoid_backward,
+}
+ACTIVATION_FORWARD = {nn.ReLU: torch.relu, nn.Tanh: torch.tanh, nn.Sigmoid: torch.sigmoid}
 
 
 def build_mlp(n_features: int, n_classes: int, hidden_sizes: Sequence[int] = (32,),

@@ -22,14 +22,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-# The activations whose backward is a function of their output alone (what autograd keeps for them); also the
-# training step by hand (ct_lightning.training.mlp_step).
-ACTIVATION_BACKWARD = {
-    nn.ReLU: lambda grad, output: torch.ops.aten.threshold_backward(grad, output, 0),
-    nn.Tanh: torch.ops.aten.tanh_backward,
-    nn.Sigmoid: torch.ops.aten.sigmoid_backward,
-}
-ACTIVATION_FORWARD = {nn.ReLU: torch.relu, nn.Tanh: torch.tanh, nn.Sigmoid: torch.sigmoid}
+from ct_lightning.models import ACTIVATION_BACKWARD, ACTIVATION_FORWARD
+
 _by_hand = True
 
 

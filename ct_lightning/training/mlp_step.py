@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ct_lightning.generators.input_gradient import ACTIVATION_BACKWARD, ACTIVATION_FORWARD
+from ct_lightning.models import ACTIVATION_BACKWARD, ACTIVATION_FORWARD
 
 _aten = torch.ops.aten
 _MEAN, _NO_INDEX = 1, -100  # nll_loss's reduction code for "mean" and its default ignore_index
