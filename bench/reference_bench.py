@@ -60,7 +60,10 @@ def _validation_forward(model, x_val: torch.Tensor, batch: int) -> None:
 
 
 class PlainLoop:
-    """The hand-written loop, one epoch per call of :meth:`epoch` (train + validation forward)."""
+    """The hand-written loop, one epoch per call of :meth:`epoch` (train + validation forward); ``step``, if set, is
+    called as ``step(x, y)`` instead of each optimisation step (``bench/hand_step.py``)."""
+
+    step = None
 
     def __init__(self, datamodule, architecture: str, device: torch.device, seed: int = 0):
         _, self.model, self.optimiser, self.x, self.y, self.x_val = _hand_written_setup(datamodule, architecture,
@@ -77,6 +80,9 @@ class PlainLoop:
         order = torch.randperm(len(y), generator=self.generator).to(self.device)
         for start in range(0, len(y), batch):
             index = order[start:start + batch]
+            if self.step is not None:
+                self.step(x[index], y[index])
+                continue
             optimiser.zero_grad()
             F.cross_entropy(model(x[index]), y[index]).backward()
             optimiser.step()
@@ -91,7 +97,10 @@ class PlainCTLoop:
     as ``train()``'s: the data's feature types, so one-hot groups and integers snap as they do there, and the default
     mutability), then per batch one forward over [x, x⁺, x', x'_tε] of the batch's share of the pool, Eq. 2's loss,
     backward and Adam; then the validation forward. The limit of our CT epoch on this machine (issue 13's rule: the
-    limit for an epoch is a plain loop doing the same work)."""
+    limit for an epoch is a plain loop doing the same work). ``step``, if set, is called as ``step(x, y, pool)`` (the
+    step's ``CounterfactualPool`` chunk) instead of each optimisation step (``bench/hand_step.py``)."""
+
+    step = None
 
     def __init__(self, datamodule, architecture: str, device: torch.device, seed: int = 0):
         from ct_lightning.constraints import parse_mutability, resolve_domain, resolve_feature_types
@@ -118,7 +127,7 @@ class PlainCTLoop:
         """Wall and CPU seconds of one epoch."""
         from ct_lightning.generators.search import search_counterfactuals
         from ct_lightning.losses import adversarial_loss, contrast_pairs, energy_terms
-        from ct_lightning.training.pool import chunk_bounds, random_targets
+        from ct_lightning.training.pool import CounterfactualPool, chunk_bounds, random_targets
 
         config, model, optimiser, x, y, device = self.config, self.model, self.optimiser, self.x, self.y, self.device
         batch, rng = self.batch, self.rng
@@ -142,6 +151,10 @@ class PlainCTLoop:
             rows = order[start:start + batch]
             part = slice(bounds[step], bounds[step + 1])
             m = bounds[step + 1] - bounds[step]
+            if self.step is not None:
+                self.step(x[rows], y[rows], CounterfactualPool(x_pos[part], x_neg[part], result.nascent[part],
+                                                               labels[part], target[part]))
+                continue
             logits = model(torch.cat([x[rows], x_pos[part], x_neg[part], result.nascent[part]]))
             logits, logits_pos, logits_neg, logits_adv = logits.split([len(rows), m, m, m])
             div, ridge = energy_terms(logits_pos, logits_neg, target[part])

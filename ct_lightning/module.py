@@ -382,7 +382,7 @@ class CTModule(L.LightningModule):
                     optimizer.optimizer.zero_grad()
                     loss.backward()
                 optimizer._on_before_step()
-                optimizer.optimizer.step()
+                getattr(optimizer.optimizer, "step_unlabelled", optimizer.optimizer.step)()
                 optimizer._on_after_step()
             else:
                 optimizer.zero_grad()

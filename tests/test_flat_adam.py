@@ -26,7 +26,7 @@ def _random_grads(model, generator, scale_range=(-9, 2)):
     return grads
 
 
-def _steps(models_and_optimisers, n, seed=1, lr_change_at=None):
+def _steps(models_and_optimisers, n, seed=1, lr_change_at=None, method="step"):
     generator = torch.Generator().manual_seed(seed)
     reference = models_and_optimisers[0][0]
     for i in range(n):
@@ -38,7 +38,7 @@ def _steps(models_and_optimisers, n, seed=1, lr_change_at=None):
             optimiser.zero_grad()
             for p, g in zip(model.parameters(), grads):
                 p.grad = g.clone()
-            optimiser.step()
+            getattr(optimiser, method if isinstance(optimiser, FlatAdam) else "step")()
 
 
 def _assert_same_weights(a, b):
@@ -159,3 +159,17 @@ def test_step_hooks_run_once_per_step_on_both_paths():
         flat.register_step_post_hook(lambda *args: calls.append("post"))
         _steps([(model, flat)], 3)
     assert calls == ["pre", "post"] * 6
+
+
+def test_the_unlabelled_step_is_the_step_and_still_runs_hooks():
+    adam_model, flat_model = _model(), _model()
+    adam = torch.optim.Adam(adam_model.parameters(), lr=0.01)
+    flat = FlatAdam(flat_model.parameters(), lr=0.01)
+    _steps([(adam_model, adam), (flat_model, flat)], 30, method="step_unlabelled")  # CTModule's direct loop's
+    _assert_same_weights(adam_model, flat_model)
+    calls = []
+    handle = flat.register_step_pre_hook(lambda *args: calls.append("pre"))
+    _steps([(flat_model, flat)], 2, method="step_unlabelled")
+    handle.remove()
+    _steps([(flat_model, flat)], 2, method="step_unlabelled")
+    assert calls == ["pre", "pre"]
