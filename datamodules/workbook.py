@@ -5,11 +5,13 @@ pick a sheet, so that ``--data``, ``--rows``, compare.py's list and a run's reco
 workbook of several sheets without ``#``, or with a sheet it lacks, is refused in one line naming its sheets.
 
 :func:`workbook_cells` reads the sheet with openpyxl, each cell's stored value (the value a formula last computed,
-as pandas reads it), row 1 as the header, and writes every cell as the text a CSV would hold: numbers as numbers
-(a cell Excel shows as ``7.5%`` holds 0.075), text as typed (``$1,200`` is then read as a CSV's cell is), dates as
-``2023-01-05``, ``TRUE``/``FALSE``. :func:`~datamodules.table_format.read_table` then reads that text as it reads a
-CSV's, so that a workbook gets the same columns, notes and refusals as the same table saved as CSV. A formula
-without a stored value (a file written by a program that computes none) is refused rather than read as a gap.
+as pandas reads it), row 1 as the header, and writes every cell as the text a CSV saved from Excel would hold:
+numbers in full, in the unit their number format shows (a cell shown as ``7.5%`` holds 0.075 and is written
+``7.5%``, one shown as ``$1,200.00`` is written so: :func:`number_look`), text as typed (``$1,200`` is then read as
+a CSV's cell is), dates as ``2023-01-05``, ``TRUE``/``FALSE``. :func:`~datamodules.table_format.read_table` then
+reads that text as it reads a CSV's, so that a workbook gets the same columns, notes and refusals as the same table
+saved as CSV. A formula without a stored value (a file written by a program that computes none) is refused rather
+than read as a gap.
 
 Plain Python at import (the command lines ask :func:`split_sheet` before pandas is loaded); openpyxl on reading.
 """
@@ -19,6 +21,9 @@ from __future__ import annotations
 import datetime as dt
 import re
 import shlex
+from decimal import Decimal
+from functools import lru_cache
+from itertools import chain
 from pathlib import Path
 
 WORKBOOK_SUFFIXES = (".xlsx",)
@@ -49,9 +54,13 @@ def is_old_excel(value) -> bool:
     return isinstance(value, (str, Path)) and Path(str(value)).suffix.lower() in OLD_EXCEL
 
 
-def _text(value):
-    """A cell's stored value as a CSV from Excel holds it: numbers in full, ``TRUE``/``FALSE``, a date at midnight
-    as ``2023-01-05``; text as typed, an empty cell ``None``."""
+def _text(value, look: tuple | None = None):
+    """A cell's value as a CSV from Excel holds it: numbers in full, ``TRUE``/``FALSE``, a date at midnight as
+    ``2023-01-05``; text as typed, an empty cell ``None``. ``look``: the cell's number format where it shows a
+    unit a CSV's reader understands (:func:`number_look`): the number in full with that unit, as Excel shows it
+    (0.075 under ``0.0%`` → ``7.5%``, 1200 under ``"$"#,##0.00`` → ``$1,200.00``)."""
+    if look is not None and type(value) in (int, float):
+        return _shown(value, *look)
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, bool):
@@ -63,6 +72,71 @@ def _text(value):
     if isinstance(value, (dt.date, dt.time)):
         return value.isoformat(sep=" ") if isinstance(value, dt.datetime) else value.isoformat()
     return str(value)
+
+
+@lru_cache(maxsize=1 << 14, typed=True)  # a column repeats its numbers (rates, fees): each one's text made once
+def _shown(value, prefix: str, suffix: str, percent: bool, decimals: int, grouped: bool) -> str:
+    """A number as Excel shows it under a format of :func:`number_look`, but in full (never rounded to the
+    format's decimals, which Excel shows at least): 0.0755 under ``0.0%`` → ``7.55%``, -1200 under ``"$"#,##0.00``
+    → ``-$1,200.00``."""
+    number = Decimal(repr(value) if isinstance(value, float) else value)
+    if percent:
+        number = number.scaleb(2)  # 0.075 → 7.5, exactly as its text reads (no 7.500000000000001)
+    places = max(decimals, -min(0, number.normalize().as_tuple().exponent))
+    digits = format(abs(number), f"{',' if grouped else ''}.{places}f")
+    return f"{'-' if number < 0 else ''}{prefix}{digits}{suffix}{'%' if percent else ''}"
+
+
+UNITS = "$€£¥"  # the currency signs the CSV reader keeps as a unit (datamodules.table_format.CURRENCY)
+FORMAT_PART = re.compile(r'"([^"]*)"|\\(.)|\[\$([^\]-]*)[^\]]*\]|\[[^\]]*\]|[_*](.)|([0#?])|(.)', re.S)
+
+
+@lru_cache(maxsize=1024)
+def number_look(number_format: str | None) -> tuple | None:
+    """What Excel's ``number_format`` adds to a number that a CSV's reader reads as a unit, as
+    ``(prefix, suffix, percent, decimals, grouped)`` for :func:`_shown`: a percent (``0.0%``) or one currency sign
+    of :data:`UNITS` (``"$"#,##0.00``, ``#,##0 "€"``, Excel's ``[$€-407] #,##0``, accounting's ``_("$"* #,##0_)``);
+    ``None`` for every other format (``General``, ``0.00``, ``#,##0``, dates, text, and other units, such as
+    ``#,##0 "kr"`` or ``[$CHF] 0.00``, whose numbers are read bare rather than with a wrong unit). Only the format's
+    first section (positive numbers) counts."""
+    if not number_format or number_format == "General":
+        return None
+    before, after, percent, decimals, grouped, digits, point = [], [], False, 0, False, False, False
+    for quoted, escaped, symbol, padding, digit, other in FORMAT_PART.findall(number_format):
+        literal = quoted or escaped or symbol
+        if other == ";":
+            break  # the next sections: negative numbers, zero, text
+        if digit:
+            digits, decimals = True, decimals + (point and digit == "0")
+        elif other == ".":
+            point = True
+        elif other == "," and digits and not point:
+            grouped = True
+        elif other == "%":
+            percent = True
+        elif other and (other.isalpha() or other == "@"):
+            return None  # a date, scientific (0.00E+00) or text format
+        elif padding or not (literal or other):
+            continue  # _) and * : the width of a character, a fill; [Red], [>100]: colours, conditions
+        else:
+            (after if digits else before).append(literal or other)
+    prefix, suffix = "".join(before).lstrip(), "".join(after).rstrip()
+    if percent:
+        return ("", "", True, decimals, grouped) if digits and not (prefix + suffix).strip(" ") else None
+    sign = (prefix + suffix).strip(" ")
+    if not digits or len(sign) != 1 or sign not in UNITS:
+        return None
+    return prefix, suffix, False, decimals, grouped
+
+
+def _looks(sheet, styles: list[list[int]]) -> dict:
+    """:func:`number_look` of each style the cells ``styles`` (a read-only sheet's, by row) use, by its number: a
+    sheet of 20 000 rows uses a few, so each one's number format is asked once, not once per cell (openpyxl's
+    ``ReadOnlyCell.number_format`` costs the reading a fifth of its time)."""
+    from openpyxl.cell.read_only import ReadOnlyCell  # noqa: PLC0415
+
+    used = set(chain.from_iterable(styles))
+    return {style: number_look(ReadOnlyCell(sheet, 1, 1, None, style_id=style).number_format) for style in used}
 
 
 def _column_letter(index: int) -> str:
@@ -167,11 +241,15 @@ def workbook_cells(value, option: str = "data"):
     try:
         names = [worksheet.title for worksheet in book.worksheets]
         sheet = _chosen_sheet(names, sheet, path, str(value), option)
-        rows = [list(row) for row in book[sheet].iter_rows(values_only=True)]
+        rows, styles = [], []  # each cell's value and its style's number (its number format: _looks)
+        for row in book[sheet].iter_rows():
+            rows.append([cell.value for cell in row])
+            styles.append([getattr(cell, "_style_id", 0) for cell in row])  # an empty cell has none
+        looks = _looks(book[sheet], styles)
     finally:
         book.close()
     width = max((len(row) for row in rows), default=0)
-    rows = [row + [None] * (width - len(row)) for row in rows]
+    rows, styles = ([row + [fill] * (width - len(row)) for row in table] for table, fill in ((rows, None), (styles, 0)))
     gaps = {(r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell is None}
     if gaps and _holds_formulas(Path(path)):  # a formula without a stored value reads as an empty cell
         _unset_formulas(Path(path), sheet, gaps, str(value), option)
@@ -179,7 +257,8 @@ def workbook_cells(value, option: str = "data"):
         return pd.DataFrame(), []
     _check_first_row(rows, str(value), option)
     header = [f"Unnamed: {c}" if cell is None else str(_text(cell)) for c, cell in enumerate(rows[0])]
-    cells = pd.DataFrame([[_text(cell) for cell in row] for row in rows[1:]], columns=header, dtype="str")  # as read_csv
+    cells = pd.DataFrame([[_text(cell, looks.get(style)) for cell, style in zip(row, shown)] for row, shown in
+                          zip(rows[1:], styles[1:])], columns=header, dtype="str")  # as read_csv
     note = f"{Path(path).name}: sheet {sheet!r}" + (f" of {len(names)}" if len(names) > 1 else "") + \
-        ", each cell's stored value (a cell shown as 7.5% holds 0.075)"
+        ", each cell's stored value, in the units Excel shows it with (a cell shown as 7.5% is 7.5 with its %)"
     return cells, [note]

@@ -14,6 +14,7 @@ from pathlib import Path
 import openpyxl
 import pandas as pd
 import pytest
+import torch
 from preloaded import run_script
 
 from datamodules.table import TableDataModule
@@ -55,21 +56,22 @@ def loans() -> pd.DataFrame:
 
 def test_a_workbook_reads_and_encodes_as_the_same_table_saved_as_csv(tmp_path):
     """train.py refused loans.xlsx (only .csv/.tsv/.txt/.parquet were tables). A workbook's sheet now reads as the
-    same table saved as CSV: the same columns and dtypes (a percent cell is its stored 0.075, '$1,200' text is 1200
-    with its unit, TRUE/FALSE are the CSV's categories), the same codec and split, and the formatted empty cells
+    same table saved as CSV: the same columns and dtypes (a cell shown as 5.0% is 5.0 with its '%', as the CSV
+    Excel saves holds it, '$1,200' text is 1200 with its unit, TRUE/FALSE are the CSV's categories), the same codec and split, and the formatted empty cells
     Excel leaves past the table become neither rows with gaps nor 'Unnamed' columns."""
     frame = loans()
     csv = tmp_path / "loans.csv"
-    frame.assign(cosigned=frame["cosigned"].map({True: "TRUE", False: "FALSE"})).to_csv(csv, index=False)
+    frame.assign(cosigned=frame["cosigned"].map({True: "TRUE", False: "FALSE"}),
+                 rate=frame["rate"].map(lambda v: f"{100 * v:.1f}%")).to_csv(csv, index=False)
     book = write_book(tmp_path / "loans.xlsx", {"Applications": frame}, percent="rate")
     from_csv, from_book = (TableDataModule(str(path), target="approved") for path in (csv, book))
     pd.testing.assert_frame_equal(from_book.frame, from_csv.frame)
-    assert list(from_book.frame.columns) == list(frame.columns) and from_book.frame["rate"].iloc[10] == 0.05
+    assert list(from_book.frame.columns) == list(frame.columns) and from_book.frame["rate"].iloc[10] == 5.0
     assert from_book.codec.to_dict() == from_csv.codec.to_dict()
-    assert {c.name: c.unit for c in from_book.codec.columns}["fee"] == "${}"
+    assert {c.name: c.unit for c in from_book.codec.columns if c.unit} == {"rate": "{}%", "fee": "${}"}
     assert all((from_book.rows[s] == from_csv.rows[s]).all() for s in from_book.rows)
-    assert from_book.name == "loans" and "note: loans.xlsx: sheet 'Applications', each cell's stored value" in \
-        from_book.describe()
+    assert from_book.name == "loans" and "note: loans.xlsx: sheet 'Applications', each cell's stored value, in the " \
+        "units Excel shows it with" in from_book.describe()
 
 
 def test_a_formula_reads_as_the_value_excel_stored_with_it(tmp_path):
@@ -196,3 +198,104 @@ def test_a_workbooks_sheet_trains_and_explains_rows_of_another_sheet(tmp_path):
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert refused.stderr.strip().splitlines()[-1].startswith("error: --rows: got 'loans.xlsx' (loans.xlsx has 2 "
                                                               "sheets ('Applications', 'Rows'): which one"), refused.stderr
+
+
+SHOWN = {  # a column's number format in Excel, and the text the same column holds in a CSV saved from Excel
+    "rate": ("0.0%", lambda v: f"{100 * v:.1f}%"),
+    "fee": ('"$"#,##0', lambda v: f"${v:,}"),
+    "deposit": ('#,##0.00\\ "€"', lambda v: f"{v:,.2f} €"),
+    "bonus": ("[$€-407] #,##0", lambda v: f"€ {v:,}"),
+    "savings": ('_("£"* #,##0.00_);_("£"* \\(#,##0.00\\);_("£"* "-"??_);_(@_)', lambda v: f"£{v:,.2f}"),
+}
+
+
+def _formatted_book(path: Path, frame: pd.DataFrame, formats: dict[str, str]) -> Path:
+    """``frame`` as a workbook whose columns ``formats`` names are shown with those number formats."""
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.append(list(frame.columns))
+    for row in frame.itertuples(index=False):
+        sheet.append([value.item() if hasattr(value, "item") else value for value in row])
+    for name, number_format in formats.items():
+        column = list(frame.columns).index(name) + 1
+        for (cell,) in sheet.iter_rows(min_row=2, min_col=column, max_col=column):
+            cell.number_format = number_format
+    book.save(path)
+    return path
+
+
+def test_a_cell_shown_as_a_percent_or_an_amount_reads_in_its_units_as_the_csv_excel_saves(tmp_path):
+    """A cell Excel shows as 7.5% stores 0.075 and one shown as $1,200 stores 1200 with a number format; the model
+    saw 0.075 and explanations read 'rate: 0.075 → 0.06'. A workbook now reads as the CSV Excel saves from it
+    (7.5%, $1,200, 1,200.50 €, € 1,200, £1,200.50): the same values (7.5, not 0.075), units, labels as written,
+    codec, and the same explanation, in the applicant's units ('rate: 7.5% → ...')."""
+    from ct_lightning.evaluation.explanation import describe, explain
+    from ct_lightning.models import build_mlp
+
+    frame = pd.read_csv(LOANS)
+    n = len(frame)
+    frame = frame.assign(rate=[round(0.04 + 0.001 * (i % 50), 3) for i in range(n)],
+                         fee=[1000 + 25 * (i % 40) for i in range(n)],
+                         deposit=[round(500 + 10.25 * (i % 30), 2) for i in range(n)],
+                         bonus=[100 * (i % 7) for i in range(n)], savings=[1200.5 + 100 * (i % 9) for i in range(n)])
+    frame.loc[0, "rate"] = 0.075
+    _formatted_book(tmp_path / "loans.xlsx", frame, {name: shown[0] for name, shown in SHOWN.items()})
+    frame.assign(**{name: frame[name].map(shown[1]) for name, shown in SHOWN.items()}).to_csv(tmp_path / "loans.csv",
+                                                                                              index=False)
+    from_csv, from_book = (TableDataModule(str(tmp_path / n), target="approved") for n in ("loans.csv", "loans.xlsx"))
+    pd.testing.assert_frame_equal(from_book.frame, from_csv.frame)
+    assert from_book.frame.loc[0, "rate"] == 7.5 and from_book.frame.loc[0, "fee"] == 1000
+    assert from_book.frame.attrs["units"] == from_csv.frame.attrs["units"] == {
+        "rate": "{}%", "fee": "${}", "deposit": "{} €", "bonus": "€{}", "savings": "£{}"}
+    assert from_book.frame.attrs["written"] == from_csv.frame.attrs["written"]
+    assert from_book.codec.to_dict() == from_csv.codec.to_dict()
+    said = []
+    for module in (from_csv, from_book):
+        torch.manual_seed(0)
+        model = build_mlp(len(module.codec.feature_names), 2, [8])
+        rows = module.frame.drop(columns="approved").head(1)
+        fixed = {name: "none" for name in rows.columns if name != "rate"}  # the rate is the one change
+        said.append(describe(explain(model, rows, codec=module.codec, mutability=fixed, max_steps=50, tau=0.99)))
+    assert said[0] == said[1] and "rate: 7.5% → " in said[1], said
+
+
+@pytest.mark.parametrize("number_format", ["0.00", "#,##0", "General", "0.00E+00", '#,##0 "kr"', "[$CHF] #,##0.00",
+                                           '"US$"#,##0', "@"])
+def test_a_number_format_without_a_unit_the_reader_knows_reads_the_stored_number(tmp_path, number_format):
+    """Plain formats (decimals, thousands, scientific, text) and units the CSV reader keeps no sign of (kr, CHF,
+    US$): the stored number, without a unit, never a wrong one ('US$' is no '$')."""
+    frame = pd.read_csv(LOANS)
+    frame = frame.assign(amount=[1200 + 0.5 * i for i in range(len(frame))])
+    book = _formatted_book(tmp_path / "plain.xlsx", frame, {"amount": number_format})
+    module = TableDataModule(str(book), target="approved")
+    assert module.frame["amount"].tolist() == frame["amount"].tolist()
+    assert "amount" not in module.frame.attrs["units"] and "amount" not in module.frame.attrs["written"]
+
+
+def test_a_column_of_percent_cells_beside_a_share_is_refused_as_in_the_csv(tmp_path):
+    """Most cells shown as 4% to 8% and one stored 0.075 without the format (Excel shows 0.075): a share (7.5%), or
+    0.075%? The CSV saved from the workbook is refused with a question, and the workbook with the same line; a
+    plain 6 among 4% to 8% is 6% in both, as in a CSV."""
+    frame = pd.read_csv(LOANS)
+    frame = frame.assign(rate=[0.04 + 0.01 * (i % 5) for i in range(len(frame))])
+    for stored, shown in ((0.075, "0.075"), (6, "6")):
+        frame.loc[5, "rate"] = stored
+        book = _formatted_book(tmp_path / "mixed.xlsx", frame, {"rate": "0%"})
+        openpyxl_book = openpyxl.load_workbook(book)
+        openpyxl_book.active["I7"].number_format = "General"
+        openpyxl_book.save(book)
+        text = [f"{round(100 * v)}%" for v in frame["rate"]]
+        text[5] = shown
+        frame.assign(rate=text).to_csv(tmp_path / "mixed.csv", index=False)
+        if stored == 6:
+            from_csv, from_book = (TableDataModule(str(tmp_path / n), target="approved")
+                                   for n in ("mixed.csv", "mixed.xlsx"))
+            pd.testing.assert_frame_equal(from_book.frame, from_csv.frame)
+            assert from_book.frame.loc[5, "rate"] == 6 and from_book.frame.loc[6, "rate"] == 5
+            continue
+        said = []
+        for name in ("mixed.csv", "mixed.xlsx"):
+            with pytest.raises(ValueError) as caught:
+                TableDataModule(str(tmp_path / name), target="approved")
+            said.append(str(caught.value).replace(name, "FILE"))
+        assert said[0] == said[1] and "is 0.075 a share (7.5%) or 0.075%?" in said[1], said
