@@ -173,3 +173,12 @@ def test_the_unlabelled_step_is_the_step_and_still_runs_hooks():
     handle.remove()
     _steps([(flat_model, flat)], 2, method="step_unlabelled")
     assert calls == ["pre", "pre"]
+
+
+def test_the_unlabelled_step_calls_a_step_replaced_on_the_optimiser():
+    model = _model()
+    flat = FlatAdam(model.parameters(), lr=0.01)
+    step, calls = flat.step, []
+    flat.step = lambda *args: (calls.append(1), step(*args))[1]  # as a callback wrapping optimizer.step does
+    _steps([(model, flat)], 3, method="step_unlabelled")
+    assert calls == [1, 1, 1]
