@@ -19,10 +19,10 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
-import torch.nn.functional as F
 from torch import nn
 
-from ct_lightning.models import ACTIVATION_BACKWARD, ACTIVATION_FORWARD
+from ct_lightning.models import ACTIVATION_BACKWARD
+from ct_lightning.training.mlp_step import layer_outputs
 
 _by_hand = True
 
@@ -55,14 +55,9 @@ class MLPPasses:
 
     def forward(self, x: torch.Tensor) -> tuple[torch.Tensor, list]:
         """The logits at ``x`` and each activation's output (what the backward pass reads)."""
-        outputs = []
         with torch.no_grad():
-            h = x.detach()
-            for layer in self.layers:
-                h = F.linear(h, layer.weight, layer.bias) if type(layer) is nn.Linear \
-                    else ACTIVATION_FORWARD[type(layer)](h)
-                outputs.append(h)
-        return h, outputs
+            outputs = layer_outputs(self.layers, x.detach())
+        return outputs[-1], outputs
 
     def input_gradient(self, saved: list, grad_logits: torch.Tensor) -> torch.Tensor:
         """``∂(grad_logits · logits)/∂x``, layer by layer from the last."""

@@ -26,8 +26,10 @@ _aten = torch.ops.aten
 _MEAN, _NO_INDEX = 1, -100  # nll_loss's reduction code for "mean" and its default ignore_index
 
 
-def _forward(layers: list[nn.Module], x: torch.Tensor) -> list[torch.Tensor]:
-    """Each layer's output at ``x`` (the last one is the logits)."""
+def layer_outputs(layers: list[nn.Module], x: torch.Tensor) -> list[torch.Tensor]:
+    """Each layer's output at ``x`` (the last one is the logits) for a plain MLP's ``layers``, with the forward
+    kernels autograd records (also the search's passes by hand, ``generators.input_gradient``); call it without
+    gradient recording."""
     outputs, h = [], x
     for layer in layers:
         h = F.linear(h, layer.weight, layer.bias) if type(layer) is nn.Linear else ACTIVATION_FORWARD[type(layer)](h)
@@ -71,7 +73,7 @@ def conventional_step(layers: list[nn.Module], x: torch.Tensor, y: torch.Tensor,
     """A conventional step's ``(loss, clf, logits)`` as ``CTModule`` computes them, the gradients written into
     ``grads`` (``loss = clf`` when ``lambda_clf`` is 1, else ``lambda_clf · clf``)."""
     with torch.no_grad():
-        outputs = _forward(layers, x)
+        outputs = layer_outputs(layers, x)
         logits = outputs[-1]
         clf, saved = _cross_entropy(logits, y)
         loss = clf if lambda_clf == 1.0 else lambda_clf * clf
@@ -91,7 +93,7 @@ def counterfactual_step(layers: list[nn.Module], x: torch.Tensor, y: torch.Tenso
     m, target = len(pool), pool.target
     with torch.no_grad():
         inputs = torch.cat([x, pool.x_pos, pool.x_neg, pool.nascent])
-        outputs = _forward(layers, inputs)
+        outputs = layer_outputs(layers, inputs)
         sizes = [len(x), m, m, m]
         logits, logits_pos, logits_neg, logits_adv = outputs[-1].split(sizes)
         clf, saved_clf = _cross_entropy(logits, y)
