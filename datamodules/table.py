@@ -23,9 +23,9 @@ from datamodules.preprocess import undersample
 from datamodules.row_bounds import breaking_rows, rule_name
 from datamodules.table_checks import SPLIT, checked_table, raise_problems
 from datamodules.table_format import as_written, read_table, tidy_frame
-from datamodules.workbook import table_file
+from datamodules.workbook import table_file, table_label
 
-TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".xlsx")  # a CSV's delimiter is read from its header; also --data's list
+TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".xlsx", ".xlsm")  # a CSV's delimiter is read from its header; also --data's list
 CODE_LEVELS = 10  # an inferred integer column with at most this many values may be category codes (SEX 1/2)
 BALANCE = ("none", "undersample")  # classes: as in the file, or each cut to the smallest's size
 
@@ -124,7 +124,7 @@ class TableDataModule(TensorDataModule):
         orders = ordinal_orders(self.spec, codec)  # labels such as 10% or $1,000 match their order as written
         self.label_of_source = "DataFrame" if isinstance(source, pd.DataFrame) else str(source)
         if not isinstance(source, pd.DataFrame):
-            self.name = Path(table_file(source)).stem  # loans.csv -> loans: table rows, plots and model names use it
+            self.name = table_label(source)  # loans.csv -> loans: table rows, plots and model names use it
         self.drop_columns = list(codec.dropped if codec is not None else drop_columns)
         # the checks the recipes also make before torch is imported (preflight.check_table_columns): one home
         checked = checked_table(self.frame, target, impute, self.label_of_source, orders, self.drop_columns,

@@ -1,4 +1,5 @@
-"""An Excel workbook (``.xlsx``) as a table file: its sheet, named after ``#``, and its cells as a CSV writes them.
+"""An Excel workbook (``.xlsx``; ``.xlsm``, whose macros are never run) as a table file: its sheet, named after
+``#``, and its cells as a CSV writes them.
 
 ``loans.xlsx`` names a workbook of one sheet; ``loans.xlsx#Applications`` its sheet ``Applications`` (the one way to
 pick a sheet, so that ``--data``, ``--rows``, compare.py's list and a run's recorded data name a table alike). A
@@ -26,10 +27,10 @@ from functools import lru_cache
 from itertools import chain
 from pathlib import Path
 
-WORKBOOK_SUFFIXES = (".xlsx",)
+WORKBOOK_SUFFIXES = (".xlsx", ".xlsm")  # .xlsm: a workbook with macros; its cells are read, its macros never
 OLD_EXCEL = (".xls",)  # binary Excel (97-2003): another reader (xlrd); refused with what to save it as
 OLD_EXCEL_FIX = "an .xlsx or .csv file: open it in Excel and save it as 'Excel Workbook (.xlsx)' or as CSV"
-SHEET = re.compile(r"(?is)(.*\.xlsx)#(.*)")  # loans.xlsx#Applications: the workbook, then its sheet
+SHEET = re.compile(r"(?is)(.*\.xls[xm])#(.*)")  # loans.xlsx#Applications: the workbook, then its sheet
 
 
 def split_sheet(value) -> tuple[str, str | None]:
@@ -41,6 +42,14 @@ def split_sheet(value) -> tuple[str, str | None]:
 def table_file(value) -> str:
     """The file a table value names, without its ``#sheet``."""
     return split_sheet(value)[0]
+
+
+def table_label(value) -> str:
+    """How runs, table rows and model names call a table file: its stem (``loans`` for ``/x/loans.csv``), and a
+    sheet named after ``#`` after a hyphen (``book-Applications`` for ``book.xlsx#Applications``), so that two sheets
+    of one workbook are told apart."""
+    path, sheet = split_sheet(value)
+    return Path(path).stem + ("" if sheet is None else f"-{sheet}")
 
 
 def resolved(value) -> str:
@@ -225,6 +234,21 @@ def _check_first_row(rows: list[list], value: str, option: str) -> None:
         raise TableError(option, value, f"row 1 of {Path(value).name} names {len(named)} of its {len(filled)} columns"
                          f"{shown}: are the column names on a lower row, below a title?", "a sheet whose row 1 holds "
                          "the column names: delete the rows above them")
+
+
+def check_sheet(value, option: str = "data") -> str:
+    """The sheet ``value`` names (``loans.xlsx``, ``loans.xlsx#Applications``), checked against the workbook's sheets
+    without reading its cells: the one-line ``TableError`` of :func:`workbook_cells` for several sheets and none
+    named, or a sheet it lacks, naming ``option`` and ``value`` as given."""
+    import openpyxl  # noqa: PLC0415
+
+    path, sheet = split_sheet(value)
+    book = openpyxl.load_workbook(path, read_only=True)
+    try:
+        names = list(book.sheetnames)
+    finally:
+        book.close()
+    return _chosen_sheet(names, sheet, path, str(value), option)
 
 
 def workbook_cells(value, option: str = "data"):

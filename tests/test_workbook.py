@@ -1,4 +1,4 @@
-"""An analyst's Excel workbook (.xlsx) as a table file: the same columns, codec and one-line refusals as the same
+"""An analyst's Excel workbook (.xlsx, .xlsm) as a table file: the same columns, codec and one-line refusals as the same
 table saved as CSV; a sheet picked with book.xlsx#SHEET; .xls and formulas without a stored value refused."""
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ def write_book(path: Path, sheets: dict[str, pd.DataFrame], percent: str | None 
         for row in frame.itertuples(index=False):
             sheet.append([None if pd.isna(value) else value.item() if hasattr(value, "item") else value
                           for value in row])
-        if percent is not None:
+        if percent is not None and percent in frame.columns:
             column = list(frame.columns).index(percent) + 1
             for cells in sheet.iter_rows(min_row=2, min_col=column, max_col=column):
                 cells[0].number_format = "0.0%"
@@ -125,11 +125,12 @@ def test_a_workbook_is_refused_with_the_line_the_same_csv_gets(tmp_path, kind):
     assert said[0] == said[1] and "\n" not in said[1], said
 
 
-def _train_py(tmp_path: Path, data: str) -> subprocess.CompletedProcess:
-    """train.py on ``data`` (exits before its training here), with whether torch was imported by then."""
-    code = ("import runpy, sys\nsys.argv = ['train.py', '--data', sys.argv[1], '--target', 'approved', "
+def _train_py(tmp_path: Path, data: str, script: str = "train.py") -> subprocess.CompletedProcess:
+    """train.py (or ``script``) on ``data`` (exits before its training here), with whether torch was imported by
+    then."""
+    code = (f"import runpy, sys\nsys.argv = [{script!r}, '--data', sys.argv[1], '--target', 'approved', "
             f"'--tracking-uri', 'sqlite:///{tmp_path}/store/mlflow.db']\n"
-            f"try:\n    runpy.run_path({str(ROOT / 'recipes' / 'train.py')!r}, run_name='__main__')\n"
+            f"try:\n    runpy.run_path({str(ROOT / 'recipes' / script)!r}, run_name='__main__')\n"
             "except SystemExit as stop:\n    print('exit', stop.code, 'torch imported:', 'torch' in sys.modules)\n")
     return subprocess.run([sys.executable, "-c", code, data], cwd=tmp_path, capture_output=True, text=True, env=ENV,
                           timeout=120)
@@ -167,10 +168,22 @@ def test_train_refuses_a_workbook_in_one_line_before_torch_is_imported(tmp_path,
     assert not (tmp_path / "store").exists(), "nothing was written"
 
 
+@pytest.mark.parametrize("data", ["book.xlsx", "book.xlsx#Aplications"])
+def test_compare_refuses_a_workbooks_missing_sheet_with_train_pys_line(tmp_path, data):
+    """compare.py said 'error: data: ...' with the sheets as absolute paths, after its start-up; it now gives
+    train.py's line (--data, the value as typed), exit code 2, before torch is imported and before any run."""
+    write_book(tmp_path / "book.xlsx", {"Applications": pd.read_csv(LOANS), "Notes": pd.DataFrame({"by": ["ann"]})})
+    trained, compared = (_train_py(tmp_path, data, script) for script in ("train.py", "compare.py"))
+    assert compared.stdout.strip().splitlines()[-1] == "exit 2 torch imported: False", compared.stdout
+    assert compared.stderr.strip().splitlines() == trained.stderr.strip().splitlines(), compared.stderr
+    assert trained.stderr.startswith("error: --data: book.xlsx has") and not (tmp_path / "store").exists()
+
+
 def test_a_workbooks_sheet_trains_and_explains_rows_of_another_sheet(tmp_path):
     """A run trained on book.xlsx#Applications names its data with the sheet (so evaluate.py, explain.py and
-    compare.py read the same table), takes its name from the file ('loans'), and explain.py --rows takes rows from
-    another sheet of a workbook (book.xlsx#Rows) in their own units."""
+    compare.py read the same table), takes its name from the file and the sheet ('loans-Applications', so that two
+    sheets of one workbook are told apart; it was 'loans' for both), and explain.py --rows takes rows from another
+    sheet of a workbook (book.xlsx#Rows) in their own units."""
     from mlflow.tracking import MlflowClient
 
     from ct_lightning.experiment.runs.train import train
@@ -183,7 +196,9 @@ def test_a_workbooks_sheet_trains_and_explains_rows_of_another_sheet(tmp_path):
     run = train({"data": str(tmp_path / "loans.xlsx#Applications"), "target": "approved", "max_epochs": 1, "nce": 16,
                  "tracking_uri": uri, "progress": False, "checkpoint_dir": str(tmp_path / "ckpt")})
     assert run["config"]["data"] == f"{tmp_path / 'loans.xlsx'}#Applications"
-    assert MlflowClient(uri).get_run(run["run_id"]).data.tags["data"] == "loans"
+    recorded = MlflowClient(uri).get_run(run["run_id"])
+    assert recorded.data.tags["data"] == "loans-Applications"
+    assert recorded.info.run_name.startswith("loans-Applications-full-ecco-s0-")
     assert resolve_names("loans.xlsx#Applications,moons".replace("loans", str(tmp_path / "loans"))) == \
         [run["config"]["data"], "moons"]
     out = tmp_path / "explained.json"
@@ -198,6 +213,39 @@ def test_a_workbooks_sheet_trains_and_explains_rows_of_another_sheet(tmp_path):
     assert refused.returncode == 2 and "Traceback" not in refused.stderr
     assert refused.stderr.strip().splitlines()[-1].startswith("error: --rows: got 'loans.xlsx' (loans.xlsx has 2 "
                                                               "sheets ('Applications', 'Rows'): which one"), refused.stderr
+
+
+def _with_macros(book: Path, path: Path) -> Path:
+    """``book`` as Excel saves a macro-enabled workbook (.xlsm): the macro-enabled main part's content type and a
+    VBA project part (here a stand-in: a reader that ran macros would fail on it)."""
+    with zipfile.ZipFile(book) as source, zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as target:
+        for item in source.infolist():
+            data = source.read(item.filename)
+            if item.filename == "[Content_Types].xml":
+                data = data.replace(b"application/vnd.openxmlformats-officedocument.spreadsheetml.sheet.main+xml",
+                                    b"application/vnd.ms-excel.sheet.macroEnabled.main+xml")
+                assert b"macroEnabled" in data
+            target.writestr(item, data)
+        target.writestr("xl/vbaProject.bin", b"not a VBA project")
+    return path
+
+
+def test_a_macro_enabled_workbook_reads_as_the_same_workbook_without_macros(tmp_path):
+    """Finance teams keep tables in .xlsm workbooks; train.py refused them as an unknown data set. An .xlsm file's
+    sheet now reads as the same .xlsx's (its macros are never run), with the sheet picked after '#' and the same
+    one-line refusal for several sheets and none named, before torch is imported."""
+    frame = loans()
+    book = write_book(tmp_path / "loans.xlsx", {"Applications": frame, "Notes": pd.DataFrame({"by": ["ann"]})},
+                      percent="rate")
+    macro = _with_macros(book, tmp_path / "loans.xlsm")
+    from_book, from_macro = (TableDataModule(f"{path}#Applications", target="approved") for path in (book, macro))
+    pd.testing.assert_frame_equal(from_macro.frame, from_book.frame)
+    assert from_macro.codec.to_dict() == from_book.codec.to_dict() and from_macro.name == "loans-Applications"
+    done = _train_py(tmp_path, "loans.xlsm")
+    assert done.stdout.strip().splitlines()[-1] == "exit 2 torch imported: False", done.stdout + done.stderr
+    assert done.stderr.strip().splitlines() == [
+        "error: --data: loans.xlsm has 2 sheets ('Applications', 'Notes'): which one holds the table? allowed: the "
+        "sheet named after '#': loans.xlsm#Applications, loans.xlsm#Notes"], done.stderr
 
 
 SHOWN = {  # a column's number format in Excel, and the text the same column holds in a CSV saved from Excel

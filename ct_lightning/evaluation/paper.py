@@ -16,22 +16,21 @@ Two versions of Table 1 exist (see ``PUBLISHED``):
 from __future__ import annotations
 
 import math
-from pathlib import Path
 
 from ct_lightning.metrics.names import METRICS as METRIC_TABLE, table_label
 
 
 def paper_label(data: str) -> str:
     """The paper's row label of data set ``data``: its data module's ``paper_label`` (else the name; a table
-    file's stem)."""
+    file's stem, and its sheet: :func:`datamodules.workbook.table_label`)."""
     from datamodules import get_datamodule_class  # noqa: PLC0415 - the data modules hold the facts
     from datamodules.table import is_table_path  # noqa: PLC0415
-    from datamodules.workbook import table_file  # noqa: PLC0415
+    from datamodules.workbook import table_label as file_label  # noqa: PLC0415
 
     try:
         return get_datamodule_class(data).label()
     except ValueError:
-        return Path(table_file(data)).stem if is_table_path(data) else data
+        return file_label(data) if is_table_path(data) else data
 
 
 def published_label(row: dict) -> str | None:

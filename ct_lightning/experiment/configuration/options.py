@@ -93,7 +93,7 @@ RECIPE_HELP: dict[tuple[str, str], str] = {
     "--data, and --model/--hidden-sizes where they cannot be inferred), runs:/RUN_ID/model (a run of train.py: "
     "read with that run's settings, as --run-id; no --data, --target or --model-inputs needed), "
     "models:/NAME/VERSION",
-    ("data_sets", "compare"): "data sets, comma-separated: {AVAILABLE}, all, .csv/.tsv/.txt/.parquet/.xlsx files (with "
+    ("data_sets", "compare"): "data sets, comma-separated: {AVAILABLE}, all, .csv/.tsv/.txt/.parquet/.xlsx/.xlsm files (with "
     "--target; a workbook's sheet: book.xlsx#SHEET) and package.module:Class (default with --bl-run-id/--ct-run-id...: the data the given runs were "
     "trained on)",
     ("data_sets", "appendix"): "data sets of the grid, comma-separated (of {AVAILABLE}; default: all the grid's)",

@@ -30,7 +30,7 @@ from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.configuration.store import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
 from ct_lightning.experiment.configuration.validation import BATCHES_ALLOWED, NO_TRAINING, InputError, Rule
 
-TABLE_FILE = "a .csv/.tsv/.txt/.parquet/.xlsx file"
+TABLE_FILE = "a .csv/.tsv/.txt/.parquet/.xlsx/.xlsm file"
 ACCELERATORS = ("auto", "cpu", "gpu", "cuda", "mps")
 EPOCH_LOOPS = ("auto", "fused", "lightning")
 
@@ -281,7 +281,7 @@ TABLE: tuple[Setting, ...] = (
     Setting("config", None, "YAML file with any of these options (long names, e.g. max_epochs: 50)", group="",
             run_only=True),
     # data
-    Setting("data", "circles", "data set: {AVAILABLE}; or your own table, a .csv (.tsv, .txt: any delimiter), .parquet or .xlsx file (with --target; a "
+    Setting("data", "circles", "data set: {AVAILABLE}; or your own table, a .csv (.tsv, .txt: any delimiter), .parquet or .xlsx (.xlsm) file (with --target; a "
             "workbook of several sheets: book.xlsx#SHEET), "
             "or package.module:Class (a TensorDataModule subclass) (default {DFLT})", group=DATA),
     Setting("target", None, "table files: the column to predict (the class label)", group=DATA),

@@ -40,10 +40,11 @@ def library_version() -> str:
 
 
 def data_label(data: str) -> str:
-    """How a run names its data: the data set's name, or a table file's stem (``loans`` for ``/x/loans.csv``)."""
-    from datamodules.workbook import table_file  # noqa: PLC0415 - plain Python
+    """How a run names its data: the data set's name, or a table file's stem (``loans`` for ``/x/loans.csv``; a sheet
+    named after ``#`` follows it: ``book-Applications``)."""
+    from datamodules.workbook import table_label  # noqa: PLC0415 - plain Python
 
-    return Path(table_file(data)).stem if is_table_file(str(data)) else str(data)
+    return table_label(data) if is_table_file(str(data)) else str(data)
 
 
 def run_tags(config: dict, extra: dict | None = None) -> dict[str, str]:

@@ -26,7 +26,7 @@ from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
                                                 check_writable_folder)
 from ct_lightning.experiment.workflows.parent_outbox import end_pending, log_metrics_once, parent_client
-from datamodules.workbook import resolved, table_file
+from datamodules.workbook import WORKBOOK_SUFFIXES, check_sheet, resolved, table_file
 
 if TYPE_CHECKING:
     from ct_lightning.experiment.studies.reproduce import Task
@@ -68,6 +68,8 @@ def resolve_names(text: str) -> list[str]:
         if is_table_file(name):
             if not Path(table_file(name)).is_file():
                 raise InputError("--data", name, f"an existing {TABLE_FILE.removeprefix('a ')}", "no such file")
+            if table_file(name).lower().endswith(WORKBOOK_SUFFIXES):  # its sheet, named as given, before any run
+                check_sheet(name, "--data")
             names.append(resolved(name))
         elif is_factory(name):
             names.append(name)
