@@ -176,7 +176,7 @@ def test_train_recipe_bad_input_is_a_clear_error(tmp_path):
     assert done.returncode != 0 and "unknown feature 'age'" in done.stderr and "x1, x2" in done.stderr
     done = run_recipe("--data", "spirals", "--tracking-uri", uri)
     assert done.returncode == 2 and "--data: got 'spirals'; allowed: adult, california_housing" in done.stderr \
-        and "a .csv/.tsv/.txt/.parquet/.xlsx file, or package.module:Class" in done.stderr
+        and "a .csv/.tsv/.txt/.parquet/.xlsx/.xlsm file, or package.module:Class" in done.stderr
     help_text = run_recipe("--help").stdout
     for flag in ("--objective", "--generator", "--max-epochs", "--seed", "--nce", "--burnin", "--immutable",
                  "--lambda-div", "--lambda-reg", "--lambda-adv", "--tau", "--tracking-uri", "--experiment",
