@@ -134,8 +134,10 @@ def test_a_subclass_overriding_only_the_penalty_is_searched_with_autograd():
     target = torch.randint(2, (20,))
     new = search_counterfactuals(model, x, target, Squared(), 0.75, 10, 0.3)
     old = reference_search(model, x, target, Squared(), 0.75, 10, 0.3)
-    # The same autograd arithmetic on the same (packed) shapes as the reference: bit for bit.
-    assert torch.equal(new.counterfactual, old.counterfactual)
+    # The same autograd arithmetic as the reference; the packed loop keeps frozen rows a while (REPACK_SHARE), so
+    # its matrix products may run over other row counts, which may round differently on another CPU.
+    assert torch.equal(new.steps, old.steps) and torch.equal(new.converged, old.converged)
+    torch.testing.assert_close(new.counterfactual, old.counterfactual, rtol=1e-5, atol=1e-5)
 
 
 def test_check_every_must_be_positive():

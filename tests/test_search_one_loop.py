@@ -92,10 +92,10 @@ def problem(case):
 
 
 def assert_same(new, old):
-    """Equal up to float rounding. Bit-identical only where the same operations run on the same shapes (the
-    packed loop against the packed reference); the masked path multiplies whole pools where the reference
-    multiplies the active rows, and a matrix product over another row count may round differently, depending on
-    the CPU's kernels (issue 26: AMD EPYC), so it gets a tolerance."""
+    """Equal up to float rounding. The masked path multiplies whole pools where the reference multiplies the active
+    rows, and the packed loop keeps rows that froze until they are a quarter of its rows (REPACK_SHARE) where the
+    reference drops them at once; a matrix product over another row count may round differently, depending on the
+    CPU's kernels (issue 26: AMD EPYC), so both get a tolerance."""
     assert torch.equal(new.converged, old.converged) and torch.equal(new.steps, old.steps)
     assert torch.equal(new.nascent_steps, old.nascent_steps)
     # 1e-5: measured 1.5e-6 for the masked MNIST-shaped latent search with MKL_CBWR=COMPATIBLE (CI's pass 3).
@@ -113,8 +113,6 @@ def test_feature_space_search_is_unchanged(case, packed, generator, tau):
     new = search_counterfactuals(*arguments, packed=packed, check_every=4)
     old = reference_search(*arguments, packed=packed, check_every=4)
     assert_same(new, old)
-    if packed:  # the same arithmetic in the same order: bit for bit
-        assert torch.equal(new.counterfactual, old.counterfactual) and torch.equal(new.nascent, old.nascent)
     assert tau == 1.0 or int(new.converged.sum()) > 0
 
 
@@ -129,8 +127,6 @@ def test_latent_search_is_unchanged(case, packed, tau):
         arguments = (model, vae, x, target, lambda_cost, lr, tau, steps, epsilon, mutability, lower, upper)
         new, old = latent_search(*arguments, packed=packed), reference_latent_search(*arguments)
         assert_same(new, old)
-        if packed:  # the reference's arithmetic on the reference's shapes: bit for bit
-            assert torch.equal(new.counterfactual, old.counterfactual) and torch.equal(new.nascent, old.nascent)
         converged += int(new.converged.sum())
         inside += int((new.nascent_steps > 0).sum())
     assert (converged > 0) == (tau < 1.0) and inside > 0

@@ -232,6 +232,11 @@ def _search_masked(space: SearchSpace, x, target, tau, max_steps, epsilon, check
     return SearchResult(x_cf, nascent, converged, steps, nascent_steps)
 
 
+# The packed loop drops frozen rows from its tensors once they are at least this share of the rows it holds: each
+# repacking copies the pool-sized tensors (points, factuals), and until then a frozen row costs its share of a step.
+REPACK_SHARE = 0.25
+
+
 def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> SearchResult:
     """The loop with the rows still searching packed in their own tensors (see :func:`active_rows_search`)."""
     n = len(x)
@@ -246,17 +251,20 @@ def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> Se
     steps = torch.full((n,), max_steps, dtype=torch.long, device=device)
     converged = torch.zeros(n, dtype=torch.bool, device=device)
 
-    def record_nascent(ids: torch.Tensor, points: torch.Tensor, mask: torch.Tensor, step: int) -> None:
-        """nascent[ids[i]] = points[i] and nascent_steps[ids[i]] = step where mask[i]."""
+    def record_nascent(ids: torch.Tensor, points: torch.Tensor, mask: torch.Tensor, step: int,
+                       point_rows: torch.Tensor | None = None) -> None:
+        """nascent[ids[i]] = points[j] and nascent_steps[ids[i]] = step where mask[i], with j = point_rows[i] (the
+        row of ``points`` that row i of the packing was before a repacking; ``None``: j = i)."""
         if select_rows:
             chosen = mask.nonzero().squeeze(1)
             if chosen.numel():
                 ids = ids.index_select(0, chosen)
-                nascent.index_copy_(0, ids, points.index_select(0, chosen))
+                nascent.index_copy_(0, ids, points.index_select(0, chosen if point_rows is None
+                                                                else point_rows.index_select(0, chosen)))
                 nascent_steps.index_fill_(0, ids, step)
         else:
             ids = torch.where(mask, ids, n)
-            nascent.index_copy_(0, ids, points)
+            nascent.index_copy_(0, ids, points if point_rows is None else points.index_select(0, point_rows))
             nascent_steps.index_fill_(0, ids, step)
 
     def freeze(ids: torch.Tensor, points: torch.Tensor, inside: torch.Tensor, step: int) -> None:
@@ -266,11 +274,14 @@ def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> Se
         steps.index_fill_(0, ids, step)
         converged.index_fill_(0, ids, True)
 
-    # The rows still searching, packed; `active` maps them to rows of the outputs. `previous`: their points
-    # at the step before, `was_inside`: whether those lay within ε (ℓ∞) of the factual.
+    # The packed rows; `active` maps them to rows of the outputs, and `searching` marks those that have not frozen
+    # since the last repacking (None: all of them): frozen rows stay packed, unread, until they are REPACK_SHARE of
+    # the rows. `previous`: the points at the step before (row `previous_rows[i]` for packed row i after a
+    # repacking, else row i), `was_inside`: whether the packed rows' previous points lay within ε (ℓ∞) of the factual.
     active = torch.arange(n, device=device)
     rows, rows_x, rows_target = space.start(x), x, target
-    previous = was_inside = None
+    searching, n_searching = None, n
+    previous = was_inside = previous_rows = None
     for step in range(max_steps + 1):
         if step == max_steps:  # convergence check only: no graph, no step
             (points, done), distance = space.reached(rows, rows_x, rows_target, tau), None
@@ -278,28 +289,39 @@ def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> Se
             points, done, grad, distance = space.gradient(rows, rows_x, rows_target, tau, step, max_steps)
         inside = _distance(points, rows_x, distance) <= epsilon
         if previous is not None:  # a row leaving the ε-ball: its previous point is its nascent CE so far
-            record_nascent(active, previous, was_inside & ~inside, step - 1)
+            leaving = was_inside & ~inside
+            record_nascent(active, previous, leaving if searching is None else leaving & searching, step - 1,
+                           previous_rows)
         if step == max_steps:  # rows that used all max_steps steps
+            if searching is not None:
+                keep = searching.nonzero().squeeze(1)
+                active, points, done, inside = (t.index_select(0, keep) for t in (active, points, done, inside))
             converged[active] = done
             x_cf.index_copy_(0, active, points)
             record_nascent(active, points, inside, max_steps)
             break
+        if searching is not None:
+            done = done & searching
         n_done = int(done.sum())  # the step's one host sync: how many rows froze
         if n_done == len(active):
             freeze(active, points, inside, step)
             break
         if n_done:
-            # Stable partition: searching rows first (in order), then the frozen ones.
-            order = torch.argsort(done.to(torch.uint8), stable=True)
-            keep, frozen = order[:len(order) - n_done], order[len(order) - n_done:]
-            ids = active.index_select(0, frozen)
-            freeze(ids, points.index_select(0, frozen), inside.index_select(0, frozen), step)
-            same = points is rows  # the variable is the point itself (feature space): select it once
-            active, rows, grad, rows_x, rows_target, inside = (
-                t.index_select(0, keep) for t in (active, rows, grad, rows_x, rows_target, inside))
-            points = rows if same else points.index_select(0, keep)
-        rows = space.advance(rows, grad, rows_x)
-        previous, was_inside = points, inside
+            frozen = done.nonzero().squeeze(1)
+            freeze(active.index_select(0, frozen), points.index_select(0, frozen), inside.index_select(0, frozen),
+                   step)
+            n_searching -= n_done
+            if n_searching == 0:
+                break
+            searching = ~done if searching is None else searching & ~done
+        rows = space.advance(rows, grad, rows_x)  # a frozen row still packed steps too: its points are never read
+        previous, was_inside, previous_rows = points, inside, None
+        if searching is not None and len(active) - n_searching >= REPACK_SHARE * len(active):
+            # Stable: the searching rows keep their order. The previous points stay where they are (previous_rows).
+            keep = searching.nonzero().squeeze(1)
+            active, rows, rows_x, rows_target, was_inside = (
+                t.index_select(0, keep) for t in (active, rows, rows_x, rows_target, was_inside))
+            searching, previous_rows = None, keep
     return SearchResult(x_cf, nascent[:n], converged, steps, nascent_steps[:n])
 
 
