@@ -173,3 +173,17 @@ def test_every_generator_is_unchanged(name, monkeypatch):
     monkeypatch.setattr(feature_space, "search_counterfactuals", without_types(reference_search))
     monkeypatch.setattr(latent, "latent_search", without_types(reference_latent_search))
     assert_same(new, generate())
+
+
+def test_rows_where_finds_the_same_rows_with_and_without_a_host_sync():
+    """The packed loop picks the rows that froze and those it keeps with ``rows_where``: ``nonzero`` on a CPU, a
+    stable sort of the flags on an accelerator (no host sync); both give the true rows in order."""
+    from ct_lightning.generators.search import rows_where
+
+    generator = torch.Generator().manual_seed(3)
+    for n, share in ((0, 0.5), (1, 1.0), (7, 0.0), (50, 0.3), (1000, 0.9)):
+        mask = torch.rand(n, generator=generator) < share
+        count = int(mask.sum())
+        expected = torch.arange(n)[mask]
+        assert torch.equal(rows_where(mask, count), expected)
+        assert torch.equal(rows_where(mask, count, sync_free=True), expected)

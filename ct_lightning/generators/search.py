@@ -237,6 +237,15 @@ def _search_masked(space: SearchSpace, x, target, tau, max_steps, epsilon, check
 REPACK_SHARE = 0.25
 
 
+def rows_where(mask: torch.Tensor, count: int, sync_free: bool | None = None) -> torch.Tensor:
+    """The indices of ``mask``'s ``count`` true rows, in order: ``nonzero`` on a CPU, and on an accelerator
+    (``sync_free``, by default off the CPU) a stable sort of the flags, which needs no host sync when ``count`` is
+    known."""
+    if not (mask.device.type != "cpu" if sync_free is None else sync_free):
+        return mask.nonzero().squeeze(1)
+    return torch.argsort((~mask).to(torch.uint8), stable=True)[:count]
+
+
 def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> SearchResult:
     """The loop with the rows still searching packed in their own tensors (see :func:`active_rows_search`)."""
     n = len(x)
@@ -294,7 +303,7 @@ def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> Se
                            previous_rows)
         if step == max_steps:  # rows that used all max_steps steps
             if searching is not None:
-                keep = searching.nonzero().squeeze(1)
+                keep = rows_where(searching, n_searching)
                 active, points, done, inside = (t.index_select(0, keep) for t in (active, points, done, inside))
             converged[active] = done
             x_cf.index_copy_(0, active, points)
@@ -307,7 +316,7 @@ def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> Se
             freeze(active, points, inside, step)
             break
         if n_done:
-            frozen = done.nonzero().squeeze(1)
+            frozen = rows_where(done, n_done)
             freeze(active.index_select(0, frozen), points.index_select(0, frozen), inside.index_select(0, frozen),
                    step)
             n_searching -= n_done
@@ -318,7 +327,7 @@ def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> Se
         previous, was_inside, previous_rows = points, inside, None
         if searching is not None and len(active) - n_searching >= REPACK_SHARE * len(active):
             # Stable: the searching rows keep their order. The previous points stay where they are (previous_rows).
-            keep = searching.nonzero().squeeze(1)
+            keep = rows_where(searching, n_searching)
             active, rows, rows_x, rows_target, was_inside = (
                 t.index_select(0, keep) for t in (active, rows, rows_x, rows_target, was_inside))
             searching, previous_rows = None, keep
