@@ -352,9 +352,10 @@ def active_rows_search(space: SearchSpace, x: torch.Tensor, target: torch.Tensor
 
     ``packed`` (default: on CPU only): the rows still searching are kept packed in their own tensors, so a
     step costs one forward and one backward pass over the active rows plus a few elementwise operations,
-    and one host sync (the count of rows that froze) to shrink the batch. Otherwise, on an accelerator, all
-    rows stay in the batch and frozen ones are masked: no host sync except one every ``check_every`` steps
-    to stop early once every row has converged.
+    and one host sync (the count of rows that froze); rows that froze are dropped from the packed tensors once
+    they are :data:`REPACK_SHARE` of them (until then they ride along, masked, and are never read). Otherwise, on
+    an accelerator, all rows stay in the batch and frozen ones are masked: no host sync except one every
+    ``check_every`` steps to stop early once every row has converged.
     """
     if check_every < 1:
         raise ValueError(f"check_every: must be at least 1, got {check_every}")
