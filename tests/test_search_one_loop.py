@@ -187,3 +187,23 @@ def test_rows_where_finds_the_same_rows_with_and_without_a_host_sync():
         expected = torch.arange(n)[mask]
         assert torch.equal(rows_where(mask, count), expected)
         assert torch.equal(rows_where(mask, count, sync_free=True), expected)
+
+
+def test_the_largest_magnitude_is_the_same_on_small_and_large_pools():
+    """The ε-ball distance max |x' − x| per row: |offset|'s row maxima on small pools, max(max, −min) on large
+    ones; both equal an independent per-row computation, NaN rows included."""
+    from ct_lightning.generators.search import SMALL_OFFSET_VALUES, _largest_magnitude
+
+    generator = torch.Generator().manual_seed(5)
+    for rows, columns in ((7, 3), (SMALL_OFFSET_VALUES // 4 + 1, 4)):
+        offset = torch.randn(rows, columns, generator=generator)
+        offset[0] = -offset[0].abs()  # a row of negatives only
+        offset[1] = 0.0
+        offset[2, 1] = float("nan")
+        expected = torch.tensor([max(abs(v) for v in row) if not any(v != v for v in row) else float("nan")
+                                 for row in offset[:8].tolist()])
+        got = _largest_magnitude(offset)
+        assert (offset.numel() < SMALL_OFFSET_VALUES) == (rows == 7)
+        torch.testing.assert_close(got[:8], expected, equal_nan=True, rtol=0, atol=0)
+        torch.testing.assert_close(got, torch.maximum(offset.amax(1), offset.amin(1).neg()), equal_nan=True,
+                                   rtol=0, atol=0)

@@ -177,8 +177,16 @@ def _add_cost(grad: torch.Tensor, sign: torch.Tensor, lambda_cost) -> torch.Tens
     return grad.add_(sign, alpha=lambda_cost) if lambda_cost else grad
 
 
+# Below this many values an |offset| tensor stays in the core's cache, and two kernels cost less than four.
+SMALL_OFFSET_VALUES = 1 << 16
+
+
 def _largest_magnitude(offset: torch.Tensor) -> torch.Tensor:
-    """Per row, ``max |offset|``, as ``max(max offset, −min offset)``: two reductions, no ``|offset|`` tensor."""
+    """Per row, ``max |offset|`` (the same values either way): on a small tensor as ``|offset|``'s row maxima (two
+    kernels: a small search is bound by how many it launches), on a larger one as ``max(max offset, −min offset)``
+    (two reductions, no ``|offset|`` tensor written through memory)."""
+    if offset.numel() < SMALL_OFFSET_VALUES:
+        return offset.abs().amax(1)
     return torch.maximum(offset.amax(1), offset.amin(1).neg_())
 
 
@@ -298,7 +306,7 @@ def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> Se
             points, done, grad, distance = space.gradient(rows, rows_x, rows_target, tau, step, max_steps)
         inside = _distance(points, rows_x, distance) <= epsilon
         if previous is not None:  # a row leaving the ε-ball: its previous point is its nascent CE so far
-            leaving = was_inside & ~inside
+            leaving = was_inside > inside  # was inside, is not (one kernel)
             record_nascent(active, previous, leaving if searching is None else leaving & searching, step - 1,
                            previous_rows)
         if step == max_steps:  # rows that used all max_steps steps
