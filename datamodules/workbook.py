@@ -236,6 +236,11 @@ def _check_first_row(rows: list[list], value: str, option: str) -> None:
                          "the column names: delete the rows above them")
 
 
+def _table_sheets(book) -> list[str]:
+    """The names of ``book``'s sheets that can hold a table: its worksheets, not its chart sheets."""
+    return [worksheet.title for worksheet in book.worksheets]
+
+
 def check_sheet(value, option: str = "data") -> str:
     """The sheet ``value`` names (``loans.xlsx``, ``loans.xlsx#Applications``), checked against the workbook's sheets
     without reading its cells: the one-line ``TableError`` of :func:`workbook_cells` for several sheets and none
@@ -245,7 +250,7 @@ def check_sheet(value, option: str = "data") -> str:
     path, sheet = split_sheet(value)
     book = openpyxl.load_workbook(path, read_only=True)
     try:
-        names = list(book.sheetnames)
+        names = _table_sheets(book)
     finally:
         book.close()
     return _chosen_sheet(names, sheet, path, str(value), option)
@@ -263,7 +268,7 @@ def workbook_cells(value, option: str = "data"):
     path, sheet = split_sheet(value)
     book = openpyxl.load_workbook(path, read_only=True, data_only=True)  # data_only: each formula's stored value
     try:
-        names = [worksheet.title for worksheet in book.worksheets]
+        names = _table_sheets(book)
         sheet = _chosen_sheet(names, sheet, path, str(value), option)
         rows, styles = [], []  # each cell's value and its style's number (its number format: _looks)
         for row in book[sheet].iter_rows():

@@ -179,6 +179,24 @@ def test_compare_refuses_a_workbooks_missing_sheet_with_train_pys_line(tmp_path,
     assert trained.stderr.startswith("error: --data: book.xlsx has") and not (tmp_path / "store").exists()
 
 
+def test_a_chart_sheet_beside_the_table_is_no_second_sheet_for_compare_either(tmp_path):
+    """A workbook of one worksheet and a chart sheet reads without '#' (a chart holds no table); compare.py's early
+    check of the sheet counted the chart sheet and refused it as a workbook of 2 sheets."""
+    from openpyxl.chart import BarChart, Reference
+
+    from datamodules.workbook import check_sheet
+
+    path = write_book(tmp_path / "book.xlsx", {"Applications": pd.read_csv(LOANS)})
+    book = openpyxl.load_workbook(path)
+    chart = BarChart()
+    chart.add_data(Reference(book["Applications"], min_col=2, min_row=1, max_row=20))
+    book.create_chartsheet("Income").add_chart(chart)
+    book.save(path)
+    assert openpyxl.load_workbook(path, read_only=True).sheetnames == ["Applications", "Income"]
+    assert check_sheet(str(path), "--data") == "Applications"
+    assert TableDataModule(str(path), target="approved").name == "book"
+
+
 def test_a_workbooks_sheet_trains_and_explains_rows_of_another_sheet(tmp_path):
     """A run trained on book.xlsx#Applications names its data with the sheet (so evaluate.py, explain.py and
     compare.py read the same table), takes its name from the file and the sheet ('loans-Applications', so that two
