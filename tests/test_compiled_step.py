@@ -187,6 +187,27 @@ def test_a_failing_compiler_warns_once_and_steps_eagerly():
         assert torch.equal(result[0], expected[0]) and torch.equal(result[1], expected[1])
 
 
+def test_the_step_at_the_factuals_runs_compiled():
+    """At the first step the points are the factuals themselves: that step runs in the compiled kernel too (as a
+    view of the factuals, so no variant of its own), with the eager step's results."""
+    calls = []
+
+    def counting_backend(graph, example_inputs):
+        def run(*args):
+            calls.append(len(args))
+            return graph(*args)
+        return run
+
+    step = CompiledStep(backend=counting_backend)
+    generator = torch.Generator().manual_seed(3)
+    x, grad = (torch.randn(6, 3, generator=generator) for _ in range(2))
+    args = (x, x, grad, torch.tensor(0.1), torch.tensor(0.01), Constraints(None, torch.full((3,), -0.5), None))
+    result = step(*args)
+    assert len(calls) == 1
+    expected = constrained_step(*args)
+    assert torch.equal(result[0], expected[0]) and torch.equal(result[1], expected[1])
+
+
 @pytest.mark.slow
 def test_ct_training_is_the_same_with_the_compiled_step(tmp_path):
     """A short CT run on circles with the step compiled and eager: the same weights and metrics."""

@@ -97,17 +97,21 @@ class CompiledStep:
 
     def __init__(self, backend="inductor"):
         self.compiled = torch.compile(constrained_step, dynamic=True, backend=backend)
+        # Made once: a new patch object costs more Python time a call than guarding the compiled kernel.
+        self._without_duck_shape = torch_fx_config.patch(use_duck_shape=False)
 
     def __call__(self, *args):
         rows, x = args[0], args[1]
         with torch.no_grad():
-            # Each of these would compile another variant of the kernel (seconds, in the middle of a search):
-            # the first step, where the points are the factuals themselves (an aliasing guard), and one row
-            # (sizes 0 and 1 are always specialised); they run eagerly. Without duck sizing, a pool whose
-            # row count happens to equal its feature count does not get a variant of its own either.
-            if self.compiled is not None and rows is not x and rows.shape[0] > 1:
+            # At the first step the points are the factuals themselves: passed as one tensor twice, they would
+            # compile a variant of their own (an aliasing guard; seconds, in the middle of a search), so the points
+            # go in as a view of the factuals. One row (sizes 0 and 1 are always specialised) runs eagerly. Without
+            # duck sizing, a pool whose row count happens to equal its feature count does not get a variant either.
+            if rows is x:
+                args = (rows.detach(), *args[1:])
+            if self.compiled is not None and rows.shape[0] > 1:
                 try:
-                    with torch_fx_config.patch(use_duck_shape=False):
+                    with self._without_duck_shape:
                         return self.compiled(*args)
                 except Exception as error:  # noqa: BLE001 - any compiler failure: fall back to eager
                     cause = getattr(error, "inner_exception", None) or error  # the compiler's own error

@@ -65,8 +65,9 @@ class SearchSpace(Protocol):
                  ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor | None]: ...
     # points, done, ∂loss/∂v, and the points' ℓ∞ distances from x where the space has them at hand (else None)
 
-    def reached(self, v: torch.Tensor, x: torch.Tensor, target: torch.Tensor,
-                tau: float) -> tuple[torch.Tensor, torch.Tensor]: ...  # points, done (no gradient)
+    def reached(self, v: torch.Tensor, x: torch.Tensor, target: torch.Tensor, tau: float
+                ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]: ...
+    # points, done (no gradient), and the points' ℓ∞ distances from x where the space has them at hand (else None)
 
     def advance(self, v: torch.Tensor, grad: torch.Tensor, x: torch.Tensor) -> torch.Tensor: ...  # the next v
 
@@ -107,8 +108,7 @@ class FeatureSpace:
                                                                   max_steps)
             grad = self.passes.input_gradient(saved, grad_logits)
             if self.compiled_step is not None:
-                known = self._advanced[1] if self._advanced is not None and self._advanced[0] is points else None
-                return points, done, grad, known
+                return points, done, grad, self._known_distance(points)
             # x' − x once, for the cost's sign and the distance.
             offset = torch.sub(points.detach(), rows_x)
             distance = _largest_magnitude(offset)
@@ -146,10 +146,17 @@ class FeatureSpace:
         return points, done, grad, None
 
     def reached(self, rows: torch.Tensor, rows_x: torch.Tensor, target: torch.Tensor, tau: float):
-        """The points and their τ-convergence, without a gradient (the check after the last step)."""
+        """The points, their τ-convergence, without a gradient (the check after the last step), and their
+        distances if the compiled step measured them."""
         with torch.no_grad():
-            rows = self.limits.snap(rows, rows_x)
-            return rows, target_reached(self.model(rows), target, tau)
+            points = self.limits.snap(rows, rows_x)
+            return points, target_reached(self.model(points), target, tau), self._known_distance(points)
+
+    def _known_distance(self, points: torch.Tensor) -> torch.Tensor | None:
+        """The ℓ∞ distances the compiled step measured, if ``points`` are the points it returned last (not when the
+        loop has repacked the rows since, or snapped them)."""
+        advanced = self._advanced
+        return advanced[1] if advanced is not None and advanced[0] is points else None
 
     def advance(self, rows: torch.Tensor, grad: torch.Tensor, rows_x: torch.Tensor) -> torch.Tensor:
         """One SGD step, the gradient masked by mutability and the point projected onto the constraints
@@ -226,8 +233,8 @@ def _search_masked(space: SearchSpace, x, target, tau, max_steps, epsilon, check
         if (step + 1) % check_every == 0 and bool(converged.all()):  # the only host sync
             break
     searching = ~converged
-    points, reached = space.reached(rows, x, target, tau)
-    inside = _distance(points, x) <= epsilon
+    points, reached, distance = space.reached(rows, x, target, tau)
+    inside = _distance(points, x, distance) <= epsilon
     if previous is not None:
         leaving = was_inside & ~inside & searching
         nascent = torch.where(leaving[:, None], previous, nascent)
@@ -301,7 +308,7 @@ def _search_packed(space: SearchSpace, x, target, tau, max_steps, epsilon) -> Se
     previous = was_inside = previous_rows = None
     for step in range(max_steps + 1):
         if step == max_steps:  # convergence check only: no graph, no step
-            (points, done), distance = space.reached(rows, rows_x, rows_target, tau), None
+            points, done, distance = space.reached(rows, rows_x, rows_target, tau)
         else:
             points, done, grad, distance = space.gradient(rows, rows_x, rows_target, tau, step, max_steps)
         inside = _distance(points, rows_x, distance) <= epsilon
@@ -351,8 +358,8 @@ def active_rows_search(space: SearchSpace, x: torch.Tensor, target: torch.Tensor
     itself, or a latent code), ``gradient(v, x, target, tau, step, max_steps)`` the counterfactual points at
     ``v`` (detached), their τ-convergence, the gradient of the objective with respect to ``v`` (one
     forward and one backward pass) and the points' ℓ∞ distances from ``x`` if it formed them (else
-    ``None``), ``reached(v, x, target, tau)`` the points and their convergence without a gradient,
-    ``advance(v, grad, x)`` the next variable (the step and any projection; it may write into ``grad``,
+    ``None``), ``reached(v, x, target, tau)`` the points and their convergence without a gradient (and their
+    distances or ``None``, as ``gradient``), ``advance(v, grad, x)`` the next variable (the step and any projection; it may write into ``grad``,
     which the loop does not use after it); ``modules`` are put in eval mode with gradients on. Per row: at
     each step ``s`` the row freezes with its current point once its target probability reaches ``tau``
     (``steps = s``), otherwise it takes a step; after ``max_steps`` steps its point is checked once more. The nascent counterfactual is the last path point within ``epsilon``

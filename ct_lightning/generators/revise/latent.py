@@ -54,10 +54,10 @@ class LatentSpace:
         return points.detach(), done, grad, None
 
     def reached(self, z: torch.Tensor, rows_x: torch.Tensor, target: torch.Tensor, tau: float):
-        """The decoded points and their τ-convergence, without a gradient."""
+        """The decoded points and their τ-convergence, without a gradient (their distances: not at hand)."""
         with torch.no_grad():
             points = self.limits.snap(self.limits.project(self.vae.decode(z), rows_x), rows_x)
-            return points, target_reached(self.model(points), target, tau)
+            return points, target_reached(self.model(points), target, tau), None
 
     def advance(self, z: torch.Tensor, grad: torch.Tensor, rows_x: torch.Tensor) -> torch.Tensor:
         """A plain SGD step on ``z`` (the constraints act on the decoded point)."""
