@@ -1,0 +1,145 @@
+"""A prototype, measured and not adopted: the whole search step of a plain MLP as one compiled function (issue 25 §4).
+
+Run: ``PYTHONPATH=. .venv/bin/python bench/whole_step.py [--data circles,adult,mnist] [--repeats 7]
+[--out bench/whole_step.json]``. One torch thread. Per data set, the paper's MLP trained briefly (as
+``bench/input_gradient.py``) and a pool of 1 000 training rows with random targets; the fixed-T ECCo search
+(τ = 1: every row takes all 30 steps), so every version does the same work each step:
+
+- *search*: ``search_counterfactuals`` as it is (passes by hand, the step compiled on MNIST-sized pools);
+- *whole, eager* and *whole, compiled*: one function for a whole step (forward, τ-check, the logits' gradient,
+  backward to the inputs, the ℓ1 cost's sign, SGD step, domain clamp, the new points' ℓ∞ distances), run eagerly and
+  through ``torch.compile(dynamic=True)``. The search's nascent bookkeeping (a few small kernels a step) is left out,
+  so the whole-step versions are a lower bound of what a search built on them would cost;
+- *bare*: ``bench/search_bench.bare_passes`` (autograd, cross-entropy), issue 25 §4's yardstick.
+
+Reported: ms per step, each over bare, the compile time, and how far the whole step's final points lie from the
+search's (Inductor decomposes softmax and may split ``addmm``, so they agree up to float rounding, not to the bit).
+Interleaved repeats, medians. Not a unit test.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def whole_step_function(layers):
+    """``step(rows, x, target, tau, lr, cost, energy_weight, lower, upper) -> (done, moved, distance)`` for the plain
+    MLP ``layers`` (``nn.Linear`` and ReLU), ECCo's closed-form gradient, the domain ``[lower, upper]``."""
+    import torch
+    import torch.nn.functional as F
+    from torch import nn
+
+    params = [(layer.weight.detach(), layer.bias.detach()) if type(layer) is nn.Linear else None for layer in layers]
+
+    def step(rows, x, target, tau, lr, cost, energy_weight, lower, upper):
+        h, saved = rows, []
+        for layer_params in params:
+            h = F.linear(h, *layer_params) if layer_params is not None else torch.relu(h)
+            saved.append(h)
+        logits, column = h, target[:, None]
+        probs = logits.softmax(1)
+        done = probs.gather(1, column).squeeze(1) >= tau
+        energy = -logits.gather(1, column).squeeze(1)
+        grad = probs.scatter_add(1, column, (-energy_weight * (1.0 + 2e-3 * energy) - 1.0)[:, None])
+        for layer_params, output in zip(reversed(params), reversed(saved)):
+            grad = grad.mm(layer_params[0]) if layer_params is not None else \
+                torch.ops.aten.threshold_backward(grad, output, 0)
+        grad = grad + cost * torch.sign(rows - x)
+        moved = (rows - lr * grad).clamp(lower, upper)
+        offset = moved - x
+        return done, moved, torch.maximum(offset.amax(1), -offset.amin(1))
+
+    return step
+
+
+def measure(name: str, repeats: int) -> dict:
+    """Per step of the fixed-T search: the search, the whole step eager and compiled, and the bare passes."""
+    import torch
+    import torch.fx.experimental._config as torch_fx_config
+
+    from bench.common import load_datamodule, train_vanilla
+    from bench.search_bench import EPSILON, MAX_STEPS, bare_passes, draw_pool
+    from ct_lightning.generators import make_generator
+    from ct_lightning.generators.search import search_counterfactuals
+
+    datamodule = load_datamodule(name)
+    model, _ = train_vanilla(datamodule, device=torch.device("cpu"))
+    model.eval()
+    x, target = draw_pool(datamodule, model, 1000, seed=1000, device=torch.device("cpu"))
+    lower, upper = datamodule.domain(3.0)
+    generator = make_generator("ecco")
+    eager = whole_step_function(list(model))
+    compiled = torch.compile(eager, dynamic=True)
+    no_duck_shape = torch_fx_config.patch(use_duck_shape=False)
+    scalars = [torch.tensor(v) for v in (1.0, generator.lr, generator.lambda_cost)]
+    weights = [torch.tensor(generator.energy_weight(s, MAX_STEPS)) for s in range(MAX_STEPS)]
+
+    def run_whole(function):
+        rows = x.detach()  # a view: the first step's points are the factuals
+        for s in range(MAX_STEPS):
+            _, rows, _ = function(rows, x, target, scalars[0], scalars[1], scalars[2], weights[s], lower, upper)
+        return rows
+
+    def run_compiled():
+        with no_duck_shape:
+            return run_whole(compiled)
+
+    def search():
+        return search_counterfactuals(model, x, target, generator, tau=1.0, max_steps=MAX_STEPS, epsilon=EPSILON,
+                                      lower=lower, upper=upper).counterfactual
+
+    with torch.no_grad():
+        started = time.perf_counter()
+        from_compiled = run_compiled()
+        compile_seconds = time.perf_counter() - started
+        from_search, from_eager = search(), run_whole(eager)
+        parts = {"search": search, "whole_eager": lambda: run_whole(eager), "whole_compiled": run_compiled,
+                 "bare": lambda: bare_passes(model, x, target, [len(x)] * MAX_STEPS)}
+        times = {key: [] for key in parts}
+        for _ in range(repeats):
+            for key, function in parts.items():
+                started = time.perf_counter()
+                function()
+                times[key].append((time.perf_counter() - started) / MAX_STEPS)
+    ms = {key: statistics.median(values) * 1e3 for key, values in times.items()}
+    return {"n_features": datamodule.n_features, "pool": len(x), "steps": MAX_STEPS, "ms_per_step": ms,
+            "over_bare": {key: ms[key] / ms["bare"] for key in ms if key != "bare"},
+            "compile_seconds": compile_seconds,
+            "max_abs_difference_from_search": {
+                "whole_eager": float((from_eager - from_search).abs().max()),
+                "whole_compiled": float((from_compiled - from_search).abs().max())},
+            "compiled_equals_search": bool(torch.equal(from_compiled, from_search))}
+
+
+def main() -> None:
+    """Parse the options, measure, print and write the JSON."""
+    sys.path.insert(0, str(ROOT))
+    from bench.common import script_parser, single_thread_quiet
+    from bench.epoch_bench import quiet
+
+    args = script_parser(__doc__, "whole_step.json", "circles,adult,mnist", 7).parse_args()
+    single_thread_quiet()
+    quiet()
+    load_before = os.getloadavg()
+    results = {}
+    for name in args.data.split(","):
+        results[name] = r = measure(name, args.repeats)
+        print(f"{name}: ms a step " + ", ".join(f"{k} {v:.3f}" for k, v in r["ms_per_step"].items())
+              + "; over bare " + ", ".join(f"{k} ×{v:.2f}" for k, v in r["over_bare"].items())
+              + f"; compiled in {r['compile_seconds']:.1f} s; largest difference from the search "
+              f"{r['max_abs_difference_from_search']['whole_compiled']:.1e}", flush=True)
+    out = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": 1,
+           "repeats": args.repeats, "load_average_before": load_before, "load_average_after": os.getloadavg(),
+           "results": results}
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
