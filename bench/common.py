@@ -46,6 +46,29 @@ def repeated_runs(doc: str, json_name: str, data: str, repeats: int, epochs: int
     return args, runs, {"load_average_before": before, "load_average_after": os.getloadavg()}
 
 
+def measure_data_sets(doc: str, json_name: str, data: str, repeats: int, measure, describe, **fields) -> dict:
+    """A standalone search script's run: its options (:func:`script_parser`), one quiet torch thread, then per data set
+    ``measure(name, repeats)`` and the line ``describe(name, result)`` printed; the JSON (``--out``) holds the results
+    by data set, the time, the load averages and ``fields``. Returns the results."""
+    import json
+
+    from bench.epoch_bench import quiet
+
+    args = script_parser(doc, json_name, data, repeats).parse_args()
+    single_thread_quiet()
+    quiet()
+    load_before = os.getloadavg()
+    results = {}
+    for name in args.data.split(","):
+        results[name] = measure(name, args.repeats)
+        print(describe(name, results[name]), flush=True)
+    out = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": 1, **fields,
+           "repeats": args.repeats, "load_average_before": load_before, "load_average_after": os.getloadavg(),
+           "results": results}
+    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+    return results
+
+
 def single_thread_quiet() -> None:
     """How the standalone scripts measure: :func:`setup_environment`, one torch thread, MLflow's loggers quiet."""
     setup_environment()

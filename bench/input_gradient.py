@@ -15,8 +15,6 @@ Interleaved repeats, medians. Not a unit test.
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import sys
 import time
@@ -46,19 +44,13 @@ def measure(name: str, repeats: int) -> dict:
     """All timings of one data set."""
     import torch
 
-    from bench.common import load_datamodule, train_vanilla
-    from bench.search_bench import EPSILON, MAX_STEPS, bare_passes, draw_pool, pass_schedule
+    from bench.search_bench import EPSILON, MAX_STEPS, bare_passes, pass_schedule, trained_pool
     from ct_lightning.generators import make_generator
     from ct_lightning.generators.input_gradient import AutogradPasses, MLPPasses, autograd_only, model_passes
     from ct_lightning.generators.search import search_counterfactuals
 
-    datamodule = load_datamodule(name)
-    device = torch.device("cpu")
-    model, _ = train_vanilla(datamodule, device=device)
-    model.eval()
+    datamodule, model, x, target, lower, upper = trained_pool(name)
     assert isinstance(model_passes(model), MLPPasses)
-    x, target = draw_pool(datamodule, model, 1000, seed=1000, device=device)
-    lower, upper = datamodule.domain(3.0)
     generator = make_generator("ecco")
     kwargs = dict(max_steps=MAX_STEPS, epsilon=EPSILON, mutability=None, lower=lower, upper=upper)
     hand, auto = MLPPasses(list(model)), AutogradPasses(model)
@@ -104,32 +96,25 @@ def measure(name: str, repeats: int) -> dict:
     return out
 
 
-def main() -> None:
-    """Parse the options, measure each data set, print and write the JSON."""
-    sys.path.insert(0, str(ROOT))
-    from bench.common import script_parser, single_thread_quiet
-    from bench.epoch_bench import quiet
+def describe(name: str, r: dict) -> str:
+    """One data set's lines."""
+    lines = [f"{name}: passes {r['passes_us']['hand']:.0f} µs by hand, {r['passes_us']['autograd']:.0f} µs autograd"]
+    for mode in ("converging", "fixed-T"):
+        m = r[mode]
+        lines.append(f"  {mode:<10} search {m['ms']['search_hand']:.1f} ms by hand, {m['ms']['search_autograd']:.1f} ms "
+                     f"autograd (×{m['search_speed_up']:.2f}, same: {m['same']}); bare passes "
+                     f"{m['ms']['bare_autograd']:.1f} ms autograd, {m['ms']['bare_hand']:.1f} ms by hand; "
+                     f"search/bare(autograd) ×{m['hand_over_autograd_bare']:.2f} (was "
+                     f"×{m['autograd_over_autograd_bare']:.2f}), search/bare (by hand) ×{m['hand_over_hand_bare']:.2f}")
+    return "\n".join(lines)
 
-    args = script_parser(__doc__, "input_gradient.json", "circles,adult,mnist", 7).parse_args()
-    single_thread_quiet()
-    quiet()
-    load_before = os.getloadavg()
-    results = {}
-    for name in args.data.split(","):
-        results[name] = r = measure(name, args.repeats)
-        print(f"{name}: passes {r['passes_us']['hand']:.0f} µs by hand, {r['passes_us']['autograd']:.0f} µs autograd",
-              flush=True)
-        for mode in ("converging", "fixed-T"):
-            m = r[mode]
-            print(f"  {mode:<10} search {m['ms']['search_hand']:.1f} ms by hand, {m['ms']['search_autograd']:.1f} ms "
-                  f"autograd (×{m['search_speed_up']:.2f}, same: {m['same']}); bare passes {m['ms']['bare_autograd']:.1f}"
-                  f" ms autograd, {m['ms']['bare_hand']:.1f} ms by hand; search/bare(autograd) ×"
-                  f"{m['hand_over_autograd_bare']:.2f} (was ×{m['autograd_over_autograd_bare']:.2f}), search/bare "
-                  f"(by hand) ×{m['hand_over_hand_bare']:.2f}", flush=True)
-    out = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": 1, "pool": 1000,
-           "repeats": args.repeats, "load_average_before": load_before, "load_average_after": os.getloadavg(),
-           "results": results}
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+
+def main() -> None:
+    """Measure each data set, print and write the JSON."""
+    sys.path.insert(0, str(ROOT))
+    from bench.common import measure_data_sets
+
+    measure_data_sets(__doc__, "input_gradient.json", "circles,adult,mnist", 7, measure, describe, pool=1000)
 
 
 if __name__ == "__main__":

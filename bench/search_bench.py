@@ -41,6 +41,20 @@ def draw_pool(datamodule, model, n: int, seed: int, device: torch.device):
     return x, random_targets(predicted, datamodule.n_classes, rng)
 
 
+def trained_pool(name: str, n: int = 1000, device: torch.device = torch.device("cpu")):
+    """The set-up of the search benchmarks at pool ``n``: data set ``name``, the paper's MLP trained briefly
+    (:func:`bench.common.train_vanilla`, in eval mode), ``n`` factuals with random targets (:func:`draw_pool`,
+    seed 1000) and the domain at 3 standard deviations: ``(datamodule, model, x, target, lower, upper)``."""
+    from bench.common import load_datamodule, train_vanilla
+
+    datamodule = load_datamodule(name)
+    model, _ = train_vanilla(datamodule, device=device)
+    model.eval()
+    x, target = draw_pool(datamodule, model, n, seed=1000, device=device)
+    lower, upper = datamodule.domain(3.0)
+    return datamodule, model, x, target, lower, upper
+
+
 def pass_schedule(steps: torch.Tensor, max_steps: int) -> list[int]:
     """Rows in the forward+backward pass of each search iteration: at iteration ``s`` every row with
     ``steps >= s`` is still active (it stops at the iteration where it converges)."""

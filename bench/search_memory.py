@@ -54,19 +54,14 @@ def measure(name: str, repeats: int) -> dict:
     """The bare passes on the same or fresh inputs, and the fixed-T search's step and its parts, per step."""
     import torch
 
-    from bench.common import load_datamodule, train_vanilla
-    from bench.search_bench import EPSILON, MAX_STEPS, bare_passes, draw_pool
+    from bench.search_bench import EPSILON, MAX_STEPS, bare_passes, trained_pool
     from ct_lightning.constraints import Constraints
     from ct_lightning.generators import make_generator
     from ct_lightning.generators.compiled_step import CompiledStep
     from ct_lightning.generators.input_gradient import MLPPasses
     from ct_lightning.generators.search import search_counterfactuals
 
-    datamodule = load_datamodule(name)
-    model, _ = train_vanilla(datamodule, device=torch.device("cpu"))
-    model.eval()
-    x, target = draw_pool(datamodule, model, 1000, seed=1000, device=torch.device("cpu"))
-    lower, upper = datamodule.domain(3.0)
+    datamodule, model, x, target, lower, upper = trained_pool(name)
     generator = make_generator("ecco")
     copies = [x + 0.0 for _ in range(4)]
     schedule = [len(x)]

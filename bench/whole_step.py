@@ -19,8 +19,6 @@ Interleaved repeats, medians. Not a unit test.
 
 from __future__ import annotations
 
-import json
-import os
 import statistics
 import sys
 import time
@@ -64,16 +62,11 @@ def measure(name: str, repeats: int) -> dict:
     import torch
     import torch.fx.experimental._config as torch_fx_config
 
-    from bench.common import load_datamodule, train_vanilla
-    from bench.search_bench import EPSILON, MAX_STEPS, bare_passes, draw_pool
+    from bench.search_bench import EPSILON, MAX_STEPS, bare_passes, trained_pool
     from ct_lightning.generators import make_generator
     from ct_lightning.generators.search import search_counterfactuals
 
-    datamodule = load_datamodule(name)
-    model, _ = train_vanilla(datamodule, device=torch.device("cpu"))
-    model.eval()
-    x, target = draw_pool(datamodule, model, 1000, seed=1000, device=torch.device("cpu"))
-    lower, upper = datamodule.domain(3.0)
+    datamodule, model, x, target, lower, upper = trained_pool(name)
     generator = make_generator("ecco")
     eager = whole_step_function(list(model))
     compiled = torch.compile(eager, dynamic=True)
@@ -118,27 +111,20 @@ def measure(name: str, repeats: int) -> dict:
             "compiled_equals_search": bool(torch.equal(from_compiled, from_search))}
 
 
-def main() -> None:
-    """Parse the options, measure, print and write the JSON."""
-    sys.path.insert(0, str(ROOT))
-    from bench.common import script_parser, single_thread_quiet
-    from bench.epoch_bench import quiet
+def describe(name: str, r: dict) -> str:
+    """One data set's line."""
+    return (f"{name}: ms a step " + ", ".join(f"{k} {v:.3f}" for k, v in r["ms_per_step"].items())
+            + "; over bare " + ", ".join(f"{k} ×{v:.2f}" for k, v in r["over_bare"].items())
+            + f"; compiled in {r['compile_seconds']:.1f} s; largest difference from the search "
+            f"{r['max_abs_difference_from_search']['whole_compiled']:.1e}")
 
-    args = script_parser(__doc__, "whole_step.json", "circles,adult,mnist", 7).parse_args()
-    single_thread_quiet()
-    quiet()
-    load_before = os.getloadavg()
-    results = {}
-    for name in args.data.split(","):
-        results[name] = r = measure(name, args.repeats)
-        print(f"{name}: ms a step " + ", ".join(f"{k} {v:.3f}" for k, v in r["ms_per_step"].items())
-              + "; over bare " + ", ".join(f"{k} ×{v:.2f}" for k, v in r["over_bare"].items())
-              + f"; compiled in {r['compile_seconds']:.1f} s; largest difference from the search "
-              f"{r['max_abs_difference_from_search']['whole_compiled']:.1e}", flush=True)
-    out = {"measured_at": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()), "threads": 1,
-           "repeats": args.repeats, "load_average_before": load_before, "load_average_after": os.getloadavg(),
-           "results": results}
-    Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+
+def main() -> None:
+    """Measure each data set, print and write the JSON."""
+    sys.path.insert(0, str(ROOT))
+    from bench.common import measure_data_sets
+
+    measure_data_sets(__doc__, "whole_step.json", "circles,adult,mnist", 7, measure, describe)
 
 
 if __name__ == "__main__":
