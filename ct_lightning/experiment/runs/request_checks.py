@@ -381,17 +381,25 @@ def _mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
 def requested_mutability(codec, params: dict) -> dict[str, str]:
     """``{column: kind}`` from a request's ``immutable`` (comma-separated columns) and ``mutability``
     (``FEATURE=KIND,...``) params (explain.py's options of the same names), which hold in its explanations on top
-    of the run's own constraints (``mutability`` wins for a column in both); :class:`MutabilityRefused` for the
-    first column or kind the model cannot hold."""
+    of the run's own constraints; :class:`MutabilityRefused` for the first column or kind the model cannot hold, and
+    for a column given two kinds (twice in ``mutability``, or in both with a kind other than ``none``)."""
     from ct_lightning.constraints import mutability_pairs  # noqa: PLC0415
+    from ct_lightning.feature_names import KindConflict, immutable_conflict  # noqa: PLC0415
 
     spec: dict[str, str] = {}
     for name in ("immutable", "mutability"):
         text = str(params.get(name) or "").strip()
         if not text:
             continue
-        given = {c.strip(): "none" for c in text.split(",") if c.strip()} if name == "immutable" else \
-            mutability_pairs(text, f"params: {name}")
+        try:
+            given = {c.strip(): "none" for c in text.split(",") if c.strip()} if name == "immutable" else \
+                mutability_pairs(text, f"params: {name}")
+            conflict = immutable_conflict(spec, given) if name == "mutability" \
+                else None
+        except KindConflict as error:
+            conflict = error
+        if conflict is not None:
+            raise MutabilityRefused(name, conflict.value, conflict.detail, conflict.allowed)
         problem = _mutability_problem(codec, given)
         if problem is not None:
             raise MutabilityRefused(name, *problem)
