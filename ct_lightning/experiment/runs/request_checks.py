@@ -282,10 +282,12 @@ def outside_domain(column, numeric: pd.Series) -> tuple[int, str, str] | None:
     return row, number_text(numeric.iloc[row]), allowed
 
 
-def domain_mask(column, numeric: pd.Series) -> tuple[np.ndarray, str]:
-    """Per row, whether its number lies outside ``column``'s domain, and that domain in words. The domain is the one
-    the counterfactual search keeps to: declared bounds, else the training range widened to mean ± 3 sd, not below 0
-    where no training value is negative."""
+def domain_mask(column, numeric: pd.Series, shown=None) -> tuple[np.ndarray, str]:
+    """Per row, whether its number lies outside ``column``'s domain, and that domain in words (its bounds written by
+    ``shown``, default :func:`number_text`; explain.py's as the training file writes them, ``4.251,72 €``). The
+    domain is the one the counterfactual search keeps to: declared bounds, else the training range widened to
+    mean ± 3 sd, not below 0 where no training value is negative."""
+    shown = shown or number_text
     domain = getattr(column, "domain", None)  # a hand-made codec's columns may know no domain
     low, high = (domain() if domain else None) or (-math.inf, math.inf)
     outside = ((numeric < low) | (numeric > high)).to_numpy()
@@ -299,7 +301,8 @@ def domain_mask(column, numeric: pd.Series) -> tuple[np.ndarray, str]:
     if getattr(column, "kind", None) == "integer":  # the whole numbers inside, as the search keeps to (not 2373.05)
         low, high = (math.ceil(low - WHOLE_SLACK) if math.isfinite(low) else low,
                      math.floor(high + WHOLE_SLACK) if math.isfinite(high) else high)
-    return outside, f"{number_text(low)} to {number_text(high)} ({source})"
+    ends = [shown(v) if math.isfinite(v) else number_text(v) for v in (low, high)]
+    return outside, f"{ends[0]} to {ends[1]} ({source})"
 
 
 def as_rows(model_input) -> pd.DataFrame:
