@@ -41,15 +41,15 @@ def mutability_pairs(text: str, argument: str = "mutability") -> dict[str, str]:
     return pairs
 
 
-def immutable_conflict(immutable: Sequence[str], mutability: dict[str, str], argument: str = "mutability"
-                       ) -> KindConflict | None:
+def immutable_conflict(immutable: Sequence[str], mutability: dict[str, str], argument: str = "mutability",
+                       held_by: str = "given as immutable") -> KindConflict | None:
     """The one-line error for a feature that ``immutable`` (names) holds fixed and ``mutability`` (``{feature:
     kind}``, :func:`mutability_pairs`) lets change, named by ``argument``; ``None`` if there is none (the same
-    feature as ``none`` in both is fine)."""
+    feature as ``none`` in both is fine). ``held_by``: what holds them, in words (``held by --protect``)."""
     fixed = set(immutable)
     for name, kind in mutability.items():
         if name in fixed and kind != "none":
-            return KindConflict(argument, f"{name}={kind}", f"{name!r} is also given as immutable",
+            return KindConflict(argument, f"{name}={kind}", f"{name!r} is also {held_by}",
                                 f"{name}=none, or {name!r} in only one of them")
     return None
 

@@ -45,6 +45,8 @@ TRAIN = [
     ("--data moons --immutable x1 --mutability x1=increase", "--mutability: got 'x1=increase' ('x1' is also given as "
                                                              "immutable); allowed: x1=none, or 'x1' in only one"),
     ("--data {loans} --target approved --immutable age --mutability age=increase", "('age' is also given as immutable)"),
+    ("--data ls --protect --mutability x1=increase", "--mutability: got 'x1=increase' ('x1' is also protected: "
+                                                     "--protect holds x1 fixed)"),
     ("--summary-json {text}/summary.json", "--summary-json"), ("--summary-json {tmp}", "--summary-json"),
     ("--checkpoint-dir {text}", "--checkpoint-dir"), ("--tracking-uri http://127.0.0.1:5999", "--tracking-uri"),
     ("--tracking-uri {tmp}/mlruns", "--tracking-uri: got"), ("--tracking-uri file:{tmp}/mlruns", "a folder store"),
