@@ -243,11 +243,15 @@ def _distinct_text(values: pd.Series) -> list[str] | None:
 
 
 def _uses_decimal_comma(frame: pd.DataFrame) -> bool:
-    """Whether a column holds numbers with a decimal comma (``0,18``) in every row."""
+    """Whether a column holds numbers with a decimal comma (``0,18``) in every row, also where each is dressed with a
+    currency or percent sign and spaces as thousands separators (a French export's ``14 999,01 €`` and ``49,1 %``:
+    a file with no plain number that shows its decimal comma)."""
     for column in frame.columns:
         present = frame[column].dropna()
-        if len(present) and present.str.fullmatch(DECIMAL_COMMA.pattern).all() \
-                and present.str.contains(",", regex=False).any():
+        if not len(present) or not present.str.contains(",", regex=False).any():
+            continue
+        bare = present.str.replace(r"[\s\u00a0\u202f$€£¥]", "", regex=True).str.removesuffix("%")
+        if bare.str.fullmatch(DECIMAL_COMMA.pattern).all():
             return True
     return False
 
