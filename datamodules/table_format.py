@@ -251,7 +251,9 @@ def _uses_decimal_comma(frame: pd.DataFrame) -> bool:
         if not len(present) or not present.str.contains(",", regex=False).any():
             continue
         bare = present.str.replace(r"[\s\u00a0\u202f$€£¥]", "", regex=True).str.removesuffix("%")
-        if bare.str.fullmatch(DECIMAL_COMMA.pattern).all():
+        # dressed: a comma that could be a thousands separator ($1,234 in every cell) shows no decimal comma
+        shown = bare.str.fullmatch(r"[+-]?[\d.]+,(?:\d{1,2}|\d{4,})").any() if not present.equals(bare) else True
+        if bare.str.fullmatch(DECIMAL_COMMA.pattern).all() and shown:
             return True
     return False
 

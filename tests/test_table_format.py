@@ -68,6 +68,10 @@ def test_a_french_export_whose_only_decimal_commas_carry_a_unit(tmp_path, loans)
     assert data.codec.decimal_comma and "note: export_fr.csv: decimal commas (0,5)" in data.describe()
     units = {c.name: c.unit for c in data.codec.columns if getattr(c, "unit", None)}
     assert units == {"income": "{} €", "rate": "{}%"}, units
+    # dollars with a thousands comma and no cents ($30,600) show no decimal comma: still refused, not read as 30.6
+    loans.assign(income=loans.income.map(lambda v: f"${v:,}")).to_csv(tmp_path / "us.csv", sep=";", index=False)
+    with pytest.raises(ValueError, match=r"column 'income' of .* holds numbers written as text \('\$30,600'\)"):
+        TableDataModule(tmp_path / "us.csv", target="approved")
 
 
 def test_a_thousands_point_without_decimal_commas_is_refused_not_guessed(tmp_path, loans):
