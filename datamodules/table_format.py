@@ -196,8 +196,9 @@ def _dressed_numbers(text: pd.Series, decimal_comma: bool, notes: list[str], uni
     first = values[0]
     percent = " ('%' dropped: 7.5% is 7.5)" if any(v.endswith("%") for v in values) and \
         not first.endswith("%") else ""
-    notes.append(f"{text.name}: numbers written as text read as numbers ({first!r} is "
-                 f"{numbers[first]:g}){percent}; rows for explain.py may write them either way, a served model takes them as "
+    shown = first.replace("\u00a0", " ").replace("\u202f", " ")  # a no-break space as the space it shows, not \xa0
+    notes.append(f"{text.name}: numbers written as text read as numbers ({shown!r} is "
+                 f"{numbers[first]!r}){percent}; rows for explain.py may write them either way, a served model takes them as "
                  f"numbers")
     unit = unit_of(values)
     if unit:
