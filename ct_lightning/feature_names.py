@@ -15,17 +15,43 @@ MUTABILITY_KINDS = ("both", "increase", "decrease", "none")
 SHOWN_FEATURES = 30  # the known features an error lists
 
 
+class KindConflict(ValueError):
+    """One feature given two kinds: ``argument``, the ``value`` given, the ``detail`` and what is ``allowed``, for a
+    caller that names its own option (a served model's ``params: mutability``, explain.py's ``--mutability``)."""
+
+    def __init__(self, argument: str, value: str, detail: str, allowed: str):
+        self.argument, self.value, self.detail, self.allowed = argument, value, detail, allowed
+        super().__init__(f"{argument}: got {value!r} ({detail}); allowed: {allowed}")
+
+
 def mutability_pairs(text: str, argument: str = "mutability") -> dict[str, str]:
     """Split ``"age=none,hours_per_week=increase"`` into ``{feature: kind}`` (kinds checked later); each item is split
-    at its last ``=``: a column may hold ``=`` in its name."""
-    pairs = {}
+    at its last ``=``: a column may hold ``=`` in its name. A feature given two different kinds
+    (``debt=increase,debt=decrease``) is a one-line ``ValueError``: neither can be meant."""
+    pairs: dict[str, str] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         if "=" not in item:
             raise ValueError(f"{argument}: expected FEATURE=KIND, got {item!r} "
                              f"(KIND one of {', '.join(MUTABILITY_KINDS)})")
-        name, kind = item.rsplit("=", 1)
-        pairs[name.strip()] = kind.strip()
+        name, kind = (part.strip() for part in item.rsplit("=", 1))
+        if pairs.get(name, kind) != kind:
+            raise KindConflict(argument, text, f"{name!r} given two kinds, {pairs[name]} and {kind}",
+                               "one kind per feature")
+        pairs[name] = kind
     return pairs
+
+
+def immutable_conflict(immutable: Sequence[str], mutability: dict[str, str], argument: str = "mutability",
+                       held_by: str = "given as immutable") -> KindConflict | None:
+    """The one-line error for a feature that ``immutable`` (names) holds fixed and ``mutability`` (``{feature:
+    kind}``, :func:`mutability_pairs`) lets change, named by ``argument``; ``None`` if there is none (the same
+    feature as ``none`` in both is fine). ``held_by``: what holds them, in words (``held by --protect``)."""
+    fixed = set(immutable)
+    for name, kind in mutability.items():
+        if name in fixed and kind != "none":
+            return KindConflict(argument, f"{name}={kind}", f"{name!r} is also {held_by}",
+                                f"{name}=none, or {name!r} in only one of them")
+    return None
 
 
 def unknown_feature_error(argument: str, key, features: Sequence[str]) -> ValueError:

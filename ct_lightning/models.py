@@ -97,8 +97,15 @@ def load_factory(spec: str):
     except ImportError as error:
         raise ValueError(f"model: cannot import module {module_name!r} of {spec!r} ({error}); run from the folder "
                          f"that holds {module_name.split('.')[0]}, or add that folder to PYTHONPATH") from None
-    if not hasattr(module, attribute):
-        raise ValueError(f"model: module {module_name!r} has no attribute {attribute!r}")
+    if not callable(getattr(module, attribute, None)):  # missing, or a module or a value it imports (torch)
+        from datamodules.suggest import name_hint  # noqa: PLC0415
+
+        own = [name for name, value in vars(module).items() if not name.startswith("_") and callable(value)
+               and getattr(value, "__module__", None) == module.__name__]  # its classes and functions, not imports
+        problem = f"{attribute!r} is no class or function" if hasattr(module, attribute) else \
+            f"module {module_name!r} has no {attribute!r}{name_hint(attribute, own, '; {}')}"
+        raise ValueError(f"model: got {spec!r} ({problem}); allowed: a class or function of {module_name}: "
+                         f"{', '.join(own) or '(none)'}")
     return getattr(module, attribute)
 
 

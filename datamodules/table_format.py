@@ -196,8 +196,9 @@ def _dressed_numbers(text: pd.Series, decimal_comma: bool, notes: list[str], uni
     first = values[0]
     percent = " ('%' dropped: 7.5% is 7.5)" if any(v.endswith("%") for v in values) and \
         not first.endswith("%") else ""
-    notes.append(f"{text.name}: numbers written as text read as numbers ({first!r} is "
-                 f"{numbers[first]:g}){percent}; rows for explain.py may write them either way, a served model takes them as "
+    shown = first.replace("\u00a0", " ").replace("\u202f", " ")  # a no-break space as the space it shows, not \xa0
+    notes.append(f"{text.name}: numbers written as text read as numbers ({shown!r} is "
+                 f"{numbers[first]!r}){percent}; rows for explain.py may write them either way, a served model takes them as "
                  f"numbers")
     unit = unit_of(values)
     if unit:
@@ -243,11 +244,17 @@ def _distinct_text(values: pd.Series) -> list[str] | None:
 
 
 def _uses_decimal_comma(frame: pd.DataFrame) -> bool:
-    """Whether a column holds numbers with a decimal comma (``0,18``) in every row."""
+    """Whether a column holds numbers with a decimal comma (``0,18``) in every row, also where each is dressed with a
+    currency or percent sign and spaces as thousands separators (a French export's ``14 999,01 €`` and ``49,1 %``:
+    a file with no plain number that shows its decimal comma)."""
     for column in frame.columns:
         present = frame[column].dropna()
-        if len(present) and present.str.fullmatch(DECIMAL_COMMA.pattern).all() \
-                and present.str.contains(",", regex=False).any():
+        if not len(present) or not present.str.contains(",", regex=False).any():
+            continue
+        bare = present.str.replace(r"[\s\u00a0\u202f$€£¥]", "", regex=True).str.removesuffix("%")
+        # dressed: a comma that could be a thousands separator ($1,234 in every cell) shows no decimal comma
+        shown = bare.str.fullmatch(r"[+-]?[\d.]+,(?:\d{1,2}|\d{4,})").any() if not present.equals(bare) else True
+        if bare.str.fullmatch(DECIMAL_COMMA.pattern).all() and shown:
             return True
     return False
 

@@ -39,6 +39,14 @@ TRAIN = [
     ("--objective nope", "--objective"), ("--pool nope", "--pool"), ("--mutability x1=sideways", "--mutability: got 'x1=sideways' ('sideways' is no kind"),
     ("--mutability x1", "--mutability"), ("--data moons --mutability nofeature=none", "--mutability"),
     ("--data moons --immutable nofeature", "--immutable"),
+    # a feature given two kinds: one of them was silently dropped (train.py kept --immutable, explain.py --mutability)
+    ("--data moons --mutability x1=increase,x1=decrease", "--mutability: got 'x1=increase,x1=decrease' ('x1' given "
+                                                          "two kinds, increase and decrease); allowed: one kind"),
+    ("--data moons --immutable x1 --mutability x1=increase", "--mutability: got 'x1=increase' ('x1' is also given as "
+                                                             "immutable); allowed: x1=none, or 'x1' in only one"),
+    ("--data {loans} --target approved --immutable age --mutability age=increase", "('age' is also given as immutable)"),
+    ("--data ls --protect --mutability x1=increase", "--mutability: got 'x1=increase' ('x1' is also protected: "
+                                                     "--protect holds x1 fixed)"),
     ("--summary-json {text}/summary.json", "--summary-json"), ("--summary-json {tmp}", "--summary-json"),
     ("--checkpoint-dir {text}", "--checkpoint-dir"), ("--tracking-uri http://127.0.0.1:5999", "--tracking-uri"),
     ("--tracking-uri {tmp}/mlruns", "--tracking-uri: got"), ("--tracking-uri file:{tmp}/mlruns", "a folder store"),
@@ -196,6 +204,10 @@ EXPLAIN = [
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --immutable age", "--immutable: got 'age' (no such column)"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --mutability x9=none", "--mutability: got 'x9' (no such column)"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --mutability x1", "--mutability: got 'x1'"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --mutability x1=increase,x1=none",
+     "--mutability: got 'x1=increase,x1=none' ('x1' given two kinds, increase and none); allowed: one kind"),
+    ("--checkpoint {other_ckpt} --row " + ROW5 + " --immutable x1 --mutability x1=decrease",
+     "--mutability: got 'x1=decrease' ('x1' is also given as immutable); allowed: x1=none, or 'x1' in only one"),
 ]
 APPENDIX = [
     ("--grid note9 --data credit", "raw file 'UCI_Credit_Card.csv' not found"),  # $CT_DATA_DIR is an empty folder

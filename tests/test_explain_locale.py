@@ -3,6 +3,8 @@ explanation speaks the file's number format, in the console, ``--json``, ``--csv
 
 from __future__ import annotations
 
+import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -150,3 +152,24 @@ def test_start_up_and_fill_in_notes_write_numbers_as_the_file_does(tmp_path):
     frame = rows.drop(columns="approved").head(2).assign(debt_ratio=[None, 0.2])
     _, notes = data.codec.fill_missing(frame)  # a row explained or served with a gap
     assert len(notes) == 1 and re.match(r"debt_ratio: missing in 1 row\(s\), filled with 0,\d+, ", notes[0]), notes
+
+
+def test_a_row_outside_the_domain_is_refused_in_the_files_numbers(trained, capsys):
+    """A row of the European export with a debt ratio of 9,5 (written as the file does) was refused as
+    ``debt_ratio=9.5 ... allowed: 0 to 0.66``, and an income of 9.000.000 € as ``income=9000000 ... allowed: ... to
+    95403.1``: numbers the user never wrote, in a format their file does not use. Both now read as the file does."""
+    from ct_lightning.experiment.configuration.validation import CliExit
+    from recipes.explain import main
+
+    folder, checkpoint = trained
+    row = pd.read_csv(folder / "applicants.csv", sep=";", encoding="cp1252", dtype=str).drop(
+        columns="applicant_id").iloc[0].to_dict()
+    for column, value, written in (("debt_ratio", "9,5", r"debt_ratio=9,5' \(outside the model's domain in row 0\); "
+                                                         r"allowed: 0 to 0,\d+ \(the training"),
+                                   ("income", "9.000.000,00 €", r"income=9000000 €' \(outside the model's domain in "
+                                                                r"row 0\); allowed: 0 € to \d+(,\d+)? € \(the")):
+        with pytest.raises(CliExit) as refused:
+            main(["--checkpoint", str(checkpoint), "--row", json.dumps({**row, column: value}), "--no-log"])
+        assert refused.value.code == 2
+        line = capsys.readouterr().err.strip().splitlines()[-1]
+        assert re.search(written, line), line

@@ -373,6 +373,37 @@ def test_a_model_class_whose_constructor_takes_arguments_of_its_own_is_refused_i
     assert train({**TINY, **store, "model": "mymodel:make"})["metrics"]["epochs"] == 1  # the factory it names works
 
 
+def test_a_model_name_that_is_no_class_of_its_module_is_refused_with_the_modules_classes(store, tmp_path,
+                                                                                      monkeypatch):
+    """``--model hiring_net:HiringNett`` said only "module 'hiring_net' has no attribute 'HiringNett'" (no allowed
+    values), and ``--model hiring_net:torch`` (a module the file imports) ended in a traceback, ``TypeError: 'module'
+    object is not callable``; weights of another class than the ``--model`` given were told to "pass --model"."""
+    (tmp_path / "hiring_net.py").write_text(
+        "import torch\nfrom torch import nn\n"
+        "class HiringNet(nn.Sequential):\n"
+        "    def __init__(self, n_features, n_classes):\n"
+        "        super().__init__(nn.Linear(n_features, 8), nn.ReLU(), nn.Linear(8, n_classes))\n"
+        "def make(n_features):\n"
+        "    return nn.Sequential(nn.Linear(n_features, 2))\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"^model: got 'hiring_net:HiringNett' \(module 'hiring_net' has no "
+                                         r"'HiringNett'; did you mean 'HiringNet'\?\); allowed: a class or function "
+                                         r"of hiring_net: HiringNet, make$"):
+        train({**TINY, **store, "model": "hiring_net:HiringNett"})
+    with pytest.raises(ValueError, match=r"^model: got 'hiring_net:torch' \('torch' is no class or function\); "
+                                         r"allowed: a class or function of hiring_net: HiringNet, make$"):
+        train({**TINY, **store, "model": "hiring_net:torch"})
+    class Other(nn.Module):  # weights saved from another class than the --model given
+        def __init__(self):
+            super().__init__()
+            self.fc1, self.out = nn.Linear(2, 8), nn.Linear(8, 2)
+
+    torch.save(Other().state_dict(), tmp_path / "other.pt")
+    with pytest.raises(ValueError, match=r"the layers have other names, so the weights come from another model class "
+                                         r"than the one built: pass --model package\.module:factory for the class"):
+        train({**TINY, **store, "model": "hiring_net:HiringNet", "from_checkpoint": str(tmp_path / "other.pt")})
+
+
 def test_a_resumed_run_writes_its_summary_where_the_run_was_asked_to(tmp_path, store):
     """--summary-json is a run-only setting (not in the logged configuration): the run keeps it as a tag, so a
     resumed or extended run writes its summary there (replacing its own earlier one) without being told again."""

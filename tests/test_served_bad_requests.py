@@ -211,6 +211,22 @@ def test_a_column_named_in_another_case_is_refused_with_the_models_spelling(code
         requested_mutability(codec, {"mutability": "zzz=none"})
 
 
+def test_a_column_given_two_kinds_is_refused(codec):
+    """A request (as explain.py) naming a column immutable and increasing, or twice with two kinds, was answered with
+    the last one's explanation (income moved though it was named immutable): neither can be told to be meant."""
+    from ct_lightning.experiment.runs.request_checks import MutabilityRefused, requested_mutability
+
+    with pytest.raises(MutabilityRefused) as refused:
+        requested_mutability(codec, {"immutable": "income,sex", "mutability": "income=increase"})
+    assert str(refused.value) == ("params: mutability 'income=increase' ('income' is also given as immutable); "
+                                  "allowed: income=none, or 'income' in only one of them")
+    with pytest.raises(MutabilityRefused, match=r"^params: mutability 'debt=decrease,debt=both' \('debt' given two "
+                                                r"kinds, decrease and both\); allowed: one kind per feature$"):
+        requested_mutability(codec, {"mutability": "debt=decrease,debt=both"})
+    assert requested_mutability(codec, {"immutable": "age", "mutability": "age=none,age=none,debt=decrease"}) == \
+        {"age": "none", "debt": "decrease"}  # the same kind twice says one thing
+
+
 def test_params_target_and_max_steps(codec):
     check_params(codec, {"explain": True, "target": "yes", "max_steps": 50})
     check_params(codec, {"target": "", "max_steps": 0})

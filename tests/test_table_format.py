@@ -53,6 +53,28 @@ def test_excels_sep_line_tabs_and_windows_1252(tmp_path, loans):
         loans.debt_ratio.tolist()
 
 
+def test_a_french_export_whose_only_decimal_commas_carry_a_unit(tmp_path, loans):
+    """A French spreadsheet writes ``14 999,01 €`` (a no-break space between thousands) and ``49,1 %``; with no
+    plain number showing a decimal comma, the file was taken for one without them and both columns were refused as
+    "numbers written as text". Dressed cells now show the decimal comma too."""
+    path = tmp_path / "export_fr.csv"
+    french = loans.drop(columns="debt_ratio").assign(
+        income=loans.income.map(lambda v: f"{v + 0.5:,.2f} €".replace(",", "\u00a0").replace(".", ",")),
+        rate=(loans.debt_ratio * 100).map(lambda v: f"{v:.1f} %".replace(".", ",")))
+    path.write_bytes(french.to_csv(sep=";", index=False).encode("cp1252"))
+    data = TableDataModule(path, target="approved")
+    assert data.frame.income.tolist() == pytest.approx((loans.income + 0.5).tolist())
+    assert data.frame.rate.tolist() == pytest.approx((loans.debt_ratio * 100).round(1).tolist())
+    assert data.codec.decimal_comma and "note: export_fr.csv: decimal commas (0,5)" in data.describe()
+    assert "income: numbers written as text read as numbers ('30 600,50 €' is 30600.5)" in data.describe()  # not 30600
+    units = {c.name: c.unit for c in data.codec.columns if getattr(c, "unit", None)}
+    assert units == {"income": "{} €", "rate": "{}%"}, units
+    # dollars with a thousands comma and no cents ($30,600) show no decimal comma: still refused, not read as 30.6
+    loans.assign(income=loans.income.map(lambda v: f"${v:,}")).to_csv(tmp_path / "us.csv", sep=";", index=False)
+    with pytest.raises(ValueError, match=r"column 'income' of .* holds numbers written as text \('\$30,600'\)"):
+        TableDataModule(tmp_path / "us.csv", target="approved")
+
+
 def test_a_thousands_point_without_decimal_commas_is_refused_not_guessed(tmp_path, loans):
     path = tmp_path / "export.csv"
     loans.assign(income=european(loans).income).drop(columns="debt_ratio").to_csv(path, sep=";", index=False)

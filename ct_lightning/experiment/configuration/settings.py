@@ -538,6 +538,7 @@ def resolve_config(overrides: dict) -> dict:
 
 def check_combination(config: dict) -> None:
     """Refuse settings that are allowed alone but not together (``center_distance`` with data that is no blob set,
+    a feature given two kinds by ``mutability`` and ``immutable`` or ``protect``,
     ``model_inputs`` without a table, 0 training batches without ``from_checkpoint``, the fused loop with a setting
     that rules it out). ``config``: every setting, checked (:func:`validate_config`); reads no data, so it also
     checks a configuration before its data is loaded."""
@@ -554,6 +555,17 @@ def check_combination(config: dict) -> None:
     if config["limit_train_batches"] == 0 and not config.get("from_checkpoint"):
         raise InputError("limit_train_batches", 0, f"{BATCHES_ALLOWED}, {NO_TRAINING}",
                          "no --from-checkpoint: the run would log the untrained initial weights")
+    from ct_lightning.experiment.configuration.table_columns import named_features  # noqa: PLC0415 - a cycle
+
+    named_features(config)  # a feature given two kinds (--mutability and --immutable), for any data
+    if config.get("protect") and config.get("mutability"):  # --protect held them fixed and dropped the kind given
+        from ct_lightning.feature_names import immutable_conflict, mutability_pairs  # noqa: PLC0415
+
+        protected = getattr(data_class(data), "protected_features", ())
+        conflict = immutable_conflict(protected, mutability_pairs(str(config["mutability"])),
+                                      held_by=f"protected: --protect holds {', '.join(protected)} fixed")
+        if conflict is not None:
+            raise conflict
     blocker = fused_blocker(config)
     if config["epoch_loop"] == "fused" and blocker:
         raise ValueError(f"epoch_loop: 'fused' is not allowed with {blocker}; allowed: auto or lightning")

@@ -12,14 +12,20 @@ column (``purpose=car``), an index, a header that may be data.
 from __future__ import annotations
 
 from ct_lightning.experiment.configuration.settings import csv_names
-from ct_lightning.feature_names import mutability_pairs, unknown_feature_error
+from ct_lightning.feature_names import immutable_conflict, mutability_pairs, unknown_feature_error
 
 
 def named_features(config: dict) -> list[tuple[str, str, str]]:
     """``(option, feature, kind)`` for each feature that ``mutability`` (``"FEATURE=KIND,..."``) and ``immutable``
-    (names: kind ``none``) name, in that order."""
-    given = [("mutability", name, kind) for name, kind in mutability_pairs(str(config.get("mutability") or "")).items()]
-    return given + [("immutable", name, "none") for name in csv_names(config.get("immutable"))]
+    (names: kind ``none``) name, in that order; a one-line ``ValueError`` for a feature given two kinds (in
+    ``mutability`` twice, or in both with a kind other than ``none``): which one was meant cannot be told."""
+    pairs = mutability_pairs(str(config.get("mutability") or ""))
+    immutable = csv_names(config.get("immutable"))
+    conflict = immutable_conflict(immutable, pairs)
+    if conflict is not None:
+        raise conflict
+    return [("mutability", name, kind) for name, kind in pairs.items()] + [("immutable", name, "none")
+                                                                             for name in immutable]
 
 
 def check_named_features(config: dict, columns: list[str]) -> None:

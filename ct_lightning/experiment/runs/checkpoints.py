@@ -205,9 +205,9 @@ def check_layers(expected: dict, state: dict[str, torch.Tensor], source: str = "
             parts.append("not in model: " + ", ".join(unexpected))
         numbered = all(re.fullmatch(r"\d+\.\w+", k) for k in [*missing, *unexpected])
         if missing and unexpected and not set(expected) & set(state):  # no layer name in common: another class
-            parts.append("the layers have other names, so the weights come from a model class of your own: pass "
-                         "--model package.module:factory (a function or class that returns it, given n_features "
-                         "and n_classes if it takes them)")
+            parts.append("the layers have other names, so the weights come from another model class than the one "
+                         "built: pass --model package.module:factory for the class they were saved from (a function "
+                         "or class that returns it, given n_features and n_classes if it takes them)")
         elif missing and unexpected and numbered:  # nn.Sequential layers at other places: Dropout, BatchNorm between
             parts.append("its layers sit at other places of an nn.Sequential (a Dropout or BatchNorm between the "
                          "Linear layers?): pass --model package.module:factory that builds the same Sequential")

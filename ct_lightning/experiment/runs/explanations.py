@@ -204,7 +204,7 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
         notes += [f"{option}: {line}" for line in filled]
     found: dict[int, tuple] = {}  # position of a row with a problem: its first (value, allowed, problem)
     for column in codec.columns:
-        for bad, describe in _value_problems(column, frame[column.name]):
+        for bad, describe in _value_problems(column, frame[column.name], getattr(codec, "decimal_comma", False)):
             for p in (int(p) for p in np.flatnonzero(bad) if int(p) not in found):
                 found[p] = describe(p)
     from ct_lightning.experiment.runs.request_checks import rule_problems  # noqa: PLC0415
@@ -321,13 +321,22 @@ def _is_category(column) -> bool:
     return column.kind in LABELLED and bool(column.categories)
 
 
-def _value_problems(column, values: pd.Series):
+def _value_problems(column, values: pd.Series, decimal_comma: bool = False):
     """The checks of one column's values, in order: ``(rows failing it, (value, allowed, problem) at a position)``
     for a missing value, then an unseen category, or a non-number, a fraction in an integer column (``age`` 45.5:
     the served model's check, :func:`~ct_lightning.experiment.runs.request_checks.fraction_mask`) and a number
-    outside the model's domain."""
+    outside the model's domain. Numbers are written as the training file writes them (``decimal_comma``: ``32,5``;
+    the column's unit: ``7,3%``), as the explanations are."""
+    from datamodules.table_format import as_written  # noqa: PLC0415
     from ct_lightning.experiment.runs.request_checks import (NOT_WHOLE, WHOLE_NUMBERS, domain_mask,  # noqa: PLC0415
-                                                             fraction_mask, number_text)
+                                                             fraction_mask)
+    from ct_lightning.experiment.runs.request_checks import number_text as plain_text  # noqa: PLC0415
+
+    unit = getattr(column, "unit", None)
+
+    def number_text(value) -> str:  # as the file writes it: 4.251,72 where it writes decimal commas, 7,3% with its %
+        text = as_written(plain_text(value), decimal_comma)
+        return (f"-{unit.format(text[1:])}" if text.startswith("-") else unit.format(text)) if unit else text
 
     name = column.name
     missing = values.isna().to_numpy()
@@ -344,7 +353,7 @@ def _value_problems(column, values: pd.Series):
                                                            "not a number")
     yield fraction_mask(column, numbers), lambda p: (f"{name}={number_text(numbers.iloc[p])}", WHOLE_NUMBERS,
                                                      NOT_WHOLE)
-    outside, allowed = domain_mask(column, numbers.astype(float))
+    outside, allowed = domain_mask(column, numbers.astype(float), number_text)
     yield outside, lambda p: (f"{name}={number_text(numbers.iloc[p])}", allowed, "outside the model's domain")
 
 

@@ -282,10 +282,12 @@ def outside_domain(column, numeric: pd.Series) -> tuple[int, str, str] | None:
     return row, number_text(numeric.iloc[row]), allowed
 
 
-def domain_mask(column, numeric: pd.Series) -> tuple[np.ndarray, str]:
-    """Per row, whether its number lies outside ``column``'s domain, and that domain in words. The domain is the one
-    the counterfactual search keeps to: declared bounds, else the training range widened to mean ± 3 sd, not below 0
-    where no training value is negative."""
+def domain_mask(column, numeric: pd.Series, shown=None) -> tuple[np.ndarray, str]:
+    """Per row, whether its number lies outside ``column``'s domain, and that domain in words (its bounds written by
+    ``shown``, default :func:`number_text`; explain.py's as the training file writes them, ``4.251,72 €``). The
+    domain is the one the counterfactual search keeps to: declared bounds, else the training range widened to
+    mean ± 3 sd, not below 0 where no training value is negative."""
+    shown = shown or number_text
     domain = getattr(column, "domain", None)  # a hand-made codec's columns may know no domain
     low, high = (domain() if domain else None) or (-math.inf, math.inf)
     outside = ((numeric < low) | (numeric > high)).to_numpy()
@@ -299,7 +301,8 @@ def domain_mask(column, numeric: pd.Series) -> tuple[np.ndarray, str]:
     if getattr(column, "kind", None) == "integer":  # the whole numbers inside, as the search keeps to (not 2373.05)
         low, high = (math.ceil(low - WHOLE_SLACK) if math.isfinite(low) else low,
                      math.floor(high + WHOLE_SLACK) if math.isfinite(high) else high)
-    return outside, f"{number_text(low)} to {number_text(high)} ({source})"
+    ends = [shown(v) if math.isfinite(v) else number_text(v) for v in (low, high)]
+    return outside, f"{ends[0]} to {ends[1]} ({source})"
 
 
 def as_rows(model_input) -> pd.DataFrame:
@@ -381,17 +384,25 @@ def _mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
 def requested_mutability(codec, params: dict) -> dict[str, str]:
     """``{column: kind}`` from a request's ``immutable`` (comma-separated columns) and ``mutability``
     (``FEATURE=KIND,...``) params (explain.py's options of the same names), which hold in its explanations on top
-    of the run's own constraints (``mutability`` wins for a column in both); :class:`MutabilityRefused` for the
-    first column or kind the model cannot hold."""
+    of the run's own constraints; :class:`MutabilityRefused` for the first column or kind the model cannot hold, and
+    for a column given two kinds (twice in ``mutability``, or in both with a kind other than ``none``)."""
     from ct_lightning.constraints import mutability_pairs  # noqa: PLC0415
+    from ct_lightning.feature_names import KindConflict, immutable_conflict  # noqa: PLC0415
 
     spec: dict[str, str] = {}
     for name in ("immutable", "mutability"):
         text = str(params.get(name) or "").strip()
         if not text:
             continue
-        given = {c.strip(): "none" for c in text.split(",") if c.strip()} if name == "immutable" else \
-            mutability_pairs(text, f"params: {name}")
+        try:
+            given = {c.strip(): "none" for c in text.split(",") if c.strip()} if name == "immutable" else \
+                mutability_pairs(text, f"params: {name}")
+            conflict = immutable_conflict(spec, given) if name == "mutability" \
+                else None
+        except KindConflict as error:
+            conflict = error
+        if conflict is not None:
+            raise MutabilityRefused(name, conflict.value, conflict.detail, conflict.allowed)
         problem = _mutability_problem(codec, given)
         if problem is not None:
             raise MutabilityRefused(name, *problem)
