@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import cProfile
+import json
 import pstats
 from pathlib import Path
 
@@ -463,3 +464,20 @@ def test_a_model_of_a_tsv_or_pq_table_is_registered_by_the_files_stem(tmp_path, 
     summary = train({"data": str(path), "target": "approved", "max_epochs": 1, "nce": 16, "progress": False,
                      "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "checkpoint_dir": str(tmp_path / "ct")})
     assert summary["models"]["registered"] == "ct-loans-ct"
+
+
+def test_a_row_writing_thousands_with_points_for_a_decimal_point_model_gets_a_note(tmp_path, loans):
+    """For a model trained on a file with decimal points, ``"income": "31.000"`` in a row to explain was read as 31
+    without a word, inside the domain, where a German user means 31 000: the reading now comes with a note."""
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows, read_rows
+
+    loaded = Explainable(None, TableDataModule(loans, target="approved").codec, {}, None, True)
+    row = {"age": 29, "income": "31.000", "debt": "2500", "years_employed": 2, "home_ownership": "rent",
+           "purpose": "car", "sex": "female", "debt_ratio": 0.3}
+    rows, notes, _ = check_rows(read_rows(row=json.dumps(row)), loaded, "--row")
+    assert rows.iloc[0][["income", "debt"]].tolist() == [31, 2500]  # read as the training file writes numbers
+    assert "--row: income: '31.000' read as 31 (a decimal point, as in the training file), not as 31000: write " \
+           "31000 for that" in notes
+    assert not [n for n in notes if n.startswith("--row: debt")]  # 2500 writes no thousands
+    rows, notes, _ = check_rows(read_rows(row=json.dumps({**row, "income": 31000})), loaded, "--row")
+    assert not [n for n in notes if "read as" in n]
