@@ -629,6 +629,22 @@ def class_spellings_error(labels: pd.Series, target: str, name: str) -> ValueErr
                       f"way in the file (e.g. {first[0]!r} for all of {', '.join(map(repr, first))})")
 
 
+def thousands_points(frame: pd.DataFrame, numeric: list[str]) -> list[str]:
+    """For rows to explain by a model whose training file writes decimal points: a note for each ``numeric`` column
+    whose text holds a number written as much of Europe writes thousands (``"31.000"``, :data:`THOUSANDS_POINT`),
+    which :func:`rows_as_written` reads with a decimal point (31), so that the reading is not silent."""
+    lines = []
+    for name in numeric:
+        if name not in frame.columns or not _is_text(frame[name]):
+            continue
+        points = [v.strip() for v in frame[name] if isinstance(v, str) and THOUSANDS_POINT.fullmatch(v.strip())]
+        if points:
+            whole = points[0].replace(".", "")
+            lines.append(f"{name}: {points[0]!r} read as {float(points[0]):g} (a decimal point, as in the training "
+                         f"file), not as {whole}: write {whole} for that")
+    return lines
+
+
 def rows_as_written(frame: pd.DataFrame, numeric: list[str], decimal_comma: bool) -> pd.DataFrame:
     """Rows to explain (``--row``, ``--rows``) read as the training file was: text without surrounding spaces, empty
     and ``?`` cells missing, words for a missing value (``NA``, ``n/a``, ...) missing in the ``numeric`` columns,

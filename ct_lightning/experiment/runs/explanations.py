@@ -188,12 +188,12 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
         raise InputError(option, unknown[0], f"the model's columns {', '.join(columns)}{note}", "unknown column")
     if missing:
         raise InputError(option, missing[0], f"rows holding every column: {', '.join(columns)}", "missing column")
-    from datamodules.table_format import rows_as_written  # noqa: PLC0415
+    from datamodules.table_format import rows_as_written, thousands_points  # noqa: PLC0415
 
     numeric = [c.name for c in codec.columns if c.kind in ("continuous", "integer")]
     decimal_comma = getattr(codec, "decimal_comma", False)
     if not decimal_comma:
-        notes += [f"{option}: {line}" for line in _thousands_points(frame, numeric)]
+        notes += [f"{option}: {line}" for line in thousands_points(frame, numeric)]
     frame = rows_as_written(frame, numeric, decimal_comma)
     frame, matched = _matched_categories(frame, codec.columns)
     notes += [f"{option}: {line}" for line in matched]
@@ -322,27 +322,6 @@ def _matched_categories(frame: pd.DataFrame, columns) -> tuple[pd.DataFrame, lis
 
 def _is_category(column) -> bool:
     return column.kind in LABELLED and bool(column.categories)
-
-
-THOUSANDS_POINTS = re.compile(r"[+-]?[1-9]\d{0,2}(?:\.\d{3})+")  # 31.000, 1.250.000: thousands in much of Europe
-
-
-def _thousands_points(frame: pd.DataFrame, numeric: list[str]) -> list[str]:
-    """For a model whose training file writes decimal points: a note for each numeric column whose text in these
-    rows reads as a number with a decimal point but is written as a European writes thousands (``"31.000"`` is
-    read as 31, where a German user means 31 000), so that the reading is not silent."""
-    lines = []
-    for name in numeric:
-        if name not in frame.columns or not (pd.api.types.is_object_dtype(frame[name])
-                                             or pd.api.types.is_string_dtype(frame[name])):
-            continue
-        points = [v.strip() for v in frame[name] if isinstance(v, str) and THOUSANDS_POINTS.fullmatch(v.strip())]
-        if points:
-            first = points[0]
-            whole = first.replace(".", "")
-            lines.append(f"{name}: {first!r} read as {float(first):g} (a decimal point, as in the training file), not "
-                         f"as {whole}: write {whole} for that")
-    return lines
 
 
 def _value_problems(column, values: pd.Series, decimal_comma: bool = False):

@@ -397,8 +397,7 @@ def requested_mutability(codec, params: dict) -> dict[str, str]:
         try:
             given = {c.strip(): "none" for c in text.split(",") if c.strip()} if name == "immutable" else \
                 mutability_pairs(text, f"params: {name}")
-            conflict = immutable_conflict(spec, given) if name == "mutability" \
-                else None
+            conflict = immutable_conflict(spec, given) if name == "mutability" else None
         except KindConflict as error:
             conflict = error
         if conflict is not None:
