@@ -189,7 +189,7 @@ def test_a_failing_compiler_warns_once_and_steps_eagerly():
 
 def test_the_step_at_the_factuals_runs_compiled():
     """At the first step the points are the factuals themselves: that step runs in the compiled kernel too (as a
-    view of the factuals, so no variant of its own), with the eager step's results."""
+    view of the factuals, so no variant of its own), with the eager step's results up to rounding."""
     calls = []
 
     def counting_backend(graph, example_inputs):
@@ -205,7 +205,7 @@ def test_the_step_at_the_factuals_runs_compiled():
     result = step(*args)
     assert len(calls) == 1
     expected = constrained_step(*args)
-    assert torch.equal(result[0], expected[0]) and torch.equal(result[1], expected[1])
+    torch.testing.assert_close(result, expected)  # compiled against eager: up to rounding on other CPUs
 
 
 @pytest.mark.slow
