@@ -45,6 +45,13 @@ TRAIN = [
     ("--data moons --immutable x1 --mutability x1=increase", "--mutability: got 'x1=increase' ('x1' is also given as "
                                                              "immutable); allowed: x1=none, or 'x1' in only one"),
     ("--data {loans} --target approved --immutable age --mutability age=increase", "('age' is also given as immutable)"),
+    # the data spec's kinds are facts about the data: the command line may hold them fixed, not loosen them
+    ("--data {loans} --target approved --data-spec {facts_spec} --mutability sex=both",
+     "--mutability: got 'sex=both' ('sex' is none in the data spec facts.yaml, a fact about the data that holds in "
+     "every training and evaluation); allowed: sex=none, or change the data spec facts.yaml"),
+    ("--data {loans} --target approved --data-spec {facts_spec} --mutability age=decrease",
+     "('age' is increase in the data spec facts.yaml, a fact about the data that holds in every training and "
+     "evaluation); allowed: age=increase or age=none, or change"),
     ("--data ls --protect --mutability x1=increase", "--mutability: got 'x1=increase' ('x1' is also protected: "
                                                      "--protect holds x1 fixed)"),
     ("--summary-json {text}/summary.json", "--summary-json"), ("--summary-json {tmp}", "--summary-json"),
@@ -301,7 +308,9 @@ def bad_tables(folder: Path) -> dict[str, str]:
         paths[f"bad_{fault}"] = str(folder / f"{fault}.csv")
     (folder / "empty.csv").write_text("")
     (folder / "spec.yaml").write_text("columns:\n  income: {kind: continuous}\n")
-    return {**paths, "bad_empty": str(folder / "empty.csv"), "bad_text_spec": str(folder / "spec.yaml")}
+    (folder / "facts.yaml").write_text("columns:\n  age: {mutability: increase}\n  sex: {mutability: none}\n")
+    return {**paths, "bad_empty": str(folder / "empty.csv"), "bad_text_spec": str(folder / "spec.yaml"),
+            "facts_spec": str(folder / "facts.yaml")}
 
 
 def bad_model_inputs(folder: Path) -> dict[str, str]:

@@ -227,6 +227,24 @@ def test_a_column_given_two_kinds_is_refused(codec):
         {"age": "none", "debt": "decrease"}  # the same kind twice says one thing
 
 
+def test_a_request_may_hold_a_data_spec_kind_fixed_but_never_loosen_it():
+    """The training's data spec states facts about the data (age only increases, sex never changes): an explanation
+    asking ``sex=both`` used to be answered with sex changed."""
+    from ct_lightning.experiment.runs.request_checks import MutabilityRefused, requested_mutability
+
+    facts = TabularCodec.fit(pd.read_csv(LOANS), "approved", spec={"columns": {"age": {"mutability": "increase"},
+                                                                              "sex": {"mutability": "none"}}})
+    with pytest.raises(MutabilityRefused) as refused:
+        requested_mutability(facts, {"mutability": "sex=both"})
+    assert str(refused.value) == ("params: mutability 'sex=both' ('sex' is none in the model's data spec, a fact about "
+                                  "the data that holds in every training and evaluation); allowed: sex=none, or "
+                                  "change the model's data spec")
+    with pytest.raises(MutabilityRefused, match=r"'age=decrease' \('age' is increase in the model's data spec"):
+        requested_mutability(facts, {"mutability": "debt=decrease,age=decrease"})
+    assert requested_mutability(facts, {"immutable": "age", "mutability": "sex=none,debt=increase"}) == \
+        {"age": "none", "sex": "none", "debt": "increase"}
+
+
 def test_params_target_and_max_steps(codec):
     check_params(codec, {"explain": True, "target": "yes", "max_steps": 50})
     check_params(codec, {"target": "", "max_steps": 0})

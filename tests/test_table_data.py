@@ -105,6 +105,30 @@ def test_spec_declares_kinds_mutability_bounds_and_positive_class(tmp_path, loan
     assert (lower[onehot] == 0).all() and (upper[onehot] == 1).all()
 
 
+STRICTNESS = {"both": {"both", "increase", "decrease", "none"}, "increase": {"increase", "none"},
+              "decrease": {"decrease", "none"}, "none": {"none"}}  # a data spec's kind → the kinds that keep to it
+
+
+@pytest.mark.parametrize("held", ["increase", "decrease", "none"])
+def test_the_command_line_may_hold_a_data_spec_kind_fixed_but_never_loosen_it(tmp_path, held):
+    from ct_lightning.experiment.configuration.data import mutability_spec
+
+    spec = tmp_path / "facts.yaml"
+    spec.write_text(f"columns:\n  age: {{mutability: {held}}}\n")
+    data = TableDataModule(LOANS, target="approved", spec=spec)
+    data.setup()
+    for kind in ("both", "increase", "decrease", "none"):
+        config = {"mutability": f"age={kind}", "data_spec": str(spec)}
+        if kind in STRICTNESS[held]:
+            assert mutability_spec(config, data)["age"] == kind
+        else:
+            with pytest.raises(ValueError, match=f"mutability: got 'age={kind}' \\('age' is {held} in the data "
+                                                 "spec facts.yaml"):
+                mutability_spec(config, data)
+    assert mutability_spec({"immutable": ["age"]}, data)["age"] == "none"
+    assert mutability_spec({}, data)["age"] == held
+
+
 def test_data_frames_take_the_same_path(loans):
     from_frame, from_file = TableDataModule(loans, target="approved"), TableDataModule(LOANS, target="approved")
     from_frame.setup(), from_file.setup()

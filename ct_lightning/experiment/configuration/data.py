@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 from ct_lightning.constraints import data_mutability, one_hot_groups, parse_mutability
 from ct_lightning.experiment.configuration.settings import data_class, is_table_file, table_options
-from ct_lightning.experiment.configuration.table_columns import named_features
+from ct_lightning.experiment.configuration.table_columns import check_data_kinds, named_features
 
 
 def build_datamodule(config: dict, codec=None):
@@ -36,10 +36,11 @@ def build_datamodule(config: dict, codec=None):
 
 def mutability_spec(config: dict, datamodule) -> dict[str, str]:
     """Merge the data's own mutability, ``mutability``, ``immutable`` and ``protect`` into one ``{feature: kind}``
-    mapping, validated. A table's one-hot groups are its codec's (:func:`~ct_lightning.constraints.one_hot_groups`):
+    mapping, validated; ``mutability`` may hold a data spec's kind fixed, not loosen it (one-line error). A table's one-hot groups are its codec's (:func:`~ct_lightning.constraints.one_hot_groups`):
     a continuous column named ``ratio=debt/income`` may be ``decrease``."""
-    groups = one_hot_groups(datamodule)
-    spec = {**data_mutability(datamodule), **command_line_mutability(config, datamodule.feature_names, groups)}
+    groups, data_kinds = one_hot_groups(datamodule), data_mutability(datamodule)
+    check_data_kinds(config, data_kinds)
+    spec = {**data_kinds, **command_line_mutability(config, datamodule.feature_names, groups)}
     spec.update({feature: "none" for feature in (datamodule.protected if config.get("protect") else [])})
     parse_mutability(spec, datamodule.n_features, datamodule.feature_names, argument="mutability/immutable",
                      groups=groups)

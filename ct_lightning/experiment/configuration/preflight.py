@@ -79,8 +79,9 @@ def check_table_columns(given: dict) -> None:
 def check_table_data(given: dict, frame) -> None:
     """The problems of the table ``frame`` (as read from ``given["data"]``) that its data module would refuse, by the
     same functions and with the same one line: the data spec's keys and values
-    (:func:`~datamodules.codec.read_spec`), ``drop_columns``, missing values without ``impute``, a class too rare
-    for the splits, constant columns and text columns a training cannot read, every one at once
+    (:func:`~datamodules.codec.read_spec`), a ``mutability`` that loosens its kind for a column
+    (:func:`~ct_lightning.experiment.configuration.table_columns.check_data_kinds`), ``drop_columns``, missing
+    values without ``impute``, a class too rare for the splits, constant columns and text columns a training cannot read, every one at once
     (:func:`~datamodules.table_checks.checked_table`, :func:`~datamodules.table_checks.raise_problems`); then, with a
     data spec, what it declares against the columns (unknown columns, kinds, bounds, orders, row rules) by fitting
     the codec on all rows (:meth:`~datamodules.codec.TabularCodec.fit`; the data module fits it again on its training
@@ -89,7 +90,11 @@ def check_table_data(given: dict, frame) -> None:
     from datamodules.codec import TabularCodec, ordinal_orders, read_spec  # noqa: PLC0415 - pandas, no torch
     from datamodules.table_checks import checked_table, raise_problems  # noqa: PLC0415
 
+    from ct_lightning.experiment.configuration.table_columns import check_data_kinds  # noqa: PLC0415
+
     spec, drop = read_spec(given.get("data_spec")), csv_names(given.get("drop_columns"))
+    check_data_kinds(given, {str(column): str(entry.get("mutability", "both"))
+                             for column, entry in (spec.get("columns") or {}).items()})
     name = str(Path(given["data"]).resolve())  # as the data module names it (settings.resolve_config)
     checked = checked_table(frame, given["target"], given.get("impute") or "none", name, ordinal_orders(spec), drop,
                             declared=dict(spec.get("columns") or {}))

@@ -11,8 +11,10 @@ column (``purpose=car``), an index, a header that may be data.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from ct_lightning.experiment.configuration.settings import csv_names
-from ct_lightning.feature_names import immutable_conflict, mutability_pairs, unknown_feature_error
+from ct_lightning.feature_names import immutable_conflict, loosened_kind, mutability_pairs, unknown_feature_error
 
 
 def named_features(config: dict) -> list[tuple[str, str, str]]:
@@ -26,6 +28,17 @@ def named_features(config: dict) -> list[tuple[str, str, str]]:
         raise conflict
     return [("mutability", name, kind) for name, kind in pairs.items()] + [("immutable", name, "none")
                                                                              for name in immutable]
+
+
+def check_data_kinds(config: dict, data_kinds: dict[str, str]) -> None:
+    """Refuse in one line a ``mutability`` that lets a feature change more than the data spec's kind for it
+    (``data_kinds``: ``{column: kind}``; :func:`~ct_lightning.feature_names.loosened_kind`): the data spec states
+    facts about the data, and the command line may only add to them."""
+    spec = config.get("data_spec")
+    source = f"the data spec {Path(spec).name}" if isinstance(spec, (str, Path)) else "the data spec"
+    conflict = loosened_kind(data_kinds, mutability_pairs(str(config.get("mutability") or "")), source)
+    if conflict is not None:
+        raise conflict
 
 
 def check_named_features(config: dict, columns: list[str]) -> None:

@@ -384,10 +384,11 @@ def _mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
 def requested_mutability(codec, params: dict) -> dict[str, str]:
     """``{column: kind}`` from a request's ``immutable`` (comma-separated columns) and ``mutability``
     (``FEATURE=KIND,...``) params (explain.py's options of the same names), which hold in its explanations on top
-    of the run's own constraints; :class:`MutabilityRefused` for the first column or kind the model cannot hold, and
-    for a column given two kinds (twice in ``mutability``, or in both with a kind other than ``none``)."""
+    of the run's own constraints; :class:`MutabilityRefused` for the first column or kind the model cannot hold, for
+    a column given two kinds (twice in ``mutability``, or in both with a kind other than ``none``), and for a kind
+    that loosens the training's data spec (its kinds are facts about the data)."""
     from ct_lightning.constraints import mutability_pairs  # noqa: PLC0415
-    from ct_lightning.feature_names import KindConflict, immutable_conflict  # noqa: PLC0415
+    from ct_lightning.feature_names import KindConflict, immutable_conflict, loosened_kind  # noqa: PLC0415
 
     spec: dict[str, str] = {}
     for name in ("immutable", "mutability"):
@@ -397,7 +398,9 @@ def requested_mutability(codec, params: dict) -> dict[str, str]:
         try:
             given = {c.strip(): "none" for c in text.split(",") if c.strip()} if name == "immutable" else \
                 mutability_pairs(text, f"params: {name}")
-            conflict = immutable_conflict(spec, given) if name == "mutability" else None
+            data_kinds = getattr(codec, "mutability", dict)()
+            conflict = (immutable_conflict(spec, given) or loosened_kind(data_kinds, given, "the model's data spec")) \
+                if name == "mutability" else None
         except KindConflict as error:
             conflict = error
         if conflict is not None:
