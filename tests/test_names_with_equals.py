@@ -137,7 +137,7 @@ def test_columns_named_with_equals_or_percent_train_log_and_explain_from_the_com
     out = capsys.readouterr().out
     run_id = out.split("MLflow run id: ")[1].split()[0]
     # the start-up lines show what the searches keep to, the command line's too (the column list has the spec's)
-    assert f"mutability (data spec and command line): {RATIO}: decrease, Interest rate %: none" in out
+    assert f"mutability (--immutable, --mutability): {RATIO}: decrease, Interest rate %: none" in out
     params = MlflowClient(tracking_uri=uri).get_run(run_id).data.params
     assert params[param_name(f"mutability/{RATIO}")] == "decrease" and param_name(RATIO) == "ratio_debt/income"
     assert params["mutability/Interest rate _"] == "none"

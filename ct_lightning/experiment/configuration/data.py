@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from ct_lightning.constraints import data_mutability, one_hot_groups, parse_mutability
 from ct_lightning.experiment.configuration.settings import data_class, is_table_file, table_options
@@ -56,3 +56,29 @@ def command_line_mutability(config: dict, feature_names: Sequence[str], groups=N
     for option, name, kind in given:
         parse_mutability({name: kind}, len(feature_names), feature_names, argument=option, groups=groups)
     return {name: kind for _, name, kind in given}
+
+
+SHOWN_HELD = 8  # features of one kind the start-up line names before it counts the rest (MNIST protects 112 pixels)
+
+
+def mutability_line(config: dict, held: Mapping[str, str], from_data: bool) -> str | None:
+    """The start-up line saying what the searches keep to (``held``: the merged ``{feature: kind}``,
+    :func:`mutability_spec`) and where it came from (``from_data``: the data spec gave some of it):
+    ``mutability (--protect): age: none``; long lists of one kind are cut (``none: pixel_0_0, ..., pixel_3_27 (112
+    features)``). ``None`` where every feature may change both ways."""
+    held = {name: kind for name, kind in held.items() if kind != "both"}
+    if not held:
+        return None
+    sources = [words for words, given in (("data spec", from_data), ("--immutable", config.get("immutable")),
+                                          ("--mutability", config.get("mutability")),
+                                          ("--protect", config.get("protect"))) if given]
+    by_kind: dict[str, list[str]] = {}
+    for name, kind in held.items():
+        by_kind.setdefault(kind, []).append(name)
+    if all(len(names) <= SHOWN_HELD for names in by_kind.values()):
+        shown = ", ".join(f"{name}: {kind}" for name, kind in held.items())
+    else:
+        shown = "; ".join(f"{kind}: " + (", ".join(names) if len(names) <= SHOWN_HELD else
+                                          f"{', '.join(names[:SHOWN_HELD - 1])}, ..., {names[-1]} ({len(names)} "
+                                          "features)") for kind, names in by_kind.items())
+    return f"mutability ({', '.join(sources) or 'the data'}): {shown}"

@@ -28,7 +28,8 @@ from ct_lightning.model_inputs import affine_map, output_order, read_model_spec
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.models import ACTIVATIONS
 from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console
-from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
+from ct_lightning.constraints import data_mutability
+from ct_lightning.experiment.configuration.data import build_datamodule, mutability_line, mutability_spec
 from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG, TrainingInterrupted
 from ct_lightning.experiment.configuration.preflight import preflight_training
 from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, CONSTRAINTS_TAG, ERROR_TAG, SUMMARY_JSON_TAG,
@@ -329,14 +330,13 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
         module.preprocessing = codec.to_dict()
     if codec is not None and hasattr(datamodule, "describe"):  # a user's table: what was read, inferred and chosen
         echo(datamodule.describe(), flush=True)
-        given = module.hparams.mutability
-        held = {k: v for k, v in given.items() if v != "both"} if isinstance(given, dict) else {}
-        if held:  # the data spec's and --immutable/--mutability/--protect's together: what the searches keep to
-            echo("mutability (data spec and command line): " + ", ".join(f"{k}: {v}" for k, v in held.items()),
-                 flush=True)
         chosen = {k: config[k] for k in ("tau", "nce", "lambda_reg", "batch_size")}
         echo("CT settings (given, else chosen from the training rows' size): "
              + ", ".join(f"{k} {v}" for k, v in chosen.items()), flush=True)
+    given = module.hparams.mutability  # the data spec's and --immutable/--mutability/--protect's: what searches keep to
+    held = mutability_line(config, given if isinstance(given, dict) else {}, bool(data_mutability(datamodule)))
+    if held:
+        echo(held, flush=True)
     if resume_from is None and config.get("from_checkpoint"):
         load_given_weights(config, module, weights, datamodule)
         echo(loaded_model_line(config, module.model, inherited), flush=True)
