@@ -138,14 +138,27 @@ def number_look(number_format: str | None) -> tuple | None:
     return prefix, suffix, False, decimals, grouped
 
 
-def _looks(sheet, styles: list[list[int]]) -> dict:
-    """:func:`number_look` of each style the cells ``styles`` (a read-only sheet's, by row) use, by its number: a
-    sheet of 20 000 rows uses a few, so each one's number format is asked once, not once per cell (openpyxl's
-    ``ReadOnlyCell.number_format`` costs the reading a fifth of its time)."""
+def numbered_styles(cell_class) -> bool:
+    """Whether openpyxl's read-only cells (``cell_class``) keep their style's number, a private name
+    (:func:`_style_keys`); a release without it is read by each cell's number format."""
+    return hasattr(cell_class, "_style_id")
+
+
+def _style_keys(row, numbered: bool) -> list:
+    """Each cell's style in ``row`` (a read-only sheet's): its number where openpyxl keeps one (``numbered``: its
+    private ``_style_id``; a sheet of 20 000 rows uses a few, so :func:`_looks` asks each one's number format once,
+    where ``ReadOnlyCell.number_format`` per cell costs the reading a fifth of its time), else its number format."""
+    return [getattr(cell, "_style_id", 0) for cell in row] if numbered else [cell.number_format for cell in row]
+
+
+def _looks(sheet, styles: list[list]) -> dict:
+    """:func:`number_look` of each style the cells ``styles`` (by row, :func:`_style_keys`) use: a style's number,
+    whose number format is asked once, or a number format itself."""
     from openpyxl.cell.read_only import ReadOnlyCell  # noqa: PLC0415
 
     used = set(chain.from_iterable(styles))
-    return {style: number_look(ReadOnlyCell(sheet, 1, 1, None, style_id=style).number_format) for style in used}
+    return {style: number_look(style if style is None or isinstance(style, str) else
+                               ReadOnlyCell(sheet, 1, 1, None, style_id=style).number_format) for style in used}
 
 
 def _column_letter(index: int) -> str:
@@ -264,16 +277,18 @@ def workbook_cells(value, option: str = "data"):
     reader's tidying, which leaves them out."""
     import openpyxl  # noqa: PLC0415
     import pandas as pd  # noqa: PLC0415
+    from openpyxl.cell.read_only import ReadOnlyCell  # noqa: PLC0415
 
     path, sheet = split_sheet(value)
     book = openpyxl.load_workbook(path, read_only=True, data_only=True)  # data_only: each formula's stored value
+    numbered = numbered_styles(ReadOnlyCell)
     try:
         names = _table_sheets(book)
         sheet = _chosen_sheet(names, sheet, path, str(value), option)
         rows, styles = [], []  # each cell's value and its style's number (its number format: _looks)
         for row in book[sheet].iter_rows():
             rows.append([cell.value for cell in row])
-            styles.append([getattr(cell, "_style_id", 0) for cell in row])  # an empty cell has none
+            styles.append(_style_keys(row, numbered))
         looks = _looks(book[sheet], styles)
     finally:
         book.close()

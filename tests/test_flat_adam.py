@@ -182,3 +182,17 @@ def test_the_unlabelled_step_calls_a_step_replaced_on_the_optimiser():
     flat.step = lambda *args: (calls.append(1), step(*args))[1]  # as a callback wrapping optimizer.step does
     _steps([(model, flat)], 3, method="step_unlabelled")
     assert calls == [1, 1, 1]
+
+
+def test_without_torchs_private_hook_names_the_unlabelled_step_takes_the_wrapped_step(monkeypatch):
+    """``step_unlabelled`` reads torch's private profiler flag and hook lists to skip the wrapper; a torch without
+    one of them (a later release) must still step, through the wrapper, with Adam's weights."""
+    adam_model, flat_model = _model(), _model()
+    adam = torch.optim.Adam(adam_model.parameters(), lr=0.01)
+    flat = FlatAdam(flat_model.parameters(), lr=0.01)
+    monkeypatch.delattr(torch.autograd.profiler, "_is_profiler_enabled")
+    step, calls = type(flat).step, []
+    monkeypatch.setattr(type(flat), "step", lambda self, *args: (calls.append(1), step(self, *args))[1])
+    _steps([(adam_model, adam), (flat_model, flat)], 3, method="step_unlabelled")
+    assert calls == [1, 1, 1]
+    _assert_same_weights(adam_model, flat_model)

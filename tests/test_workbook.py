@@ -365,3 +365,17 @@ def test_a_column_of_percent_cells_beside_a_share_is_refused_as_in_the_csv(tmp_p
                 TableDataModule(str(tmp_path / name), target="approved")
             said.append(str(caught.value).replace(name, "FILE"))
         assert said[0] == said[1] and "is 0.075 a share (7.5%) or 0.075%?" in said[1], said
+
+
+def test_an_openpyxl_without_style_numbers_reads_the_same_units(tmp_path, monkeypatch):
+    """The reader asks each style's number format once, by openpyxl's private ``_style_id``; a release without it
+    must read the same values and units from each cell's number format, not lose them."""
+    import datamodules.workbook as workbook
+
+    frame = pd.read_csv(LOANS).assign(fee=lambda f: 1000 + 25 * (f.index % 40))
+    _formatted_book(tmp_path / "loans.xlsx", frame, {"fee": SHOWN["fee"][0]})
+    numbered = TableDataModule(str(tmp_path / "loans.xlsx"), target="approved")
+    monkeypatch.setattr(workbook, "numbered_styles", lambda cell_class: False)
+    by_format = TableDataModule(str(tmp_path / "loans.xlsx"), target="approved")
+    assert by_format.frame.attrs["units"] == numbered.frame.attrs["units"] == {"fee": "${}"}
+    pd.testing.assert_frame_equal(by_format.frame, numbered.frame)
