@@ -55,18 +55,18 @@ def immutable_conflict(immutable: Sequence[str], mutability: dict[str, str], arg
 
 
 def loosened_kind(data_kinds: Mapping[str, str], mutability: Mapping[str, str], source: str = "the data spec",
-                  argument: str = "mutability") -> KindConflict | None:
+                  argument: str = "mutability", remedy: str | None = None) -> KindConflict | None:
     """The one-line error for a feature that ``mutability`` (``{feature: kind}``, given by ``argument``) lets change
     more than the data's own kind for it (``data_kinds``, a data spec's ``mutability`` by column, named by
     ``source``): ``age: increase`` in a data spec is a fact about the data (an applicant cannot get younger), so
     ``age=both`` or ``age=decrease`` is refused; the same kind or ``none`` (holding it fixed on top) is fine.
-    ``None`` if there is none."""
+    ``remedy``: the other way out, in words (default: change ``source``). ``None`` if there is none."""
     for name, kind in mutability.items():
         held = data_kinds.get(name, "both")
         if held not in ("both", kind) and kind != "none":
             allowed = f"{name}=none" if held == "none" else f"{name}={held} or {name}=none"
             return KindConflict(argument, f"{name}={kind}", f"{name!r} is {held} in {source}, a fact about the data "
-                                "that holds in every training and evaluation", f"{allowed}, or change {source}")
+                                "that holds in every training and evaluation", f"{allowed}, or {remedy or f'change {source}'}")
     return None
 
 

@@ -264,11 +264,16 @@ def test_a_trained_model_explains_in_the_orders_words_and_never_lowers_an_increa
                                     "--tracking-uri", f"sqlite:///{tmp_path}/m.db", *common])
     assert [r["counterfactual"]["education"] for r in from_checkpoint] == \
         [r["counterfactual"]["education"] for r in records]
-    # explain.py --mutability: a direction is accepted for the ordinal column, refused for a categorical one
-    lowered = explain_main(["--run-id", run["run_id"], "--tracking-uri", uri, *common[:-3], "--target", "no",
-                            "--max-steps", "80", "--no-log", "--mutability", "education=decrease"])
-    assert all(ORDER.index(c["to"]) < ORDER.index(c["from"]) for r in lowered for c in r["changes"]
+    # explain.py --mutability: a direction is accepted for the ordinal column (the data spec's, or none), the other
+    # one refused (the spec's increase is a fact about the data), and any direction for a categorical one
+    held = explain_main(["--run-id", run["run_id"], "--tracking-uri", uri, *common[:-3], "--target", "no",
+                         "--max-steps", "80", "--no-log", "--mutability", "education=increase"])
+    assert all(ORDER.index(c["to"]) > ORDER.index(c["from"]) for r in held for c in r["changes"]
                if c["feature"] == "education")
+    with pytest.raises(CliExit) as refused:
+        explain_main(["--run-id", run["run_id"], "--tracking-uri", uri, *common, "--mutability", "education=decrease"])
+    assert str(refused.value).startswith("--mutability: got 'education=decrease' ('education' is increase in the "
+                                         "model's data spec, a fact about the data")
     with pytest.raises(CliExit) as refused:
         explain_main(["--run-id", run["run_id"], "--tracking-uri", uri, *common, "--mutability", "purpose=increase"])
     assert str(refused.value).startswith("--mutability: got 'purpose=increase' ('purpose' is categorical); allowed: "

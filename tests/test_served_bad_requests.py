@@ -238,7 +238,7 @@ def test_a_request_may_hold_a_data_spec_kind_fixed_but_never_loosen_it():
         requested_mutability(facts, {"mutability": "sex=both"})
     assert str(refused.value) == ("params: mutability 'sex=both' ('sex' is none in the model's data spec, a fact about "
                                   "the data that holds in every training and evaluation); allowed: sex=none, or "
-                                  "change the model's data spec")
+                                  "a model trained with another data spec")
     with pytest.raises(MutabilityRefused, match=r"'age=decrease' \('age' is increase in the model's data spec"):
         requested_mutability(facts, {"mutability": "debt=decrease,age=decrease"})
     assert requested_mutability(facts, {"immutable": "age", "mutability": "sex=none,debt=increase"}) == \

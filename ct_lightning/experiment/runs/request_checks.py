@@ -398,9 +398,9 @@ def requested_mutability(codec, params: dict) -> dict[str, str]:
         try:
             given = {c.strip(): "none" for c in text.split(",") if c.strip()} if name == "immutable" else \
                 mutability_pairs(text, f"params: {name}")
-            data_kinds = getattr(codec, "mutability", dict)()
-            conflict = (immutable_conflict(spec, given) or loosened_kind(data_kinds, given, "the model's data spec")) \
-                if name == "mutability" else None
+            conflict = None if name != "mutability" else immutable_conflict(spec, given) or loosened_kind(
+                getattr(codec, "mutability", dict)(), given, "the model's data spec",
+                remedy="a model trained with another data spec")
         except KindConflict as error:
             conflict = error
         if conflict is not None:
