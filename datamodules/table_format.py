@@ -20,7 +20,10 @@ word: a ``;``-separated file becomes one column, ``127.600`` (127 600 with a tho
   accounting's brackets: -1200) are numbers, with a note and their shared sign kept as the column's unit
   (:func:`unit_of`) for explanations; ``7.5%`` is 7.5, and a column writing ``0.075`` beside ``4%`` to ``14%`` stays
   text, refused by :func:`text_column_problems` (a share, or 0.075 %?). Their
-  text is kept too, for an ordinal column whose ``order:`` lists such labels (:func:`labels_as_written`).
+  text is kept too, for an ordinal column whose ``order:`` lists such labels (:func:`labels_as_written`);
+- the thousands separator each number column writes (``14 999,01 €``: a space; ``1'234``; none: ``24062,39``), in a
+  file whose numbers show a locale (:func:`file_thousands`), so that messages write numbers as the file does
+  (:func:`as_written`).
 
 :func:`text_column_problems` then finds, unless the data spec declares the column's kind, text whose number is
 ambiguous (``30,6`` in a comma-separated file: 30.6 or 306?; ``7.5%`` beside ``0.075``), dates, and text of more than 100 different values: read
