@@ -140,23 +140,25 @@ def as_written(text: str, decimal_comma: bool, thousands: str | None = None) -> 
     return PYTHON_NUMBER.sub(written, text)
 
 
+THOUSANDS_SAMPLE = 1000  # distinct texts of numbers of 1000 and more that say a column's separator (a file is consistent)
 SPACES = re.compile(r"[\s\u00a0\u202f]+")  # a no-break space (U+00A0) or a narrow one (U+202F) between thousands
 
 
-def thousands_written(texts: pd.Series, decimal_comma: bool) -> str | None:
-    """The thousands separator a column's ``texts`` (its numbers as the file writes them, plain or dressed:
-    ``14 999,01 €``, ``$36,428.20``, ``1'234``, ``24062,39``) write numbers of 1000 and more with, the one most
-    of its distinct numbers use (:data:`THOUSANDS`; a space, also a no-break one, as a plain space: it shows the
-    same and stays one character in any terminal or code page); ``""`` where they group none; ``None`` where no
-    number reaches 1000 (nothing shows) or the column is no text."""
+def thousands_written(texts: pd.Series, numbers: pd.Series, decimal_comma: bool) -> str | None:
+    """The thousands separator a column's ``texts`` (its cells as the file writes them, plain or dressed:
+    ``14 999,01 €``, ``$36,428.20``, ``1'234``, ``24062,39``; ``numbers``: the same cells as read) write numbers of
+    1000 and more with, the one most of the first :data:`THOUSANDS_SAMPLE` such distinct texts use
+    (:data:`THOUSANDS`; a space, also a no-break one, as a plain space: it shows the same and stays one character in
+    any terminal or code page); ``""`` where they group none; ``None`` where no number reaches 1000 (nothing
+    shows) or the column is no text."""
     if not _is_text(texts):
         return None
-    distinct = pd.Series(texts.dropna().unique(), dtype=object)
+    large = pd.to_numeric(numbers, errors="coerce").abs() >= 1000
+    distinct = pd.Series(texts[large.to_numpy()].dropna().unique()[:THOUSANDS_SAMPLE], dtype=object)
     if not len(distinct) or not all(isinstance(v, str) for v in distinct):
         return None
     body = distinct.str.replace(r"[$€£¥%()+-]", "", regex=True)
     whole = body.str.split("," if decimal_comma else ".", n=1).str[0].str.strip()
-    whole = whole[whole.str.count(r"\d") >= 4]
     marks = whole.str.replace(r"\d", "", regex=True).str.replace(SPACES.pattern, " ", regex=True).str[:1]
     marks = marks[marks.isin(THOUSANDS)]
     return Counter(marks.tolist()).most_common(1)[0][0] if len(marks) else None  # a tie: the first written
@@ -431,10 +433,12 @@ def _typed_cells(cells: pd.DataFrame, path: Path, option: str, notes: list[str],
             numbers = _dressed_numbers(cells[name], decimal_comma, notes, units, written)
             dressed = dressed or numbers is not None
         if numbers is not None and _is_text(cells[name]):
-            separators[name] = thousands_written(cells[name], decimal_comma)
+            separators[name] = (cells[name], numbers)
         frame[name] = cells[name] if numbers is None else numbers
+    styled = decimal_comma or dressed  # else a file of plain numbers: no separator to find (file_thousands)
+    separators = {name: thousands_written(*read, decimal_comma) for name, read in separators.items()} if styled else {}
     frame.attrs.update(decimal_comma=decimal_comma, notes=notes, units=units, written=WrittenLabels(written),
-                       thousands=file_thousands(separators, decimal_comma or dressed))
+                       thousands=file_thousands(separators, styled))
     return frame
 
 
@@ -521,7 +525,7 @@ def tidy_frame(frame: pd.DataFrame) -> pd.DataFrame:
     for name in frame.columns:
         numbers = _dressed_numbers(frame[name], False, notes, units, written) if _is_text(frame[name]) else None
         if numbers is not None:
-            separators[name] = thousands_written(frame[name], False)
+            separators[name] = thousands_written(frame[name], numbers, False)
             frame[name] = numbers
     thousands = {**frame.attrs.get("thousands", {}), **file_thousands(separators, bool(separators))}
     frame.attrs.update(notes=notes, units=units, written=WrittenLabels(written), thousands=thousands)

@@ -369,8 +369,8 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
                                                    for rank in ranks[targets].tolist()]
     target_labels = codec.decode_target(targets.cpu().numpy())
     # the file's currency or percent sign ($36,428.20, 7.5%), shown with the numbers (format_change), its decimal
-    # commas (60.800,50 €): a change shown as 60,800 € reads as sixty euros and eighty cents where the file came from,
-    # and each column's thousands separator (14 999,01 € in a French file, 1'234.50 in a Swiss one, none: 24062,39)
+    # commas (60.800,50 €): a change shown as 60,800 € reads as sixty euros and eighty cents where the file came
+    # from, and each column's thousands separator (14 999,01 € in a French file, 1'234.50 in a Swiss one, 24062,39)
     units = {c.name: {"unit": c.unit} for c in getattr(codec, "columns", ()) if getattr(c, "unit", None)}
     comma = {"decimal_comma": True} if getattr(codec, "decimal_comma", False) else {}
     thousands = {c.name: {"thousands": c.thousands} for c in getattr(codec, "columns", ())
