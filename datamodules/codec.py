@@ -55,24 +55,25 @@ def categories_by_case(categories) -> dict:
     return {key: same[0] for key, same in found.items() if len(same) == 1}
 
 
-def _declared_text(value, decimal_comma: bool = False) -> str:
+def _declared_text(value, decimal_comma: bool = False, thousands: str | None = None) -> str:
     """A number declared in a data spec as the start-up message shows it: ``0``, ``2.5``, ``1000`` (``2,5`` where
-    the file writes decimal commas)."""
+    the file writes decimal commas; ``1 000`` where it writes ``thousands`` so, :func:`as_written`)."""
     value = _plain(value)
     return as_written(f"{value:g}" if isinstance(value, float) and not value.is_integer() else str(int(value))
-                      if isinstance(value, float) else str(value), decimal_comma)
+                      if isinstance(value, float) else str(value), decimal_comma, thousands)
 
 
-def number_text(value, decimal_comma: bool = False) -> str:
-    """A value in a note (``filled with 0,31``): a number as the file writes numbers, anything else as it is."""
+def number_text(value, decimal_comma: bool = False, thousands: str | None = None) -> str:
+    """A value in a note (``filled with 0,31``, ``5 400``): a number as the file writes numbers (``decimal_comma``,
+    its column's ``thousands`` separator: :func:`as_written`), anything else as it is."""
     value = _plain(value)
     plain = isinstance(value, (int, float)) and not isinstance(value, bool)
-    return as_written(str(value), decimal_comma) if plain else str(value)
+    return as_written(str(value), decimal_comma, thousands) if plain else str(value)
 
 
-def _bounds_text(lower, upper, decimal_comma: bool = False) -> str:
+def _bounds_text(lower, upper, decimal_comma: bool = False, thousands: str | None = None) -> str:
     """Declared bounds in words for the start-up message: ``, at least 0``, ``, at most 5``, ``, from 0 to 5``."""
-    shown = [_declared_text(v, decimal_comma) for v in (lower, upper)]
+    shown = [_declared_text(v, decimal_comma, thousands) for v in (lower, upper)]
     if lower is not None and upper is not None:
         return f", from {shown[0]} to {shown[1]}"
     if lower is not None:
@@ -97,6 +98,8 @@ class ColumnSpec:
     train_max: float | None = None
     fill: object = None  # trained with --impute median: what a missing value of this column becomes
     unit: str | None = None  # how the file wrote its numbers, as a format: "${}" for $36,428.20, "{}%" for 7.5%
+    thousands: str | None = None  # the separator the file wrote its thousands with (" " for 14 999,01 €, "" for none;
+    # table_format.THOUSANDS); None: unknown (a file of plain numbers, a model saved before), grouped by "," or "."
     step: float | None = None  # a counterfactual changes the value by whole multiples of it (ordinal: places)
     max_change: float | None = None  # a counterfactual moves the value at most this far (ordinal: places of the order)
     lower_rule: str | None = None  # continuous and integer: a bound that other number columns give per row, as the
@@ -107,12 +110,13 @@ class ColumnSpec:
         """The model-input columns of this raw column."""
         return [f"{self.name}={value}" for value in self.categories] if self.kind == "categorical" else [self.name]
 
-    def change_text(self, decimal_comma: bool = False) -> str:
+    def change_text(self, decimal_comma: bool = False, thousands: str | None = None) -> str:
         """Its ``step`` and ``max_change`` in words, as the start-up lines and the ``ct.constraints`` tag say them:
         ``in steps of 1000, changing by at most 10000``; an ordinal column's in places of its order (``changing by at
-        most 2 places``); ``""`` without either. ``decimal_comma``: numbers as such a file writes them (``0,5``)."""
+        most 2 places``); ``""`` without either. ``decimal_comma``, ``thousands``: numbers as such a file writes them
+        (``0,5``, ``1 000``; :func:`~datamodules.table_format.as_written`)."""
         def amount(value) -> str:
-            text = _declared_text(value, decimal_comma)
+            text = _declared_text(value, decimal_comma, thousands)
             return f"{text} place{'' if float(value) == 1 else 's'}" if self.kind == "ordinal" else text
         return ", ".join(([] if self.step is None else [f"in steps of {amount(self.step)}"])
                          + ([] if self.max_change is None else [f"changing by at most {amount(self.max_change)}"]))
@@ -390,10 +394,10 @@ def _order_text(order) -> str:
 
 
 def _column_dict(column: ColumnSpec) -> dict:
-    """A column as JSON keeps it; ``unit``, ``step``, ``max_change`` and the rules only where set (payloads without
-    them read as before)."""
+    """A column as JSON keeps it; ``unit``, ``thousands``, ``step``, ``max_change`` and the rules only where set
+    (payloads without them read as before)."""
     described = asdict(column)
-    for key in ("unit", "step", "max_change", "lower_rule", "upper_rule"):
+    for key in ("unit", "thousands", "step", "max_change", "lower_rule", "upper_rule"):
         if described[key] is None:
             del described[key]
     return described
@@ -729,9 +733,9 @@ class TabularCodec:
             extra = f" {len(c.categories)} categories" if c.kind == "categorical" else \
                 f" {c.categories}" if c.kind == "binary" else f" {_order_text(c.categories)}" if c.kind == "ordinal" \
                 else ""
-            change = c.change_text(self.decimal_comma)
+            change = c.change_text(self.decimal_comma, c.thousands)
             step = f", {change}" if change else ""
-            bounds = _bounds_text(c.lower, c.upper, self.decimal_comma)
+            bounds = _bounds_text(c.lower, c.upper, self.decimal_comma, c.thousands)
             lines.append(f"  {c.name}: {c.kind}{extra}{bounds}{rule_words(c)}{step}"
                          + ("" if c.mutability == "both" else f", {c.mutability}"))
         return "\n".join(lines)
@@ -788,7 +792,7 @@ class TabularCodec:
                     frame[column.name] = numbers
             what = "median" if column.kind in ("continuous", *RANKED) else "most frequent value"
             notes.append(f"{column.name}: missing in {count} row(s), filled with "
-                         f"{number_text(column.fill, self.decimal_comma)}, the training rows' "
+                         f"{number_text(column.fill, self.decimal_comma, column.thousands)}, the training rows' "
                          f"{what} (the model was trained with --impute median)")
         return frame, notes
 

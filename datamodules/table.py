@@ -133,6 +133,7 @@ class TableDataModule(TensorDataModule):
         self.frame, self.read_notes = checked.frame, checked.notes  # how the file was read, rows left out
         units = dict(checked.attrs.get("units", {}))  # numbers the file wrote as $36,428.20 or 7.5%
         self.decimal_comma = bool(checked.attrs.get("decimal_comma", False))
+        self.thousands = dict(checked.attrs.get("thousands", {}))  # each column's thousands separator: 14 999,01 €
         self.target, self.impute, self.data_seed = target, impute, data_seed
         raise_problems(checked.problems, self.label_of_source)
         if codec is not None and codec.balance is not None:  # a trained model's own rows (explain.py --data)
@@ -147,11 +148,11 @@ class TableDataModule(TensorDataModule):
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
         fills = training_fills(self.frame, self.rows["train"], target, orders) if impute == "median" else None
         if fills:
-            def filled(value) -> str:  # a number as the file writes numbers (0,31), a category quoted ('rent')
-                text = number_text(value, self.decimal_comma)
+            def filled(column, value) -> str:  # a number as the file writes numbers (0,31), a category quoted ('rent')
+                text = number_text(value, self.decimal_comma, self.thousands.get(column))
                 return text if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
             median = set(orders) | {name for name in self.frame.columns if pd.api.types.is_numeric_dtype(self.frame[name])}
-            self.read_notes += [f"{column}: missing in {count} row(s), filled with {filled(fills[column])}, the training rows' "
+            self.read_notes += [f"{column}: missing in {count} row(s), filled with {filled(column, fills[column])}, the training rows' "
                                 f"{'median' if column in median else 'most frequent value'}"
                                 " (--impute median)" for column, count in self.frame.isna().sum().items()
                                 if count and column in fills]
@@ -167,6 +168,7 @@ class TableDataModule(TensorDataModule):
             self.codec.decimal_comma = self.decimal_comma
             for column in self.codec.columns:  # shown with the file's currency or percent sign in explanations
                 column.unit = units.get(column.name) if column.kind in ("continuous", "integer") else None
+                column.thousands = self.thousands.get(column.name)  # and its thousands separator
             self.codec.balance = balance
         self.ct_defaults = table_defaults(len(self.rows["train"]))
         super().__init__(batch_size or self.ct_defaults["batch_size"], seed, num_workers)
@@ -263,7 +265,7 @@ class TableDataModule(TensorDataModule):
             below = int((values < c.lower).sum()) if c.lower is not None else 0
             above = int((values > c.upper).sum()) if c.upper is not None else 0
             if below or above:
-                lower, upper = (as_written(f"{v:g}", self.decimal_comma) if v is not None else None
+                lower, upper = (as_written(f"{v:g}", self.decimal_comma, c.thousands) if v is not None else None
                                 for v in (c.lower, c.upper))
                 parts = ([f"{below} below the declared lower bound {lower}"] if below else []) + \
                         ([f"{above} above the declared upper bound {upper}"] if above else [])

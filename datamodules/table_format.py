@@ -20,7 +20,10 @@ word: a ``;``-separated file becomes one column, ``127.600`` (127 600 with a tho
   accounting's brackets: -1200) are numbers, with a note and their shared sign kept as the column's unit
   (:func:`unit_of`) for explanations; ``7.5%`` is 7.5, and a column writing ``0.075`` beside ``4%`` to ``14%`` stays
   text, refused by :func:`text_column_problems` (a share, or 0.075 %?). Their
-  text is kept too, for an ordinal column whose ``order:`` lists such labels (:func:`labels_as_written`).
+  text is kept too, for an ordinal column whose ``order:`` lists such labels (:func:`labels_as_written`);
+- the thousands separator each number column writes (``14 999,01 €``: a space; ``1'234``; none: ``24062,39``), in a
+  file whose numbers show a locale (:func:`file_thousands`), so that messages write numbers as the file does
+  (:func:`as_written`).
 
 :func:`text_column_problems` then finds, unless the data spec declares the column's kind, text whose number is
 ambiguous (``30,6`` in a comma-separated file: 30.6 or 306?; ``7.5%`` beside ``0.075``), dates, and text of more than 100 different values: read
@@ -38,6 +41,7 @@ import csv
 import hashlib
 import re
 import shlex
+from collections import Counter
 from pathlib import Path
 
 import pandas as pd
@@ -106,13 +110,58 @@ THOUSANDS_APOSTROPHE = re.compile(r"\d{1,3}(?:'\d{3})+(?:\.\d+)?")  # 1'234.50 (
 
 
 COMMA_POINT = str.maketrans(",.", ".,")  # 60,800.5 → 60.800,5
+THOUSANDS = (",", ".", " ", "'", "")  # the thousands separators a column may write its numbers with ("": none)
+PYTHON_NUMBER = re.compile(r"(?<![\d.])(\d{1,3}(?:,\d{3})+|\d+)(\.\d+)?")  # 60,800.5  5400  0.31, as Python writes
 
 
-def as_written(text: str, decimal_comma: bool) -> str:
-    """A number's text (``60,800.5``, ``0.31``) as the file writes numbers: with ``decimal_comma`` (a file with
-    decimal commas, ``60.800,00 €``) its points and commas swapped (``60.800,5``, ``0,31``), else as it is. Every
-    number a message shows from such a file (start-up notes, fill-in notes, explanations) goes through here."""
-    return text.translate(COMMA_POINT) if decimal_comma else text
+def _grouped(digits: str, separator: str) -> str:
+    """A whole number's digits with ``separator`` between each three from the right: ``24062`` → ``24 062``."""
+    head = len(digits) % 3 or 3
+    return digits[:head] + "".join(separator + digits[i:i + 3] for i in range(head, len(digits), 3))
+
+
+def as_written(text: str, decimal_comma: bool, thousands: str | None = None) -> str:
+    """A number's text as Python writes it (``60,800.5``, ``0.31``, ``5400``) as the file writes numbers: with
+    ``thousands``, the separator the file writes that column's thousands with (:data:`THOUSANDS`:
+    :func:`thousands_written`), its whole part grouped so (``60 800,5`` and ``5 400`` for a French file,
+    ``1'234.5`` for a Swiss one, ``60800,5`` for one that groups none) and its decimal comma or point as the file's;
+    without it (a file of plain numbers, a model trained before the separator was kept), with ``decimal_comma``
+    (a file with decimal commas, ``60.800,00 €``) its points and commas swapped (``60.800,5``, ``0,31``), else as
+    it is. Every number a message shows from a file (start-up notes, fill-in notes, refusals, explanations) goes
+    through here."""
+    if thousands is None:
+        return text.translate(COMMA_POINT) if decimal_comma else text
+    point = "," if decimal_comma else "."
+
+    def written(match: re.Match) -> str:
+        whole = _grouped(match.group(1).replace(",", ""), thousands)
+        return whole + (point + match.group(2)[1:] if match.group(2) else "")
+
+    return PYTHON_NUMBER.sub(written, text)
+
+
+THOUSANDS_SAMPLE = 1000  # distinct texts of numbers of 1000 and more that say a column's separator (a file is consistent)
+SPACES = re.compile(r"[\s\u00a0\u202f]+")  # a no-break space (U+00A0) or a narrow one (U+202F) between thousands
+
+
+def thousands_written(texts: pd.Series, numbers: pd.Series, decimal_comma: bool) -> str | None:
+    """The thousands separator a column's ``texts`` (its cells as the file writes them, plain or dressed:
+    ``14 999,01 €``, ``$36,428.20``, ``1'234``, ``24062,39``; ``numbers``: the same cells as read) write numbers of
+    1000 and more with, the one most of the first :data:`THOUSANDS_SAMPLE` such distinct texts use
+    (:data:`THOUSANDS`; a space, also a no-break one, as a plain space: it shows the same and stays one character in
+    any terminal or code page); ``""`` where they group none; ``None`` where no number reaches 1000 (nothing
+    shows) or the column is no text."""
+    if not _is_text(texts):
+        return None
+    large = pd.to_numeric(numbers, errors="coerce").abs() >= 1000
+    distinct = pd.Series(texts[large.to_numpy()].dropna().unique()[:THOUSANDS_SAMPLE], dtype=object)
+    if not len(distinct) or not all(isinstance(v, str) for v in distinct):
+        return None
+    body = distinct.str.replace(r"[$€£¥%()+-]", "", regex=True)
+    whole = body.str.split("," if decimal_comma else ".", n=1).str[0].str.strip()
+    marks = whole.str.replace(r"\d", "", regex=True).str.replace(SPACES.pattern, " ", regex=True).str[:1]
+    marks = marks[marks.isin(THOUSANDS)]
+    return Counter(marks.tolist()).most_common(1)[0][0] if len(marks) else None  # a tie: the first written
 
 
 def undressed_number(value, decimal_comma: bool):
@@ -219,6 +268,7 @@ def labels_as_written(frame: pd.DataFrame, names, option: str = "data") -> pd.Da
     if not names:
         return frame
     frame, notes, units = frame.copy(), list(frame.attrs.get("notes", ())), dict(frame.attrs.get("units", {}))
+    thousands = dict(frame.attrs.get("thousands", {}))
     for name in names:
         texts = written.pop(name)
         by_number: dict = {}
@@ -230,7 +280,8 @@ def labels_as_written(frame: pd.DataFrame, names, option: str = "data") -> pd.Da
         frame[name] = frame[name].astype(object).map(by_number)  # the missing cells stay missing
         notes = [note for note in notes if not note.startswith(f"{name}: numbers written as text read as numbers")]
         units.pop(name, None)
-    frame.attrs.update(notes=notes, units=units, written=WrittenLabels(written))
+        thousands.pop(name, None)
+    frame.attrs.update(notes=notes, units=units, written=WrittenLabels(written), thousands=thousands)
     return frame
 
 
@@ -328,7 +379,8 @@ def _all_dressed(text: pd.Series, decimal_comma: bool) -> bool:
 def read_csv(path, option: str = "data") -> pd.DataFrame:
     """A CSV file as a DataFrame read as the module docstring says; ``attrs["notes"]``: what was decided (encoding,
     delimiter, number format) for the start-up message, ``attrs["decimal_comma"]``: whether numbers were read with
-    decimal commas. A :class:`TableError` naming ``option`` for a file read wrongly otherwise."""
+    decimal commas, ``attrs["thousands"]``: each number column's thousands separator (:func:`file_thousands`). A
+    :class:`TableError` naming ``option`` for a file read wrongly otherwise."""
     path, notes = Path(path), []
     encoding = "utf-8-sig"
     try:
@@ -369,7 +421,7 @@ def _typed_cells(cells: pd.DataFrame, path: Path, option: str, notes: list[str],
     decimal_comma = decimal_commas and _uses_decimal_comma(cells)
     if decimal_comma:
         notes.append(f"{path.name}: decimal commas (0,5) and '.' as the thousands separator (12.000 = 12000)")
-    frame, units, written = pd.DataFrame(index=cells.index), {}, {}
+    frame, units, written, separators, dressed = pd.DataFrame(index=cells.index), {}, {}, {}, False
     for name in cells.columns:
         cells[name], note = _missing_words(cells[name], name, decimal_comma)
         if note:
@@ -379,9 +431,31 @@ def _typed_cells(cells: pd.DataFrame, path: Path, option: str, notes: list[str],
             _check_thousands(cells[name], name, path, ";", option)
         if numbers is None and not (semicolons and not decimal_comma):  # ';' without decimal commas: '.' unclear
             numbers = _dressed_numbers(cells[name], decimal_comma, notes, units, written)
+            dressed = dressed or numbers is not None
+        if numbers is not None and _is_text(cells[name]):
+            separators[name] = (cells[name], numbers)
         frame[name] = cells[name] if numbers is None else numbers
-    frame.attrs.update(decimal_comma=decimal_comma, notes=notes, units=units, written=WrittenLabels(written))
+    styled = decimal_comma or dressed  # else a file of plain numbers: no separator to find (file_thousands)
+    separators = {name: thousands_written(*read, decimal_comma) for name, read in separators.items()} if styled else {}
+    frame.attrs.update(decimal_comma=decimal_comma, notes=notes, units=units, written=WrittenLabels(written),
+                       thousands=file_thousands(separators, styled))
     return frame
+
+
+def file_thousands(separators: dict, styled: bool) -> dict[str, str]:
+    """``{column: the thousands separator its numbers are written with}`` (:func:`as_written`) of a file whose number
+    columns write ``separators`` (:func:`thousands_written`), for a ``styled`` file only: one whose numbers show a
+    locale (decimal commas, or numbers dressed as text, ``14 999,01 €``, ``$36,428.20``). A column without a number
+    of 1000 or more takes the separator most of the file's other columns write (``""`` where they group none);
+    none where no column shows one. A file of plain numbers (``30600``, ``0.25``, as databases and pandas write
+    them, a workbook's numbers) shows no style: its numbers keep :func:`as_written`'s grouping by ``,``."""
+    if not styled:
+        return {}
+    shown = [sep for sep in separators.values() if sep is not None]
+    grouping = [sep for sep in shown if sep]
+    fallback = Counter(grouping).most_common(1)[0][0] if grouping else "" if shown else None
+    found = {name: fallback if sep is None else sep for name, sep in separators.items()}
+    return {name: sep for name, sep in found.items() if sep is not None}
 
 
 def read_workbook(value, option: str = "data") -> pd.DataFrame:
@@ -447,12 +521,14 @@ def tidy_frame(frame: pd.DataFrame) -> pd.DataFrame:
     spaces, empty cells and ``?`` missing, numbers dressed as text (``$36,428.20``) as numbers, with a note."""
     frame, notes = frame.apply(_tidy_text), list(frame.attrs.get("notes", ()))
     frame.columns = [column_name(c) if isinstance(c, str) else c for c in frame.columns]
-    units, written = dict(frame.attrs.get("units", {})), dict(frame.attrs.get("written", {}))
+    units, written, separators = dict(frame.attrs.get("units", {})), dict(frame.attrs.get("written", {})), {}
     for name in frame.columns:
         numbers = _dressed_numbers(frame[name], False, notes, units, written) if _is_text(frame[name]) else None
         if numbers is not None:
+            separators[name] = thousands_written(frame[name], numbers, False)
             frame[name] = numbers
-    frame.attrs.update(notes=notes, units=units, written=WrittenLabels(written))
+    thousands = {**frame.attrs.get("thousands", {}), **file_thousands(separators, bool(separators))}
+    frame.attrs.update(notes=notes, units=units, written=WrittenLabels(written), thousands=thousands)
     return frame
 
 

@@ -368,16 +368,19 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     valid_classes = None if accepted is None else [[_plain(c) for c in codec.order[rank:]]
                                                    for rank in ranks[targets].tolist()]
     target_labels = codec.decode_target(targets.cpu().numpy())
-    # the file's currency or percent sign ($36,428.20, 7.5%), shown with the numbers (format_change), and its decimal
-    # commas (60.800,50 €): a change shown as 60,800 € reads as sixty euros and eighty cents where the file came from
+    # the file's currency or percent sign ($36,428.20, 7.5%), shown with the numbers (format_change), its decimal
+    # commas (60.800,50 €): a change shown as 60,800 € reads as sixty euros and eighty cents where the file came
+    # from, and each column's thousands separator (14 999,01 € in a French file, 1'234.50 in a Swiss one, 24062,39)
     units = {c.name: {"unit": c.unit} for c in getattr(codec, "columns", ()) if getattr(c, "unit", None)}
     comma = {"decimal_comma": True} if getattr(codec, "decimal_comma", False) else {}
+    thousands = {c.name: {"thousands": c.thousands} for c in getattr(codec, "columns", ())
+                 if getattr(c, "thousands", None) is not None}
     records = []
     for i in range(len(frame)):
         factual = {c: _plain(frame.at[i, c]) for c in columns}
         counterfactual = {c: _plain(decoded.at[i, c]) for c in columns}
         changes = [{"feature": c, "from": factual[c], "to": counterfactual[c], **units.get(c, {}),
-                    **(comma if _is_number(factual[c]) else {})}
+                    **({**comma, **thousands.get(c, {})} if _is_number(factual[c]) else {})}
                    for c in columns if not _same(factual_decoded.at[i, c], decoded.at[i, c])]
         records.append({"factual": factual, "prediction": _plain(predicted_labels[i]),
                         "prediction_probability": float(probabilities[i, predicted[i]]),
@@ -426,12 +429,14 @@ def _is_number(value) -> bool:
     return isinstance(value, (float, np.floating, int, np.integer)) and not isinstance(value, (bool, np.bool_))
 
 
-def format_change(before, after, unit: str | None = None, decimal_comma: bool = False) -> str:
+def format_change(before, after, unit: str | None = None, decimal_comma: bool = False,
+                  thousands: str | None = None) -> str:
     """``before → after`` as a person reads it: ``after`` with the decimals ``before`` is written with
     (``95.43 → 52.41``, ``18,203.08 → 9,057.99``), more where it would read as ``before`` or as less than two
     significant digits (``0.9 → 0.9001``, not ``0.9 → 0.9``), in the file's ``unit`` where it wrote one (``"${}"``:
-    ``$36,428.2 → $54,848.2``; ``"{}%"``), and with ``decimal_comma`` as a file with decimal commas writes numbers
-    (``60.800 € → 54.800 €``, ``41,3 → 77,8``)."""
+    ``$36,428.2 → $54,848.2``; ``"{}%"``), and with ``decimal_comma`` and the column's ``thousands`` separator as
+    the file writes numbers (``60.800 € → 54.800 €``, ``41,3 → 77,8``, ``14 999,01 € → 24 062,39 €``;
+    :func:`~datamodules.table_format.as_written`)."""
     numbers = all(_is_number(v) for v in (before, after))
     if not numbers:
         return f"{format_value(before)} → {format_value(after)}"
@@ -448,7 +453,7 @@ def format_change(before, after, unit: str | None = None, decimal_comma: bool = 
         shown = [f"{before:,.{shown_decimals}f}", f"{after:,.{decimals}f}"]
     else:
         shown = [format_value(before), format_value(after)]
-    shown = [as_written(text, decimal_comma) for text in shown]
+    shown = [as_written(text, decimal_comma, thousands) for text in shown]
     if unit:
         shown = [f"-{unit.format(text[1:])}" if text.startswith("-") else unit.format(text) for text in shown]
     return f"{shown[0]} → {shown[1]}"
@@ -456,9 +461,11 @@ def format_change(before, after, unit: str | None = None, decimal_comma: bool = 
 
 def change_text(change: dict) -> str:
     """One change as a person reads it: ``income: 31,000 → 38,400`` (``31.000 → 38.400`` where the training file
-    wrote decimal commas), marked where the value was filled in."""
+    wrote decimal commas, ``31 000 → 38 400`` where it wrote thousands so: the change's ``thousands``), marked where
+    the value was filled in."""
     filled = " (missing: filled in as in training)" if change.get("filled") else ""
-    shown = format_change(change["from"], change["to"], change.get("unit"), change.get("decimal_comma", False))
+    shown = format_change(change["from"], change["to"], change.get("unit"), change.get("decimal_comma", False),
+                          change.get("thousands"))
     return f"{change['feature']}{filled}: {shown}"
 
 

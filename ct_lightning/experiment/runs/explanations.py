@@ -329,16 +329,16 @@ def _value_problems(column, values: pd.Series, decimal_comma: bool = False):
     for a missing value, then an unseen category, or a non-number, a fraction in an integer column (``age`` 45.5:
     the served model's check, :func:`~ct_lightning.experiment.runs.request_checks.fraction_mask`) and a number
     outside the model's domain. Numbers are written as the training file writes them (``decimal_comma``: ``32,5``;
-    the column's unit: ``7,3%``), as the explanations are."""
+    the column's unit: ``7,3%``; its thousands separator: ``95 403,1 €``), as the explanations are."""
     from datamodules.table_format import as_written  # noqa: PLC0415
     from ct_lightning.experiment.runs.request_checks import (NOT_WHOLE, WHOLE_NUMBERS, domain_mask,  # noqa: PLC0415
                                                              fraction_mask)
     from ct_lightning.experiment.runs.request_checks import number_text as plain_text  # noqa: PLC0415
 
-    unit = getattr(column, "unit", None)
+    unit, thousands = getattr(column, "unit", None), getattr(column, "thousands", None)
 
     def number_text(value) -> str:  # as the file writes it: 4.251,72 where it writes decimal commas, 7,3% with its %
-        text = as_written(plain_text(value), decimal_comma)
+        text = as_written(plain_text(value), decimal_comma, thousands)
         return (f"-{unit.format(text[1:])}" if text.startswith("-") else unit.format(text)) if unit else text
 
     name = column.name
