@@ -419,8 +419,7 @@ def _typed_cells(cells: pd.DataFrame, path: Path, option: str, notes: list[str],
     cells = cells.drop(columns=[c for c in cells.columns if c.startswith("Unnamed: ") and cells[c].isna().all()])
     _check_header(cells, path, option)
     decimal_comma = decimal_commas and _uses_decimal_comma(cells)
-    if decimal_comma:
-        notes.append(f"{path.name}: decimal commas (0,5) and '.' as the thousands separator (12.000 = 12000)")
+    comma_note = len(notes) if decimal_comma else None  # said once the columns' thousands separators are known
     frame, units, written, separators, dressed = pd.DataFrame(index=cells.index), {}, {}, {}, False
     for name in cells.columns:
         cells[name], note = _missing_words(cells[name], name, decimal_comma)
@@ -437,9 +436,21 @@ def _typed_cells(cells: pd.DataFrame, path: Path, option: str, notes: list[str],
         frame[name] = cells[name] if numbers is None else numbers
     styled = decimal_comma or dressed  # else a file of plain numbers: no separator to find (file_thousands)
     separators = {name: thousands_written(*read, decimal_comma) for name, read in separators.items()} if styled else {}
+    thousands = file_thousands(separators, styled)
+    if comma_note is not None:
+        notes.insert(comma_note, _decimal_comma_note(path.name, thousands))
     frame.attrs.update(decimal_comma=decimal_comma, notes=notes, units=units, written=WrittenLabels(written),
-                       thousands=file_thousands(separators, styled))
+                       thousands=thousands)
     return frame
+
+
+def _decimal_comma_note(name: str, thousands: dict[str, str]) -> str:
+    """The start-up note on a file with decimal commas: how it groups thousands, as most of its columns write them
+    (``thousands``, :func:`file_thousands`); a dotted ``12.000`` is read as 12000 either way."""
+    grouping = Counter(sep for sep in thousands.values() if sep).most_common(1)
+    if grouping and grouping[0][0] == " ":
+        return f"{name}: decimal commas (0,5) and spaces as the thousands separator (14 999,01; 12.000 also reads as 12000)"
+    return f"{name}: decimal commas (0,5) and '.' as the thousands separator (12.000 = 12000)"
 
 
 def file_thousands(separators: dict, styled: bool) -> dict[str, str]:
