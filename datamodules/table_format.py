@@ -198,18 +198,21 @@ def _undressed_or_as_written(value, decimal_comma: bool):
 
 def unit_of(values) -> str | None:
     """The unit every value of a column of dressed numbers shares, as a format for a number: ``"${}"`` for
-    ``$36,428.20``, ``"{}%"`` for ``7.5%``, ``"{} €"`` for ``12 €``; ``None`` where they share none."""
+    ``$36,428.20``, ``"{}%"`` for ``7.5%``, ``"{} %"`` for a French ``49,1 %`` (every percent of the column written
+    with the space), ``"{} €"`` for ``12 €``; ``None`` where they share none."""
     units = set()
     for value in values:
         text = value.replace("\u00a0", " ").strip().removeprefix("(").removesuffix(")").lstrip("+-").strip()
         if text.endswith("%"):
-            units.add("{}%")
+            units.add("{} %" if text[-2:-1] == " " else "{}%")
         elif text[:1] in "$€£¥" and text[:1]:
             units.add(text[0] + "{}")
         elif text[-1:] in "$€£¥" and text[-1:]:
             units.add("{}" + (" " if text[-2:-1] == " " else "") + text[-1])
         else:
             units.add(None)
+    if units == {"{}%", "{} %"}:  # written both ways: the plain sign
+        units = {"{}%"}
     return units.pop() if len(units) == 1 else None
 
 

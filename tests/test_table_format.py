@@ -70,7 +70,7 @@ def test_a_french_export_whose_only_decimal_commas_carry_a_unit(tmp_path, loans)
         "separator (14 999,01; 12.000 also reads as 12000)" in data.describe()  # as the file groups them
     assert "income: numbers written as text read as numbers ('30 600,50 €' is 30600.5)" in data.describe()  # not 30600
     units = {c.name: c.unit for c in data.codec.columns if getattr(c, "unit", None)}
-    assert units == {"income": "{} €", "rate": "{}%"}, units
+    assert units == {"income": "{} €", "rate": "{} %"}, units  # 49,1 % keeps its space in explanations
     # dollars with a thousands comma and no cents ($30,600) show no decimal comma: still refused, not read as 30.6
     loans.assign(income=loans.income.map(lambda v: f"${v:,}")).to_csv(tmp_path / "us.csv", sep=";", index=False)
     with pytest.raises(ValueError, match=r"column 'income' of .* holds numbers written as text \('\$30,600'\)"):
@@ -482,3 +482,11 @@ def test_a_row_writing_thousands_with_points_for_a_decimal_point_model_gets_a_no
     assert not [n for n in notes if n.startswith("--row: debt")]  # 2500 writes no thousands
     rows, notes, _ = check_rows(read_rows(row=json.dumps({**row, "income": 31000})), loaded, "--row")
     assert not [n for n in notes if "read as" in n]
+
+
+def test_a_percent_keeps_the_space_the_file_writes_before_its_sign():
+    from datamodules.table_format import unit_of
+
+    assert unit_of(["49,1 %", "7,5\u00a0%"]) == "{} %" and unit_of(["7.5%", "12%"]) == "{}%"
+    assert unit_of(["7.5%", "12 %"]) == "{}%"  # written both ways: the plain sign, not no unit
+    assert unit_of(["7.5%", "$12"]) is None
