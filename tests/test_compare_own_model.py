@@ -54,17 +54,20 @@ def test_compare_trains_every_role_on_a_model_of_ones_own_and_reuses_it(own, cap
 
 
 def test_a_model_of_ones_own_is_keyed_by_its_module_files_content(own):
-    """The training key held ``--model hiring_net:HiringNet`` as a name only: an edited hiring_net.py found the
-    runs of the old class. A default network and the user's class never share a key either."""
+    """The training key held ``--model keyed_net:HiringNet`` as a name only: an edited keyed_net.py found the
+    runs of the old class. A default network and the user's class never share a key either. (A module already
+    imported is keyed by the file it was imported from, which is the one a training in that process uses: hence a
+    name no other test imports.)"""
     from ct_lightning.experiment.configuration.settings import resolve_config
     from ct_lightning.experiment.studies.reproduce import training_key
 
+    (own["folder"] / "keyed_net.py").write_text(HIRING_NET)
     common = {"data": str(LOANS), "target": "approved", "max_epochs": 1}
     default = training_key(resolve_config(common))
-    first = training_key(resolve_config({**common, "model": "hiring_net:HiringNet"}))
+    first = training_key(resolve_config({**common, "model": "keyed_net:HiringNet"}))
     assert default != first
-    (own["folder"] / "hiring_net.py").write_text(HIRING_NET.replace("nn.Tanh()", "nn.ReLU()"))
-    edited = training_key(resolve_config({**common, "model": "hiring_net:HiringNet"}))
+    (own["folder"] / "keyed_net.py").write_text(HIRING_NET.replace("nn.Tanh()", "nn.ReLU()"))
+    edited = training_key(resolve_config({**common, "model": "keyed_net:HiringNet"}))
     assert edited not in (default, first)
     assert default == training_key(resolve_config(common))  # the default network's key is as before
 
