@@ -16,9 +16,9 @@ Outputs in --out-dir (default outputs/compare/): table.md, table.csv, summary.js
 also logged to an MLflow parent run whose children are the training runs. --model/--from-checkpoint/--model-inputs:
 every role trains that network (beside given runs of one's own model: theirs, with their epochs and lr).
 Every model is keyed by its fully resolved training configuration (--model's module file and --from-checkpoint
-by content too); a re-run of the same command reuses finished
-trainings and evaluations from the MLflow store and continues where it stopped, so an interrupted reproduction loses
-at most the models in progress. Rows are written as soon as their four models are evaluated.
+by content too); a re-run of the same command reuses finished trainings and evaluations from the MLflow store and
+continues where it stopped, so an interrupted reproduction loses at most the models in progress. Rows are written as
+soon as their four models are evaluated.
 
 Examples:
   .venv/bin/python recipes/compare.py --data all --jobs 2                        # all nine rows, the paper's budget

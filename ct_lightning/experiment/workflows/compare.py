@@ -133,8 +133,8 @@ def check_own_model(args, names: list[str]) -> None:
     if args.model_inputs is not None:
         for name in names:
             if not is_table_file(name):
-                raise InputError("model_inputs", args.model_inputs, "a file with table files in --data and --target "
-                                 "COLUMN (the inputs are made from a table's columns)", f"--data has {name}")
+                raise InputError("model_inputs", args.model_inputs, "a file with --data FILE.csv/.parquet/.xlsx "
+                                 "--target COLUMN (the inputs are made from a table's columns)", f"--data is {name}")
         args.model_inputs = str(Path(args.model_inputs).resolve())
     if args.from_checkpoint and ":/" not in args.from_checkpoint:
         args.from_checkpoint = str(Path(args.from_checkpoint).resolve())
