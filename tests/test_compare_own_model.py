@@ -34,6 +34,7 @@ def _params(database: Path, key: str) -> dict[str, str]:
         return dict(connection.execute("select run_uuid, value from params where key = ?", (key,)))
 
 
+@pytest.mark.slow  # a whole compare
 def test_compare_trains_every_role_on_a_model_of_ones_own_and_reuses_it(own, capsys):
     """``compare.py --data loans.csv --target approved --immutable age --model hiring_net:HiringNet`` was refused
     ('unrecognized arguments: --model'); it trains the four roles on that class, and a re-run reuses all four."""

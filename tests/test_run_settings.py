@@ -221,6 +221,7 @@ def test_explain_reads_a_runs_model_uri_as_its_run_id(runs, capsys):
         "checkpoint file, or --run-id ID for a model of an MLflow run")
 
 
+@pytest.mark.slow  # a whole compare
 def test_compare_trains_the_missing_role_on_the_given_runs_model_of_ones_own(runs, tmp_path, capsys, monkeypatch):
     """compare with only --bl-run-id of a model of one's own was refused (it would have trained its default MLP for
     the CT role); it now trains that role on the run's network, weights, inputs, epochs and lr, and says so."""
