@@ -5,11 +5,13 @@ classes in ct-lightning's order (:class:`AdaptedModel`)."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -85,6 +87,27 @@ def _import_from_path_or_cwd(module_name: str):
             return importlib.import_module(module_name)
         finally:
             sys.path.remove(cwd)
+
+
+def factory_file(spec: str) -> Path | None:
+    """The file of ``package.module:factory``'s module, found as :func:`load_factory` imports it (``sys.path``, else
+    the current directory) but without running it, or ``None`` where there is none (a built-in network, a module
+    not found, one with no file)."""
+    module_name = spec.partition(":")[0] if ":" in spec else ""
+    if not module_name:
+        return None
+    cwd = os.getcwd()
+    for extra in ([], [cwd] if cwd not in sys.path else []):
+        sys.path[:0] = extra
+        try:
+            found = importlib.util.find_spec(module_name)
+        except (ImportError, ValueError):
+            found = None
+        finally:
+            del sys.path[:len(extra)]
+        if found is not None and found.origin and Path(found.origin).is_file():
+            return Path(found.origin).resolve()
+    return None
 
 
 def load_factory(spec: str):

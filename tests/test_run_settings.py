@@ -221,18 +221,47 @@ def test_explain_reads_a_runs_model_uri_as_its_run_id(runs, capsys):
         "checkpoint file, or --run-id ID for a model of an MLflow run")
 
 
-def test_compare_refuses_to_train_its_own_network_beside_a_model_of_ones_own(runs, tmp_path, capsys):
-    """compare with only --bl-run-id of a model of one's own trained the CT role (and the actionability pair) as its
-    default MLP, and its table compared that with the user's model. It is refused in one line naming the role."""
+@pytest.mark.slow  # a whole compare
+def test_compare_trains_the_missing_role_on_the_given_runs_model_of_ones_own(runs, tmp_path, capsys, monkeypatch):
+    """compare with only --bl-run-id of a model of one's own was refused (it would have trained its default MLP for
+    the CT role); it now trains that role on the run's network, weights, inputs, epochs and lr, and says so."""
     from recipes.compare import main
 
-    for extra, named in ((["--no-actionability"], "--ct-run-id"),
-                         (["--ct-run-id", runs["after"]["run_id"], "--immutable", "sex"], "--bl-protected-run-id")):
+    monkeypatch.syspath_prepend(str(runs["folder"]))  # bnnet.py
+    before, folder = runs["before"]["run_id"], runs["folder"]
+    summary = main(["--bl-run-id", before, "--no-actionability", "--nce", "16", "--limit-train-batches", "2",
+                    "--n-boot", "10", "--tracking-uri", runs["uri"], "--out-dir", str(tmp_path / "out"), *TINY])
+    said = [line for line in capsys.readouterr().out.splitlines() if line.startswith("from the given runs")]
+    assert said and said[0].endswith(f"--model bnnet:make --from-checkpoint {folder / 'bn.pt'} --model-inputs "
+                                     f"{folder / 'model-inputs.json'} --max-epochs 1 --lr 0.001"), said
+    [row] = summary["rows"]
+    trained = row["runs"]["ct"]
+    assert row["runs"]["bl"] == before and trained not in (before, runs["after"]["run_id"])
+    from mlflow.tracking import MlflowClient
+
+    params = MlflowClient(runs["uri"]).get_run(trained).data.params
+    assert (params["model"], params["from_checkpoint"], params["max_epochs"], params["objective"]) == \
+        ("bnnet:make", str(folder / "bn.pt"), "1", "full"), params
+
+
+def test_compare_refuses_runs_of_other_networks_where_it_trains_roles_beside_them(runs, tmp_path, capsys):
+    """Runs of different networks (a default MLP beside a model of one's own), or a --model other than the runs',
+    leave compare no one network to train the missing roles with: refused in one line naming the run or option."""
+    from ct_lightning.experiment.runs.train import train
+    from recipes.compare import main
+
+    mlp = train({"data": str(runs["table"]), "target": "approved", "data_spec": str(runs["folder"] / "spec.yaml"),
+                 "impute": "median", "drop_columns": ["applicant_id"], "objective": "vanilla", "max_epochs": 1,
+                 "nce": 16, "limit_train_batches": 1, "tracking_uri": runs["uri"], "progress": False})["run_id"]
+    before, after = runs["before"]["run_id"], runs["after"]["run_id"]
+    for given, said in (
+            (["--bl-run-id", mlp, "--ct-run-id", after], f"error: --ct-run-id: got '{after}' (trained with --model "
+             f"bnnet:make); allowed: a run trained with --model mlp, as --bl-run-id {mlp} was (compare trains "
+             "bl_protected, ct_protected with one network)"),
+            (["--bl-run-id", before, "--no-actionability", "--model", "mlp"], "error: --model: got 'mlp'; allowed: "
+             f"bnnet:make, what --bl-run-id {before} was trained with (leave --model out to take it from the runs)")):
         with pytest.raises(SystemExit) as refused:
-            main(["--bl-run-id", runs["before"]["run_id"], "--tracking-uri", runs["uri"], "--out-dir",
-                  str(tmp_path / "out"), *TINY, *extra])
+            main([*given, "--tracking-uri", runs["uri"], "--out-dir", str(tmp_path / "out"), *TINY])
         errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
-        assert refused.value.code == 2 and len(errors) == 1, errors
-        assert errors[0].startswith(f"error: {named}: got '(none)' (--bl-run-id {runs['before']['run_id']} is a model "
-                                    "of your own (--model bnnet:make --from-checkpoint"), errors
+        assert refused.value.code == 2 and errors == [said], errors
         assert not (tmp_path / "out").exists()

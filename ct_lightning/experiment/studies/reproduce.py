@@ -73,9 +73,28 @@ OMITTED_AT_DEFAULT = {"devices": "auto", "num_nodes": 1, "strategy": "auto", "ce
 
 
 def training_key(config: dict) -> str:
-    """Key of a resolved training configuration: everything that shapes the trained model."""
-    return stable_key({k: v for k, v in config.items() if k not in NON_DEFINING_KEYS
-                       and not (k in OMITTED_AT_DEFAULT and v == OMITTED_AT_DEFAULT[k])})
+    """Key of a resolved training configuration: everything that shapes the trained model, and for a model of one's
+    own (:func:`own_model_sources`) the content of its module and starting weights."""
+    return stable_key({**{k: v for k, v in config.items() if k not in NON_DEFINING_KEYS
+                          and not (k in OMITTED_AT_DEFAULT and v == OMITTED_AT_DEFAULT[k])},
+                       **own_model_sources(config)})
+
+
+def own_model_sources(config: dict) -> dict:
+    """What the key of a model of one's own adds to its settings: the SHA-256 of the file of ``--model
+    package.module:factory``'s module (found as training imports it; an edited file is another model, the same file
+    moved is not; the files it imports are not read) and of a local ``--from-checkpoint`` file (absolute in the
+    configuration). Empty for the built-in networks from scratch, so their keys are as before."""
+    from ct_lightning.models import factory_file  # noqa: PLC0415
+
+    sources = {}
+    module = factory_file(str(config.get("model") or "mlp"))
+    if module is not None:
+        sources["model_source"] = hashlib.sha256(module.read_bytes()).hexdigest()
+    start = config.get("from_checkpoint")
+    if start and ":/" not in str(start) and Path(start).is_file():
+        sources["from_checkpoint_source"] = hashlib.sha256(Path(start).read_bytes()).hexdigest()
+    return sources
 
 
 def evaluation_key(protocol: dict, protect: bool, all_mutable: bool, split: str = "test",

@@ -25,6 +25,7 @@ from ct_lightning.experiment.configuration.settings import (TABLE_FILE, TABLE_KE
 from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
                                                 check_writable_folder)
+from ct_lightning.experiment.workflows.compare_runs import MODEL_KEYS
 from ct_lightning.experiment.workflows.parent_outbox import end_pending, log_metrics_once, parent_client
 from datamodules.workbook import WORKBOOK_SUFFIXES, check_sheet, resolved, table_file
 
@@ -33,6 +34,7 @@ if TYPE_CHECKING:
 
 ROLES = catalogue.constant("ct_lightning.experiment.studies.reproduce", "ROLES")  # (role, objective, protected)
 LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL", "ct_protected": "CT"}
+EPOCHS = 100  # --max-epochs not given (a model of one's own beside given runs: theirs)
 
 
 def csv_list(text: str | None) -> list[str]:
@@ -118,6 +120,30 @@ def check_table_options(args, names: list[str]) -> None:
                              "or --no-actionability")
 
 
+def check_own_model(args, names: list[str]) -> None:
+    """A model of one's own (``--model``, ``--hidden-sizes``, ``--activation``, ``--lr``, ``--from-checkpoint``,
+    ``--model-inputs``) is checked as train.py checks it, before the first role trains: each value, the checkpoint
+    file, the inputs list (a table's only), and that ``--model package.module:factory`` imports and names a class or
+    function. A local ``--from-checkpoint`` and ``--model-inputs`` are made absolute, as a run's configuration names
+    them (the training key holds them)."""
+    from ct_lightning.experiment.configuration.preflight import preflight_training  # noqa: PLC0415
+
+    own = {key: getattr(args, key, None) for key in (*MODEL_KEYS, "lr")}
+    preflight_training({key: value for key, value in own.items() if value is not None}, store=False)
+    if args.model_inputs is not None:
+        for name in names:
+            if not is_table_file(name):
+                raise InputError("model_inputs", args.model_inputs, "a file with --data FILE.csv/.parquet/.xlsx "
+                                 "--target COLUMN (the inputs are made from a table's columns)", f"--data is {name}")
+        args.model_inputs = str(Path(args.model_inputs).resolve())
+    if args.from_checkpoint and ":/" not in args.from_checkpoint:
+        args.from_checkpoint = str(Path(args.from_checkpoint).resolve())
+    if args.model not in (None, "mlp", "cnn"):
+        from ct_lightning.models import load_factory  # noqa: PLC0415 - imports torch, as the table's check does
+
+        load_factory(args.model)  # train.py's line for a module that does not import or a name it has not
+
+
 def check_immutable_columns(immutable, module) -> None:
     """``--immutable`` names columns of the table (the data spec's mutability checked with it), by the check a
     training makes (``mutability_spec``), before the first pair trains."""
@@ -136,7 +162,8 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
 
     training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "search_lr": args.search_lr,
                 "data_dir": args.data_dir, "accelerator": args.accelerator,
-                "limit_train_batches": args.limit_train_batches, "cpu_math": args.cpu_math}
+                "limit_train_batches": args.limit_train_batches, "cpu_math": args.cpu_math,
+                **{key: getattr(args, key, None) for key in (*MODEL_KEYS, "lr")}}
     if any(is_table_file(name) for name in names):
         training.update({"target": args.target, "data_spec": args.data_spec, "impute": args.impute,
                          "drop_columns": csv_names(args.drop_columns) or None, "balance": args.balance})
@@ -155,7 +182,7 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
                 role_training["immutable"] = args.immutable
             tasks.append(Task(data, role, objective, protected, role_training, protocol, args.tracking_uri,
                               args.experiment, parent, (ids[i] or None) if ids else None,
-                              threads_for(args.threads, accelerator=args.accelerator)))
+                              threads_for(args.threads, args.model, args.accelerator)))
     return tasks
 
 
@@ -267,7 +294,10 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
             from ct_lightning.experiment.workflows.compare_runs import settings_from_runs  # noqa: PLC0415
 
             names, taken = settings_from_runs(args, reuse_lists, names)
+        if args.max_epochs is None:  # not given, nor taken from given runs of a model of one's own
+            args.max_epochs = EPOCHS
         check_table_options(args, names)
+        check_own_model(args, names)
         check_accelerator("--accelerator", args.accelerator)
         if not given_runs:  # else checked before the runs were read
             check_tracking_reachable(args.tracking_uri)
@@ -322,7 +352,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
     client.log_param(parent, "data", ",".join(names))
     for key in ("max_epochs", "seed", "protocol", "n_boot", "confidence"):
         client.log_param(parent, key, getattr(args, key))
-    for key in ("target", "immutable", "n_runs", "n_individuals"):  # what tells two compares of one table apart
+    for key in ("target", "immutable", "n_runs", "n_individuals", "model"):  # what tells two compares of one table apart
         value = getattr(args, key, None)
         if value not in (None, "", []):
             client.log_param(parent, key, ",".join(map(str, value)) if isinstance(value, list) else value)

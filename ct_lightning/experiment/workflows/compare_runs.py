@@ -1,7 +1,10 @@
 """``recipes/compare.py`` with given runs (``--bl-run-id``, ``--ct-run-id``, ...): the data and the table settings
 (``--target``, ``--data-spec``, ``--impute``, ``--drop-columns``, ``--balance``) those runs were trained with, from
-their ``config.json``, so that the command line need not repeat them. A value given on the command line that differs
-from the runs', and runs of one comparison trained on different data, are refused in one line before any work."""
+their ``config.json``, so that the command line need not repeat them; where compare trains the other roles, the
+network too (``--model``, ``--hidden-sizes``, ``--activation``, ``--from-checkpoint``, ``--model-inputs``; for a
+model of one's own also ``--max-epochs`` and ``--lr``). A value given on the command line that differs from the
+runs', and runs of one comparison trained on different data, or with different networks where compare trains
+roles beside them, are refused in one line before any work."""
 
 from __future__ import annotations
 
@@ -17,6 +20,7 @@ from ct_lightning.experiment.configuration.validation import InputError
 from datamodules.workbook import resolved, split_sheet, table_file
 
 FROM_RUNS = ("data", *TABLE_KEYS)  # what a given run says about the data it was trained on
+FILES = ("data", "data_spec", "model_inputs", "from_checkpoint")  # the same file, or one of the same content
 
 
 def option(key: str) -> str:
@@ -26,26 +30,29 @@ def option(key: str) -> str:
 
 def comparable(key: str, value):
     """A setting's value in one form for the command line's and a run's: a table by its absolute path, a built-in
-    set by its canonical name, the dropped columns as a set, an unset impute or balance as ``none``."""
+    set by its canonical name, the dropped columns as a set, an unset impute or balance as ``none``, another file
+    (:data:`FILES`) by its absolute path, hidden sizes as a list."""
     if key == "data":
         return resolved(value) if is_table_file(value) else (catalogue.canonical_dataset(value) or value)
     if key == "drop_columns":
         return frozenset(csv_names(value))
     if key in ("impute", "balance"):
         return value or "none"
-    if key == "data_spec":
-        return str(Path(value).resolve()) if value else None
+    if key in ("data_spec", "model_inputs", "from_checkpoint"):
+        return str(Path(value).resolve()) if value and ":/" not in str(value) else (value or None)
+    if key == "hidden_sizes":
+        return list(value)
     return value
 
 
 def same(key: str, given, trained) -> bool:
-    """Whether ``given`` means what the run's ``trained`` value means (a table or data spec: the same file, or one of
-    the same content elsewhere: a copy, or the project moved)."""
+    """Whether ``given`` means what the run's ``trained`` value means (a table, data spec, inputs list or checkpoint
+    (:data:`FILES`): the same file, or one of the same content elsewhere: a copy, or the project moved)."""
     a, b = comparable(key, given), comparable(key, trained)
     if a == b:
         return True
     (a, sheet_a), (b, sheet_b) = split_sheet(a), split_sheet(b)  # a workbook's sheet: the same one
-    return key in ("data", "data_spec") and bool(a and b) and sheet_a == sheet_b and Path(a).is_file() \
+    return key in FILES and bool(a and b) and sheet_a == sheet_b and Path(a).is_file() \
         and Path(b).is_file() and filecmp.cmp(a, b, shallow=False)
 
 
@@ -60,6 +67,8 @@ def shown(key: str, value) -> str:
     """A value as the command line would give it (``--drop-columns id,notes``; an unset one as ``(none)``)."""
     if key == "drop_columns":
         return ",".join(csv_names(value)) or "(none)"
+    if key == "hidden_sizes":
+        return ",".join(map(str, value))
     return "(none)" if value in (None, "") else str(value)
 
 
@@ -88,36 +97,74 @@ def run_configs(reuse_lists: dict[str, list[str]], tracking_uri: str) -> dict[tu
     return configs
 
 
-OWN_MODEL_KEYS = ("model", "from_checkpoint", "model_inputs")  # a run of a model compare cannot build itself
+OWN_MODEL_KEYS = ("model", "from_checkpoint", "model_inputs")  # a run of a model compare does not build by default
+MODEL_KEYS = ("model", "hidden_sizes", "activation", "from_checkpoint", "model_inputs")  # the network compare trains
+BUDGET_KEYS = ("max_epochs", "lr")  # a model of one's own: the runs' where not given (compare's own default else)
 
 
 def own_model(config: dict) -> str | None:
-    """How a run's model differs from the networks compare trains (``--model bnnet:make``), or ``None``."""
-    said = [f"{option(key) if key in SETTINGS_BY_NAME else key} {config[key]}" for key in OWN_MODEL_KEYS
-            if config.get(key) not in (None, "", "mlp", "cnn")]
+    """How a run's model differs from the networks compare trains by default (``--model bnnet:make``), or ``None``."""
+    said = [f"{option(key)} {config[key]}" for key in OWN_MODEL_KEYS if config.get(key) not in (None, "", "mlp", "cnn")]
     return " ".join(said) or None
 
 
-def check_roles_to_train(args: argparse.Namespace, reuse_lists: dict[str, list[str]],
-                         configs: dict[tuple[str, int], tuple[str, dict]]) -> None:
-    """Refuse in one line a comparison where a given run is a model of one's own (``--model``, ``--from-checkpoint``,
-    ``--model-inputs``) and compare would train another role of that data set itself: it would train its default
-    network, and the table would compare that with the user's model. The roles trained are the plausibility pair and,
-    unless ``--no-actionability``, the actionability pair (``reuse_lists`` holds every role, in that order)."""
+def roles_to_train(args: argparse.Namespace, reuse_lists: dict[str, list[str]]) -> list[str]:
+    """The roles compare trains for at least one data set: the plausibility pair and, unless
+    ``--no-actionability``, the actionability pair (``reuse_lists`` holds every role, in that order), without a run
+    id."""
     roles = list(reuse_lists)[:4 if getattr(args, "actionability", True) else 2]
-    for (role, position), (run_id, config) in configs.items():
-        what = own_model(config)
-        if what is None:
+    width = max((len(ids) for ids in reuse_lists.values()), default=0)
+    return [role for role in roles if len(reuse_lists[role]) < width or not all(reuse_lists[role])]
+
+
+def model_from_runs(args: argparse.Namespace, reuse_lists: dict[str, list[str]],
+                    configs: dict[tuple[str, int], tuple[str, dict]]) -> list[str]:
+    """Where compare trains a role beside given runs, it trains the network they were trained with: each setting of
+    :data:`MODEL_KEYS` not given is set on ``args`` from the runs; for a model of one's own also ``--max-epochs``
+    and ``--lr`` (:data:`BUDGET_KEYS`; a given one is the budget of the roles compare trains). Returns what was
+    taken, as options. Refused in one line: given runs trained with different networks, a given setting that
+    differs from theirs, runs of one's own model with different budgets and none given."""
+    missing = roles_to_train(args, reuse_lists)
+    if not missing or not configs:
+        return []
+    from ct_lightning.experiment.configuration.settings import DEFAULTS  # noqa: PLC0415
+
+    first: dict[str, tuple[str, str, object]] = {}
+    for (role, _), (run_id, config) in configs.items():
+        for key in MODEL_KEYS:
+            value = config.get(key, DEFAULTS[key])
+            if key not in first:
+                first[key] = (role, run_id, value)
+            elif not same(key, value, first[key][2]):
+                other_role, other_id, wanted = first[key]
+                raise InputError(f"--{role.replace('_', '-')}-run-id", run_id, f"a run trained with {option(key)} "
+                                 f"{shown(key, wanted)}, as --{other_role.replace('_', '-')}-run-id {other_id} was "
+                                 f"(compare trains {', '.join(missing)} with one network)",
+                                 f"trained with {option(key)} {shown(key, value)}")
+    taken = []
+    for key in MODEL_KEYS:
+        role, run_id, value = first[key]
+        mine = getattr(args, key, None)
+        if mine in (None, ""):
+            setattr(args, key, value)
+            if not same(key, value, DEFAULTS[key]):
+                taken.append(f"{option(key)} {shown(key, value)}")
+        elif not same(key, mine, value):
+            raise InputError(option(key), shown(key, mine), f"{shown(key, value)}, what --{role.replace('_', '-')}"
+                             f"-run-id {run_id} was trained with (leave {option(key)} out to take it from the runs)")
+    if own_model({key: first[key][2] for key in OWN_MODEL_KEYS}) is None:
+        return taken
+    for key in BUDGET_KEYS:
+        values = {(role, run_id): config.get(key, DEFAULTS[key]) for (role, _), (run_id, config) in configs.items()}
+        if getattr(args, key, None) is not None:
             continue
-        for missing in roles:
-            ids = reuse_lists[missing]
-            if position < len(ids) and ids[position]:
-                continue
-            hint = " or --no-actionability" if missing.endswith("_protected") else ""
-            raise InputError(f"--{missing.replace('_', '-')}-run-id", ",".join(ids) or "(none)",
-                             f"the id of a run of train.py on that model for this role too{hint}",
-                             f"--{role.replace('_', '-')}-run-id {run_id} is a model of your own ({what}), and "
-                             "compare would train its default network for this role")
+        if len(set(values.values())) > 1:
+            raise InputError(option(key), "(none)", f"a value for {', '.join(missing)} (the given runs of your own "
+                             "model differ: " + ", ".join(f"--{role.replace('_', '-')}-run-id {run_id}: {value}"
+                                                          for (role, run_id), value in values.items()) + ")")
+        setattr(args, key, next(iter(values.values())))
+        taken.append(f"{option(key)} {shown(key, getattr(args, key))}")
+    return taken
 
 
 def settings_from_runs(args: argparse.Namespace, reuse_lists: dict[str, list[str]],
@@ -128,7 +175,6 @@ def settings_from_runs(args: argparse.Namespace, reuse_lists: dict[str, list[str
     from the runs', runs of one position trained on different data, and table runs with different table settings
     (compare reads all its tables with one ``--target``, ``--impute``...)."""
     configs = run_configs(reuse_lists, args.tracking_uri)
-    check_roles_to_train(args, reuse_lists, configs)
     positions = max((len(ids) for ids in reuse_lists.values()), default=0)
     first: dict[str, tuple[str, str, object]] = {}  # setting → (role, run id, value) of the first run that says it
     data = []
@@ -178,4 +224,4 @@ def settings_from_runs(args: argparse.Namespace, reuse_lists: dict[str, list[str
         elif not same(key, mine, value):
             raise InputError(option(key), shown(key, mine), f"{shown(key, value)}, what --{role.replace('_', '-')}"
                              f"-run-id {run_id} was trained with (leave {option(key)} out to take it from the runs)")
-    return names, taken
+    return names, taken + model_from_runs(args, reuse_lists, configs)

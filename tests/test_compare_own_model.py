@@ -1,0 +1,91 @@
+"""``recipes/compare.py`` on a model of one's own: ``--model package.module:Class`` (and train.py's other model
+options) for every role it trains, checked before any work, and keyed so that a default-network run is never reused
+as one of that model (nor one of an edited module file). Real tiny trainings, a real MLflow SQLite store.
+"""
+
+from __future__ import annotations
+
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
+HIRING_NET = ("from torch import nn\n"
+              "class HiringNet(nn.Sequential):\n"
+              "    def __init__(self, n_features, n_classes):\n"
+              "        super().__init__(nn.Linear(n_features, 6), nn.Tanh(), nn.Linear(6, n_classes))\n")
+TINY = ["--max-epochs", "1", "--nce", "16", "--limit-train-batches", "2", "--n-runs", "1", "--n-individuals", "4",
+        "--lambda-energy", "1", "--eval-steps", "10", "--n-boot", "10", "--no-progress"]
+
+
+@pytest.fixture
+def own(tmp_path, monkeypatch):
+    """A folder with the user's ``hiring_net.py``, the current directory (train.py imports ``--model`` from it)."""
+    (tmp_path / "hiring_net.py").write_text(HIRING_NET)
+    monkeypatch.chdir(tmp_path)
+    return {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "out": tmp_path / "out", "folder": tmp_path}
+
+
+def _params(database: Path, key: str) -> dict[str, str]:
+    """``run id → value`` of the param ``key`` of every run in the store."""
+    with sqlite3.connect(database) as connection:
+        return dict(connection.execute("select run_uuid, value from params where key = ?", (key,)))
+
+
+@pytest.mark.slow  # a whole compare
+def test_compare_trains_every_role_on_a_model_of_ones_own_and_reuses_it(own, capsys):
+    """``compare.py --data loans.csv --target approved --immutable age --model hiring_net:HiringNet`` was refused
+    ('unrecognized arguments: --model'); it trains the four roles on that class, and a re-run reuses all four."""
+    from recipes.compare import main
+
+    argv = ["--data", str(LOANS), "--target", "approved", "--immutable", "age", "--model", "hiring_net:HiringNet",
+            "--tracking-uri", own["uri"], "--out-dir", str(own["out"]), *TINY]
+    summary = main(argv)
+    [row] = summary["rows"]
+    trained = set(row["runs"].values())
+    assert len(trained) == 4
+    models = _params(own["folder"] / "mlflow.db", "model")
+    assert {models[run_id] for run_id in trained} == {"hiring_net:HiringNet"}, models
+    capsys.readouterr()
+    again = main(argv)
+    assert set(again["rows"][0]["runs"].values()) == trained
+    assert "reproduction: 4 models, 4 already trained and evaluated in the store" in capsys.readouterr().out
+
+
+def test_a_model_of_ones_own_is_keyed_by_its_module_files_content(own):
+    """The training key held ``--model keyed_net:HiringNet`` as a name only: an edited keyed_net.py found the
+    runs of the old class. A default network and the user's class never share a key either. (A module already
+    imported is keyed by the file it was imported from, which is the one a training in that process uses: hence a
+    name no other test imports.)"""
+    from ct_lightning.experiment.configuration.settings import resolve_config
+    from ct_lightning.experiment.studies.reproduce import training_key
+
+    (own["folder"] / "keyed_net.py").write_text(HIRING_NET)
+    common = {"data": str(LOANS), "target": "approved", "max_epochs": 1}
+    default = training_key(resolve_config(common))
+    first = training_key(resolve_config({**common, "model": "keyed_net:HiringNet"}))
+    assert default != first
+    (own["folder"] / "keyed_net.py").write_text(HIRING_NET.replace("nn.Tanh()", "nn.ReLU()"))
+    edited = training_key(resolve_config({**common, "model": "keyed_net:HiringNet"}))
+    assert edited not in (default, first)
+    assert default == training_key(resolve_config(common))  # the default network's key is as before
+
+
+@pytest.mark.parametrize("given, said", [
+    (["--model", "hiring_net:HiringNett"], "error: --model: got 'hiring_net:HiringNett' (module 'hiring_net' has no "
+                                           "'HiringNett'; did you mean 'HiringNet'?); allowed: a class or function of "
+                                           "hiring_net: HiringNet"),
+    (["--model", "nosuch:Net"], "error: --model: cannot import module 'nosuch' of 'nosuch:Net'"),
+    (["--from-checkpoint", "missing.pt"], "error: --from-checkpoint: no file at missing.pt"),
+], ids=["class", "module", "checkpoint"])
+def test_a_bad_model_of_ones_own_is_refused_in_one_line_before_any_work(own, capsys, given, said):
+    from recipes.compare import main
+
+    with pytest.raises(SystemExit) as refused:
+        main(["--data", str(LOANS), "--target", "approved", "--no-actionability", "--tracking-uri", own["uri"],
+              "--out-dir", str(own["out"]), *TINY, *given])
+    errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
+    assert refused.value.code in (1, 2) and len(errors) == 1 and errors[0].startswith(said), errors
+    assert not own["out"].exists() and not (own["folder"] / "mlflow.db").exists()  # before any work
