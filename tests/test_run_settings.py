@@ -132,7 +132,10 @@ def test_compare_takes_the_data_and_the_table_settings_from_the_given_runs(runs,
                                                    "--bl-run-id {before} was trained on"),
     (["--bl-run-id", "{other}"], "error: --ct-run-id: got '{after}' (trained with --impute median); allowed: a run "
                                  "trained with --impute none, as --bl-run-id {other} was"),
-], ids=["target", "impute", "drop-columns", "data-spec", "data", "runs that differ"])
+    # every role given: compare trains nothing, so a model of one's own would be silently ignored
+    (["--model", "bnnet:make"], "error: --model: got 'bnnet:make' (every role is given by run id, so compare trains "
+                                "nothing with it); allowed: --model left out, or a role's run id left empty"),
+], ids=["target", "impute", "drop-columns", "data-spec", "data", "runs that differ", "model unused"])
 def test_a_setting_that_differs_from_the_runs_is_refused_in_one_line(runs, tmp_path, capsys, given, said):
     from recipes.compare import main
 

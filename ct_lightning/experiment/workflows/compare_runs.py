@@ -125,6 +125,11 @@ def model_from_runs(args: argparse.Namespace, reuse_lists: dict[str, list[str]],
     taken, as options. Refused in one line: given runs trained with different networks, a given setting that
     differs from theirs, runs of one's own model with different budgets and none given."""
     missing = roles_to_train(args, reuse_lists)
+    unused = [key for key in (*MODEL_KEYS, "lr") if getattr(args, key, None) not in (None, "")]
+    if not missing and configs and unused:  # it would be silently ignored: every model is the given runs'
+        raise InputError(option(unused[0]), shown(unused[0], getattr(args, unused[0])), f"{option(unused[0])} left "
+                         "out, or a role's run id left empty for compare to train it",
+                         "every role is given by run id, so compare trains nothing with it")
     if not missing or not configs:
         return []
     from ct_lightning.experiment.configuration.settings import DEFAULTS  # noqa: PLC0415
