@@ -132,6 +132,31 @@ def load_factory(spec: str):
     return getattr(module, attribute)
 
 
+OFFERED = ("n_features", "n_classes", "hidden_sizes", "activation")  # what a factory of one's own may take
+
+
+def factory_arguments(architecture: str, factory) -> list[str]:
+    """The arguments of :data:`OFFERED` that ``factory`` (``architecture``: its ``package.module:factory``) takes:
+    those it names, all with ``**kwargs``, none where its signature cannot be read. A one-line ``ValueError`` where it
+    requires another (a class of your own, ``CreditNet(n_inputs, hidden)``: a ``TypeError`` deep in the loading
+    otherwise); checked before any training by ``compare.py`` and when the model is built."""
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        return []
+    takes_all = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
+    taken = [name for name in OFFERED if takes_all or name in parameters]
+    unmet = [name for name, p in parameters.items() if p.default is p.empty and name not in taken
+             and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+    if unmet:
+        raise ValueError(f"model: got {architecture!r} (it requires {', '.join(map(repr, unmet))}, which "
+                         f"ct-lightning does not give); allowed: a function or class whose required arguments "
+                         f"are among {', '.join(OFFERED)}, e.g. a factory of your own beside it: "
+                         f"def make(n_features): return {architecture.partition(':')[2]}(n_features, ...), "
+                         f"then --model yourfile:make")
+    return taken
+
+
 def build_model(architecture: str, n_features: int, n_classes: int, hidden_sizes: Sequence[int] = (32,),
                 activation: str = "relu") -> nn.Module:
     """Build ``mlp``, ``cnn`` or a user factory ``package.module:factory``.
@@ -146,24 +171,7 @@ def build_model(architecture: str, n_features: int, n_classes: int, hidden_sizes
     factory = load_factory(architecture)
     offered = {"n_features": n_features, "n_classes": n_classes, "hidden_sizes": list(hidden_sizes),
                "activation": activation}
-    try:
-        parameters = inspect.signature(factory).parameters
-    except (TypeError, ValueError):
-        parameters = None
-    if parameters is None:
-        kwargs = {}
-    else:
-        takes_all = any(p.kind is p.VAR_KEYWORD for p in parameters.values())
-        kwargs = {k: v for k, v in offered.items() if takes_all or k in parameters}
-        unmet = [name for name, p in parameters.items() if p.default is p.empty and name not in kwargs
-                 and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
-        if unmet:  # a class of your own, CreditNet(n_inputs, hidden): a TypeError deep in the loading otherwise
-            raise ValueError(f"model: got {architecture!r} (it requires {', '.join(map(repr, unmet))}, which "
-                             f"ct-lightning does not give); allowed: a function or class whose required arguments "
-                             f"are among {', '.join(offered)}, e.g. a factory of your own beside it: "
-                             f"def make(n_features): return {architecture.partition(':')[2]}(n_features, ...), "
-                             f"then --model yourfile:make")
-    model = factory(**kwargs)
+    model = factory(**{name: offered[name] for name in factory_arguments(architecture, factory)})
     if not isinstance(model, nn.Module):
         raise ValueError(f"model: factory {architecture!r} returned {type(model).__name__}, not an nn.Module")
     return model

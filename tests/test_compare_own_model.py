@@ -15,7 +15,10 @@ LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
 HIRING_NET = ("from torch import nn\n"
               "class HiringNet(nn.Sequential):\n"
               "    def __init__(self, n_features, n_classes):\n"
-              "        super().__init__(nn.Linear(n_features, 6), nn.Tanh(), nn.Linear(6, n_classes))\n")
+              "        super().__init__(nn.Linear(n_features, 6), nn.Tanh(), nn.Linear(6, n_classes))\n"
+              "class WideNet(nn.Sequential):  # arguments of its own, which no training gives\n"
+              "    def __init__(self, n_inputs, width):\n"
+              "        super().__init__(nn.Linear(n_inputs, width))\n")
 TINY = ["--max-epochs", "1", "--nce", "16", "--limit-train-batches", "2", "--n-runs", "1", "--n-individuals", "4",
         "--lambda-energy", "1", "--eval-steps", "10", "--n-boot", "10", "--no-progress"]
 
@@ -79,7 +82,9 @@ def test_a_model_of_ones_own_is_keyed_by_its_module_files_content(own):
                                            "hiring_net: HiringNet"),
     (["--model", "nosuch:Net"], "error: --model: cannot import module 'nosuch' of 'nosuch:Net'"),
     (["--from-checkpoint", "missing.pt"], "error: --from-checkpoint: no file at missing.pt"),
-], ids=["class", "module", "checkpoint"])
+    (["--model", "hiring_net:WideNet"], "error: --model: got 'hiring_net:WideNet' (it requires 'n_inputs', 'width', "
+                                        "which ct-lightning does not give)"),
+], ids=["class", "module", "checkpoint", "arguments"])
 def test_a_bad_model_of_ones_own_is_refused_in_one_line_before_any_work(own, capsys, given, said):
     from recipes.compare import main
 

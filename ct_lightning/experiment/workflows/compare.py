@@ -139,9 +139,10 @@ def check_own_model(args, names: list[str]) -> None:
     if args.from_checkpoint and ":/" not in args.from_checkpoint:
         args.from_checkpoint = str(Path(args.from_checkpoint).resolve())
     if args.model not in (None, "mlp", "cnn"):
-        from ct_lightning.models import load_factory  # noqa: PLC0415 - imports torch, as the table's check does
+        from ct_lightning.models import factory_arguments, load_factory  # noqa: PLC0415 - torch, as the table's check
 
-        load_factory(args.model)  # train.py's line for a module that does not import or a name it has not
+        # train.py's lines for a module that does not import, a name it has not, an argument no training gives
+        factory_arguments(args.model, load_factory(args.model))
 
 
 def check_immutable_columns(immutable, module) -> None:
