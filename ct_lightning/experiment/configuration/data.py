@@ -36,8 +36,9 @@ def build_datamodule(config: dict, codec=None):
 
 def mutability_spec(config: dict, datamodule) -> dict[str, str]:
     """Merge the data's own mutability, ``mutability``, ``immutable`` and ``protect`` into one ``{feature: kind}``
-    mapping, validated; ``mutability`` may hold a data spec's kind fixed, not loosen it (one-line error). A table's one-hot groups are its codec's (:func:`~ct_lightning.constraints.one_hot_groups`):
-    a continuous column named ``ratio=debt/income`` may be ``decrease``."""
+    mapping, validated; ``mutability`` may hold a data spec's kind fixed, not loosen it (one-line error). A table's
+    one-hot groups are its codec's (:func:`~ct_lightning.constraints.one_hot_groups`): a continuous column named
+    ``ratio=debt/income`` may be ``decrease``."""
     groups, data_kinds = one_hot_groups(datamodule), data_mutability(datamodule)
     check_data_kinds(config, data_kinds)
     spec = {**data_kinds, **command_line_mutability(config, datamodule.feature_names, groups)}
@@ -58,14 +59,14 @@ def command_line_mutability(config: dict, feature_names: Sequence[str], groups=N
     return {name: kind for _, name, kind in given}
 
 
-SHOWN_HELD = 8  # features of one kind the start-up line names before it counts the rest (MNIST protects 112 pixels)
+SHOWN_HELD = 8  # features of one kind the start-up line names before it counts the rest (MNIST protects 280 pixels)
 
 
 def mutability_line(config: dict, held: Mapping[str, str], from_data: bool) -> str | None:
     """The start-up line saying what the searches keep to (``held``: the merged ``{feature: kind}``,
     :func:`mutability_spec`) and where it came from (``from_data``: the data spec gave some of it):
-    ``mutability (--protect): age: none``; long lists of one kind are cut (``none: pixel_0_0, ..., pixel_3_27 (112
-    features)``). ``None`` where every feature may change both ways."""
+    ``mutability (--protect): age: none``; long lists of one kind are cut (``none: pixel_r0_c0, ...,
+    pixel_r27_c27 (280 features)``). ``None`` where every feature may change both ways."""
     held = {name: kind for name, kind in held.items() if kind != "both"}
     if not held:
         return None
