@@ -66,7 +66,8 @@ def loosened_kind(data_kinds: Mapping[str, str], mutability: Mapping[str, str], 
         if held not in ("both", kind) and kind != "none":
             allowed = f"{name}=none" if held == "none" else f"{name}={held} or {name}=none"
             return KindConflict(argument, f"{name}={kind}", f"{name!r} is {held} in {source}, a fact about the data "
-                                "that holds in every training and evaluation", f"{allowed}, or {remedy or f'change {source}'}")
+                                "that holds in every training and evaluation",
+                                f"{allowed}, or {remedy or f'change {source}'}")
     return None
 
 
