@@ -82,9 +82,9 @@ def check_table_data(given: dict, frame) -> None:
     (:func:`~datamodules.codec.read_spec`), a ``mutability`` that loosens its kind for a column
     (:func:`~ct_lightning.experiment.configuration.table_columns.check_data_kinds`), ``drop_columns``, missing
     values without ``impute``, a class too rare for the splits, constant columns and text columns a training cannot
-    read, every one at once (:func:`~datamodules.table_checks.checked_table`, :func:`~datamodules.table_checks.raise_problems`); then, with a
-    data spec, what it declares against the columns (unknown columns, kinds, bounds, orders, row rules) by fitting
-    the codec on all rows (:meth:`~datamodules.codec.TabularCodec.fit`; the data module fits it again on its training
+    read, every one at once (:func:`~datamodules.table_checks.checked_table`,
+    :func:`~datamodules.table_checks.raise_problems`); then, with a data spec, what it declares against the columns
+    (unknown columns, kinds, bounds, orders, row rules) by fitting the codec on all rows (:meth:`~datamodules.codec.TabularCodec.fit`; the data module fits it again on its training
     rows). Not with ``balance: undersample``: the data module fits its codec on the rows kept, which may hold fewer
     categories than the file."""
     from datamodules.codec import TabularCodec, ordinal_orders, read_spec  # noqa: PLC0415 - pandas, no torch
