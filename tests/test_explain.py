@@ -160,7 +160,9 @@ def test_rows_the_model_cannot_read_are_refused_before_the_search():
                                                                   "row 1); allowed: one of rent, own, mortgage"),
                           (ROWS.assign(income=["a lot", 1]), "--rows: got 'income=a lot' (not a number in row 0)"),
                           (ROWS.assign(income=[None, 1.0]), "--rows: got 'income=<missing>' (missing value in row 0)"),
-                          (ROWS[["home"]].assign(incme=3), "--rows: got 'incme' (unknown column)"),  # misspelt
+                          # misspelt, beside a column the model never saw: the misspelt one is named, with a hint
+                          (ROWS[["home"]].assign(branch=1, incme=3), "--rows: got 'incme' (unknown column; did you "
+                                                                     "mean 'income'?); allowed: the model's columns"),
                           (ROWS[["home"]], "--rows: got 'income' (missing column)")):
         with pytest.raises(InputError) as caught:
             check_rows(rows.copy(), loaded, "--rows")
