@@ -258,6 +258,31 @@ def test_a_run_that_trained_no_step_is_validated_and_explained_from_its_logged_m
 
 
 
+def test_a_run_of_a_model_class_of_ones_own_is_explained_where_its_module_is_not_importable(tmp_path,
+                                                                                           monkeypatch):
+    """``explain.py --run-id`` of a run trained with ``--model credit_model:CreditNet``, started from another folder
+    than the one holding ``credit_model.py``, ended in "cannot import module 'credit_model'", though the file is
+    logged with the run's MLflow model; now the model is read with that logged code."""
+    from ct_lightning.experiment.runs.explanations import load_explainable
+    from ct_lightning.experiment.runs.train import train
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "walk_credit_net.py").write_text(
+        "from torch import nn\nclass CreditNet(nn.Sequential):\n    def __init__(self, n_features, n_classes):\n"
+        "        super().__init__(nn.Linear(n_features, 8), nn.ReLU(), nn.Linear(8, n_classes))\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with monkeypatch.context() as patch:
+        patch.syspath_prepend(str(code))
+        run = train({"data": "moons", "max_epochs": 1, "nce": 16, "limit_train_batches": 2, "progress": False,
+                     "tracking_uri": uri, "model": "walk_credit_net:CreditNet", "registered_model": "none"})
+    sys.modules.pop("walk_credit_net")
+    (code / "walk_credit_net.py").unlink()  # the code is gone from here: only the run's copy is left
+    loaded = load_explainable(run_id=run["run_id"], tracking_uri=uri)
+    assert type(loaded.module.model).__name__ == "CreditNet"
+    assert explain(loaded.module, pd.DataFrame({"x1": [0.2], "x2": [0.4]}), codec=loaded.codec)["valid"].size == 1
+
+
 LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
 
 
