@@ -260,10 +260,12 @@ def test_a_run_that_trained_no_step_is_validated_and_explained_from_its_logged_m
 
 def test_a_run_of_a_model_class_of_ones_own_is_explained_where_its_module_is_not_importable(tmp_path,
                                                                                            monkeypatch):
-    """``explain.py --run-id`` of a run trained with ``--model credit_model:CreditNet``, started from another folder
-    than the one holding ``credit_model.py``, ended in "cannot import module 'credit_model'", though the file is
-    logged with the run's MLflow model; now the model is read with that logged code."""
+    """``explain.py --run-id`` (and ``evaluate.py --run-id``) of a run trained with ``--model
+    credit_model:CreditNet``, started from another folder than the one holding ``credit_model.py``, ended in "cannot
+    import module 'credit_model'", though the file is logged with the run's MLflow model; now the model is read with
+    that logged code."""
     from ct_lightning.experiment.runs.explanations import load_explainable
+    from ct_lightning.experiment.runs.loading import load_run
     from ct_lightning.experiment.runs.train import train
 
     code = tmp_path / "code"
@@ -278,6 +280,9 @@ def test_a_run_of_a_model_class_of_ones_own_is_explained_where_its_module_is_not
                      "tracking_uri": uri, "model": "walk_credit_net:CreditNet", "registered_model": "none"})
     sys.modules.pop("walk_credit_net")
     (code / "walk_credit_net.py").unlink()  # the code is gone from here: only the run's copy is left
+    evaluated = load_run(run["run_id"], uri)  # evaluate.py, compare.py with run ids
+    assert type(evaluated.module.model).__name__ == "CreditNet"
+    sys.modules.pop("walk_credit_net")
     loaded = load_explainable(run_id=run["run_id"], tracking_uri=uri)
     assert type(loaded.module.model).__name__ == "CreditNet"
     assert explain(loaded.module, pd.DataFrame({"x1": [0.2], "x2": [0.4]}), codec=loaded.codec)["valid"].size == 1

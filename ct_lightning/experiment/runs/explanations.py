@@ -72,22 +72,6 @@ def _from_logged_models(run_id: str, tracking_uri: str) -> Explainable:
     return Explainable(module.eval(), codec, config, run_id, not isinstance(codec, FeatureCodec))
 
 
-def _import_logged_code(run_id: str, tracking_uri: str | None) -> bool:
-    """Import the user's model code logged with run ``run_id``'s MLflow model (its ``code_paths``: ``mynet.py`` of
-    ``--model mynet:Net``) by loading that model, so that its checkpoint loads where the code is not on the path;
-    ``False`` where the run has no such model."""
-    import mlflow.pytorch  # noqa: PLC0415
-
-    from ct_lightning.experiment.runs.run_artifacts import _tracking_uri  # noqa: PLC0415
-
-    try:
-        with _tracking_uri(tracking_uri):
-            mlflow.pytorch.load_model(f"runs:/{run_id}/model", map_location="cpu")  # leaves its code imported
-    except Exception:  # noqa: BLE001 - MLflow raises several types for a missing model
-        return False
-    return True
-
-
 def load_explainable(run_id: str | None = None, checkpoint: str | None = None, tracking_uri: str | None = None,
                      which: str = "last") -> Explainable:
     """The model of an MLflow run (``checkpoints/WHICH.ckpt``, ``config.json``, ``preprocessing.json``; a run
@@ -107,7 +91,9 @@ def load_explainable(run_id: str | None = None, checkpoint: str | None = None, t
     try:
         module = load_trained_classifier(checkpoint)
     except ValueError as error:  # --model mynet:Net, explained from a folder where mynet.py is not importable
-        if not (run_id and "cannot import module" in str(error) and _import_logged_code(run_id, tracking_uri)):
+        from ct_lightning.experiment.runs.loading import import_logged_code  # noqa: PLC0415
+
+        if not (run_id and "cannot import module" in str(error) and import_logged_code(run_id, tracking_uri)):
             raise
         module = load_trained_classifier(checkpoint)
     payload = module.preprocessing or _preprocessing_beside(checkpoint)
