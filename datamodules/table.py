@@ -202,7 +202,9 @@ class TableDataModule(TensorDataModule):
         rows = self.frame.iloc[self.rows["test"]][names].dropna()
         if rows.empty:
             return None
-        return {name: _plain(value) for name, value in rows.iloc[0].items()}
+        whole = {c.name for c in self.codec.columns if c.kind == "integer"}  # 20900, not 20900.0 (a float dtype)
+        return {name: int(value) if name in whole and float(value).is_integer() else _plain(value)
+                for name, value in rows.iloc[0].items()}
 
     def identifier_notes(self) -> list[str]:
         """One note per column that looks like an identifier (:meth:`identifier_like`), naming its ``--drop-columns``."""
