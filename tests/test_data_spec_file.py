@@ -287,3 +287,10 @@ def test_a_file_with_gaps_gets_its_spec_and_a_command_that_trains(tmp_path, caps
     (tmp_path / "spec.yaml").unlink()
     write_spec(tmp_path, LOANS)
     assert "--impute" not in capsys.readouterr().out
+
+
+def test_a_misspelt_column_of_a_data_spec_names_the_column_it_probably_means(tmp_path):
+    """A data spec's ``loan_amnt:`` was refused as "unknown column 'loan_amnt'; columns: ..." with no hint, where its
+    keys (``stepp``) get one."""
+    with pytest.raises(ValueError, match=r"^data_spec: unknown column 'incme' \(did you mean 'income'\?\); columns: "):
+        TableDataModule(LOANS, target="approved", spec={"columns": {"incme": {"step": 1000}}})
