@@ -10,6 +10,7 @@ import inspect
 import math
 import os
 import sys
+import traceback
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
@@ -89,6 +90,16 @@ def _import_from_path_or_cwd(module_name: str):
             sys.path.remove(cwd)
 
 
+def _where(error: Exception) -> str:
+    """``error`` in one line, with the file and line of the user's module where it arose."""
+    if isinstance(error, SyntaxError):
+        return f"{type(error).__name__}: {error.msg} in {error.filename}, line {error.lineno}"
+    frames = traceback.extract_tb(error.__traceback__)
+    own = [frame for frame in frames if "importlib" not in frame.filename and frame.filename != __file__]
+    place = f" in {own[-1].filename}, line {own[-1].lineno}" if own else ""
+    return f"{type(error).__name__}: {error}{place}"
+
+
 def factory_file(spec: str) -> Path | None:
     """The file of ``package.module:factory``'s module, found as :func:`load_factory` imports it (``sys.path``, else
     the current directory) but without running it, or ``None`` where there is none (a built-in network, a module
@@ -118,8 +129,16 @@ def load_factory(spec: str):
     try:
         module = _import_from_path_or_cwd(module_name)
     except ImportError as error:
+        missing = getattr(error, "name", None) or ""
+        if isinstance(error, ModuleNotFoundError) and missing and not f"{module_name}.".startswith(f"{missing}."):
+            raise ValueError(f"model: got {spec!r} (module {module_name!r} imports {missing!r}, which is not "
+                             f"installed); allowed: a module whose imports are installed: install {missing}, or "
+                             f"fix the import in {module_name}") from None
         raise ValueError(f"model: cannot import module {module_name!r} of {spec!r} ({error}); run from the folder "
                          f"that holds {module_name.split('.')[0]}, or add that folder to PYTHONPATH") from None
+    except Exception as error:  # noqa: BLE001 - the user's own file: a syntax error, or one raised at its top level
+        raise ValueError(f"model: got {spec!r} (importing {module_name!r} failed: {_where(error)}); allowed: a "
+                         f"module that imports without error: fix the file") from None
     if not callable(getattr(module, attribute, None)):  # missing, or a module or a value it imports (torch)
         from datamodules.suggest import name_hint  # noqa: PLC0415
 

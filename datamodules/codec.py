@@ -499,7 +499,9 @@ class TabularCodec:
         # a spec written before --drop-columns was chosen (--write-data-spec lists identifiers) names them: no feature
         unknown = [name for name in declared if name not in frame.columns and name not in dropped]
         if unknown:
-            raise ValueError(f"data_spec: unknown column {unknown[0]!r}; columns: {', '.join(map(str, frame.columns))}")
+            features = [c for c in frame.columns if c != target]
+            raise ValueError(f"data_spec: unknown column {unknown[0]!r}{did_you_mean(unknown[0], features)}; columns: "
+                             f"{', '.join(map(str, frame.columns))}")
         train = frame if train_rows is None else frame.iloc[np.asarray(train_rows)]
         classes = sorted(pd.unique(frame[target].dropna()), key=lambda v: (str(type(v)), v))
         positive = spec.get("positive")

@@ -202,7 +202,14 @@ class TableDataModule(TensorDataModule):
         rows = self.frame.iloc[self.rows["test"]][names].dropna()
         if rows.empty:
             return None
-        return {name: _plain(value) for name, value in rows.iloc[0].items()}
+        whole = {c.name for c in self.codec.columns if c.kind == "integer"}  # 20900, not 20900.0 (a float dtype)
+        return {name: int(value) if name in whole and float(value).is_integer() else _plain(value)
+                for name, value in rows.iloc[0].items()}
+
+    def identifier_notes(self) -> list[str]:
+        """One note per column that looks like an identifier (:meth:`identifier_like`), naming its ``--drop-columns``."""
+        return [f"{name!r} holds a different whole number in every row, numbered like rows: an identifier? it trains "
+                f"as a feature; leave it out with --drop-columns {shlex.quote(name)}" for name in self.identifier_like()]
 
     def describe(self) -> str:
         """What was read and inferred, for the start-up message."""
@@ -218,9 +225,7 @@ class TableDataModule(TensorDataModule):
                 + (f"\nleft out (--drop-columns): {', '.join(self.drop_columns)}" if self.drop_columns else "")
                 + (f"\nbalanced (--balance undersample): kept {len(self.frame)} of {self.rows_read} rows, "
                    f"{len(self.frame) // len(self.codec.classes)} of each class" if self.balance == "undersample" else "")
-                + "".join(f"\nnote: {name!r} holds a different whole number in every row, numbered like rows: an "
-                          f"identifier? it trains as a feature; leave it out with --drop-columns {shlex.quote(name)}"
-                          for name in self.identifier_like())
+                + "".join(f"\nnote: {line}" for line in self.identifier_notes())
                 + "".join(f"\nnote: {line}" for line in self.read_notes + self.case_variants())
                 + "".join(f"\nnote: {line}" for line in self.outside_declared_bounds())
                 + "".join(f"\nnote: {line}" for line in self.breaking_rules())

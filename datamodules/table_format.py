@@ -601,8 +601,9 @@ def _date_text(values: pd.Series):
     present = values.dropna()
     if not len(present):
         return None
-    if pd.api.types.is_datetime64_any_dtype(values):
-        return str(present.iloc[0])
+    if pd.api.types.is_datetime64_any_dtype(values):  # a Parquet or Excel date: 2021-01-01, not 2021-01-01 00:00:00
+        first = present.iloc[0]
+        return str(first.date()) if first == first.normalize() else str(first)
     distinct = _distinct_text(values) if _is_text(values) else None
     if distinct is not None and all(DATE.fullmatch(v) for v in distinct):
         return distinct[0]

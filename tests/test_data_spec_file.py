@@ -252,13 +252,17 @@ def test_a_column_written_twice_in_the_spec_is_refused_not_last_one_wins(tmp_pat
                                        "'age' twice (a key may be written once)); allowed: ")
 
 
-def test_a_written_spec_trains_with_the_identifier_it_names_left_out(tmp_path):
+def test_a_written_spec_trains_with_the_identifier_it_names_left_out(tmp_path, capsys):
     """--write-data-spec lists an identifier with the hint 'leave it out with --drop-columns'; doing so with that spec
-    was refused: '--data-spec: unknown column 'applicant_id''. A spec's line for a dropped column is no feature."""
+    was refused: '--data-spec: unknown column 'applicant_id''. A spec's line for a dropped column is no feature. The
+    console names the identifier too, as training's start-up does (it named it only in the file, and its command to
+    train with went on without --drop-columns)."""
     frame = pd.read_csv(LOANS)
     frame.insert(0, "applicant_id", np.arange(1000, 1000 + len(frame)))
     frame.to_csv(tmp_path / "ided.csv", index=False)
     spec = write_spec(tmp_path, tmp_path / "ided.csv")
+    assert "note: 'applicant_id' holds a different whole number in every row, numbered like rows: an identifier? " \
+           "it trains as a feature; leave it out with --drop-columns applicant_id" in capsys.readouterr().out
     assert "--drop-columns" in next(line for line in spec.read_text().splitlines() if "applicant_id:" in line)
     dropped = TableDataModule(tmp_path / "ided.csv", target="approved", spec=spec, drop_columns=["applicant_id"])
     assert dropped.codec.to_dict() == TableDataModule(LOANS, target="approved").codec.to_dict() | {
@@ -283,3 +287,10 @@ def test_a_file_with_gaps_gets_its_spec_and_a_command_that_trains(tmp_path, caps
     (tmp_path / "spec.yaml").unlink()
     write_spec(tmp_path, LOANS)
     assert "--impute" not in capsys.readouterr().out
+
+
+def test_a_misspelt_column_of_a_data_spec_names_the_column_it_probably_means(tmp_path):
+    """A data spec's ``loan_amnt:`` was refused as "unknown column 'loan_amnt'; columns: ..." with no hint, where its
+    keys (``stepp``) get one."""
+    with pytest.raises(ValueError, match=r"^data_spec: unknown column 'incme' \(did you mean 'income'\?\); columns: "):
+        TableDataModule(LOANS, target="approved", spec={"columns": {"incme": {"step": 1000}}})

@@ -160,7 +160,9 @@ def test_rows_the_model_cannot_read_are_refused_before_the_search():
                                                                   "row 1); allowed: one of rent, own, mortgage"),
                           (ROWS.assign(income=["a lot", 1]), "--rows: got 'income=a lot' (not a number in row 0)"),
                           (ROWS.assign(income=[None, 1.0]), "--rows: got 'income=<missing>' (missing value in row 0)"),
-                          (ROWS[["home"]].assign(incme=3), "--rows: got 'incme' (unknown column)"),  # misspelt
+                          # misspelt, beside a column the model never saw: the misspelt one is named, with a hint
+                          (ROWS[["home"]].assign(branch=1, incme=3), "--rows: got 'incme' (unknown column; did you "
+                                                                     "mean 'income'?); allowed: the model's columns"),
                           (ROWS[["home"]], "--rows: got 'income' (missing column)")):
         with pytest.raises(InputError) as caught:
             check_rows(rows.copy(), loaded, "--rows")
@@ -254,6 +256,36 @@ def test_a_run_that_trained_no_step_is_validated_and_explained_from_its_logged_m
         expected = torch.softmax(loaded.module.model(torch.tensor(rows.to_numpy(), dtype=torch.float32)), 1)
     assert result["prediction_probability"].tolist() == pytest.approx(expected.max(1).values.tolist(), rel=1e-5)
 
+
+
+def test_a_run_of_a_model_class_of_ones_own_is_explained_where_its_module_is_not_importable(tmp_path,
+                                                                                           monkeypatch):
+    """``explain.py --run-id`` (and ``evaluate.py --run-id``) of a run trained with ``--model
+    credit_model:CreditNet``, started from another folder than the one holding ``credit_model.py``, ended in "cannot
+    import module 'credit_model'", though the file is logged with the run's MLflow model; now the model is read with
+    that logged code."""
+    from ct_lightning.experiment.runs.explanations import load_explainable
+    from ct_lightning.experiment.runs.loading import load_run
+    from ct_lightning.experiment.runs.train import train
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "walk_credit_net.py").write_text(
+        "from torch import nn\nclass CreditNet(nn.Sequential):\n    def __init__(self, n_features, n_classes):\n"
+        "        super().__init__(nn.Linear(n_features, 8), nn.ReLU(), nn.Linear(8, n_classes))\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with monkeypatch.context() as patch:
+        patch.syspath_prepend(str(code))
+        run = train({"data": "moons", "max_epochs": 1, "nce": 16, "limit_train_batches": 2, "progress": False,
+                     "tracking_uri": uri, "model": "walk_credit_net:CreditNet", "registered_model": "none"})
+    sys.modules.pop("walk_credit_net")
+    (code / "walk_credit_net.py").unlink()  # the code is gone from here: only the run's copy is left
+    evaluated = load_run(run["run_id"], uri)  # evaluate.py, compare.py with run ids
+    assert type(evaluated.module.model).__name__ == "CreditNet"
+    sys.modules.pop("walk_credit_net")
+    loaded = load_explainable(run_id=run["run_id"], tracking_uri=uri)
+    assert type(loaded.module.model).__name__ == "CreditNet"
+    assert explain(loaded.module, pd.DataFrame({"x1": [0.2], "x2": [0.4]}), codec=loaded.codec)["valid"].size == 1
 
 
 LOANS = ROOT / "tests" / "fixtures" / "loans.csv"

@@ -404,6 +404,29 @@ def test_a_model_name_that_is_no_class_of_its_module_is_refused_with_the_modules
         train({**TINY, **store, "model": "hiring_net:HiringNet", "from_checkpoint": str(tmp_path / "other.pt")})
 
 
+def test_a_model_file_that_fails_to_import_is_refused_in_one_line_naming_the_file_and_line(store, tmp_path,
+                                                                                            monkeypatch):
+    """``--model credit_model:CreditNet`` with a syntax error in ``credit_model.py`` (or an exception at its top
+    level) ended in a traceback through importlib; one importing a package that is not installed was told to "run
+    from the folder that holds credit_model". Now one line names the file, the line and what went wrong."""
+    body = ("from torch import nn\nclass CreditNet(nn.Sequential):\n    def __init__(self, n_features, n_classes):\n"
+            "        super().__init__(nn.Linear(n_features, n_classes))\n")
+    (tmp_path / "syntax_net.py").write_text(body + "    def oops(:\n")
+    (tmp_path / "raising_net.py").write_text("LIMIT = 1 / 0\n" + body)
+    (tmp_path / "importing_net.py").write_text("import no_such_package_xyz\n" + body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ValueError, match=r"^model: got 'syntax_net:CreditNet' \(importing 'syntax_net' failed: "
+                                         r"SyntaxError: .* in .*syntax_net\.py, line 5\); allowed: a module that "
+                                         r"imports without error: fix the file$"):
+        train({**TINY, **store, "model": "syntax_net:CreditNet"})
+    with pytest.raises(ValueError, match=r"^model: got 'raising_net:CreditNet' \(importing 'raising_net' failed: "
+                                         r"ZeroDivisionError: division by zero in .*raising_net\.py, line 1\)"):
+        train({**TINY, **store, "model": "raising_net:CreditNet"})
+    with pytest.raises(ValueError, match=r"^model: got 'importing_net:CreditNet' \(module 'importing_net' imports "
+                                         r"'no_such_package_xyz', which is not installed\)"):
+        train({**TINY, **store, "model": "importing_net:CreditNet"})
+
+
 def test_a_resumed_run_writes_its_summary_where_the_run_was_asked_to(tmp_path, store):
     """--summary-json is a run-only setting (not in the logged configuration): the run keeps it as a tag, so a
     resumed or extended run writes its summary there (replacing its own earlier one) without being told again."""

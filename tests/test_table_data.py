@@ -578,3 +578,14 @@ def test_train_refuses_a_messy_table_before_torch_is_imported(tmp_path, kind):
     assert done.stderr.strip().splitlines() == [f"error: --{option.replace('_', '-')}: {said}"], done.stderr
     assert (kind == "dates and %") == said.startswith("2 problems in "), said
     assert not (tmp_path / "store").exists(), "nothing was written"
+
+
+def test_the_example_row_writes_a_whole_number_column_stored_as_floats_as_whole_numbers(loans, tmp_path):
+    """A database's Parquet export stores amounts as floats (20900.0); the column trains as integer, but the explain
+    command printed after training showed ``"debt": 20900.0``. Now the row writes ``20900``, as the column is read."""
+    loans.astype({"debt": float}).to_parquet(tmp_path / "loans.parquet", index=False)
+    module = TableDataModule(tmp_path / "loans.parquet", target="approved")
+    assert {c.name: c.kind for c in module.codec.columns}["debt"] == "integer"
+    row = module.example_row()
+    assert type(row["debt"]) is int and type(row["income"]) is int, row
+    assert json.dumps(row["debt"]) == str(row["debt"])

@@ -205,6 +205,10 @@ def test_dates_are_refused_unless_left_out(tmp_path, loans):
         TableDataModule(tmp_path / "dated.csv", target="approved")
     assert "applied" not in TableDataModule(tmp_path / "dated.csv", target="approved",
                                             drop_columns=["applied"]).codec.feature_names
+    stored = loans.assign(applied=pd.to_datetime(dated["applied"]))  # a database's Parquet export: a date dtype
+    stored.to_parquet(tmp_path / "dated.parquet", index=False)
+    with pytest.raises(ValueError, match=r"^data: column 'applied' of .* holds dates \('2021-01-01'\); "):
+        TableDataModule(tmp_path / "dated.parquet", target="approved")  # was '2021-01-01 00:00:00'
 
 
 def test_categories_that_differ_only_in_case_are_named_and_three_classes_have_no_positive(tmp_path, loans):

@@ -88,7 +88,14 @@ def load_explainable(run_id: str | None = None, checkpoint: str | None = None, t
     else:
         sibling = Path(checkpoint).parent / "config.json"
         config = json.loads(sibling.read_text()) if sibling.is_file() else {}
-    module = load_trained_classifier(checkpoint)
+    try:
+        module = load_trained_classifier(checkpoint)
+    except ValueError as error:  # --model mynet:Net, explained from a folder where mynet.py is not importable
+        from ct_lightning.experiment.runs.loading import import_logged_code  # noqa: PLC0415
+
+        if not (run_id and "cannot import module" in str(error) and import_logged_code(run_id, tracking_uri)):
+            raise
+        module = load_trained_classifier(checkpoint)
     payload = module.preprocessing or _preprocessing_beside(checkpoint)
     if payload is None and run_id:
         from mlflow.tracking import MlflowClient  # noqa: PLC0415
@@ -185,7 +192,11 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
         frame = frame.drop(columns=unknown)
         notes.append(f"{option}: columns the model does not read left out: {', '.join(map(str, unknown))}")
     elif unknown:  # a column missing beside an unknown one: a misspelt name, most likely
-        raise InputError(option, unknown[0], f"the model's columns {', '.join(columns)}{note}", "unknown column")
+        from datamodules.suggest import name_hint  # noqa: PLC0415
+
+        hinted = [(c, name_hint(c, missing, "; {}")) for c in unknown]
+        name, hint = next(((c, h) for c, h in hinted if h), hinted[0])  # the misspelt one, not an extra id column
+        raise InputError(option, name, f"the model's columns {', '.join(columns)}{note}", f"unknown column{hint}")
     if missing:
         raise InputError(option, missing[0], f"rows holding every column: {', '.join(columns)}", "missing column")
     from datamodules.table_format import rows_as_written, thousands_points  # noqa: PLC0415

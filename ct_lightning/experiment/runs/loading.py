@@ -46,6 +46,22 @@ def _client(tracking_uri: str) -> MlflowClient:
     return MlflowClient(tracking_uri=tracking_uri)
 
 
+def import_logged_code(run_id: str, tracking_uri: str | None) -> bool:
+    """Import the user's model code logged with run ``run_id``'s MLflow model (its ``code_paths``: ``mynet.py`` of
+    ``--model mynet:Net``) by loading that model, so that its checkpoint loads where the code is not on the path;
+    ``False`` where the run has no such model."""
+    import mlflow.pytorch  # noqa: PLC0415
+
+    from ct_lightning.experiment.runs.run_artifacts import _tracking_uri  # noqa: PLC0415
+
+    try:
+        with _tracking_uri(tracking_uri):
+            mlflow.pytorch.load_model(f"runs:/{run_id}/model", map_location="cpu")  # leaves its code imported
+    except Exception:  # noqa: BLE001 - MLflow raises several types for a missing model
+        return False
+    return True
+
+
 def load_run(run_id: str, tracking_uri: str, which: str = "last", weights_only: bool = True,
              dst_dir: str | Path | None = None) -> LoadedModel:
     """Download ``checkpoints/<which>.ckpt`` and ``config.json`` of an MLflow run and load the model.
@@ -58,7 +74,13 @@ def load_run(run_id: str, tracking_uri: str, which: str = "last", weights_only: 
         if any(a.path.endswith(".ckpt") for a in _client(tracking_uri).list_artifacts(run_id, "checkpoints")):
             raise  # another checkpoint is there (--which best of a run that has last only): not the logged model
         return load_logged_model(run_id, tracking_uri)
-    return LoadedModel(load_checkpoint(checkpoint, weights_only), config, checkpoint, run_id, tracking_uri)
+    try:
+        module = load_checkpoint(checkpoint, weights_only)
+    except ValueError as error:  # --model mynet:Net, read from a folder where mynet.py is not importable
+        if "cannot import module" not in str(error) or not import_logged_code(run_id, tracking_uri):
+            raise
+        module = load_checkpoint(checkpoint, weights_only)
+    return LoadedModel(module, config, checkpoint, run_id, tracking_uri)
 
 
 def load_logged_model(run_id: str, tracking_uri: str) -> LoadedModel:

@@ -72,7 +72,8 @@ def write_data_spec(overrides: dict, path: str) -> dict:
     impute = "median" if gaps and impute == "none" else impute
     mutability = _command_line_mutability(config, module.codec)
     write_text_atomic(path, spec_text(module, mutability, source=str(data)))
-    print(module.describe().splitlines()[0], *(f"note: {note}" for note in module.read_notes), sep="\n")
+    print(module.describe().splitlines()[0], *(f"note: {note}" for note in module.read_notes + module.identifier_notes()),
+          sep="\n")
     options = ["--data", str(data), "--target", config["target"], "--data-spec", str(path)]
     for name, flag in (("drop_columns", "--drop-columns"), ("impute", "--impute"), ("balance", "--balance")):
         value = impute if name == "impute" else config.get(name)
