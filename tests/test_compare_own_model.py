@@ -6,6 +6,7 @@ as one of that model (nor one of an edited module file). Real tiny trainings, a 
 from __future__ import annotations
 
 import sqlite3
+import sys
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ def own(tmp_path, monkeypatch):
     """A folder with the user's ``hiring_net.py``, the current directory (train.py imports ``--model`` from it)."""
     (tmp_path / "hiring_net.py").write_text(HIRING_NET)
     monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "hiring_net", raising=False)  # another test's hiring_net.py, imported before
     return {"uri": f"sqlite:///{tmp_path / 'mlflow.db'}", "out": tmp_path / "out", "folder": tmp_path}
 
 

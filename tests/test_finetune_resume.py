@@ -2,6 +2,7 @@
 
 import json
 import os
+import sys
 import signal
 import time
 from pathlib import Path
@@ -386,6 +387,7 @@ def test_a_model_name_that_is_no_class_of_its_module_is_refused_with_the_modules
         "def make(n_features):\n"
         "    return nn.Sequential(nn.Linear(n_features, 2))\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "hiring_net", raising=False)  # another test's hiring_net.py, imported before
     with pytest.raises(ValueError, match=r"^model: got 'hiring_net:HiringNett' \(module 'hiring_net' has no "
                                          r"'HiringNett'; did you mean 'HiringNet'\?\); allowed: a class or function "
                                          r"of hiring_net: HiringNet, make$"):
