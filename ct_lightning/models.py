@@ -75,19 +75,29 @@ class LeNet(nn.Module):
         return self.classifier(self.features(x.reshape(-1, *self.shape)))
 
 
-def _import_from_path_or_cwd(module_name: str):
-    """Import ``module_name`` from ``sys.path``, else from the current directory (a user's own ``my_models.py``)."""
+def _import_from_path_or_cwd(module_name: str, lookup: Callable = importlib.import_module):
+    """``lookup(module_name)`` (import it, by default) from ``sys.path``, else from the current directory (a user's
+    own ``my_models.py``)."""
     try:
-        return importlib.import_module(module_name)
+        return lookup(module_name)
     except ModuleNotFoundError as error:
         cwd = os.getcwd()
         if cwd in sys.path or error.name != module_name.split(".")[0]:
             raise
         sys.path.insert(0, cwd)
         try:
-            return importlib.import_module(module_name)
+            return lookup(module_name)
         finally:
             sys.path.remove(cwd)
+
+
+def _module_spec(module_name: str):
+    """``importlib.util.find_spec`` of ``module_name`` without running it, raising ``ModuleNotFoundError`` as an
+    import would where there is none."""
+    found = importlib.util.find_spec(module_name)
+    if found is None:
+        raise ModuleNotFoundError(f"No module named {module_name!r}", name=module_name.split(".")[0])
+    return found
 
 
 def _where(error: Exception) -> str:
@@ -107,18 +117,11 @@ def factory_file(spec: str) -> Path | None:
     module_name = spec.partition(":")[0] if ":" in spec else ""
     if not module_name:
         return None
-    cwd = os.getcwd()
-    for extra in ([], [cwd] if cwd not in sys.path else []):
-        sys.path[:0] = extra
-        try:
-            found = importlib.util.find_spec(module_name)
-        except (ImportError, ValueError):
-            found = None
-        finally:
-            del sys.path[:len(extra)]
-        if found is not None and found.origin and Path(found.origin).is_file():
-            return Path(found.origin).resolve()
-    return None
+    try:
+        found = _import_from_path_or_cwd(module_name, _module_spec)
+    except (ImportError, ValueError):
+        return None
+    return Path(found.origin).resolve() if found.origin and Path(found.origin).is_file() else None
 
 
 def load_factory(spec: str):

@@ -536,6 +536,13 @@ def resolve_config(overrides: dict) -> dict:
     return config
 
 
+def model_inputs_without_table(value, data) -> InputError:
+    """The one-line refusal of ``model_inputs`` (``value``, as shown) for ``data`` that is no table file: the inputs
+    are made from a table's columns."""
+    return InputError("model_inputs", value, "a file with --data FILE.csv/.parquet/.xlsx --target COLUMN (the inputs "
+                      "are made from a table's columns)", f"--data is {data}")
+
+
 def check_combination(config: dict) -> None:
     """Refuse settings that are allowed alone but not together (``center_distance`` with data that is no blob set,
     a feature given two kinds by ``mutability`` and ``immutable`` or ``protect``,
@@ -550,8 +557,7 @@ def check_combination(config: dict) -> None:
         raise ValueError(f"center_distance: {config['center_distance']!r} is not allowed for data {data!r}; "
                          f"allowed only for the blob data sets {blobs} (or unset)")
     if config["model_inputs"] is not None and not is_table_file(data):
-        raise InputError("model_inputs", config["model_inputs"], "a file with --data FILE.csv/.parquet/.xlsx --target "
-                         "COLUMN (the inputs are made from a table's columns)", f"--data is {data}")
+        raise model_inputs_without_table(config["model_inputs"], data)
     if config["limit_train_batches"] == 0 and not config.get("from_checkpoint"):
         raise InputError("limit_train_batches", 0, f"{BATCHES_ALLOWED}, {NO_TRAINING}",
                          "no --from-checkpoint: the run would log the untrained initial weights")

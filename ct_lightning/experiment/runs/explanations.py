@@ -88,13 +88,11 @@ def load_explainable(run_id: str | None = None, checkpoint: str | None = None, t
     else:
         sibling = Path(checkpoint).parent / "config.json"
         config = json.loads(sibling.read_text()) if sibling.is_file() else {}
-    try:
-        module = load_trained_classifier(checkpoint)
-    except ValueError as error:  # --model mynet:Net, explained from a folder where mynet.py is not importable
-        from ct_lightning.experiment.runs.loading import import_logged_code  # noqa: PLC0415
+    if run_id:  # --model mynet:Net, explained from a folder where mynet.py is not importable: the run's copy
+        from ct_lightning.experiment.runs.loading import with_logged_code  # noqa: PLC0415 - MLflow
 
-        if not (run_id and "cannot import module" in str(error) and import_logged_code(run_id, tracking_uri)):
-            raise
+        module = with_logged_code(lambda: load_trained_classifier(checkpoint), run_id, tracking_uri)
+    else:
         module = load_trained_classifier(checkpoint)
     payload = module.preprocessing or _preprocessing_beside(checkpoint)
     if payload is None and run_id:

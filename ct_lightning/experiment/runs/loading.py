@@ -7,8 +7,9 @@ import os
 import re
 import tempfile
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 from mlflow.tracking import MlflowClient
 
@@ -17,6 +18,8 @@ from ct_lightning.experiment.configuration.data import build_datamodule
 
 if TYPE_CHECKING:
     from ct_lightning.module import CTModule
+
+T = TypeVar("T")
 
 
 @dataclass
@@ -44,6 +47,18 @@ def load_checkpoint(path: str | Path, weights_only: bool = True) -> CTModule:
 def _client(tracking_uri: str) -> MlflowClient:
     os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     return MlflowClient(tracking_uri=tracking_uri)
+
+
+def with_logged_code(load: Callable[[], T], run_id: str | None, tracking_uri: str | None) -> T:
+    """``load()`` (a run's checkpoint read), and once more after importing the model code logged with run ``run_id``
+    (:func:`import_logged_code`) where it failed because ``--model mynet:Net``'s module is not importable here (read
+    from another folder); the first error where there is no run or no such code."""
+    try:
+        return load()
+    except ValueError as error:
+        if not (run_id and "cannot import module" in str(error) and import_logged_code(run_id, tracking_uri)):
+            raise
+    return load()
 
 
 def import_logged_code(run_id: str, tracking_uri: str | None) -> bool:
@@ -74,12 +89,7 @@ def load_run(run_id: str, tracking_uri: str, which: str = "last", weights_only: 
         if any(a.path.endswith(".ckpt") for a in _client(tracking_uri).list_artifacts(run_id, "checkpoints")):
             raise  # another checkpoint is there (--which best of a run that has last only): not the logged model
         return load_logged_model(run_id, tracking_uri)
-    try:
-        module = load_checkpoint(checkpoint, weights_only)
-    except ValueError as error:  # --model mynet:Net, read from a folder where mynet.py is not importable
-        if "cannot import module" not in str(error) or not import_logged_code(run_id, tracking_uri):
-            raise
-        module = load_checkpoint(checkpoint, weights_only)
+    module = with_logged_code(lambda: load_checkpoint(checkpoint, weights_only), run_id, tracking_uri)
     return LoadedModel(module, config, checkpoint, run_id, tracking_uri)
 
 

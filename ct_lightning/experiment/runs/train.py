@@ -44,7 +44,8 @@ from ct_lightning.experiment.runs.served_model import example_rows, log_models, 
 from ct_lightning.experiment.runs.last_checkpoint import BestCheckpoint, LastCheckpoint
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.configuration.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
-                                              is_table_file, load_config_file, module_kwargs, resolve_config)
+                                              is_table_file, load_config_file, model_inputs_without_table,
+                                              module_kwargs, resolve_config)
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.outbox import OUTBOX_DIR, OutboxClient, pending_upload, server_writable
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
@@ -102,8 +103,7 @@ def input_map(config: dict, entries: list[dict], datamodule) -> tuple[list, list
     (:func:`ct_lightning.model_inputs.affine_map`); a table's fitted codec is needed."""
     codec = getattr(datamodule, "codec", None)
     if codec is None:
-        raise InputError("model_inputs", _inputs_shown(config["model_inputs"]), "a file with --data FILE.csv/.parquet "
-                         "--target COLUMN (the inputs are made from a table's columns)", f"--data is {config['data']}")
+        raise model_inputs_without_table(_inputs_shown(config["model_inputs"]), config["data"])
     return affine_map(entries, codec, config["model_inputs"])
 
 

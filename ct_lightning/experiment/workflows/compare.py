@@ -21,7 +21,7 @@ from ct_lightning.experiment.configuration.preflight import check_table_columns,
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import checking, open_store, start, trained_batches
 from ct_lightning.experiment.configuration.settings import (TABLE_FILE, TABLE_KEYS, csv_names, is_factory, is_table_file,
-                                                            table_options)
+                                                            model_inputs_without_table, table_options)
 from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
                                                 check_writable_folder)
@@ -133,8 +133,7 @@ def check_own_model(args, names: list[str]) -> None:
     if args.model_inputs is not None:
         for name in names:
             if not is_table_file(name):
-                raise InputError("model_inputs", args.model_inputs, "a file with --data FILE.csv/.parquet/.xlsx "
-                                 "--target COLUMN (the inputs are made from a table's columns)", f"--data is {name}")
+                raise model_inputs_without_table(args.model_inputs, name)
         args.model_inputs = str(Path(args.model_inputs).resolve())
     if args.from_checkpoint and ":/" not in args.from_checkpoint:
         args.from_checkpoint = str(Path(args.from_checkpoint).resolve())

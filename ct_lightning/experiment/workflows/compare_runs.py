@@ -72,6 +72,13 @@ def shown(key: str, value) -> str:
     return "(none)" if value in (None, "") else str(value)
 
 
+def differs_from_runs(key: str, given, trained, role: str, run_id: str) -> InputError:
+    """The one-line refusal of a setting ``given`` on the command line that is not the ``trained`` value of the run
+    ``run_id`` given for ``role``."""
+    return InputError(option(key), shown(key, given), f"{shown(key, trained)}, what --{role.replace('_', '-')}-run-id "
+                      f"{run_id} was trained with (leave {option(key)} out to take it from the runs)")
+
+
 def run_configs(reuse_lists: dict[str, list[str]], tracking_uri: str) -> dict[tuple[str, int], tuple[str, dict]]:
     """``(role, position) → (run id, its config.json)`` for every given run (checked by ``check_run_ids``). The
     files are downloaded into one temporary folder, removed once they are read."""
@@ -155,8 +162,7 @@ def model_from_runs(args: argparse.Namespace, reuse_lists: dict[str, list[str]],
             if not same(key, value, DEFAULTS[key]):
                 taken.append(f"{option(key)} {shown(key, value)}")
         elif not same(key, mine, value):
-            raise InputError(option(key), shown(key, mine), f"{shown(key, value)}, what --{role.replace('_', '-')}"
-                             f"-run-id {run_id} was trained with (leave {option(key)} out to take it from the runs)")
+            raise differs_from_runs(key, mine, value, role, run_id)
     if own_model({key: first[key][2] for key in OWN_MODEL_KEYS}) is None:
         return taken
     for key in BUDGET_KEYS:
@@ -227,6 +233,5 @@ def settings_from_runs(args: argparse.Namespace, reuse_lists: dict[str, list[str
         elif moved(key, mine, value):
             taken.append(f"({option(key)} {shown(key, mine)} in place of {shown(key, value)}, which no longer exists)")
         elif not same(key, mine, value):
-            raise InputError(option(key), shown(key, mine), f"{shown(key, value)}, what --{role.replace('_', '-')}"
-                             f"-run-id {run_id} was trained with (leave {option(key)} out to take it from the runs)")
+            raise differs_from_runs(key, mine, value, role, run_id)
     return names, taken + model_from_runs(args, reuse_lists, configs)
