@@ -36,7 +36,7 @@ import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
-from datamodules.suggest import name_hint
+from datamodules.suggest import name_hint, path_hint
 
 OPTION = "model_inputs"
 FORMS = ('{"feature": F, "center": C, "scale": S} (a number: (value - C) / S)',
@@ -84,8 +84,8 @@ def read_model_spec(source) -> tuple[list[dict], list | None]:
     if isinstance(source, (str, Path)):
         path = Path(source)
         if not path.is_file():
-            raise _refuse(source, "file not found" if not path.exists() else "a folder, not a file",
-                          "a JSON file listing the model's inputs")
+            problem = f"file not found{path_hint(path, '; {}')}" if not path.exists() else "a folder, not a file"
+            raise _refuse(source, problem, "a JSON file listing the model's inputs")
         try:
             content = json.loads(path.read_text(encoding="utf-8-sig"))
         except UnicodeDecodeError:

@@ -124,6 +124,21 @@ def factory_file(spec: str) -> Path | None:
     return Path(found.origin).resolve() if found.origin and Path(found.origin).is_file() else None
 
 
+class ModuleNotImportable(ValueError):
+    """The module of ``--model package.module:factory`` is not on the path here (another folder than its file's)."""
+
+    def __init__(self, spec: str, error: Exception):
+        self.spec, self.module_name = spec, spec.partition(":")[0]
+        super().__init__(f"model: cannot import module {self.module_name!r} of {spec!r} ({error}); run from the "
+                         f"folder that holds {self.top_file}, or add that folder to PYTHONPATH")
+
+    @property
+    def top_file(self) -> str:
+        """The file or package folder the import looks for (``credit_model.py`` of ``credit_model:Net``)."""
+        top, dotted = self.module_name.split(".")[0], "." in self.module_name
+        return top if dotted else f"{top}.py"
+
+
 def load_factory(spec: str):
     """Import ``package.module:factory`` and return the factory, with a clear error if it fails."""
     module_name, _, attribute = spec.partition(":")
@@ -137,8 +152,7 @@ def load_factory(spec: str):
             raise ValueError(f"model: got {spec!r} (module {module_name!r} imports {missing!r}, which is not "
                              f"installed); allowed: a module whose imports are installed: install {missing}, or "
                              f"fix the import in {module_name}") from None
-        raise ValueError(f"model: cannot import module {module_name!r} of {spec!r} ({error}); run from the folder "
-                         f"that holds {module_name.split('.')[0]}, or add that folder to PYTHONPATH") from None
+        raise ModuleNotImportable(spec, error) from None
     except Exception as error:  # noqa: BLE001 - the user's own file: a syntax error, or one raised at its top level
         raise ValueError(f"model: got {spec!r} (importing {module_name!r} failed: {_where(error)}); allowed: a "
                          f"module that imports without error: fix the file") from None

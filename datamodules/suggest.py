@@ -9,6 +9,7 @@ from __future__ import annotations
 import difflib
 import unicodedata
 from collections.abc import Iterable
+from pathlib import Path
 
 CUTOFF = 0.75  # difflib's similarity ratio from which a name is suggested ('agee' → 'age' 0.86; 'nope' → 'none' 0.75)
 
@@ -44,3 +45,23 @@ def name_hint(value, allowed: Iterable, wrap: str = " ({})") -> str:
     if close is None:
         return ""
     return wrap.format(f"did you mean {close!r}?" + (" names are case-sensitive" if same else ""))
+
+
+def path_hint(path, wrap: str = " ({})") -> str:
+    """The hint for a file path that is not there, put into ``wrap``: ``" (did you mean 'bl/last.ckpt'?)"`` where each
+    missing part of it has a close name (:func:`closest`) in the folder before it and the path so mended is a file,
+    else ``""``."""
+    given = Path(str(path)).expanduser()
+    mended = Path(given.anchor) if given.is_absolute() else Path()
+    for part in given.parts[1 if given.is_absolute() else 0:]:
+        if not (mended / part).exists():
+            try:
+                part = closest(part, [entry.name for entry in mended.iterdir()]) or ""
+            except OSError:  # a file where a folder should be, or one that cannot be listed
+                return ""
+            if not part:
+                return ""
+        mended = mended / part
+    if mended == given or not mended.is_file():
+        return ""
+    return wrap.format(f"did you mean {str(mended)!r}?")

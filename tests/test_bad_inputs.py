@@ -11,6 +11,7 @@ folder, no summary JSON, no store made in the working folder.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -58,6 +59,9 @@ TRAIN = [
     ("--checkpoint-dir {text}", "--checkpoint-dir"), ("--tracking-uri http://127.0.0.1:5999", "--tracking-uri"),
     ("--tracking-uri {tmp}/mlruns", "--tracking-uri: got"), ("--tracking-uri file:{tmp}/mlruns", "a folder store"),
     ("--from-checkpoint {text}", "--from-checkpoint"), ("--from-checkpoint {tmp}/missing.ckpt", "--from-checkpoint"),
+    # a misspelt path: the file it probably means ({other_typo}: other.ckpt as othr.ckpt, {loans_typo}: laons.csv)
+    ("--from-checkpoint {other_typo}", "--from-checkpoint: no file at {other_typo} (did you mean '{other_ckpt}'?)"),
+    ("--data {loans_typo} --target approved", "(file not found; did you mean '{loans}'?)"),
     ("--data moons --from-checkpoint {other_sd}", "--from-checkpoint"),
     ("--registered-model a/b", "--registered-model: got 'a/b'; allowed: a name of letters, digits"),
     ("--hidden-sizes 0", "--hidden-sizes"), ("--hidden-sizes a,b", "--hidden-sizes"), ("--seed -1", "--seed"),
@@ -189,6 +193,7 @@ ROW5 = '\'{{"x1": 0.1, "x2": 0, "x3": 1, "x4": -1, "x5": 2}}\''  # a row of {oth
 EXPLAIN = [
     ("--checkpoint {other_ckpt}", "--rows --row"), ("--row " + ROW5, "--run-id --checkpoint"),
     ("--checkpoint {text} --row " + ROW5, "--checkpoint"), ("--checkpoint {tmp}/missing.ckpt --row " + ROW5, "--checkpoint"),
+    ("--checkpoint {other_typo} --row " + ROW5, "(did you mean '{other_ckpt}'?)"),
     ("--checkpoint {other_sd} --row " + ROW5, "--checkpoint: got"),  # weights only: no settings of a training
     ("--run-id 0123456789abcdef --tracking-uri {empty_store} --row " + ROW5, "--run-id"),
     ("--checkpoint {other_ckpt} --row nope", "--row"), ("--checkpoint {other_ckpt} --row '[]'", "--row"),
@@ -286,6 +291,7 @@ def inputs(tmp_path_factory) -> dict[str, str]:
             "yaml_high": str(base / "high.yaml"), "yaml_key": str(base / "key.yaml"),
             "yaml_no_val": str(base / "no_val.yaml"),
             "other_sd": str(base / "adult_mlp.pt"), "other_ckpt": str(base / "other.ckpt"),
+            "other_typo": str(base / "othr.ckpt"), "loans_typo": str(ROOT / "tests" / "fixtures" / "laons.csv"),
             "nan_dir": str(base / "raw"), "loans": str(ROOT / "tests" / "fixtures" / "loans.csv"),
             "empty_db": str(base / "store" / "mlflow.db")}
 
@@ -400,6 +406,7 @@ def test_bad_input_is_refused_in_one_line_before_any_work(recipe, arguments, nam
     errors = [line for line in output.splitlines() if line.startswith("error:")]
     assert len(errors) == 1, f"expected one error line:\n{output[-3000:]}"
     assert done.stderr.strip().splitlines()[-1] == errors[0], "the error is the last line"
+    names = re.sub(r"\{(\w+)\}", lambda m: values.get(m.group(1), m.group(0)), names)  # the case's file paths
     assert names in errors[0], f"{names!r} not named in {errors[0]!r}"
     for database in (store / "mlflow.db", empty_store / "mlflow.db"):
         assert _runs(database) == [], f"runs left in the store: {_runs(database)}"

@@ -288,6 +288,50 @@ def test_a_run_of_a_model_class_of_ones_own_is_explained_where_its_module_is_not
     assert explain(loaded.module, pd.DataFrame({"x1": [0.2], "x2": [0.4]}), codec=loaded.codec)["valid"].size == 1
 
 
+def test_a_checkpoint_of_a_model_class_of_ones_own_is_read_from_another_folder_with_its_runs_code(tmp_path,
+                                                                                                monkeypatch):
+    """``explain.py --checkpoint`` (and ``evaluate.py --checkpoint``) of ``--model walk_ckpt_net:CreditNet`` from a
+    folder where the module is not importable ended in "error: model: cannot import module", naming no option. Now
+    the checkpoint in the folder its run wrote is read with the code logged with that run (found by the folder's
+    tag); a copy elsewhere is refused in one line on --checkpoint that says what to do."""
+    import shutil
+
+    from ct_lightning.experiment.configuration.validation import InputError
+    from ct_lightning.experiment.runs.explanations import load_explainable
+    from ct_lightning.experiment.runs.loading import load_checkpoint_with_config
+    from ct_lightning.experiment.runs.train import train
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "walk_ckpt_net.py").write_text(
+        "from torch import nn\nclass CreditNet(nn.Sequential):\n    def __init__(self, n_features, n_classes):\n"
+        "        super().__init__(nn.Linear(n_features, 8), nn.ReLU(), nn.Linear(8, n_classes))\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    with monkeypatch.context() as patch:
+        patch.syspath_prepend(str(code))
+        train({"data": "moons", "max_epochs": 1, "nce": 16, "limit_train_batches": 2, "progress": False,
+               "tracking_uri": uri, "model": "walk_ckpt_net:CreditNet", "registered_model": "none",
+               "checkpoint_dir": str(tmp_path / "ckpt")})
+    (code / "walk_ckpt_net.py").unlink()  # the code is gone from here: only the run's copy is left
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "copied").mkdir()  # first: reading the run's code below leaves it importable in this process
+    shutil.copy(tmp_path / "ckpt" / "last.ckpt", tmp_path / "copied" / "last.ckpt")  # without the run's folder
+    sys.modules.pop("walk_ckpt_net", None)
+    with pytest.raises(InputError) as refused:
+        load_explainable(None, str(tmp_path / "copied" / "last.ckpt"))
+    assert str(refused.value) == (
+        f"--checkpoint: got {str(tmp_path / 'copied' / 'last.ckpt')!r} (its model walk_ckpt_net:CreditNet needs "
+        "module 'walk_ckpt_net', which is not importable here); allowed: run from the folder that holds "
+        "walk_ckpt_net.py, add that folder to PYTHONPATH, or give its MLflow run with --run-id (the run keeps a copy "
+        "of the code)")
+    for read in (lambda path: load_explainable(None, str(path)).module,  # explain.py
+                 lambda path: load_checkpoint_with_config(path).module):  # evaluate.py
+        sys.modules.pop("walk_ckpt_net", None)
+        model = read(tmp_path / "ckpt" / "last.ckpt").model
+        assert type(model).__name__ == "CreditNet" and model(torch.zeros(3, 2)).shape == (3, 2)
+    sys.modules.pop("walk_ckpt_net", None)
+
+
 LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
 
 

@@ -39,3 +39,21 @@ def test_an_unknown_name_is_hinted_alike_everywhere():
     assert name_hint("zzz", ["income", "age"]) == ""
     assert "unknown feature 'agee' (did you mean 'age'?); known features: age" in \
         str(unknown_feature_error("immutable", "agee", ["age", "income"]))
+
+
+def test_path_hint_mends_each_misspelt_part_and_only_names_a_file_that_is_there(tmp_path, monkeypatch):
+    """A misspelt file (lst.ckpt), a misspelt folder (ct_runz/last.ckpt), both, relative and absolute: the file it
+    probably means; nothing close, a path that is there, or a mended path that is a folder: no hint."""
+    from datamodules.suggest import path_hint
+
+    (tmp_path / "ct_runs").mkdir()
+    for name in ("last.ckpt", "best.ckpt"):
+        (tmp_path / "ct_runs" / name).write_bytes(b"PK")
+    monkeypatch.chdir(tmp_path)
+    assert path_hint("ct_runs/lst.ckpt") == " (did you mean 'ct_runs/last.ckpt'?)"
+    assert path_hint("ct_runz/bestt.ckpt", "; {}") == "; did you mean 'ct_runs/best.ckpt'?"
+    assert path_hint(tmp_path / "ct_rns" / "last.ckpt") == f" (did you mean '{tmp_path / 'ct_runs' / 'last.ckpt'}'?)"
+    assert path_hint("ct_runs/last.ckpt") == ""  # it is there
+    assert path_hint("elsewhere/last.ckpt") == "" and path_hint("ct_runs/model.pt") == ""  # nothing close
+    assert path_hint("ct_run") == ""  # the folder, not a file
+    assert path_hint("ct_runs/last.ckpt/more") == ""  # a file where a folder should be

@@ -241,21 +241,24 @@ def is_factory(value) -> bool:
 def _check_data(value, option: str) -> None:
     if catalogue.canonical_dataset(value) is not None or is_factory(value):
         return
+    from datamodules.suggest import path_hint  # noqa: PLC0415 - plain Python
     from datamodules.workbook import OLD_EXCEL_FIX, is_old_excel, table_file  # noqa: PLC0415 - plain Python
 
     allowed = f"{', '.join(datasets_and_aliases())}, {TABLE_FILE}, or package.module:Class"
     if is_table_file(value):
         if not Path(table_file(value)).is_file():
-            raise InputError(option, value, allowed, "file not found")
+            raise InputError(option, value, allowed, f"file not found{path_hint(table_file(value), '; {}')}")
         return
     if is_old_excel(value):  # pandas reads it with xlrd, which is not installed
         raise InputError(option, value, OLD_EXCEL_FIX, "an old binary Excel workbook (.xls)")
-    raise InputError(option, value, allowed)
+    raise InputError(option, value, allowed, path_hint(value, "{}"))  # loans.cvs: the file it probably means
 
 
 def _check_data_spec(value, option: str) -> None:
+    from datamodules.suggest import path_hint  # noqa: PLC0415 - plain Python
+
     if not Path(str(value)).is_file():
-        raise InputError(option, value, "a YAML file", "file not found")
+        raise InputError(option, value, "a YAML file", f"file not found{path_hint(value, '; {}')}")
 
 
 def _check_model_inputs(value, option: str) -> None:

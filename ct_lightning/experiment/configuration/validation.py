@@ -314,7 +314,9 @@ def check_checkpoint_file(option: str, path: str | os.PathLike | None) -> None:
         return
     path = Path(path)
     if not path.exists():
-        raise EnvironmentProblem(f"{option}: no file at {path}")
+        from datamodules.suggest import path_hint  # noqa: PLC0415 - plain Python
+
+        raise EnvironmentProblem(f"{option}: no file at {path}{path_hint(path)}")
     if not path.is_file():
         raise InputError(option, str(path), "a checkpoint file (this is a folder)")
     with open(path, "rb") as handle:

@@ -17,6 +17,7 @@ import torch
 from ct_lightning.evaluation.explanation import FeatureCodec, codec_from_dict, explain, explanation_search, mark_filled
 from ct_lightning.experiment.configuration.validation import InputError, show
 from ct_lightning.experiment.runs.checkpoints import load_trained_classifier
+from ct_lightning.models import ModuleNotImportable
 from datamodules.codec import LABELLED, categories_by_case, category_codes, class_order
 
 PREPROCESSING = "preprocessing.json"
@@ -93,7 +94,12 @@ def load_explainable(run_id: str | None = None, checkpoint: str | None = None, t
 
         module = with_logged_code(lambda: load_trained_classifier(checkpoint), run_id, tracking_uri)
     else:
-        module = load_trained_classifier(checkpoint)
+        try:
+            module = load_trained_classifier(checkpoint)
+        except ModuleNotImportable:  # the same from the checkpoint's run (MLflow only now), else a line on --checkpoint
+            from ct_lightning.experiment.runs.loading import with_checkpoint_code  # noqa: PLC0415
+
+            module = with_checkpoint_code(lambda: load_trained_classifier(checkpoint), checkpoint)
     payload = module.preprocessing or _preprocessing_beside(checkpoint)
     if payload is None and run_id:
         from mlflow.tracking import MlflowClient  # noqa: PLC0415

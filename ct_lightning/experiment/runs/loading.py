@@ -53,12 +53,55 @@ def with_logged_code(load: Callable[[], T], run_id: str | None, tracking_uri: st
     """``load()`` (a run's checkpoint read), and once more after importing the model code logged with run ``run_id``
     (:func:`import_logged_code`) where it failed because ``--model mynet:Net``'s module is not importable here (read
     from another folder); the first error where there is no run or no such code."""
+    from ct_lightning.models import ModuleNotImportable  # noqa: PLC0415
+
     try:
         return load()
-    except ValueError as error:
-        if not (run_id and "cannot import module" in str(error) and import_logged_code(run_id, tracking_uri)):
+    except ModuleNotImportable:
+        if not (run_id and import_logged_code(run_id, tracking_uri)):
             raise
     return load()
+
+
+def with_checkpoint_code(load: Callable[[], T], checkpoint: str | Path) -> T:
+    """``load()`` (a checkpoint file's read), and where ``--model mynet:Net``'s module is not importable here, once
+    more with the code logged with the run that wrote the checkpoint (:func:`checkpoint_run`); else a one-line
+    ``InputError`` on ``--checkpoint`` that says how to make the module importable."""
+    from ct_lightning.experiment.configuration.validation import InputError  # noqa: PLC0415
+    from ct_lightning.models import ModuleNotImportable  # noqa: PLC0415
+
+    try:
+        return load()
+    except ModuleNotImportable as error:
+        missing = error
+    run = checkpoint_run(checkpoint)
+    if run is not None and import_logged_code(*run):
+        return load()
+    raise InputError("--checkpoint", str(checkpoint), f"run from the folder that holds {missing.top_file}, add that "
+                     f"folder to PYTHONPATH, or give its MLflow run with --run-id (the run keeps a copy of the code)",
+                     f"its model {missing.spec} needs module {missing.module_name!r}, which is not importable here"
+                     ) from None
+
+
+def checkpoint_run(checkpoint: str | Path) -> tuple[str, str] | None:
+    """``(run id, tracking URI)`` of the run that wrote ``checkpoint`` into its checkpoint folder, found by the
+    folder's ``config.json`` (its store) and the run's ``ct.checkpoint_dir`` tag; ``None`` for a copied file, a
+    store that is not there, or no such run."""
+    from ct_lightning.experiment.runs.lifecycle import CHECKPOINT_DIR_TAG  # noqa: PLC0415
+
+    folder = Path(checkpoint).resolve().parent
+    beside = folder / "config.json"
+    uri = json.loads(beside.read_text()).get("tracking_uri") if beside.is_file() else None
+    if not uri or (uri.startswith("sqlite:///") and not Path(uri.removeprefix("sqlite:///")).is_file()):
+        return None  # a local store that is gone: MLflow would create an empty one
+    quoted = str(folder).replace("'", "\\'")
+    try:
+        client = _client(uri)
+        experiments = [experiment.experiment_id for experiment in client.search_experiments()]
+        runs = client.search_runs(experiments, f"tags.`{CHECKPOINT_DIR_TAG}` = '{quoted}'", max_results=1)
+    except Exception:  # noqa: BLE001 - a server that is down or a store of another version: no run to take code from
+        return None
+    return (runs[0].info.run_id, uri) if runs else None
 
 
 def import_logged_code(run_id: str, tracking_uri: str | None) -> bool:
@@ -153,7 +196,7 @@ def load_checkpoint_with_config(path: str | Path, data: str | None = None, weigh
         config = resolve_config({"data": data})
     else:
         raise ValueError(f"data: cannot infer the data set of {path} (no config.json beside it); pass --data")
-    return LoadedModel(load_checkpoint(path, weights_only), config, str(path))
+    return LoadedModel(with_checkpoint_code(lambda: load_checkpoint(path, weights_only), path), config, str(path))
 
 
 def is_lightning_checkpoint(path: str | Path, weights_only: bool = True) -> bool:
@@ -184,7 +227,8 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
     if ":/" not in source and is_lightning_checkpoint(source, weights_only):
         table = {k: v for k, v in given.items() if k in TABLE_KEYS}
         if data and not (Path(source).parent / "config.json").is_file():
-            return LoadedModel(load_checkpoint(source, weights_only), resolve_config({**table, "data": data}), source)
+            module = with_checkpoint_code(lambda: load_checkpoint(source, weights_only), source)
+            return LoadedModel(module, resolve_config({**table, "data": data}), source)
         loaded = load_checkpoint_with_config(source, data, weights_only)
         loaded.config.update(table)
         return loaded

@@ -11,6 +11,7 @@ from ct_lightning.experiment.runner import checking
 from ct_lightning.experiment.configuration.settings import SETTINGS_BY_NAME
 from ct_lightning.experiment.configuration.validation import (EnvironmentProblem, InputError, check_checkpoint_file,
                                                                 check_output_file, check_run_ids)
+from datamodules.suggest import path_hint
 from datamodules.workbook import table_file
 
 SEARCH = ["generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "search_lr", "generator_options"]
@@ -57,7 +58,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         check_output_file("--csv", getattr(args, "csv", None), args.overwrite)
         check_checkpoint_file("--checkpoint", args.checkpoint)
         if args.rows and not Path(table_file(args.rows)).is_file():  # a workbook's #sheet: read with the rows
-            raise EnvironmentProblem(f"--rows: no file at {args.rows}")
+            raise EnvironmentProblem(f"--rows: no file at {args.rows}{path_hint(table_file(args.rows))}")
         if args.run_id:
             check_run_ids("--run-id", [args.run_id], args.tracking_uri)
         if args.data:
