@@ -450,10 +450,16 @@ def _typed_cells(cells: pd.DataFrame, path: Path, option: str, notes: list[str],
 def _decimal_comma_note(name: str, thousands: dict[str, str]) -> str:
     """The start-up note on a file with decimal commas: how it groups thousands, as most of its columns write them
     (``thousands``, :func:`file_thousands`); a dotted ``12.000`` is read as 12000 either way."""
-    grouping = Counter(sep for sep in thousands.values() if sep).most_common(1)
-    if grouping and grouping[0][0] == " ":
+    if most_grouped(thousands.values()) == " ":
         return f"{name}: decimal commas (0,5) and spaces as the thousands separator (14 999,01; 12.000 also reads as 12000)"
     return f"{name}: decimal commas (0,5) and '.' as the thousands separator (12.000 = 12000)"
+
+
+def most_grouped(separators) -> str | None:
+    """The thousands separator most of ``separators`` are (the first written on a tie), those that group none
+    (``""``, ``None``) left out; ``None`` where none groups."""
+    grouping = Counter(sep for sep in separators if sep).most_common(1)
+    return grouping[0][0] if grouping else None
 
 
 def file_thousands(separators: dict, styled: bool) -> dict[str, str]:
@@ -466,8 +472,7 @@ def file_thousands(separators: dict, styled: bool) -> dict[str, str]:
     if not styled:
         return {}
     shown = [sep for sep in separators.values() if sep is not None]
-    grouping = [sep for sep in shown if sep]
-    fallback = Counter(grouping).most_common(1)[0][0] if grouping else "" if shown else None
+    fallback = most_grouped(shown) or ("" if shown else None)
     found = {name: fallback if sep is None else sep for name, sep in separators.items()}
     return {name: sep for name, sep in found.items() if sep is not None}
 
