@@ -18,7 +18,8 @@ model itself, as do the columns it was trained without (--drop-columns) and its 
 --target is the class to reach.
 
 --immutable and --mutability: what the explanation may not change (or only in one direction), by the model's column
-names, on top of the constraints the model was trained under (for the same column, the one given here holds).
+names, on top of the constraints the model was trained under (for the same column, the one given here holds, but it
+may not loosen what the model's data spec says, e.g. age: increase).
 """
 
 from __future__ import annotations
