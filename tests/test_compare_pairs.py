@@ -161,3 +161,30 @@ def test_the_built_in_sets_keep_their_training_and_evaluation_keys(data, keys):
     tasks = build_tasks([data], {}, args, None)
     assert [(t.role, training_key(t.resolved_config()), t.eval_key()) for t in tasks] == keys
     assert not any(getattr(t, "training_of", None) for t in tasks)
+
+
+@pytest.mark.parametrize("immutable, shared", [(None, ["sex"]), ("sex", ["sex"]), ("age", None), ("income", None)])
+def test_the_pairs_share_a_training_exactly_when_the_protected_one_adds_nothing(tmp_path, immutable, shared):
+    """An --immutable that names only the data spec's immutable columns adds nothing either (the same training);
+    one that adds a column, or makes age (increase only) immutable, trains a pair of its own. Shared roles have the
+    plausibility roles' training keys; the others keep theirs."""
+    from ct_lightning.experiment.studies.reproduce import training_key
+    from ct_lightning.experiment.workflows.compare import build_tasks, check_table_options
+    from recipes.compare import build_parser
+
+    (tmp_path / "loans.yaml").write_text(SPEC)
+    argv = ["--data", str(LOANS), "--target", "approved", "--data-spec", str(tmp_path / "loans.yaml"),
+            "--max-epochs", "1", *(["--immutable", immutable] if immutable else [])]
+    args = build_parser().parse_args(argv)
+    same = check_table_options(args, [str(LOANS)])
+    assert same == ({str(LOANS): shared} if shared else {})
+    tasks = {t.role: t for t in build_tasks([str(LOANS)], {}, args, None, same)}
+    for role in ("bl", "ct"):
+        protected = tasks[f"{role}_protected"]
+        assert protected.training_of == (role if shared else None)
+        same_key = training_key(protected.resolved_config()) == training_key(tasks[role].resolved_config())
+        assert same_key == bool(shared)
+    # --bl-run-id given: that role's actionability model is compare's own training again (the given run was trained
+    # as it was); the CT pair still shares one
+    given = build_tasks([str(LOANS)], {"bl": ["RUNID"]}, args, None, same)
+    assert [t.training_of for t in given] == [None, None, None, "ct" if shared else None]
