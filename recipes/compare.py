@@ -4,21 +4,21 @@ Per data set four models are trained with identical seeds and data (or reused by
   plausibility pair   BL, CT with all features mutable, evaluated all mutable      → IP, IP*
   actionability pair  BL, CT trained with the protected features immutable
                       (train(protect=True)) and evaluated with them immutable      → cost
-A table's data spec (its mutability and domain: facts about the data) holds in the training and evaluation of
-both pairs, as in train.py; --immutable is added for the actionability pair only. Under the table, table.md lists
-the constraints each pair was evaluated under (summary.json: evaluated_under, per model).
+A table's data spec (its mutability and domain: facts about the data) holds in the training and evaluation of both
+pairs, as in train.py; --immutable adds to the actionability pair only (adding none, it reuses the plausibility
+pair's models). table.md lists the constraints each pair was evaluated under (evaluated_under).
 Each is evaluated with the paper's protocol (recipes/evaluate.py); CT's effect is the percentage reduction
 100·(BL − CT)/BL with bootstrap standard errors (100 rounds) and an asterisk when the 99% bootstrap interval of the
 difference in means excludes zero (never with one evaluation run or a zero-width interval: no interval, no star).
 Only built-in data sets are put beside the paper's rows (paper_comparison.md); a table file is not, whatever its name.
 
 Outputs in --out-dir (default outputs/compare/): table.md, table.csv, summary.json (or --summary-json) and plots/,
-also logged to an MLflow parent run whose children are the training runs. --model/--from-checkpoint/--model-inputs:
-every role trains that network (beside given runs of one's own model: theirs, with their epochs and lr).
-Every model is keyed by its fully resolved training configuration (--model's module file and --from-checkpoint
-by content too); a re-run of the same command reuses finished trainings and evaluations from the MLflow store and
-continues where it stopped, so an interrupted reproduction loses at most the models in progress. Rows are written as
-soon as their four models are evaluated.
+also logged to an MLflow parent run (compare-loans-s0-immutable-age-...-SHORTID) whose children are the training
+runs. --model/--from-checkpoint/--model-inputs: every role trains that network (beside given runs of one's own model:
+theirs, with their epochs and lr). Every model is keyed by its fully resolved training configuration (--model's
+module file and --from-checkpoint by content too); a re-run of the same command reuses finished trainings and
+evaluations from the MLflow store and continues where it stopped, so an interrupted reproduction loses at most the
+models in progress. Rows are written as soon as their four models are evaluated.
 
 Examples:
   .venv/bin/python recipes/compare.py --data all --jobs 2                        # all nine rows, the paper's budget

@@ -62,17 +62,19 @@ def command_line_mutability(config: dict, feature_names: Sequence[str], groups=N
 SHOWN_HELD = 8  # features of one kind the start-up line names before it counts the rest (MNIST protects 280 pixels)
 
 
-def mutability_line(config: dict, held: Mapping[str, str], from_data: bool) -> str | None:
+def mutability_line(config: dict, held: Mapping[str, str], from_data: bool,
+                    protect_by: str = "--protect") -> str | None:
     """The start-up line saying what the searches keep to (``held``: the merged ``{feature: kind}``,
-    :func:`mutability_spec`) and where it came from (``from_data``: the data spec gave some of it):
-    ``mutability (--protect): age: none``; long lists of one kind are cut (``none: pixel_r0_c0, ...,
-    pixel_r27_c27 (280 features)``). ``None`` where every feature may change both ways."""
+    :func:`mutability_spec`) and where it came from (``from_data``: the data spec gave some of it; ``protect_by``:
+    who set ``protect``, where not the user's ``--protect``): ``mutability (--protect): age: none``; long lists of one
+    kind are cut (``none: pixel_r0_c0, ..., pixel_r27_c27 (280 features)``). ``None`` where every feature may change
+    both ways."""
     held = {name: kind for name, kind in held.items() if kind != "both"}
     if not held:
         return None
     sources = [words for words, given in (("data spec", from_data), ("--immutable", config.get("immutable")),
                                           ("--mutability", config.get("mutability")),
-                                          ("--protect", config.get("protect"))) if given]
+                                          (protect_by, config.get("protect"))) if given]
     by_kind: dict[str, list[str]] = {}
     for name, kind in held.items():
         by_kind.setdefault(kind, []).append(name)

@@ -290,7 +290,7 @@ def _architecture_from_source(source: str, given: dict) -> tuple[dict, dict]:
 
 
 def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None = None, echo=print,
-          resume_hint: str | None = None) -> dict:
+          resume_hint: str | None = None, protect_by: str = "--protect") -> dict:
     """Train one model as configured, track it in MLflow and return the run summary.
 
     ``overrides`` may hold ``config`` (a YAML file, below the other overrides), ``from_checkpoint``
@@ -299,7 +299,9 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     in the same MLflow run). ``callbacks`` are added to the Trainer's; ``tags`` are set on the
     MLflow run (e.g. ``{"mlflow.parentRunId": ID, "role": "CT"}``). A run that fails after it
     started ends FAILED with the error message as its ``error`` tag. ``echo`` prints progress lines;
-    ``resume_hint`` replaces the resume command they name (a sweep's trial: re-run the sweep).
+    ``resume_hint`` replaces the resume command they name (a sweep's trial: re-run the sweep). ``protect_by`` names
+    who set ``protect`` in the start-up line of what the searches keep to, where not the user (compare's
+    actionability pair).
     """
     overrides = preflight_training(overrides).overrides  # every check before anything is created
     quiet_console(bool(overrides.get("verbose")) or os.environ.get(VERBOSE_ENV) == "1")
@@ -307,14 +309,15 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
     stopper = StopOnSignal(echo)  # SIGTERM/SIGINT: stop at the end of the epoch, after its checkpoint
     stopper.install()
     try:
-        result = _train(overrides, callbacks, tags, echo, stopper, resume_hint)
+        result = _train(overrides, callbacks, tags, echo, stopper, resume_hint, protect_by)
     finally:
         stopper.restore()
     stopper.pass_on()  # a signal in the last epoch still stops the study that called this
     return result
 
 
-def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume_hint: str | None = None) -> dict:
+def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume_hint: str | None = None,
+           protect_by: str = "--protect") -> dict:
     config, run_id, resume_from, weights, inherited = _prepare(overrides, echo)
     check_cpu_math(config.get("cpu_math", "native"))  # portable must have been chosen before torch started
     set_search_compile(config["search_compile"])
@@ -334,7 +337,8 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
         echo("CT settings (given, else chosen from the training rows' size): "
              + ", ".join(f"{k} {v}" for k, v in chosen.items()), flush=True)
     given = module.hparams.mutability  # the data spec's and --immutable/--mutability/--protect's: what searches keep to
-    held = mutability_line(config, given if isinstance(given, dict) else {}, bool(data_mutability(datamodule)))
+    held = mutability_line(config, given if isinstance(given, dict) else {}, bool(data_mutability(datamodule)),
+                           protect_by)
     if held:
         echo(held, flush=True)
     if resume_from is None and config.get("from_checkpoint"):

@@ -31,6 +31,7 @@ ROLES = (  # (role, objective, protected)
 # The run's role tag: its name's last part and its registered model (ct-adult-bl, ct-adult-bl-protected), so that the
 # actionability pair neither looks like the plausibility pair in the MLflow UI nor replaces its registered versions.
 ROLE_LABELS = {"bl": "BL", "ct": "CT", "bl_protected": "BL-protected", "ct_protected": "CT-protected"}
+PROTECT_BY = "compare's actionability pair"  # who set protect, in a protected role's start-up line (not --protect)
 
 
 # What the authors' code trained with for Table 1 where it differs from the stated defaults:
@@ -179,6 +180,10 @@ class Task:
     parent_run_id: str | None = None
     reuse_run_id: str | None = None
     threads: int = 1
+    # the role of the same data whose training this one's is (``"bl"`` for ``bl_protected``): an actionability pair
+    # that would train exactly as the plausibility pair (a table whose data spec already holds every protected column
+    # immutable in both) reuses its models and is only evaluated, for the cost column (``None``: trained itself)
+    training_of: str | None = None
     _config: dict | None = field(default=None, init=False, repr=False, compare=False)  # resolved once
 
     @property
@@ -189,9 +194,9 @@ class Task:
 
     def overrides(self) -> dict:
         """The training overrides of this task."""
-        return {**self.training, "data": self.data, "objective": self.objective, "protect": self.protected,
-                "tracking_uri": self.tracking_uri, "experiment": self.experiment,
-                "progress": False}
+        return {**self.training, "data": self.data, "objective": self.objective,
+                "protect": self.protected and self.training_of is None, "tracking_uri": self.tracking_uri,
+                "experiment": self.experiment, "progress": False}
 
     def resolved_config(self) -> dict:
         """The fully resolved training configuration (what the key is computed from), resolved once per task."""
@@ -201,17 +206,26 @@ class Task:
             self._config = resolve_config(self.overrides())
         return dict(self._config)
 
+    @property
+    def evaluated_as(self) -> tuple[bool, bool]:
+        """``(protect, all_mutable)`` of this task's evaluation. An actionability model that is the plausibility
+        pair's (``training_of``) is evaluated as that pair is: its protected columns are the data spec's immutable
+        ones, which hold there already (the same constraints, so the same key: with the same protocol, one
+        evaluation serves both columns)."""
+        protect = self.protected and self.training_of is None
+        return protect, not protect
+
     def eval_key(self) -> str:
         """Key of this task's evaluation (its protocol and constraints)."""
-        return evaluation_key(self.protocol, self.protected, not self.protected,
-                              data_spec_holds=is_table_file(self.data))
+        return evaluation_key(self.protocol, *self.evaluated_as, data_spec_holds=is_table_file(self.data))
 
     def constraints(self, module, datamodule):
         """The constraints this task's model is evaluated under: the data's own mutability (a table's data spec)
         always; the actionability pair also its training constraints and protected features."""
         from ct_lightning.evaluation import evaluation_constraints
 
-        return evaluation_constraints(module, datamodule, protect=self.protected, all_mutable=not self.protected)
+        protect, all_mutable = self.evaluated_as
+        return evaluation_constraints(module, datamodule, protect=protect, all_mutable=all_mutable)
 
 
 def constraints_in_words(task: Task) -> str:
@@ -220,6 +234,9 @@ def constraints_in_words(task: Task) -> str:
     ``--immutable`` is added for the actionability pair only."""
     # a given run (--bl-run-id ...) was trained as it was, perhaps with --immutable: only its evaluation is compare's
     when = "in evaluation (trained as the given run was)" if task.reuse_run_id else "in training and evaluation"
+    if task.training_of:
+        return (f"the data spec's own mutability {when}: the plausibility pair's {ROLE_LABELS[task.training_of]}, "
+                "for the cost column")
     if task.protected:
         protected = ("--immutable columns and the data spec's mutability" if is_table_file(task.data)
                      else "protected features immutable")
@@ -268,7 +285,8 @@ def run_task(task: Task) -> dict:
         tags = {CONFIG_KEY_TAG: key, "ct.compare.role": task.role, "role": ROLE_LABELS[task.role]}
         if task.parent_run_id:
             tags["mlflow.parentRunId"] = task.parent_run_id
-        run_id = train(task.overrides(), tags=tags, echo=child_training_echo)["run_id"]
+        # compare, not the user, set protect: the start-up line names the pair (a table's --immutable beside it)
+        run_id = train(task.overrides(), tags=tags, echo=child_training_echo, protect_by=PROTECT_BY)["run_id"]
     train_seconds = time.perf_counter() - started
     if evaluated:
         loaded = load_run(run_id, task.tracking_uri)
@@ -296,6 +314,10 @@ def describe_plan(tasks: list[Task], client, actionability: bool) -> list[str]:
         what = constraints_in_words(task)
         if task.reuse_run_id:
             action = f"reuse run {run_id} (given), {'evaluation stored' if evaluated else 'evaluate it'}"
+        elif task.training_of:
+            same = task.label.rsplit("/", 1)[0] + "/" + task.training_of
+            action = (f"reuse the model of {same} (the same training), "
+                      f"{'evaluation stored' if evaluated else 'evaluate it for the cost column'}")
         elif run_id:
             action = (f"reuse finished run {run_id} (same configuration in the store), "
                       f"{'evaluation stored' if evaluated else 'evaluate it'}")
@@ -375,6 +397,10 @@ def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print, ex
     echo(f"reproduction: {len(tasks)} models, {len(done)} already trained and evaluated in the store; "
          f"{len(tasks) - len(done)} to do with {jobs} process(es)", flush=True)
     order = sorted(tasks, key=lambda t: (t.label in done, -cost_hint(t.data)))
+    # a task that reuses another's training (training_of) runs once that one has finished: run beside it, it
+    # would not find the model in the store and train it a second time
+    waiting = [t for t in order if t.training_of and t.label not in done]
+    order = [t for t in order if t not in waiting]
     outcomes: dict[str, dict] = {}
     failures: list[str] = []
 
@@ -388,25 +414,34 @@ def run_tasks(tasks: list[Task], jobs: int, client, on_done=None, echo=print, ex
         if on_done:
             on_done(outcome.result)
 
-    executor = executor or LocalExecutor(jobs, order[0].threads if order else 1, fail_fast=True)
-    executor.run(run_task, order, [t.label for t in order], finished)
+    executor = executor or LocalExecutor(jobs, (order or waiting)[0].threads if order or waiting else 1,
+                                         fail_fast=True)
+    for batch in (order, waiting):
+        if batch and not failures:
+            executor.run(run_task, batch, [t.label for t in batch], finished)
     if failures:
         raise RuntimeError("tasks failed: " + "; ".join(failures))
     return outcomes
 
 
 def find_or_create_parent(client, experiment: str, artifact_location: str | None, key: str, name: str) -> str:
-    """The parent run of a reproduction with this key (reopened), or a new one."""
+    """The parent run of a reproduction with this key (reopened), or a new one named ``name`` and the first 6
+    characters of its id, so that compares of the same data differ in the UI (a parent named before, ``compare
+    PATH``, as all of one table's were, takes that name when reopened)."""
     found = client.get_experiment_by_name(experiment)
     experiment_id = found.experiment_id if found else client.create_experiment(experiment,
                                                                               artifact_location=artifact_location)
     runs = client.search_runs([experiment_id], f"tags.`ct.reproduction_key` = '{key}'",
                               order_by=["attributes.start_time DESC"], max_results=1)
     if runs:
-        client.update_run(runs[0].info.run_id, status="RUNNING")
-        return runs[0].info.run_id
+        run_id = runs[0].info.run_id
+        client.update_run(run_id, status="RUNNING")
+        if (runs[0].info.run_name or "").startswith("compare "):
+            client.update_run(run_id, name=f"{name}-{run_id[:6]}")
+        return run_id
     run = client.create_run(experiment_id, run_name=name, tags={"ct.role": "compare", "ct.reproduction_key": key,
                                                                 "role": "compare"})
+    client.update_run(run.info.run_id, name=f"{name}-{run.info.run_id[:6]}")
     return run.info.run_id
 
 

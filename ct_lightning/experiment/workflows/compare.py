@@ -89,16 +89,18 @@ OPTION_HINTS = {"--mutability": "compare.py takes a table's increase/decrease-on
                                 "--immutable adds protected columns to the actionability pair"}
 
 
-def check_table_options(args, names: list[str]) -> None:
+def check_table_options(args, names: list[str]) -> dict[str, list[str]]:
     """A table needs ``--target``; its actionability pair needs protected features (``--immutable`` or a data
-    spec's ``mutability: none``); ``--target``/``--immutable`` without a use are refused, not ignored."""
+    spec's ``mutability: none``); ``--target``/``--immutable`` without a use are refused, not ignored. Returns the
+    tables whose actionability pair would train exactly as their plausibility pair (every column it protects is one
+    the data spec already holds immutable in both pairs), each with those columns: their models are trained once."""
     tables = [name for name in names if is_table_file(name)]
     if not tables:
         for option in ("target", "data_spec", "drop_columns", "balance", "immutable"):
             if getattr(args, option) not in (None, "", [], "none"):
                 raise InputError(f"--{option.replace('_', '-')}", str(getattr(args, option)),
                                  "only with a table file in --data (the built-in sets define their own)")
-        return
+        return {}
     if not args.target:
         raise InputError("--target", "(none)", f"the target column of {Path(tables[0]).name}")
     if args.immutable and not args.actionability:
@@ -111,13 +113,19 @@ def check_table_options(args, names: list[str]) -> None:
                              "balance": args.balance})
     from ct_lightning.experiment.configuration.settings import data_class  # noqa: PLC0415 - imports torch
 
+    from ct_lightning.constraints import data_mutability  # noqa: PLC0415
+
+    same_training = {}
     for table in tables:  # reading the table checks it (columns, classes, missing values, ...) before any work
         module = data_class(table)(table, **table_options(args))
-        check_immutable_columns(args.immutable, module)
+        held = check_immutable_columns(args.immutable, module)
         if args.actionability and not args.immutable and not module.protected_features:
             raise InputError("--immutable", "(none)", f"the protected columns of {Path(table).name} for the "
                              "actionability pair (e.g. --immutable age,sex), a data spec with mutability: none, "
                              "or --no-actionability")
+        if args.actionability and held == data_mutability(module):
+            same_training[table] = [name for name, kind in held.items() if kind == "none"]
+    return same_training
 
 
 def check_own_model(args, names: list[str]) -> None:
@@ -144,20 +152,24 @@ def check_own_model(args, names: list[str]) -> None:
         factory_arguments(args.model, load_factory(args.model))
 
 
-def check_immutable_columns(immutable, module) -> None:
+def check_immutable_columns(immutable, module) -> dict[str, str]:
     """``--immutable`` names columns of the table (the data spec's mutability checked with it), by the check a
-    training makes (``mutability_spec``), before the first pair trains."""
+    training makes (``mutability_spec``), before the first pair trains; returns what the actionability pair's
+    trainings keep to (the data spec's mutability, ``--immutable`` and the protected columns), ``{column: kind}``."""
     from ct_lightning.experiment.configuration.data import mutability_spec  # noqa: PLC0415 - imports torch
 
     module.setup("fit")
     try:
-        mutability_spec({"mutability": None, "immutable": csv_names(immutable), "protect": False}, module)
+        return mutability_spec({"mutability": None, "immutable": csv_names(immutable), "protect": True}, module)
     except ValueError as error:  # compare has no --mutability: name the option the user gave
         raise ValueError(str(error).replace("mutability/immutable:", "--immutable:", 1)) from None
 
 
-def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, parent: str | None) -> list[Task]:
-    """One task per data set and role, with the shared training budget and evaluation protocol."""
+def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, parent: str | None,
+                same_training: dict | None = None) -> list[Task]:
+    """One task per data set and role, with the shared training budget and evaluation protocol. For a table in
+    ``same_training`` (:func:`check_table_options`) the actionability roles reuse the plausibility pair's models
+    (``Task.training_of``) where no run of either role is given."""
     from ct_lightning.experiment.studies.reproduce import Task, role_training_overrides  # noqa: PLC0415 - heavy
 
     training = {"max_epochs": args.max_epochs, "seed": args.seed, "nce": args.nce, "search_lr": args.search_lr,
@@ -171,19 +183,57 @@ def build_tasks(names: list[str], reuse_lists: dict[str, list[str]], args, paren
     tasks = []
     for i, data in enumerate(names):
         for role, objective, protected in roles:
-            ids = reuse_lists.get(role) or []
+            given_ids = {key: (ids[i] or None) if ids else None for key, ids in reuse_lists.items()}
+            main = role.removesuffix("_protected")
+            shared = protected and data in (same_training or {}) and not (given_ids.get(role) or given_ids.get(main))
             protocol = asdict(protocol_config(args, data, cost_pair=protected))
             given = {k: v for k, v in training.items() if v is not None}  # explicit flags beat the preset
-            role_training = {**role_training_overrides(args.protocol, data, role), **given}
+            role_training = {**role_training_overrides(args.protocol, data, main if shared else role), **given}
             if not is_table_file(data):
                 role_training = {k: v for k, v in role_training.items()
                                  if k not in TABLE_KEYS}
-            elif protected and args.immutable:
+            elif protected and args.immutable and not shared:
                 role_training["immutable"] = args.immutable
             tasks.append(Task(data, role, objective, protected, role_training, protocol, args.tracking_uri,
-                              args.experiment, parent, (ids[i] or None) if ids else None,
-                              threads_for(args.threads, args.model, args.accelerator)))
+                              args.experiment, parent, given_ids.get(role),
+                              threads_for(args.threads, args.model, args.accelerator), main if shared else None))
     return tasks
+
+
+def same_training_line(table: str, columns: list[str], immutable: str | None) -> str:
+    """The plan's one line for a table whose actionability pair would train as its plausibility pair."""
+    from ct_lightning.experiment.runs.lifecycle import data_label  # noqa: PLC0415
+
+    given = f"--immutable {immutable} adds no column" if immutable else "no --immutable"
+    return (f"  {data_label(table)}: the actionability pair would train exactly as the plausibility pair ({given}; "
+            f"the data spec holds {', '.join(columns)} immutable in both): its BL and CT are trained once, and the "
+            f"cost column measures their counterfactuals with {', '.join(columns)} immutable (--immutable COLUMNS "
+            "protects more columns in the actionability pair)")
+
+
+def parent_run_name(names: list[str], args, seeds: list[int] | None = None) -> str:
+    """The descriptive name of a compare's parent run (``find_or_create_parent`` adds its short id, as a training's
+    name has one): the data (a table by its file's stem), the seed or seeds, and what tells two compares of the same
+    data apart where given: ``compare-loans-s0-immutable-age,sex-spec-loans-hiring_net:Net-no-cost-paper-5ep``."""
+    from ct_lightning.experiment.runs.lifecycle import data_label  # noqa: PLC0415
+
+    parts = ["compare", ",".join(data_label(name) for name in names),
+             "seeds-" + ",".join(map(str, seeds)) if seeds else f"s{args.seed}"]
+    if args.immutable:
+        parts.append("immutable-" + ",".join(csv_names(args.immutable)))
+    if args.data_spec:
+        parts.append(f"spec-{Path(args.data_spec).stem}")
+    if args.model not in (None, "mlp"):
+        parts.append(args.model)
+    if args.from_checkpoint:
+        parts.append("from-checkpoint")
+    if not args.actionability:
+        parts.append("no-cost")
+    if args.protocol != "reference":
+        parts.append(args.protocol)
+    if args.max_epochs not in (None, EPOCHS):
+        parts.append(f"{args.max_epochs}ep")
+    return "-".join(parts)
 
 
 def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, client, parent: str,
@@ -296,7 +346,7 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
             names, taken = settings_from_runs(args, reuse_lists, names)
         if args.max_epochs is None:  # not given, nor taken from given runs of a model of one's own
             args.max_epochs = EPOCHS
-        check_table_options(args, names)
+        same_training = check_table_options(args, names)
         check_own_model(args, names)
         check_accelerator("--accelerator", args.accelerator)
         if not given_runs:  # else checked before the runs were read
@@ -319,33 +369,34 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     command = f"cd {shlex.quote(os.getcwd())} && " + recipe_command("compare",
                                                                      list(argv if argv is not None else sys.argv[1:]))
     if seeds is None:
-        return run_seed(args, names, reuse_lists, client, artifact_location, command, out_dir)
+        return run_seed(args, names, reuse_lists, client, artifact_location, command, out_dir, same_training)
     summaries = {}
     for seed in seeds:  # one seed after another; each is the resumable single-seed reproduction
         print(f"=== training seed {seed} ({seeds.index(seed) + 1}/{len(seeds)}) ===", flush=True)
         seed_args = argparse.Namespace(**{**vars(args), "seed": seed})
         summaries[seed] = run_seed(seed_args, names, reuse_lists, client, artifact_location, command,
-                                   out_dir / f"s{seed}", quiet=True)
+                                   out_dir / f"s{seed}", same_training, quiet=True)
     from ct_lightning.experiment.workflows.compare_seeds import write_seed_outputs  # noqa: PLC0415
 
     return write_seed_outputs(summaries, args, names, client, artifact_location, command, out_dir)
 
 
 def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_location, command: str, out_dir: Path,
-             quiet: bool = False) -> dict:
-    """Train or reuse, evaluate and compare every model of one training seed (``args.seed``); returns the summary."""
+             same_training: dict | None = None, quiet: bool = False) -> dict:
+    """Train or reuse, evaluate and compare every model of one training seed (``args.seed``); returns the summary.
+    ``same_training``: the tables whose actionability pair is their plausibility pair (:func:`check_table_options`)."""
     from ct_lightning.evaluation.plots import plot_robust_accuracy_panels  # noqa: PLC0415
     from ct_lightning.experiment.runs.lifecycle import link_children  # noqa: PLC0415
     from ct_lightning.experiment.studies.reproduce import (describe_plan, find_or_create_parent, is_synthetic,  # noqa: PLC0415
                                                    run_tasks, stable_key, training_key)
 
     out_dir.mkdir(parents=True, exist_ok=True)
-    tasks = build_tasks(names, reuse_lists, args, None)
+    tasks = build_tasks(names, reuse_lists, args, None, same_training)
     reproduction_key = stable_key({"tasks": [(t.label, training_key(t.resolved_config()), t.eval_key())
                                              for t in tasks], "n_boot": args.n_boot,
                                    "confidence": args.confidence})
     parent = find_or_create_parent(client, args.experiment, artifact_location, reproduction_key,
-                                   f"compare {','.join(names)}")
+                                   parent_run_name(names, args))
     for task in tasks:  # the same tasks, now children of the parent run (their configuration is resolved once)
         task.parent_run_id = parent
     client = parent_client(client, args.tracking_uri, parent, out_dir)
@@ -361,6 +412,9 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
           f"are reused)", flush=True)
     print(f"compare plan: {len(tasks)} models", flush=True)
     print("\n".join(describe_plan(tasks, client, args.actionability)), flush=True)
+    shared = {task.data for task in tasks if task.training_of}
+    for table in (name for name in names if name in shared):
+        print(same_training_line(table, same_training[table], args.immutable), flush=True)
     status = "FAILED"
     outage: BaseException | None = None
     rows: dict[str, dict] = {}
@@ -438,8 +492,13 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
         return summary
     print(summary["table_markdown"])
     if any(is_table_file(name) for name in names):
+        from ct_lightning.experiment.runs.lifecycle import data_label  # noqa: PLC0415
+
+        once = ", ".join(data_label(name) for name in names if name in shared)
         print("IP/IP*: a table's data spec (mutability and domain) holds in the training and evaluation of both "
-              "pairs; Cost: --immutable columns immutable in addition, in training and evaluation.")
+              "pairs; Cost: --immutable columns immutable in addition, in training and evaluation"
+              + (f" ({once}: none in addition, so its cost column measures the plausibility pair's models)." if once
+                 else "."))
     else:
         print("IP/IP*: all features mutable; Cost: protected features immutable in training and evaluation.")
     print(statistic_legend(summary["statistic"], args.confidence))

@@ -28,8 +28,10 @@ def write_seed_outputs(summaries: dict[int, dict], args, names: list[str], clien
 
     seeds = sorted(summaries)
     key = stable_key({"seeds": {str(s): summaries[s]["reproduction_key"] for s in seeds}})
+    from ct_lightning.experiment.workflows.compare import parent_run_name  # noqa: PLC0415
+
     parent = find_or_create_parent(client, args.experiment, artifact_location, key,
-                                   f"compare {','.join(names)} seeds {','.join(map(str, seeds))}")
+                                   parent_run_name(names, args, seeds))
     client = parent_client(client, args.tracking_uri, parent, out_dir)
     for seed in seeds:
         client.set_tag(summaries[seed]["parent_run_id"], "mlflow.parentRunId", parent)
