@@ -439,7 +439,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
                                               if value == value})  # not NaN
             write_outputs([rows[n] for n in names if n in rows], plots, args, client, parent, command, out_dir,
                            final=False)
-            print(f"table row {data} written to {out_dir / 'table.md'}", flush=True)
+            print(f"table row {row['data']} written to {out_dir / 'table.md'}", flush=True)
         if len(outcomes) < len(tasks):
             stopping.check()  # a safe point: the outcome and its table row are kept, no write is under way
 
