@@ -645,7 +645,8 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     example = explain_example(datamodule)
     if example:  # a table: the next step, explaining one of its decisions, as a command that runs as printed
         summary["explain_command"] = recipe_command("explain", ["--run-id", run_id, "--tracking-uri",
-                                                                config["tracking_uri"], "--row", json.dumps(example)])
+                                                                config["tracking_uri"], "--row",
+                                                                json.dumps(example, ensure_ascii=False)])
     client.log_metric(run_id, "fit_seconds", fit_seconds)
     weights = save_network_weights(module.model, config["checkpoint_dir"])  # --model-inputs: for your own pipeline
     if weights is not None:
