@@ -180,7 +180,8 @@ def output_labels(order: list[int], classes: list) -> list:
 
 def _inputs_shown(source) -> str:
     if isinstance(source, dict):
-        return f"an object of {len(source.get('inputs') or [])} inputs and outputs {json.dumps(source.get('outputs'))}"
+        outputs = json.dumps(source.get("outputs"), ensure_ascii=False)
+        return f"an object of {len(source.get('inputs') or [])} inputs and outputs {outputs}"
     return source if isinstance(source, str) else f"a list of {len(source)} inputs"
 
 
