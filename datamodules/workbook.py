@@ -310,7 +310,8 @@ def workbook_cells(value, option: str = "data"):
     """The sheet ``value`` names (``loans.xlsx``, ``loans.xlsx#Applications``) as a DataFrame of text cells
     (:func:`_text`) whose columns are row 1's names (an empty name: ``Unnamed: N``, as pandas names a CSV's), the
     note saying which sheet was read, and whether its numbers are written with decimal commas
-    (:func:`writes_decimal_commas`: the cells are then ``1.234,5``, as such an Excel saves them as CSV). One-line ``TableError`` naming ``option``: several sheets and none named,
+    (:func:`writes_decimal_commas`: the cells are then ``1.234,5``, as such an Excel saves them as CSV). One-line
+    ``TableError`` naming ``option``: several sheets and none named,
     an unknown sheet, a formula without a stored value. Rows and columns left empty at the end stay for the CSV
     reader's tidying, which leaves them out."""
     import openpyxl  # noqa: PLC0415

@@ -405,7 +405,7 @@ def test_a_workbook_of_amounts_formatted_as_in_germany_reads_and_shows_numbers_a
     from ct_lightning.models import build_mlp
 
     frame = _hr_frame()
-    book = _formatted_book(tmp_path / "bewerbungen.xlsx", frame, {"Gehaltswunsch": '#,##0.00\\ "€"'})
+    _formatted_book(tmp_path / "bewerbungen.xlsx", frame, {"Gehaltswunsch": '#,##0.00\\ "€"'})
     frame.assign(Gehaltswunsch=frame["Gehaltswunsch"].map(lambda v: f"{v:,.2f} €".translate(GERMAN)),
                  Teilzeitanteil=frame["Teilzeitanteil"].map(lambda v: repr(v).replace(".", ","))
                  ).to_csv(tmp_path / "bewerbungen.csv", sep=";", index=False)
