@@ -283,7 +283,20 @@ def _check_first_row(rows: list[list], value: str, option: str) -> None:
         shown = f" (only {', '.join(repr(str(cell)) for cell in named)})" if named else ""
         raise TableError(option, value, f"row 1 of {Path(value).name} names {len(named)} of its {len(filled)} columns"
                          f"{shown}: are the column names on a lower row, below a title?", "a sheet whose row 1 holds "
-                         "the column names: delete the rows above them")
+                         f"the column names: {_rows_to_delete(rows, len(filled))}")
+
+
+def _rows_to_delete(rows: list[list], filled: int) -> str:
+    """What to delete so that row 1 holds the column names: the rows above the first of the top rows whose cells
+    are text in at least half of the ``filled`` columns (``delete rows 1 to 2 (row 3 holds 'Alter', ...)``), or
+    the rows above them where no such row is near the top."""
+    for r, row in enumerate(rows[1:20], start=2):
+        texts = [str(cell).strip() for cell in row if isinstance(cell, str) and cell.strip()]
+        if len(texts) >= 2 and 2 * len(texts) >= filled and len(texts) == sum(cell is not None for cell in row):
+            above = "row 1" if r == 2 else f"rows 1 to {r - 1}"
+            shown = ", ".join(map(repr, texts[:3])) + (", ..." if len(texts) > 3 else "")
+            return f"delete {above} (row {r} holds {shown})"
+    return "delete the rows above them"
 
 
 def _table_sheets(book) -> list[str]:

@@ -146,7 +146,8 @@ def _train_py(tmp_path: Path, data: str, script: str = "train.py") -> subprocess
     ("gaps.xlsx", "error: --data: column 'income' has 1 missing value(s) (empty or '?') in gaps.xlsx; pass --impute "
                   "drop"),
     ("titled.xlsx", "error: --data: row 1 of titled.xlsx names 1 of its 8 columns (only 'Loan book 2023'): are the "
-                    "column names on a lower row, below a title? allowed: a sheet whose row 1 holds the column names"),
+                    "column names on a lower row, below a title? allowed: a sheet whose row 1 holds the column names: "
+                    "delete row 1 (row 2 holds 'age', 'income', 'debt', ...)"),
     ("formula.xlsx", "error: --data: 300 cell(s) of formula.xlsx hold a formula without a stored value (first: I2, "
                      "=B2/C2): the file was written by a program that does not compute formulas; allowed: a workbook "
                      "saved by Excel or LibreOffice"),
@@ -451,3 +452,23 @@ def test_a_sheet_of_euro_amounts_beside_dollar_ones_keeps_decimal_points(tmp_pat
     book = _formatted_book(tmp_path / "mixed.xlsx", frame, {"Gehaltswunsch": '#,##0.00\\ "€"', "Bonus": '"$"#,##0'})
     module = TableDataModule(str(book), target="Eingestellt")
     assert not module.codec.decimal_comma and module.frame["Gehaltswunsch"].tolist() == frame["Gehaltswunsch"].tolist()
+
+
+def test_a_title_and_an_empty_row_above_the_names_are_named_as_the_rows_to_delete(tmp_path):
+    """An HR system's export: a title in row 1, an empty row 2, the column names in row 3. The refusal said "delete
+    the rows above them"; it now says which rows, and which row holds the names."""
+    from datamodules.table_format import TableError
+
+    frame = _hr_frame()
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.append(["Bewerbungen 2024 – alle Stellen"])
+    sheet.append([])
+    sheet.append(list(frame.columns))
+    for row in frame.itertuples(index=False):
+        sheet.append(list(row))
+    book.save(tmp_path / "export.xlsx")
+    with pytest.raises(TableError, match=r"allowed: a sheet whose row 1 holds the column names: delete rows 1 to 2 "
+                                         r"\(row 3 holds 'Berufserfahrung \(Jahre\)', 'Teilzeitanteil', "
+                                         r"'Gehaltswunsch', \.\.\.\)$"):
+        TableDataModule(str(tmp_path / "export.xlsx"), target="Eingestellt")
