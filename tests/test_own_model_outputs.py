@@ -101,3 +101,21 @@ def test_a_network_of_more_outputs_than_classes_is_refused_naming_the_classes(ow
                                  "2 classes (no, yes)); allowed: a network of 2 outputs, one per class in this order"), \
         error
     assert not [line for line in lines if line.startswith("MLflow run")], lines
+
+
+def test_a_fine_tuning_of_ones_own_model_is_tagged_by_its_model_and_weights(own_net, tmp_path):
+    """A fine-tuned ``hr_net:make`` from ``hr_model.pt`` and a default MLP trained from scratch on the same table were
+    both named ``loans-full-ecco-s0-...`` with the same tags; the runs list now tells them apart."""
+    from mlflow.tracking import MlflowClient
+
+    from one_logit_net import make
+
+    torch.save(make(4).state_dict(), tmp_path / "hr_model.pt")
+    (tmp_path / "inputs.json").write_text(json.dumps({"inputs": INPUTS, "outputs": ["no", "yes"]}))
+    tuned = train({**own_net, "from_checkpoint": str(tmp_path / "hr_model.pt"),
+                   "model_inputs": str(tmp_path / "inputs.json")})
+    scratch = train({**own_net, "model": "mlp", "checkpoint_dir": str(tmp_path / "scratch")})
+    client = MlflowClient(tracking_uri=own_net["tracking_uri"])
+    tags = {key: client.get_run(run["run_id"]).data.tags for key, run in (("tuned", tuned), ("scratch", scratch))}
+    assert (tags["tuned"]["model"], tags["tuned"]["from_checkpoint"]) == ("one_logit_net:make", "hr_model.pt")
+    assert "model" not in tags["scratch"] and "from_checkpoint" not in tags["scratch"]
