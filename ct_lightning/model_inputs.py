@@ -60,8 +60,13 @@ def _shown(source) -> str:
     if isinstance(source, list):
         return f"a list of {len(source)} inputs"
     if isinstance(source, Mapping) and isinstance(source.get("inputs"), list):
-        return f"an object of {len(source['inputs'])} inputs and outputs {json.dumps(source.get('outputs'))}"
+        return f"an object of {len(source['inputs'])} inputs and outputs {_json(source.get('outputs'))}"
     return repr(source)
+
+
+def _json(value) -> str:
+    """``value`` as JSON in a message, its letters as written (``"männlich"``, not ``"m\\u00e4nnlich"``)."""
+    return json.dumps(value, ensure_ascii=False)
 
 
 def _finite(value) -> bool:
@@ -108,7 +113,7 @@ def read_model_spec(source) -> tuple[list[dict], list | None]:
 def _outputs(source, outputs) -> list:
     """The ``outputs`` list, checked for its form: at least two classes, each a text, number or true/false, none
     twice."""
-    shown = f'"outputs" {json.dumps(outputs)}'
+    shown = f'"outputs" {_json(outputs)}'
     if not isinstance(outputs, list) or len(outputs) < 2 or any(
             value is None or isinstance(value, (list, dict)) for value in outputs):
         raise _refuse(source, shown, OUTPUTS_ALLOWED + ", at least two")
@@ -130,9 +135,9 @@ def output_order(outputs: Sequence | None, classes: Sequence, width: int | None,
         if width == 1 and len(classes) == 2:
             raise _refuse(source, "the model has one output unit and no \"outputs\" says which class it scores",
                           f'the object {{"inputs": [...], "outputs": [NEGATIVE, POSITIVE]}}: add "outputs", e.g. '
-                          f'{json.dumps(classes)} if the unit is the log-odds of {classes[1]!r}')
+                          f'{_json(classes)} if the unit is the log-odds of {classes[1]!r}')
         return None
-    shown = f'"outputs" {json.dumps(outputs)}'
+    shown = f'"outputs" {_json(outputs)}'
     indices = [_index(classes, value) for value in outputs]
     if None in indices:
         unknown = outputs[indices.index(None)]
@@ -156,7 +161,7 @@ def _entry(source, position: int, entry, count: int) -> dict:
     """One entry, checked: ``position`` counts from 1."""
     where = f"input {position} of {count}"
     if not isinstance(entry, Mapping):
-        raise _refuse(source, f"{where} is {json.dumps(entry)}, not an object")
+        raise _refuse(source, f"{where} is {_json(entry)}, not an object")
     feature = entry.get("feature")
     if not isinstance(feature, str) or not feature.strip():
         raise _refuse(source, f"{where} has no \"feature\" (the table's column it is made from)")
@@ -173,19 +178,19 @@ def _entry(source, position: int, entry, count: int) -> dict:
     if forms == ["category"]:
         value = entry["category"]
         if value is None or isinstance(value, (list, dict)):
-            raise _refuse(source, f"{where} ({feature}): category {json.dumps(value)}",
+            raise _refuse(source, f"{where} ({feature}): category {_json(value)}",
                           "a category of the column: a text, a number or true/false")
         return {"feature": feature, "category": value}
     if forms == ["codes"]:
         codes = entry["codes"]
         if not isinstance(codes, Mapping) or not codes or not all(_finite(v) for v in codes.values()):
-            raise _refuse(source, f"{where} ({feature}): codes {json.dumps(codes)}",
+            raise _refuse(source, f"{where} ({feature}): codes {_json(codes)}",
                           "an object of each category of the column and its number, e.g. {\"HS\": 0, \"BSc\": 1}")
         return {"feature": feature, "codes": {str(k): float(v) for k, v in codes.items()}}
     center, scale = entry.get("center", 0.0), entry.get("scale", 1.0)
     for name, value in (("center", center), ("scale", scale)):
         if not _finite(value):
-            raise _refuse(source, f"{where} ({feature}): {name} {json.dumps(value)}", "a finite number")
+            raise _refuse(source, f"{where} ({feature}): {name} {_json(value)}", "a finite number")
     if scale == 0:
         raise _refuse(source, f"{where} ({feature}): scale 0", "a number other than 0 (the input is "
                       "(value - center) / scale; a constant column's StandardScaler scale is 1)")

@@ -411,17 +411,18 @@ def read_csv(path, option: str = "data") -> pd.DataFrame:
 
 
 def _typed_cells(cells: pd.DataFrame, path: Path, option: str, notes: list[str], decimal_commas: bool = False,
-                 semicolons: bool = False) -> pd.DataFrame:
+                 semicolons: bool = False, decided: bool | None = None) -> pd.DataFrame:
     """:func:`read_csv`'s reading of a table's cells as written (text, ``None`` for an empty cell), a CSV's or a
     workbook's (:func:`~datamodules.workbook.workbook_cells`): names and cells tidied, rows and unnamed columns with
     no value left out, then per column missing words, numbers and dressed numbers. ``decimal_commas``: look for
     them (a file whose columns the comma does not separate); ``semicolons``: a ``;``-separated file, whose dotted
-    numbers may be thousands."""
+    numbers may be thousands; ``decided``: whether the numbers are written with decimal commas, where the file says
+    so itself (a workbook's number formats), instead of looking."""
     cells.columns = [column_name(c) for c in cells.columns]
     cells = cells.apply(_tidy_text).dropna(how="all").reset_index(drop=True)
     cells = cells.drop(columns=[c for c in cells.columns if c.startswith("Unnamed: ") and cells[c].isna().all()])
     _check_header(cells, path, option)
-    decimal_comma = decimal_commas and _uses_decimal_comma(cells)
+    decimal_comma = decided if decided is not None else decimal_commas and _uses_decimal_comma(cells)
     comma_note = len(notes) if decimal_comma else None  # said once the columns' thousands separators are known
     frame, units, written, separators, dressed = pd.DataFrame(index=cells.index), {}, {}, {}, False
     for name in cells.columns:
@@ -480,10 +481,11 @@ def file_thousands(separators: dict, styled: bool) -> dict[str, str]:
 def read_workbook(value, option: str = "data") -> pd.DataFrame:
     """An Excel workbook's sheet (``loans.xlsx``, ``loans.xlsx#Applications``) as :func:`read_csv` reads the same
     table saved as CSV: its cells as a CSV holds them (:func:`~datamodules.workbook.workbook_cells`), then read as
-    a comma-separated file's (no decimal commas: a workbook stores numbers as numbers)."""
-    cells, notes = workbook_cells(value, option)
+    a comma-separated file's (no decimal commas: a workbook stores numbers as numbers), or, where its number formats
+    show amounts as much of Europe writes them (``#,##0.00 "€"``), as such an Excel's CSV, with decimal commas."""
+    cells, notes, comma = workbook_cells(value, option)
     _check_names(list(cells.columns), Path(str(value)), option)
-    return _typed_cells(cells, Path(str(value)), option, notes)
+    return _typed_cells(cells, Path(str(value)), option, notes, decided=comma)
 
 
 TABLE_ALLOWED = "a table with a header row and data rows"

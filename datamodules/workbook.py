@@ -63,19 +63,22 @@ def is_old_excel(value) -> bool:
     return isinstance(value, (str, Path)) and Path(str(value)).suffix.lower() in OLD_EXCEL
 
 
-def _text(value, look: tuple | None = None):
+def _text(value, look: tuple | None = None, comma: bool = False):
     """A cell's value as a CSV from Excel holds it: numbers in full, ``TRUE``/``FALSE``, a date at midnight as
     ``2023-01-05``; text as typed, an empty cell ``None``. ``look``: the cell's number format where it shows a
     unit a CSV's reader understands (:func:`number_look`): the number in full with that unit, as Excel shows it
-    (0.075 under ``0.0%`` → ``7.5%``, 1200 under ``"$"#,##0.00`` → ``$1,200.00``)."""
+    (0.075 under ``0.0%`` → ``7.5%``, 1200 under ``"$"#,##0.00`` → ``$1,200.00``). ``comma``: numbers as Excel
+    writes them where the decimal separator is a comma (:func:`writes_decimal_commas`: ``1.200,00 €``, ``0,5``)."""
     if look is not None and type(value) in (int, float):
-        return _shown(value, *look)
+        text = _shown(value, *look)
+        return text.translate(COMMA_POINT) if comma else text
     if value is None or isinstance(value, str):
         return value
     if isinstance(value, bool):
         return "TRUE" if value else "FALSE"
     if isinstance(value, float):
-        return repr(value)  # the shortest text that reads back as the same float
+        text = repr(value)  # the shortest text that reads back as the same float
+        return text.replace(".", ",") if comma else text
     if isinstance(value, dt.datetime) and value.time() == dt.time():
         return value.date().isoformat()
     if isinstance(value, (dt.date, dt.time)):
@@ -146,19 +149,53 @@ def numbered_styles(cell_class) -> bool:
 
 def _style_keys(row, numbered: bool) -> list:
     """Each cell's style in ``row`` (a read-only sheet's): its number where openpyxl keeps one (``numbered``: its
-    private ``_style_id``; a sheet of 20 000 rows uses a few, so :func:`_looks` asks each one's number format once,
+    private ``_style_id``; a sheet of 20 000 rows uses a few, so :func:`_formats` asks each one's number format once,
     where ``ReadOnlyCell.number_format`` per cell costs the reading a fifth of its time), else its number format."""
     return [getattr(cell, "_style_id", 0) for cell in row] if numbered else [cell.number_format for cell in row]
 
 
-def _looks(sheet, styles: list[list]) -> dict:
-    """:func:`number_look` of each style the cells ``styles`` (by row, :func:`_style_keys`) use: a style's number,
+def _formats(sheet, styles: list[list]) -> dict:
+    """The number format of each style the cells ``styles`` (by row, :func:`_style_keys`) use: a style's number,
     whose number format is asked once, or a number format itself."""
     from openpyxl.cell.read_only import ReadOnlyCell  # noqa: PLC0415
 
     used = set(chain.from_iterable(styles))
-    return {style: number_look(style if style is None or isinstance(style, str) else
-                               ReadOnlyCell(sheet, 1, 1, None, style_id=style).number_format) for style in used}
+    return {style: style if style is None or isinstance(style, str) else
+            ReadOnlyCell(sheet, 1, 1, None, style_id=style).number_format for style in used}
+
+
+COMMA_POINT = str.maketrans(",.", ".,")  # 1,200.50 → 1.200,50
+LOCALE_TAG = re.compile(r"\[\$[^\]]*-([0-9A-Fa-f]{3,4})\]")  # [$€-407]: the format's locale, a Windows LCID
+# languages (an LCID's low ten bits) whose numbers take a decimal comma: German, French, Spanish, Italian, Dutch,
+# Portuguese, Danish, Swedish, Finnish, Norwegian, Polish, Czech, Russian; their Swiss locales write a decimal point
+COMMA_LANGUAGES = {0x07, 0x0C, 0x0A, 0x10, 0x13, 0x16, 0x06, 0x1D, 0x0B, 0x14, 0x15, 0x05, 0x19}
+POINT_LOCALES = {0x0807, 0x100C, 0x0810, 0x1407}  # de-CH, fr-CH, it-CH, de-LI
+
+
+@lru_cache(maxsize=1024)
+def comma_format(number_format: str | None) -> bool | None:
+    """What a cell's ``number_format`` says of the separators Excel shows its number with: ``True`` for a decimal
+    comma (an amount with the € after the number, ``#,##0.00 "€"``, as Excel writes amounts in much of Europe; a
+    locale tag of such a language, ``[$€-407]``), ``False`` for a decimal point (a currency sign before the number,
+    ``"$"#,##0.00``, ``€1,200``, without such a tag; a tag of another language), ``None`` where it says nothing
+    (``General``, ``0.00``, ``0.0%``: Excel shows them in the reader's own locale)."""
+    tag = LOCALE_TAG.search(number_format or "")
+    if tag:
+        lcid = int(tag.group(1), 16)
+        return (lcid & 0x3FF) in COMMA_LANGUAGES and lcid not in POINT_LOCALES
+    look = number_look(number_format)
+    if look is None or look[2]:
+        return None
+    prefix, suffix = look[0], look[1]
+    return True if "€" in suffix else False if prefix.strip() else None
+
+
+def writes_decimal_commas(formats) -> bool:
+    """Whether a sheet whose cells use the number ``formats`` shows its numbers with decimal commas: some format
+    says so (:func:`comma_format`) and none says otherwise (a sheet of ``1.200,00 €`` amounts beside ``$1,200``
+    ones keeps decimal points)."""
+    said = {comma_format(number_format) for number_format in formats} - {None}
+    return said == {True}
 
 
 def _column_letter(index: int) -> str:
@@ -246,7 +283,20 @@ def _check_first_row(rows: list[list], value: str, option: str) -> None:
         shown = f" (only {', '.join(repr(str(cell)) for cell in named)})" if named else ""
         raise TableError(option, value, f"row 1 of {Path(value).name} names {len(named)} of its {len(filled)} columns"
                          f"{shown}: are the column names on a lower row, below a title?", "a sheet whose row 1 holds "
-                         "the column names: delete the rows above them")
+                         f"the column names: {_rows_to_delete(rows, len(filled))}")
+
+
+def _rows_to_delete(rows: list[list], filled: int) -> str:
+    """What to delete so that row 1 holds the column names: the rows above the first of the top rows whose cells
+    are text in at least half of the ``filled`` columns (``delete rows 1 to 2 (row 3 holds 'Alter', ...)``), or
+    the rows above them where no such row is near the top."""
+    for r, row in enumerate(rows[1:20], start=2):
+        texts = [str(cell).strip() for cell in row if isinstance(cell, str) and cell.strip()]
+        if len(texts) >= 2 and 2 * len(texts) >= filled and len(texts) == sum(cell is not None for cell in row):
+            above = "row 1" if r == 2 else f"rows 1 to {r - 1}"
+            shown = ", ".join(map(repr, texts[:3])) + (", ..." if len(texts) > 3 else "")
+            return f"delete {above} (row {r} holds {shown})"
+    return "delete the rows above them"
 
 
 def _table_sheets(book) -> list[str]:
@@ -271,8 +321,10 @@ def check_sheet(value, option: str = "data") -> str:
 
 def workbook_cells(value, option: str = "data"):
     """The sheet ``value`` names (``loans.xlsx``, ``loans.xlsx#Applications``) as a DataFrame of text cells
-    (:func:`_text`) whose columns are row 1's names (an empty name: ``Unnamed: N``, as pandas names a CSV's), and
-    the note saying which sheet was read. One-line ``TableError`` naming ``option``: several sheets and none named,
+    (:func:`_text`) whose columns are row 1's names (an empty name: ``Unnamed: N``, as pandas names a CSV's), the
+    note saying which sheet was read, and whether its numbers are written with decimal commas
+    (:func:`writes_decimal_commas`: the cells are then ``1.234,5``, as such an Excel saves them as CSV). One-line
+    ``TableError`` naming ``option``: several sheets and none named,
     an unknown sheet, a formula without a stored value. Rows and columns left empty at the end stay for the CSV
     reader's tidying, which leaves them out."""
     import openpyxl  # noqa: PLC0415
@@ -285,24 +337,30 @@ def workbook_cells(value, option: str = "data"):
     try:
         names = _table_sheets(book)
         sheet = _chosen_sheet(names, sheet, path, str(value), option)
-        rows, styles = [], []  # each cell's value and its style's number (its number format: _looks)
+        rows, styles = [], []  # each cell's value and its style's number (its number format: _formats)
         for row in book[sheet].iter_rows():
             rows.append([cell.value for cell in row])
             styles.append(_style_keys(row, numbered))
-        looks = _looks(book[sheet], styles)
+        formats = _formats(book[sheet], styles)
     finally:
         book.close()
+    looks = {style: number_look(number_format) for style, number_format in formats.items()}
+    comma = writes_decimal_commas(formats.values())
     width = max((len(row) for row in rows), default=0)
     rows, styles = ([row + [fill] * (width - len(row)) for row in table] for table, fill in ((rows, None), (styles, 0)))
     gaps = {(r, c) for r, row in enumerate(rows) for c, cell in enumerate(row) if cell is None}
     if gaps and _holds_formulas(Path(path)):  # a formula without a stored value reads as an empty cell
         _unset_formulas(Path(path), sheet, gaps, str(value), option)
     if not rows:
-        return pd.DataFrame(), []
+        return pd.DataFrame(), [], False
     _check_first_row(rows, str(value), option)
     header = [f"Unnamed: {c}" if cell is None else str(_text(cell)) for c, cell in enumerate(rows[0])]
-    cells = pd.DataFrame([[_text(cell, looks.get(style)) for cell, style in zip(row, shown)] for row, shown in
+    cells = pd.DataFrame([[_text(cell, looks.get(style), comma) for cell, style in zip(row, shown)] for row, shown in
                           zip(rows[1:], styles[1:])], columns=header, dtype="str")  # as read_csv
     note = f"{Path(path).name}: sheet {sheet!r}" + (f" of {len(names)}" if len(names) > 1 else "") + \
         ", each cell's stored value, in the units Excel shows it with (a cell shown as 7.5% is 7.5 with its %)"
-    return cells, [note]
+    if comma:
+        shown = next(f for f in sorted(f for f in formats.values() if f) if comma_format(f))
+        note += (f"; its number format {shown} writes amounts as Excel does in much of Europe (1.234,50 €): "
+                 "numbers are shown with decimal commas, and rows to explain may write them so")
+    return cells, [note], comma

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -932,3 +933,26 @@ def test_training_on_a_table_ends_with_an_explain_command_that_runs_as_printed(t
     assert summary.get("explain_command") and "explain_command" not in train(
         {"data": "moons", "max_epochs": 1, "nce": 16, "progress": False,
          "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+
+
+def test_the_explain_command_writes_a_tables_umlauts_as_the_file_does(tmp_path):
+    """A German HR table's first test row was printed as ``"Geschlecht": "m\\u00e4nnlich"`` and
+    ``"F\\u00fchrungserfahrung": "ja"`` (JSON's ASCII escapes): the row to edit into an applicant's own should read
+    as the file does."""
+    import shlex
+
+    from ct_lightning.experiment.runs.train import train
+
+    rng = np.random.default_rng(1)
+    years = rng.integers(0, 20, 120)
+    pd.DataFrame({"Berufserfahrung (Jahre)": years, "Geschlecht": rng.choice(["männlich", "weiblich"], 120),
+                  "Führungserfahrung": rng.choice(["ja", "nein"], 120), "Eingestellt": np.where(years > 8, "ja", "nein")}
+                 ).to_csv(tmp_path / "bewerbungen.csv", index=False)
+    summary = train({"data": str(tmp_path / "bewerbungen.csv"), "target": "Eingestellt", "max_epochs": 1, "nce": 16,
+                     "progress": False, "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})
+    command = summary["explain_command"]
+    assert "\\u" not in command and '"Führungserfahrung": ' in command
+    assert re.search(r'"Geschlecht": "(männlich|weiblich)"', command), command
+    argv = shlex.split(command)
+    assert set(json.loads(argv[argv.index("--row") + 1])) == {"Berufserfahrung (Jahre)", "Geschlecht",
+                                                               "Führungserfahrung"}

@@ -450,3 +450,26 @@ def test_weights_of_a_sequential_with_dropout_say_how_to_load_them():
                                          r"3\.bias \| its layers sit at other places of an nn\.Sequential \(a Dropout "
                                          r"or BatchNorm between the Linear layers\?\): pass --model"):
         load_weights(build_mlp(2, 2, [32]), theirs.state_dict(), "own.pt")
+
+
+def test_a_pickled_module_of_a_class_of_ones_own_is_refused_naming_the_model_option_too(tmp_path, monkeypatch):
+    """An analyst's ``torch.save(model)`` of ``hr_net.HRNet``: the refusal said to save the state_dict, and the next
+    try was refused again for layers of another class than the default MLP; it now names ``--model hr_net:HRNet``
+    with the state_dict line, so that one round of fixing suffices."""
+    (tmp_path / "hr_net_pickled.py").write_text(
+        "from torch import nn\n"
+        "class HRNet(nn.Module):\n"
+        "    def __init__(self, n_inputs=2):\n"
+        "        super().__init__()\n"
+        "        self.fc1, self.out = nn.Linear(n_inputs, 4), nn.Linear(4, 2)\n"
+        "    def forward(self, x):\n"
+        "        return self.out(self.fc1(x).relu())\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "hr_net_pickled", raising=False)
+    from hr_net_pickled import HRNet
+
+    torch.save(HRNet(), tmp_path / "hr_model_full.pt")
+    with pytest.raises(ValueError, match=r"holds a pickled hr_net_pickled\.HRNet \(torch\.save\(model\)\), .*save its "
+                                         r"weights with torch\.save\(model\.state_dict\(\), 'weights\.pt'\) and pass "
+                                         r"that file, with --model hr_net_pickled:HRNet \(or a factory of your own"):
+        read_checkpoint(tmp_path / "hr_model_full.pt")

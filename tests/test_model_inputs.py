@@ -460,3 +460,17 @@ def test_the_weights_of_a_run_that_trained_nothing_are_not_called_trained():
         "\n".join(result_lines(summary))
     trained = result_lines({**summary, "config": {"limit_train_batches": 1.0}})
     assert "your network's weights after training, without the input layer" in "\n".join(trained)
+
+
+def test_an_inputs_file_is_refused_with_its_categories_and_classes_written_as_in_it(tmp_path):
+    """German categories and classes in a bad --model-inputs file were quoted as JSON's ASCII escapes
+    (``codes {"Hauptschule": 0, "Universit\\u00e4t": "eins"}``): the message should show what the file says."""
+    from ct_lightning.model_inputs import output_order, read_model_spec
+
+    (tmp_path / "codes.json").write_text(json.dumps([{"feature": "Abschluss", "codes": {"Hauptschule": 0,
+                                                                                      "Universität": "eins"}}]),
+                                         encoding="utf-8")
+    with pytest.raises(ValueError, match='codes {"Hauptschule": 0, "Universität": "eins"}'):
+        read_model_spec(str(tmp_path / "codes.json"))
+    with pytest.raises(ValueError, match=r'"outputs" \["nein", "jä"\]: unknown class'):
+        output_order(["nein", "jä"], ["ja", "nein"], 2, "inputs.json")

@@ -399,6 +399,10 @@ def test_sweep_recipe_on_a_table_file_with_a_relative_path(tmp_path):
     assert len(runs) == 2 and all(r.info.status == "FINISHED" for r in runs)
     for run in runs:
         assert run.data.params["data"] == str(tmp_path / "loans.csv") and run.data.params["target"] == "approved"
+    # the parent is named, and tagged, by its table as its trials are: two sweeps of lambda_div on two tables were
+    # both 'sweep lambda_div' in the runs list
+    parent = client.get_run(runs[0].data.tags["mlflow.parentRunId"])
+    assert parent.info.run_name == "sweep loans: lambda_div" and parent.data.tags["data"] == "loans"
 
 
 def test_run_only_options_are_shared_made_per_trial_or_refused_before_any_work(tmp_path):
@@ -426,7 +430,7 @@ def test_run_only_options_are_shared_made_per_trial_or_refused_before_any_work(t
     again = run_sweep({**TINY, "tracking_uri": uri, "checkpoint_dir": str(tmp_path / "ck")}, {"nce": [16, 32]},
                       LocalExecutor(1), name="renamed", echo=lambda line, **k: lines.append(line))
     assert again["parent_run_id"] == parent and client.get_run(parent).info.run_name == "renamed"
-    assert any(line.startswith("sweep: resuming sweep 'sweep nce' ") and "renamed 'renamed'" in line for line in lines)
+    assert any(line.startswith("sweep: resuming sweep 'sweep circles: nce' ") and "renamed 'renamed'" in line for line in lines)
 
 
 @pytest.mark.slow

@@ -146,7 +146,8 @@ def _train_py(tmp_path: Path, data: str, script: str = "train.py") -> subprocess
     ("gaps.xlsx", "error: --data: column 'income' has 1 missing value(s) (empty or '?') in gaps.xlsx; pass --impute "
                   "drop"),
     ("titled.xlsx", "error: --data: row 1 of titled.xlsx names 1 of its 8 columns (only 'Loan book 2023'): are the "
-                    "column names on a lower row, below a title? allowed: a sheet whose row 1 holds the column names"),
+                    "column names on a lower row, below a title? allowed: a sheet whose row 1 holds the column names: "
+                    "delete row 1 (row 2 holds 'age', 'income', 'debt', ...)"),
     ("formula.xlsx", "error: --data: 300 cell(s) of formula.xlsx hold a formula without a stored value (first: I2, "
                      "=B2/C2): the file was written by a program that does not compute formulas; allowed: a workbook "
                      "saved by Excel or LibreOffice"),
@@ -379,3 +380,95 @@ def test_an_openpyxl_without_style_numbers_reads_the_same_units(tmp_path, monkey
     by_format = TableDataModule(str(tmp_path / "loans.xlsx"), target="approved")
     assert by_format.frame.attrs["units"] == numbered.frame.attrs["units"] == {"fee": "${}"}
     pd.testing.assert_frame_equal(by_format.frame, numbered.frame)
+
+
+GERMAN = str.maketrans(",.", ".,")  # 54,400.50 → 54.400,50
+
+
+def _hr_frame() -> pd.DataFrame:
+    """An HR export: an amount in €, a plain share with decimals (General), whole years, a yes/no decision."""
+    n = 120
+    salary = [30000 + 375.25 * (i % 80) for i in range(n)]
+    return pd.DataFrame({"Berufserfahrung (Jahre)": [i % 15 for i in range(n)],
+                         "Teilzeitanteil": [round(0.5 + 0.0625 * (i % 8), 4) for i in range(n)],
+                         "Gehaltswunsch": salary, "Eingestellt": ["ja" if s < 44000 else "nein" for s in salary]})
+
+
+def test_a_workbook_of_amounts_formatted_as_in_germany_reads_and_shows_numbers_as_its_csv_does(tmp_path):
+    """A German HR workbook whose salaries Excel shows as '54.400,50 €' (number format #,##0.00\\ "€") was read as
+    '54,400.50 €': explanations said 'Gehaltswunsch: 29,700 € → 40,379 €' (to a German reader 29 euros 70) and
+    '--row {"Gehaltswunsch": "55.000,00 €"}' was refused as no number. It now reads as the CSV that Excel in
+    Germany saves ('54.400,50 €', '0,5625'; ';'-separated): the same frame and codec, decimal commas in explanations,
+    and rows written as the file writes them."""
+    from ct_lightning.evaluation.explanation import describe, explain
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows
+    from ct_lightning.experiment.configuration.validation import InputError
+    from ct_lightning.models import build_mlp
+
+    frame = _hr_frame()
+    _formatted_book(tmp_path / "bewerbungen.xlsx", frame, {"Gehaltswunsch": '#,##0.00\\ "€"'})
+    frame.assign(Gehaltswunsch=frame["Gehaltswunsch"].map(lambda v: f"{v:,.2f} €".translate(GERMAN)),
+                 Teilzeitanteil=frame["Teilzeitanteil"].map(lambda v: repr(v).replace(".", ","))
+                 ).to_csv(tmp_path / "bewerbungen.csv", sep=";", index=False)
+    from_csv, from_book = (TableDataModule(str(tmp_path / n), target="Eingestellt")
+                           for n in ("bewerbungen.csv", "bewerbungen.xlsx"))
+    pd.testing.assert_frame_equal(from_book.frame, from_csv.frame)
+    assert from_book.frame["Gehaltswunsch"].tolist() == frame["Gehaltswunsch"].tolist()
+    assert from_book.frame["Teilzeitanteil"].tolist() == frame["Teilzeitanteil"].tolist()
+    assert from_book.codec.to_dict() == from_csv.codec.to_dict() and from_book.codec.decimal_comma
+    assert "'54.400,50 €' is" not in from_book.describe() and "decimal commas" in from_book.describe()
+    torch.manual_seed(0)
+    model = build_mlp(len(from_book.codec.feature_names), 2, [8])
+    rows = frame.drop(columns="Eingestellt").head(1)
+    fixed = {"Berufserfahrung (Jahre)": "none", "Teilzeitanteil": "none"}
+    said = describe(explain(model, rows, codec=from_book.codec, mutability=fixed, max_steps=50, tau=0.99))
+    assert re.search(r"Gehaltswunsch: 30\.000 € → \d{1,3}(\.\d{3})*(,\d+)? €", said), said
+    loaded = Explainable(model, from_book.codec, {}, None, True)
+    typed = pd.DataFrame([{"Berufserfahrung (Jahre)": 3, "Teilzeitanteil": "0,75", "Gehaltswunsch": "35.000,00 €"}])
+    checked, _, _ = check_rows(typed, loaded, "--row")
+    assert checked.loc[0, "Gehaltswunsch"] == 35000 and checked.loc[0, "Teilzeitanteil"] == 0.75
+    with pytest.raises(InputError, match=r"got 'Gehaltswunsch=35,000.00 €' \(not a number in row 0\); allowed: a "
+                                         r"number for Gehaltswunsch \(as the training file writes them: 1\.234,5 €; "
+                                         r"or plain: 1234\.5\)"):
+        check_rows(typed.assign(Gehaltswunsch="35,000.00 €"), loaded, "--row")
+
+
+@pytest.mark.parametrize("number_format, comma", [
+    ('#,##0.00\\ "€"', True), ("#,##0 €", True), ("[$€-407] #,##0", True), ("#,##0.00 [$€-40C]", True),
+    ('"$"#,##0.00', False), ('"€"#,##0.00', False), ("[$€-1809]#,##0.00", False), ("[$CHF-807] #,##0.00", False),
+    ("0.0%", None), ("General", None), ("#,##0.00", None), ('#,##0 "kr"', None)])
+def test_a_number_format_says_which_decimal_separator_excel_shows(number_format, comma):
+    """An amount with the € after the number, or a locale tag of a decimal-comma language (407 German, 40C French),
+    is written with decimal commas; a currency sign before it, or an English or Swiss tag (1809 Ireland, 807
+    Switzerland), with a decimal point; plain formats say nothing (Excel shows them in its reader's locale)."""
+    from datamodules.workbook import comma_format
+
+    assert comma_format(number_format) is comma
+
+
+def test_a_sheet_of_euro_amounts_beside_dollar_ones_keeps_decimal_points(tmp_path):
+    """Formats that disagree (1.234,50 € beside $1,234.50) say nothing: the sheet reads as before, decimal points."""
+    frame = _hr_frame().assign(Bonus=[1000 + 10 * i for i in range(120)])
+    book = _formatted_book(tmp_path / "mixed.xlsx", frame, {"Gehaltswunsch": '#,##0.00\\ "€"', "Bonus": '"$"#,##0'})
+    module = TableDataModule(str(book), target="Eingestellt")
+    assert not module.codec.decimal_comma and module.frame["Gehaltswunsch"].tolist() == frame["Gehaltswunsch"].tolist()
+
+
+def test_a_title_and_an_empty_row_above_the_names_are_named_as_the_rows_to_delete(tmp_path):
+    """An HR system's export: a title in row 1, an empty row 2, the column names in row 3. The refusal said "delete
+    the rows above them"; it now says which rows, and which row holds the names."""
+    from datamodules.table_format import TableError
+
+    frame = _hr_frame()
+    book = openpyxl.Workbook()
+    sheet = book.active
+    sheet.append(["Bewerbungen 2024 – alle Stellen"])
+    sheet.append([])
+    sheet.append(list(frame.columns))
+    for row in frame.itertuples(index=False):
+        sheet.append(list(row))
+    book.save(tmp_path / "export.xlsx")
+    with pytest.raises(TableError, match=r"allowed: a sheet whose row 1 holds the column names: delete rows 1 to 2 "
+                                         r"\(row 3 holds 'Berufserfahrung \(Jahre\)', 'Teilzeitanteil', "
+                                         r"'Gehaltswunsch', \.\.\.\)$"):
+        TableDataModule(str(tmp_path / "export.xlsx"), target="Eingestellt")

@@ -99,9 +99,14 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     except Exception as error:  # noqa: BLE001 - any unpickling failure means: not a checkpoint we accept
         pickled = re.search(r"Unsupported global: GLOBAL ([\w.]+)", str(error))
         if pickled:
-            raise ValueError(f"from_checkpoint: {path} holds a pickled {pickled.group(1)} (torch.save(model)), "
+            name = pickled.group(1)
+            module, _, cls = name.rpartition(".")
+            # a class of one's own: its weights load only into it, so say the --model that builds it at once
+            own = "" if name.startswith("torch.") or not module else \
+                f", with --model {module}:{cls} (or a factory of your own that returns one)"
+            raise ValueError(f"from_checkpoint: {path} holds a pickled {name} (torch.save(model)), "
                              "which only loads by running code from the file; save its weights with "
-                             "torch.save(model.state_dict(), 'weights.pt') and pass that file (allowed: a "
+                             f"torch.save(model.state_dict(), 'weights.pt') and pass that file{own} (allowed: a "
                              "state_dict, a checkpoint of this project, a TorchScript file)") from None
         raise ValueError(f"from_checkpoint: {path} is not a readable PyTorch checkpoint "
                          f"({_first_line(error)})") from None

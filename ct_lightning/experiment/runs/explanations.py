@@ -367,7 +367,10 @@ def _value_problems(column, values: pd.Series, decimal_comma: bool = False):
                                  "unseen category")
         return
     numbers = pd.to_numeric(values, errors="coerce")
-    yield ~missing & numbers.isna().to_numpy(), lambda p: (f"{name}={values.iloc[p]}", f"a number for {name}",
+    # a number as the file writes them (1.234,5 €): the text that was no number may be one written another way
+    styled = f" (as the training file writes them: {number_text(1234.5)}; or plain: 1234.5)" \
+        if unit or (decimal_comma or thousands) and column.kind == "continuous" else ""
+    yield ~missing & numbers.isna().to_numpy(), lambda p: (f"{name}={values.iloc[p]}", f"a number for {name}{styled}",
                                                            "not a number")
     yield fraction_mask(column, numbers), lambda p: (f"{name}={number_text(numbers.iloc[p])}", WHOLE_NUMBERS,
                                                      NOT_WHOLE)

@@ -48,9 +48,17 @@ def data_label(data: str) -> str:
 
 
 def run_tags(config: dict, extra: dict | None = None) -> dict[str, str]:
-    """Tags to filter and group runs by in the UI: data, objective, generator, library version (+ ``extra``)."""
+    """Tags to filter and group runs by in the UI: data, objective, generator, library version (+ ``extra``); a
+    model other than the default MLP (``model``: ``hr_net:make``, ``cnn``) and the weights a fine-tuning starts from
+    (``from_checkpoint``: the file's name, or the ``runs:/``/``models:/`` URI), so that a fine-tuned model of one's
+    own stands apart from a training from scratch, whose name is built alike."""
     tags = {"data": data_label(config["data"]), "objective": config["objective"], "generator": config["generator"],
             "seed": str(config["seed"]), "ct_lightning.version": library_version()}
+    if config.get("model") not in (None, "mlp"):
+        tags["model"] = str(config["model"])
+    start = config.get("from_checkpoint")
+    if start:
+        tags["from_checkpoint"] = str(start) if ":/" in str(start) else Path(str(start)).name
     tags.update({k: str(v) for k, v in (extra or {}).items()})
     return tags
 

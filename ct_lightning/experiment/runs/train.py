@@ -26,7 +26,7 @@ from ct_lightning.experiment.runs.checkpoints import (CLASSES_KEY, check_layers,
                                                      save_network_weights, split_adapted)
 from ct_lightning.model_inputs import affine_map, output_order, read_model_spec
 from ct_lightning.training.eval_mode import eval_mode
-from ct_lightning.models import ACTIVATIONS
+from ct_lightning.models import ACTIVATIONS, build_model
 from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console
 from ct_lightning.constraints import data_mutability
 from ct_lightning.experiment.configuration.data import build_datamodule, mutability_line, mutability_spec
@@ -74,7 +74,7 @@ def module_and_unused(config: dict, datamodule, weights: dict | None = None) -> 
     from the one computation of the input map."""
     entries, outputs = model_input_spec(config)
     mapped = input_map(config, entries, datamodule) if entries else None
-    order = output_map(config, outputs, datamodule, weights) if entries else None
+    order = output_map(config, outputs, datamodule, weights, len(entries)) if entries else None
     module = CTModule(**module_kwargs(config, datamodule.n_features, datamodule.n_classes, datamodule.feature_names,
                                       mutability_spec(config, datamodule) or None), input_map=entries,
                       output_order=order)
@@ -107,15 +107,61 @@ def input_map(config: dict, entries: list[dict], datamodule) -> tuple[list, list
     return affine_map(entries, codec, config["model_inputs"])
 
 
-def output_map(config: dict, outputs: list | None, datamodule, weights: dict | None = None) -> list[int] | None:
+def output_map(config: dict, outputs: list | None, datamodule, weights: dict | None,
+               n_inputs: int) -> list[int] | None:
     """The table's class index of each output of the model (:func:`ct_lightning.model_inputs.output_order`), ``None``
     without ``outputs`` (its outputs are then the table's classes in their order); the model's output width is that
-    of ``weights``, else of the ``from_checkpoint`` file."""
+    of ``weights``, else of the ``from_checkpoint`` file, else of the network built for ``n_inputs`` inputs
+    (:func:`network_width`)."""
     if weights is None and config.get("from_checkpoint") and ":/" not in config["from_checkpoint"] \
             and Path(config["from_checkpoint"]).is_file():
         weights = read_checkpoint(config["from_checkpoint"])[0]
     last = last_layer(split_adapted(_model_state(weights))) if weights else None
-    return output_order(outputs, datamodule.codec.classes, None if last is None else last[1], config["model_inputs"])
+    width = last[1] if last is not None else network_width(config, n_inputs, len(outputs or datamodule.codec.classes))
+    return output_order(outputs, datamodule.codec.classes, width, config["model_inputs"])
+
+
+def network_width(config: dict, n_inputs: int, n_outputs: int) -> int:
+    """The output width of the configured network built for ``n_inputs`` inputs and asked for ``n_outputs``: that of
+    a factory of your own (``--model``) from one forward pass, since it may return another (one unit, a single
+    logit, whatever ``n_classes`` it is given); ``n_outputs`` for ct-lightning's own networks."""
+    if ":" not in str(config["model"]):
+        return n_outputs
+    network = build_model(config["model"], n_inputs, n_outputs, config["hidden_sizes"], config["activation"])
+    return output_width(network, n_inputs)
+
+
+def output_width(model, n_inputs: int) -> int:
+    """The number of outputs per row of ``model`` (inputs of width ``n_inputs``): one forward pass of two rows."""
+    with eval_mode(model), torch.no_grad():
+        return int(model(torch.zeros(2, n_inputs)).shape[-1])
+
+
+def check_output_width(config: dict, module: CTModule, datamodule) -> None:
+    """A model that does not give one output per class is refused in one line before the run exists (cross-entropy
+    would fail at its first step with a traceback): a network of your own (``--model``) of one output unit, a single
+    logit, names ``--model-inputs``' ``"outputs"``; another width, the classes it needs."""
+    width, n_classes = output_width(module.model, datamodule.n_features), datamodule.n_classes
+    if width == n_classes:
+        return
+    option = "model" if ":" in str(config["model"]) else "from_checkpoint"
+    classes = getattr(getattr(datamodule, "codec", None), "classes", None)
+    named = f" ({', '.join(map(str, classes))})" if classes else ""
+    got = f"{option}: got {config[option]!r} (its network gives {width} output{'s' if width != 1 else ''} per row"
+    if width == 1 and n_classes == 2 and classes:
+        raise ValueError(f"{got}, a single logit, for the 2 classes{named} of {Path(config['data']).name}); allowed: "
+                         + one_unit_advice(config, classes))
+    raise ValueError(f"{got}; the data has {n_classes} classes{named}); allowed: a network of {n_classes} outputs, "
+                     "one per class in this order (a factory taking n_classes is given it), or outputs in an order of "
+                     'its own listed as "outputs" of --model-inputs FILE (docs/guide.md, "Fine-tune a model you '
+                     'already have")')
+
+
+def one_unit_advice(config: dict, classes) -> str:
+    """What a model of one output unit on a table of two classes needs: ``--model-inputs``' ``"outputs"``."""
+    return (f'describe the model with --model-inputs FILE, the object {{"inputs": [...], "outputs": '
+            f'{json.dumps(list(map(str, classes)), ensure_ascii=False)}}} (the unit is the log-odds of the second; '
+            'docs/guide.md, "Fine-tune a model you already have")')
 
 
 def _model_state(state: dict) -> dict:
@@ -134,7 +180,8 @@ def output_labels(order: list[int], classes: list) -> list:
 
 def _inputs_shown(source) -> str:
     if isinstance(source, dict):
-        return f"an object of {len(source.get('inputs') or [])} inputs and outputs {json.dumps(source.get('outputs'))}"
+        outputs = json.dumps(source.get("outputs"), ensure_ascii=False)
+        return f"an object of {len(source.get('inputs') or [])} inputs and outputs {outputs}"
     return source if isinstance(source, str) else f"a list of {len(source)} inputs"
 
 
@@ -343,6 +390,8 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
         echo(held, flush=True)
     if resume_from is None and config.get("from_checkpoint"):
         load_given_weights(config, module, weights, datamodule)
+    check_output_width(config, module, datamodule)
+    if resume_from is None and config.get("from_checkpoint"):
         echo(loaded_model_line(config, module.model, inherited), flush=True)
         echo_loaded_accuracy(config, module, datamodule, echo)
     if resume_from is None and unused:
@@ -402,10 +451,7 @@ def load_given_weights(config: dict, module: CTModule, weights: dict, datamodule
         if codec is not None and config.get("model_inputs") is None and last is not None and last[1] == 1 \
                 and datamodule.n_classes == 2:
             raise ValueError(f"{error} | the model has one output unit (a single logit), ct-lightning's classes of "
-                             f"{Path(config['data']).name} are two: describe the model with --model-inputs FILE, "
-                             f'the object {{"inputs": [...], "outputs": [NEGATIVE, POSITIVE]}} (add "outputs": the '
-                             f"unit is the log-odds of the second; docs/guide.md, \"Fine-tune a model you already "
-                             f'have")') from None
+                             f"{Path(config['data']).name} are two: {one_unit_advice(config, codec.classes)}") from None
         if codec is None or config.get("model_inputs") is not None or first is None \
                 or first[1] == datamodule.n_features:
             raise
@@ -604,7 +650,8 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
     example = explain_example(datamodule)
     if example:  # a table: the next step, explaining one of its decisions, as a command that runs as printed
         summary["explain_command"] = recipe_command("explain", ["--run-id", run_id, "--tracking-uri",
-                                                                config["tracking_uri"], "--row", json.dumps(example)])
+                                                                config["tracking_uri"], "--row",
+                                                                json.dumps(example, ensure_ascii=False)])
     client.log_metric(run_id, "fit_seconds", fit_seconds)
     weights = save_network_weights(module.model, config["checkpoint_dir"])  # --model-inputs: for your own pipeline
     if weights is not None:

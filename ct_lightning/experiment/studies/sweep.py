@@ -256,8 +256,9 @@ def sweep_key(base: dict, trials: list[dict], metric: str, mode: str) -> str:
 
 
 def find_or_create_sweep_parent(client, experiment_id: str, key: str, name: str, echo=print,
-                                given_name: bool = False) -> tuple[str, bool]:
-    """``(run id, reopened)``: the parent run of the sweep with ``key`` (set running again), or a new one.
+                                given_name: bool = False, tags: dict | None = None) -> tuple[str, bool]:
+    """``(run id, reopened)``: the parent run of the sweep with ``key`` (set running again), or a new one with
+    ``tags`` (its trials' ``data``, so that the UI's column shows it for the parent too).
 
     A reopened parent takes ``name`` when it was given (``given_name``) and differs, saying so in one line."""
     runs = client.search_runs([experiment_id], f"tags.`{SWEEP_KEY_TAG}` = '{key}'",
@@ -270,7 +271,8 @@ def find_or_create_sweep_parent(client, experiment_id: str, key: str, name: str,
             echo(f"sweep: resuming sweep {run.info.run_name!r} (parent run {run.info.run_id}: the same base options, "
                  f"trials and objective), renamed {name!r} as --sweep-name asks", flush=True)
         return run.info.run_id, True
-    run = client.create_run(experiment_id, run_name=name, tags={SWEEP_KEY_TAG: key, "ct.role": "sweep"})
+    run = client.create_run(experiment_id, run_name=name,
+                            tags={**(tags or {}), SWEEP_KEY_TAG: key, "ct.role": "sweep"})
     return run.info.run_id, False
 
 
@@ -358,8 +360,12 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
     client = MlflowClient(tracking_uri=tracking_uri)
     experiment_id = ensure_experiment(client, experiment, artifact_location)
     key = sweep_key(base, settings, metric, mode)
-    parent, reopened = find_or_create_sweep_parent(client, experiment_id, key, name or f"sweep {','.join(space)}",
-                                                   echo, given_name=name is not None)
+    from ct_lightning.experiment.runs.lifecycle import data_label  # noqa: PLC0415
+
+    data = data_label(base["data"])  # two sweeps of the same options on two tables are told apart by name
+    parent, reopened = find_or_create_sweep_parent(client, experiment_id, key, name or f"sweep {data}: "
+                                                   f"{','.join(space)}", echo, given_name=name is not None,
+                                                   tags={"data": data})
     if not reopened:
         # sweep.* names: the parent shares the UI's columns with its trials, whose "objective" is full/vanilla
         client.log_param(parent, "sweep.search", search)
