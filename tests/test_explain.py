@@ -259,6 +259,25 @@ def test_a_run_that_trained_no_step_is_validated_and_explained_from_its_logged_m
 
 
 
+def trained_with_gone_class(tmp_path, monkeypatch, module: str, settings: dict) -> dict:
+    """A tiny training of ``--model MODULE:CreditNet`` (its file written under ``tmp_path/code``), whose module is
+    then gone: removed from ``sys.modules`` and its file deleted, so only the run's logged copy is left."""
+    from ct_lightning.experiment.runs.train import train
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / f"{module}.py").write_text(
+        "from torch import nn\nclass CreditNet(nn.Sequential):\n    def __init__(self, n_features, n_classes):\n"
+        "        super().__init__(nn.Linear(n_features, 8), nn.ReLU(), nn.Linear(8, n_classes))\n")
+    with monkeypatch.context() as patch:
+        patch.syspath_prepend(str(code))
+        run = train({"data": "moons", "max_epochs": 1, "nce": 16, "limit_train_batches": 2, "progress": False,
+                     "model": f"{module}:CreditNet", "registered_model": "none", **settings})
+    sys.modules.pop(module, None)
+    (code / f"{module}.py").unlink()
+    return run
+
+
 def test_a_run_of_a_model_class_of_ones_own_is_explained_where_its_module_is_not_importable(tmp_path,
                                                                                            monkeypatch):
     """``explain.py --run-id`` (and ``evaluate.py --run-id``) of a run trained with ``--model
@@ -267,20 +286,9 @@ def test_a_run_of_a_model_class_of_ones_own_is_explained_where_its_module_is_not
     that logged code."""
     from ct_lightning.experiment.runs.explanations import load_explainable
     from ct_lightning.experiment.runs.loading import load_run
-    from ct_lightning.experiment.runs.train import train
 
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "walk_credit_net.py").write_text(
-        "from torch import nn\nclass CreditNet(nn.Sequential):\n    def __init__(self, n_features, n_classes):\n"
-        "        super().__init__(nn.Linear(n_features, 8), nn.ReLU(), nn.Linear(8, n_classes))\n")
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    with monkeypatch.context() as patch:
-        patch.syspath_prepend(str(code))
-        run = train({"data": "moons", "max_epochs": 1, "nce": 16, "limit_train_batches": 2, "progress": False,
-                     "tracking_uri": uri, "model": "walk_credit_net:CreditNet", "registered_model": "none"})
-    sys.modules.pop("walk_credit_net")
-    (code / "walk_credit_net.py").unlink()  # the code is gone from here: only the run's copy is left
+    run = trained_with_gone_class(tmp_path, monkeypatch, "walk_credit_net", {"tracking_uri": uri})
     evaluated = load_run(run["run_id"], uri)  # evaluate.py, compare.py with run ids
     assert type(evaluated.module.model).__name__ == "CreditNet"
     sys.modules.pop("walk_credit_net")
@@ -300,20 +308,9 @@ def test_a_checkpoint_of_a_model_class_of_ones_own_is_read_from_another_folder_w
     from ct_lightning.experiment.configuration.validation import InputError
     from ct_lightning.experiment.runs.explanations import load_explainable
     from ct_lightning.experiment.runs.loading import load_checkpoint_with_config
-    from ct_lightning.experiment.runs.train import train
 
-    code = tmp_path / "code"
-    code.mkdir()
-    (code / "walk_ckpt_net.py").write_text(
-        "from torch import nn\nclass CreditNet(nn.Sequential):\n    def __init__(self, n_features, n_classes):\n"
-        "        super().__init__(nn.Linear(n_features, 8), nn.ReLU(), nn.Linear(8, n_classes))\n")
-    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
-    with monkeypatch.context() as patch:
-        patch.syspath_prepend(str(code))
-        train({"data": "moons", "max_epochs": 1, "nce": 16, "limit_train_batches": 2, "progress": False,
-               "tracking_uri": uri, "model": "walk_ckpt_net:CreditNet", "registered_model": "none",
-               "checkpoint_dir": str(tmp_path / "ckpt")})
-    (code / "walk_ckpt_net.py").unlink()  # the code is gone from here: only the run's copy is left
+    trained_with_gone_class(tmp_path, monkeypatch, "walk_ckpt_net", {"tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}",
+                                                                     "checkpoint_dir": str(tmp_path / "ckpt")})
     monkeypatch.chdir(tmp_path)
     (tmp_path / "copied").mkdir()  # first: reading the run's code below leaves it importable in this process
     shutil.copy(tmp_path / "ckpt" / "last.ckpt", tmp_path / "copied" / "last.ckpt")  # without the run's folder
