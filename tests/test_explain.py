@@ -953,3 +953,9 @@ def test_the_explain_command_writes_a_tables_umlauts_as_the_file_does(tmp_path):
     argv = shlex.split(command)
     assert set(json.loads(argv[argv.index("--row") + 1])) == {"Berufserfahrung (Jahre)", "Geschlecht",
                                                                "Führungserfahrung"}
+    from recipes.explain import main  # and explain.py --json writes them so too, in UTF-8
+
+    records = main([*argv[argv.index("--run-id"):], "--no-log", "--max-steps", "20", "--json", str(tmp_path / "a.json")])
+    written = (tmp_path / "a.json").read_bytes().decode("utf-8")
+    assert "\\u00" not in written and '"Führungserfahrung"' in written
+    assert json.loads(written)[0]["row"] == records[0]["row"]

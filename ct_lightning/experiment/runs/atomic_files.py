@@ -11,13 +11,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
-def write_json_atomic(path: str | os.PathLike, payload, strict: bool = False) -> None:
-    """Write ``payload`` as JSON to ``path`` via a temporary file and an atomic rename. ``strict``: NaN and
+def write_json_atomic(path: str | os.PathLike, payload, strict: bool = False, readable: bool = False) -> None:
+    """Write ``payload`` as JSON (UTF-8) to ``path`` via a temporary file and an atomic rename. ``strict``: NaN and
     infinities as ``null``, so that any JSON parser reads the file (Python's own ``NaN`` is not JSON); off for
-    files this project reads back itself, where a missing value must stay a float."""
+    files this project reads back itself, where a missing value must stay a float. ``readable``: text as written
+    (``"männlich"``), not in ASCII escapes (``"m\\u00e4nnlich"``), for a file people open (explanations)."""
     if strict:
         payload = finite_or_null(payload)
-    write_text_atomic(path, json.dumps(payload, indent=2, default=str, allow_nan=not strict))
+    write_text_atomic(path, json.dumps(payload, indent=2, default=str, allow_nan=not strict,
+                                       ensure_ascii=not readable))
 
 
 def finite_or_null(value):
@@ -32,9 +34,9 @@ def finite_or_null(value):
 
 
 def write_text_atomic(path: str | os.PathLike, text: str) -> None:
-    """Write ``text`` to ``path`` via a temporary file and an atomic rename."""
+    """Write ``text`` to ``path`` in UTF-8 via a temporary file and an atomic rename."""
     with atomic_file(path) as temporary:
-        temporary.write_text(text)
+        temporary.write_text(text, encoding="utf-8")
 
 
 @contextlib.contextmanager

@@ -112,7 +112,7 @@ def run(args: argparse.Namespace) -> list[dict]:
     records = numbered_records(explanations, skipped, others, passed)
     comma = bool(getattr(loaded.codec, "decimal_comma", False))  # --csv in the training file's locale
     if args.json:
-        write_json_atomic(args.json, records)
+        write_json_atomic(args.json, records, readable=True)  # umlauts and € as the rows write them
     if getattr(args, "csv", None):
         write_table(args.csv, records, comma)
     if args.run_id and args.log:
