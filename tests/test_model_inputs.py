@@ -316,6 +316,28 @@ def test_ct_fine_tunes_a_single_logit_alike_whichever_class_it_scores(tmp_path):
     assert runs[1]["metrics"]["val/acc"] == pytest.approx(runs[0]["metrics"]["val/acc"])
 
 
+def test_a_ct_fine_tuning_that_loses_accuracy_says_what_to_try_and_a_vanilla_one_does_not(tmp_path):
+    """A user's model fell from 0.85 to 0.72 validation accuracy in 5 CT epochs at the defaults and nothing said why:
+    the result is followed by a note naming the fall and what to try (a lower --lr, a smaller --lambda-reg, more
+    epochs, --objective vanilla); a fine-tuning that keeps its accuracy gets none."""
+    from ct_lightning.experiment.runs.train import result_lines, train
+
+    fit_users_model(tmp_path, epochs=150, units=1, classes=["no", "yes"])
+    common = settings(tmp_path, max_epochs=2, model_inputs=str(tmp_path / "model-inputs.json"))
+    fell = train({**common, "lr": 0.05, "lambda_reg": 1.0}, echo=lambda *_, **__: None)
+    loaded, ended = fell["loaded_val_acc"], fell["metrics"]["val/acc"]
+    assert loaded > 0.85 and loaded - ended >= 0.05, (loaded, ended)
+    notes = [line for line in result_lines(fell) if line.startswith("note: validation accuracy fell")]
+    assert notes == [f"note: validation accuracy fell from {loaded:.3f} as loaded to {ended:.3f}: CT's penalties "
+                     "reshape the logits of a model trained without them, most in the first epochs (the ridge term, "
+                     "λ_reg 1.0, grows with their square); to keep more of it try a lower --lr (e.g. 0.005; it is "
+                     "0.05), a smaller --lambda-reg or more --max-epochs, and --objective vanilla for what "
+                     "fine-tuning alone costs (docs/guide.md, \"Fine-tune a model you already have\")"]
+    kept = train({**common, "objective": "vanilla", "lr": 1e-4}, echo=lambda *_, **__: None)
+    assert abs(kept["metrics"]["val/acc"] - kept["loaded_val_acc"]) < 0.05
+    assert not [line for line in result_lines(kept) if "fell" in line]
+
+
 @pytest.mark.parametrize("units", [2, 1], ids=["classes flipped", "one BCE unit, the log-odds of no"])
 def test_a_model_of_its_own_class_order_or_one_unit_trains_explains_and_goes_back_to_the_users_pipeline(tmp_path,
                                                                                                         units):
