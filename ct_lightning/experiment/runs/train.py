@@ -756,8 +756,8 @@ def fine_tuning_note(summary: dict) -> str | None:
     lower = f" (e.g. {lr / 10:g}; it is {lr:g})" if isinstance(lr, (int, float)) else ""
     return (f"note: validation accuracy fell from {loaded:.3f} as loaded to {ended:.3f}: CT's penalties reshape the "
             f"logits of a model trained without them, most in the first epochs (the ridge term, λ_reg "
-            f"{config.get('lambda_reg')}, grows with their square); to keep more of it try a lower --lr{lower}, a smaller "
-            f"--lambda-reg or more --max-epochs, and --objective vanilla for what fine-tuning alone costs "
+            f"{config.get('lambda_reg')}, grows with their square); to keep more of it try a lower --lr{lower}, "
+            f"a smaller --lambda-reg or more --max-epochs, and --objective vanilla for what fine-tuning alone costs "
             f"(docs/guide.md, \"Fine-tune a model you already have\")")
 
 
