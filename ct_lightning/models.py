@@ -283,9 +283,14 @@ class InputAdapter(nn.Module):
 class OutputAdapter(nn.Module):
     """A frozen linear layer from a model's own outputs to ct-lightning's logits, in ct-lightning's class order
     (``"outputs"`` of ``--model-inputs``): ``order[j]`` is the class of output ``j``. One output unit ``z`` (a
-    single logit) scores the class ``order[0]`` against the other of two: logits ``0`` and ``z``, so that softmax
-    gives ``σ(z)`` to that class and cross-entropy equals binary cross-entropy on ``z``. Its matrix is a buffer
-    made from ``order`` alone: no parameters, and a checkpoint's hyperparameters rebuild it."""
+    single logit) scores the class ``order[0]`` against the other of two: logits ``-z/2`` for the other and ``z/2``
+    for it, so that softmax gives ``σ(z)`` to that class and cross-entropy equals binary cross-entropy on ``z``.
+    Centred, because CT's energies are single logits (SPEC §1): with ``0`` and ``z`` the other class's energy was a
+    constant, its counterfactuals added no penalty, and the ridge term pulled ``z`` to 0 on the scored class alone,
+    tilting the model towards the other (a fine-tuned one-logit model predicted 'yes' for 18 % of rows, 55 % true);
+    centred, both classes are treated alike and which class the unit scores does not change training. Its matrix is
+    a buffer made from ``order`` alone: no parameters, and a checkpoint's hyperparameters rebuild it (a checkpoint
+    trained with ``0`` and ``z`` keeps its own matrix)."""
 
     def __init__(self, order: Sequence[int], n_classes: int):
         super().__init__()
@@ -297,6 +302,8 @@ class OutputAdapter(nn.Module):
         weight = torch.zeros(n_classes, len(order))
         for unit, index in enumerate(order):
             weight[index, unit] = 1.0
+        if len(order) == 1:  # one logit: centred (see above)
+            weight[order[0], 0], weight[1 - order[0], 0] = 0.5, -0.5
         self.register_buffer("weight", weight)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:

@@ -527,3 +527,42 @@ def test_ctrl_c_while_local_workers_start_is_an_interruption_not_failed_trials(t
     assert parent.info.status == "KILLED" and INTERRUPTED_TAG in parent.data.tags
     assert client.search_runs([experiment_id], "tags.`mlflow.parentRunId` != ''") == [], \
         "the signal came while the workers started: no trial began"
+
+
+DESCRIBED = "columns (kind from the data spec or inferred from the dtypes):"  # a line of a table's description
+
+
+@pytest.mark.parametrize("executor", ["local", pytest.param("ray", marks=pytest.mark.skipif(
+    not HAS_RAY, reason='Ray is not installed (pip install -e ".[sweep]")'))])
+def test_a_sweep_describes_its_table_once_and_train_still_does(tmp_path, capfd, monkeypatch, executor):
+    """A sweep on a table printed the whole description of the data (columns, kinds, notes) once per trial (local
+    trials), or never (Ray trials print to their workers' logs): now once, before the first trial, and in the parent
+    run as ``data.txt``; each trial's lines are its own (its CT settings, its run). ``train`` still describes it."""
+    from pathlib import Path
+
+    from ct_lightning.experiment.configuration.console import VERBOSE_ENV
+    from ct_lightning.experiment.runs.train import train
+
+    monkeypatch.delenv(VERBOSE_ENV, raising=False)
+    loans = str(Path(__file__).parent / "fixtures" / "loans.csv")
+    uri = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    base = {"data": loans, "target": "approved", "max_epochs": 1, "max_steps": 3, "accelerator": "cpu",
+            "experiment": "sweep-test", "tracking_uri": uri, "registered_model": "none"}
+    run = LocalExecutor(1) if executor == "local" else RayTuneExecutor(cpus=1, max_concurrent=2,
+                                                                       storage_path=str(tmp_path / "ray"))
+    capfd.readouterr()
+    summary = run_sweep(base, {"lambda_reg": [0.1, 0.5]}, run)
+    assert summary["failures"] == [] and len(summary["trials"]) == 2
+    out = capfd.readouterr().out
+    lines = out.splitlines()
+    assert lines.count(DESCRIBED) == 1 and sum(line.startswith("data ") for line in lines) == 1, out
+    assert lines.index(DESCRIBED) < min(i for i, line in enumerate(lines) if line.startswith("[")), out
+    if executor == "local":  # the trial's own settings still show, once per trial
+        assert [line.split(": ")[1] for line in lines if line.startswith("CT settings")] == [
+            "tau 0.5, nce 210, lambda_reg 0.1, batch_size 32", "tau 0.5, nce 210, lambda_reg 0.5, batch_size 32"], out
+    client = MlflowClient(tracking_uri=uri)
+    text = Path(client.download_artifacts(summary["parent_run_id"], "data.txt", str(tmp_path))).read_text()
+    assert DESCRIBED in text and "purpose: categorical 5 categories" in text
+    if executor == "local":
+        train({**base, "run_name": "alone"})
+        assert capfd.readouterr().out.splitlines().count(DESCRIBED) == 1

@@ -12,6 +12,7 @@ import logging
 import os
 import sys
 import warnings
+from collections.abc import Callable, Iterable
 
 from datamodules.paths import PROGRESS_ENV, progress_shown  # noqa: F401 - the one switch, read by the data downloads too
 
@@ -57,6 +58,19 @@ def child_training_echo(*args, **kwargs) -> None:
             return
         _SHOWN.add(text)
     print(*args, **kwargs)
+
+
+def sweep_trial_echo(shown: Iterable[str]) -> Callable[..., None]:
+    """``echo`` for a sweep's trial: the table descriptions in ``shown``, which the sweep printed once before its
+    trials, are left out; the trial's own lines (its CT settings, its run, its epochs) are printed. A trial whose
+    table reads otherwise (another seed's split with a note of its own) prints its own description."""
+    shown = frozenset(shown)
+
+    def echo(*args, **kwargs) -> None:
+        if " ".join(map(str, args)) not in shown:
+            print(*args, **kwargs)
+
+    return echo
 
 
 def quiet_console(verbose: bool = False) -> None:

@@ -35,18 +35,24 @@ from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_sto
 SWEEP_KEY_TAG = "ct.sweep_key"
 
 
-def check_data_options(configs: list[dict]) -> None:
+def check_data_options(configs: list[dict]) -> list[str]:
     """The data checks of a training (target, data spec, immutable and mutable columns: the data module and
-    mutability of ``train``), once per distinct data configuration of the trials, before any trial runs."""
+    mutability of ``train``), once per distinct data configuration of the trials, before any trial runs. The
+    descriptions of the tables read (columns, kinds, notes: what ``train`` prints at start-up), each once."""
     from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
 
     keys = ("data", *TABLE_KEYS, "data_dir", "center_distance", "immutable", "mutability", "protect")
-    seen = set()
+    seen, described = set(), []
     for config in configs:
         key = repr([config.get(k) for k in keys])
         if key not in seen:
             seen.add(key)
-            mutability_spec(config, build_datamodule(config))
+            datamodule = build_datamodule(config)
+            mutability_spec(config, datamodule)
+            text = datamodule.describe() if hasattr(datamodule, "describe") else None
+            if text and text not in described:
+                described.append(text)
+    return described
 
 
 def shaping_key(config: dict) -> str:
@@ -139,6 +145,7 @@ class Trial:
     metric: str
     threads: int = 1
     extra: dict = field(default_factory=dict)
+    described: tuple[str, ...] = ()  # table descriptions the sweep printed once: its trials leave them out
 
     @property
     def label(self) -> str:
@@ -195,9 +202,11 @@ def run_trial(trial: Trial) -> dict:
     import torch
     from mlflow.tracking import MlflowClient
 
+    from ct_lightning.experiment.configuration.console import sweep_trial_echo
     from ct_lightning.experiment.runs.train import train
 
     torch.set_num_threads(max(1, trial.threads))
+    echo = sweep_trial_echo(trial.described)
     overrides = trial.overrides()
     client = MlflowClient(tracking_uri=overrides["tracking_uri"])
     experiment_id = client.get_experiment_by_name(overrides["experiment"]).experiment_id
@@ -211,11 +220,11 @@ def run_trial(trial: Trial) -> dict:
             run_id = train({"resume": killed.info.run_id, "tracking_uri": overrides["tracking_uri"],
                             "experiment": overrides["experiment"], "progress": False,
                             **{k: overrides[k] for k in ("threads", "verbose") if overrides.get(k) is not None}},
-                           resume_hint=TRIAL_RESUME_HINT)["run_id"]
+                           echo=echo, resume_hint=TRIAL_RESUME_HINT)["run_id"]
         else:
             tags = {CONFIG_KEY_TAG: key, "mlflow.parentRunId": trial.parent_run_id, "ct.role": "sweep-trial",
                     **{f"sweep.{k}": str(v) for k, v in trial.params.items()}}
-            run_id = train(overrides, tags=tags, resume_hint=TRIAL_RESUME_HINT)["run_id"]
+            run_id = train(overrides, tags=tags, echo=echo, resume_hint=TRIAL_RESUME_HINT)["run_id"]
             mark_replaced(client, experiment_id, trial.parent_run_id, key, run_id)
     metrics = client.get_run(run_id).data.metrics  # the latest value of every metric logged on the run
     return {"run_id": run_id, "reused": int(reused), "trial_seconds": time.perf_counter() - started,
@@ -345,7 +354,7 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
     configs = [resolve_config({**base, **params}) for params in settings]
     check_metric(metric, any(config["eval_every"] for config in configs),
                  tuple(METRICS[key].logged for key in validation_metrics()))  # rows registered at run time too
-    check_data_options(configs)
+    described = check_data_options(configs)
     groups = share_groups(configs)  # the first trial of each training → the later trials that share it
     resolved = resolve_config(base)
     tracking_uri, experiment = resolved["tracking_uri"], resolved["experiment"]
@@ -380,12 +389,17 @@ def run_sweep(base: dict, space: dict[str, list], executor, *, search: str = "gr
             if value not in (None, "", []) and key not in space:
                 client.log_param(parent, f"base.{key}",
                                  (",".join(map(str, value)) if isinstance(value, list) else str(value))[:500])
-    trials = [Trial(i, params, base, parent, metric, threads) for i, params in enumerate(settings)]
+    trials = [Trial(i, params, base, parent, metric, threads, described=tuple(described))
+              for i, params in enumerate(settings)]
     keys = [trial.key() for trial in trials]
     shared_note = "" if len(groups) == len(trials) else \
         f" as {len(groups)} trainings (vanilla trials that differ only in settings vanilla does not read share one)"
     echo(f"sweep: {len(trials)} trials ({search}){shared_note} in experiment {experiment!r}, parent run {parent}"
          f"{' (resumed: finished trials are reused)' if reopened else ''}; objective {mode} {metric}", flush=True)
+    for text in described:  # once for the sweep, not once per trial (also in the parent run, as data.txt)
+        echo(text, flush=True)
+    if described:
+        client.log_text(parent, "\n\n".join(described) + "\n", "data.txt")
     started = time.perf_counter()
     rows: list[dict] = []
     failures: list[dict] = []
