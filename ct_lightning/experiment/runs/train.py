@@ -49,7 +49,7 @@ from ct_lightning.experiment.configuration.settings import (DEFAULTS, RESUME_OPT
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.outbox import OUTBOX_DIR, OutboxClient, pending_upload, server_writable
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
-from ct_lightning.experiment.configuration.store import local_store_dir
+from ct_lightning.experiment.configuration.store import default_tracking_uri, local_store_dir
 from ct_lightning.experiment.configuration.validation import InputError
 from ct_lightning.experiment.runs.tracking_server import is_outage, is_server_uri, run_links
 from ct_lightning.training.epoch_block import EpochBlockLoader, can_fuse
@@ -325,7 +325,7 @@ def check_input_width(config: dict, entries: list[dict], weights: dict) -> None:
 
 def _architecture_from_source(source: str, given: dict) -> tuple[dict, dict]:
     if source.startswith(("runs:/", "models:/")):
-        state, metadata = load_model_uri(source, given.get("tracking_uri") or DEFAULTS["tracking_uri"])
+        state, metadata = load_model_uri(source, given.get("tracking_uri") or default_tracking_uri())
         state, metadata = _adapted_weights(state, metadata, metadata)
         metadata.pop("input_map", None)
         metadata.pop("outputs", None)
