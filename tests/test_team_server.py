@@ -114,3 +114,20 @@ def test_mlflow_tracking_uri_in_the_environment_names_the_store(server, a_run, t
     done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", a_run, "--row", row, "--no-log", "--tracking-uri",
                                                         f"sqlite:///{tmp_path}/other/mlflow.db"], cwd=tmp_path, env=env)
     assert done.returncode == 1 and "no MLflow store at" in _one_error(done)
+
+
+@pytest.mark.slow  # a recipe process
+def test_a_fine_tuning_of_a_teammates_logged_model_keeps_the_console_quiet(server, a_run, tmp_path):
+    """B fine-tunes A's logged model (``--from-checkpoint runs:/ID/model``): loading it imports ``mlflow.pytorch``, which
+    imports the standalone ``pytorch_lightning`` and so set Lightning's logger back to INFO (``INFO:pytorch_lightning...
+    GPU available``, the LitLogger advertisement, ``Trainer.fit stopped``), and the start-up line named the weights by
+    the URI's last part (``model as loaded``; ``1 as loaded`` for ``models:/NAME/1``)."""
+    uri = f"runs:/{a_run}/model"
+    done = run_script(ROOT / "recipes" / "train.py", ["--data", str(LOANS), "--target", "approved", "--from-checkpoint",
+                                                      uri, "--immutable", "age,sex", "--tracking-uri", server.uri, *TINY],
+                      cwd=tmp_path, env=_env())
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    text = done.stdout + done.stderr
+    assert "INFO:" not in text and "LitLogger" not in text, text[-3000:]
+    assert any(line.startswith(f"{uri} as loaded, before any training: validation accuracy")
+               for line in done.stdout.splitlines()), done.stdout

@@ -36,7 +36,7 @@ from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, CONSTRAI
                                               check_outputs, trained_under,
                                               completed_epochs, create_run, defining_config,
                                               find_resumable_run, mark_failed, mark_interrupted,
-                                              recipe_command, resume_command)
+                                              recipe_command, resume_command, start_label)
 from ct_lightning.experiment.runs.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
                                                    log_missing_epoch_metrics, log_training_inputs,
                                                    log_training_plots)
@@ -483,7 +483,7 @@ def echo_loaded_accuracy(config: dict, module: CTModule, datamodule, echo) -> No
     table = getattr(datamodule, "codec", None) is not None
     fed = " on the inputs of --model-inputs" if config.get("model_inputs") is not None else \
         f" on ct-lightning's encoding of {Path(config['data']).name}" if table else ""
-    echo(f"{Path(config['from_checkpoint']).name} as loaded, before any training: validation accuracy {accuracy:.3f}"
+    echo(f"{start_label(config['from_checkpoint'])} as loaded, before any training: validation accuracy {accuracy:.3f}"
          f"{fed} (the majority class alone: {majority:.3f})", flush=True)
     if accuracy > majority:
         return
