@@ -58,6 +58,11 @@ TRAIN = [
     ("--summary-json {text}/summary.json", "--summary-json"), ("--summary-json {tmp}", "--summary-json"),
     ("--checkpoint-dir {text}", "--checkpoint-dir"), ("--tracking-uri http://127.0.0.1:5999", "--tracking-uri"),
     ("--tracking-uri {tmp}/mlruns", "--tracking-uri: got"), ("--tracking-uri file:{tmp}/mlruns", "a folder store"),
+    # a slip in a server's address: MLflow's traceback after the data were read, or a local folder store suggested
+    ("--tracking-uri htp://127.0.0.1:5999", "--tracking-uri: got 'htp://127.0.0.1:5999' (unknown scheme 'htp'; did you "
+                                            "mean http://127.0.0.1:5999?); allowed: http(s)://HOST:PORT"),
+    ("--tracking-uri http//127.0.0.1:5999", "--tracking-uri: got 'http//127.0.0.1:5999' (did you mean "
+                                            "http://127.0.0.1:5999?)"),
     ("--from-checkpoint {text}", "--from-checkpoint"), ("--from-checkpoint {tmp}/missing.ckpt", "--from-checkpoint"),
     # a misspelt path: the file it probably means ({other_typo}: other.ckpt as othr.ckpt, {loans_typo}: laons.csv)
     ("--from-checkpoint {other_typo}", "--from-checkpoint: no file at {other_typo} (did you mean '{other_ckpt}'?)"),
@@ -139,6 +144,7 @@ EVALUATE = [
     ("--checkpoint {text}", "--checkpoint"), ("--checkpoint {tmp}/missing.ckpt", "--checkpoint"),
     ("--run-id 0123456789abcdef --tracking-uri {empty_store}", "--run-id"),
     ("--run-id 0123456789abcdef --tracking-uri sqlite:///{tmp}/none/mlflow.db", "--tracking-uri"),
+    ("--run-id 0123456789abcdef --tracking-uri htp://127.0.0.1:5999", "(unknown scheme 'htp'; did you mean http://"),
     ("--checkpoint {other_ckpt} --data moons", "--checkpoint"),
     ("--checkpoint {other_sd}", "--data"), ("--checkpoint {other_sd} --data {loans}", "--target"),
     ("--checkpoint {other_sd} --data {loans} --target approved", "--checkpoint"),
@@ -164,6 +170,7 @@ COMPARE = [
     ("--data circles --confidence 1.5", "--confidence"), ("--data circles --max-epochs -5", "--max-epochs"),
     ("--data circles --out-dir {text}", "--out-dir"), ("--data circles --tracking-uri http://127.0.0.1:5999",
                                                        "--tracking-uri"),
+    ("--data circles --tracking-uri htp://127.0.0.1:5999", "(unknown scheme 'htp'; did you mean http://"),
     ("--data circles,moons --bl-run-id a", "--bl-run-id"), ("--data circles --threads x", "--threads"),
     ("--data circles --seeds 0,x", "--seeds"), ("--data circles --seeds 0,0", "--seeds"),
     ("--data circles --seeds 0,1 --n-seeds 2", "--n-seeds"), ("--data circles --n-seeds 0", "--n-seeds"),
@@ -196,6 +203,7 @@ EXPLAIN = [
     ("--checkpoint {other_typo} --row " + ROW5, "(did you mean '{other_ckpt}'?)"),
     ("--checkpoint {other_sd} --row " + ROW5, "--checkpoint: got"),  # weights only: no settings of a training
     ("--run-id 0123456789abcdef --tracking-uri {empty_store} --row " + ROW5, "--run-id"),
+    ("--run-id 0123456789abcdef --tracking-uri htp://127.0.0.1:5999 --row " + ROW5, "(unknown scheme 'htp'; did you"),
     ("--checkpoint {other_ckpt} --row nope", "--row"), ("--checkpoint {other_ckpt} --row '[]'", "--row"),
     ("--checkpoint {other_ckpt} --row '{{\"age\": 53}}'", "--row"),  # unknown column (no preprocessing: x1..x5)
     ("--checkpoint {other_ckpt} --row '{{\"x1\": 0.1}}'", "--row"),  # missing columns

@@ -77,8 +77,15 @@ def quiet_console(verbose: bool = False) -> None:
     """Hide Lightning's INFO lines and the known library warnings for this process (``verbose``: show all).
 
     Imports Lightning first where it is not imported yet (every caller trains with it): its import sets its own
-    logger to INFO, which would undo a level set before."""
+    logger to INFO, which would undo a level set before. The same for the standalone ``pytorch_lightning`` where it
+    is installed, which ``import mlflow.pytorch`` imports (a fine-tuning of ``runs:/``/``models:/`` weights loads them
+    with it before training): Lightning's INFO lines then came back."""
+    import importlib.util  # noqa: PLC0415
+
     import lightning.pytorch  # noqa: F401, PLC0415
+
+    if importlib.util.find_spec("pytorch_lightning") is not None:
+        import pytorch_lightning  # noqa: F401, PLC0415 - 0.1 s beside lightning.pytorch
 
     level = logging.INFO if verbose else logging.WARNING
     for name in LIBRARY_LOGGERS:

@@ -18,6 +18,7 @@ from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.configuration.settings import (SETTINGS, SETTINGS_BY_NAME, Setting, csv_floats, csv_ints,
                                                             csv_names, is_table_file)
 from ct_lightning.experiment.configuration.validation import InputError
+from ct_lightning.experiment.configuration.store import default_tracking_uri
 
 PROTOCOL = "ct_lightning.evaluation.protocol"  # read without importing torch (see catalogue)
 SOURCE, OUTPUT, EVAL = "model to load", "tracking and output", "evaluation protocol"
@@ -175,7 +176,7 @@ def add_arguments(parser, names: list[str] | tuple[str, ...] | None = None, reci
             if setting.group not in groups:
                 groups[setting.group] = parser.add_argument_group(setting.group)
             container = groups[setting.group]
-        default = defaults.get(setting.name, setting.value)
+        default = defaults.get(setting.name, default_tracking_uri() if setting.name == "tracking_uri" else setting.value)
         kwargs: dict[str, Any] = {"help": help_text(setting, default, setting.name in defaults, recipe),
                                   "dest": setting.name}
         if setting.name in defaults or setting.name in RECIPE_ROWS or (names is not None and setting.name in STORE):

@@ -12,7 +12,8 @@ from typing import NamedTuple
 
 from ct_lightning.experiment.configuration.settings import (DEFAULTS, csv_names, is_table_file, load_config_file,
                                                              validate_config)
-from ct_lightning.experiment.configuration.store import anchor_tracking_uri, check_store_exists, check_tracking_reachable
+from ct_lightning.experiment.configuration.store import (anchor_tracking_uri, check_store_exists, check_tracking_reachable,
+                                                         default_tracking_uri)
 from ct_lightning.experiment.configuration.validation import (check_accelerator, check_checkpoint_file, check_output_file,
                                                 check_writable_folder)
 
@@ -36,7 +37,7 @@ def preflight_training(overrides: dict, store: bool = True) -> Checked:
     given = validate_config({k: v for k, v in overrides.items() if v is not None})
     from_file = load_config_file(given["config"]) if given.get("config") and not given.get("resume") else {}
     merged = {**from_file, **given}
-    uri = anchor_tracking_uri(merged.get("tracking_uri") or DEFAULTS["tracking_uri"])
+    uri = anchor_tracking_uri(merged.get("tracking_uri") or default_tracking_uri())
     if store and merged.get("resume"):
         check_store_exists("tracking_uri", uri, f"the run to resume ({merged['resume']})")
     elif store:

@@ -47,6 +47,12 @@ def data_label(data: str) -> str:
     return table_label(data) if is_table_file(str(data)) else str(data)
 
 
+def start_label(start) -> str:
+    """The weights a fine-tuning starts from, in a line or a tag: a file's name, or the whole ``runs:/``/``models:/``
+    URI (whose last part alone, ``model`` or a version ``1``, says nothing)."""
+    return str(start) if ":/" in str(start) else Path(str(start)).name
+
+
 def run_tags(config: dict, extra: dict | None = None) -> dict[str, str]:
     """Tags to filter and group runs by in the UI: data, objective, generator, library version (+ ``extra``); a
     model other than the default MLP (``model``: ``hr_net:make``, ``cnn``) and the weights a fine-tuning starts from
@@ -58,7 +64,7 @@ def run_tags(config: dict, extra: dict | None = None) -> dict[str, str]:
         tags["model"] = str(config["model"])
     start = config.get("from_checkpoint")
     if start:
-        tags["from_checkpoint"] = str(start) if ":/" in str(start) else Path(str(start)).name
+        tags["from_checkpoint"] = start_label(start)
     tags.update({k: str(v) for k, v in (extra or {}).items()})
     return tags
 

@@ -36,7 +36,7 @@ from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, CONSTRAI
                                               check_outputs, trained_under,
                                               completed_epochs, create_run, defining_config,
                                               find_resumable_run, mark_failed, mark_interrupted,
-                                              recipe_command, resume_command)
+                                              recipe_command, resume_command, start_label)
 from ct_lightning.experiment.runs.run_artifacts import (EpochMetricsInCheckpoint, EpochStepMLFlowLogger, load_model_uri,
                                                    log_missing_epoch_metrics, log_training_inputs,
                                                    log_training_plots)
@@ -49,7 +49,7 @@ from ct_lightning.experiment.configuration.settings import (DEFAULTS, RESUME_OPT
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.outbox import OUTBOX_DIR, OutboxClient, pending_upload, server_writable
 from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
-from ct_lightning.experiment.configuration.store import local_store_dir
+from ct_lightning.experiment.configuration.store import default_tracking_uri, local_store_dir
 from ct_lightning.experiment.configuration.validation import InputError
 from ct_lightning.experiment.runs.tracking_server import is_outage, is_server_uri, run_links
 from ct_lightning.training.epoch_block import EpochBlockLoader, can_fuse
@@ -325,7 +325,7 @@ def check_input_width(config: dict, entries: list[dict], weights: dict) -> None:
 
 def _architecture_from_source(source: str, given: dict) -> tuple[dict, dict]:
     if source.startswith(("runs:/", "models:/")):
-        state, metadata = load_model_uri(source, given.get("tracking_uri") or DEFAULTS["tracking_uri"])
+        state, metadata = load_model_uri(source, given.get("tracking_uri") or default_tracking_uri())
         state, metadata = _adapted_weights(state, metadata, metadata)
         metadata.pop("input_map", None)
         metadata.pop("outputs", None)
@@ -488,7 +488,7 @@ def echo_loaded_accuracy(config: dict, module: CTModule, datamodule, echo) -> fl
     table = getattr(datamodule, "codec", None) is not None
     fed = " on the inputs of --model-inputs" if config.get("model_inputs") is not None else \
         f" on ct-lightning's encoding of {Path(config['data']).name}" if table else ""
-    echo(f"{Path(config['from_checkpoint']).name} as loaded, before any training: validation accuracy {accuracy:.3f}"
+    echo(f"{start_label(config['from_checkpoint'])} as loaded, before any training: validation accuracy {accuracy:.3f}"
          f"{fed} (the majority class alone: {majority:.3f})", flush=True)
     if accuracy > majority:
         return accuracy
