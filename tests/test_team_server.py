@@ -131,3 +131,28 @@ def test_a_fine_tuning_of_a_teammates_logged_model_keeps_the_console_quiet(serve
     assert "INFO:" not in text and "LitLogger" not in text, text[-3000:]
     assert any(line.startswith(f"{uri} as loaded, before any training: validation accuracy")
                for line in done.stdout.splitlines()), done.stdout
+
+
+@pytest.mark.slow  # recipe processes
+@pytest.mark.parametrize("given", ["option", "environment"])
+def test_a_sweep_on_the_server_names_it_in_its_train_command(server, given, tmp_path):
+    """A sweep on the team's server, named by --tracking-uri or by $MLFLOW_TRACKING_URI: its parent is on the server
+    and its last line, the command that trains the best trial on its own, names the server (MLflow's fluent API,
+    pointed at the store to log the models, left $MLFLOW_TRACKING_URI set to MLflow's own default, so a later default
+    could be taken for the server and the option dropped from the command)."""
+    store = ["--tracking-uri", server.uri] if given == "option" else []
+    env = _env(MLFLOW_TRACKING_URI=server.uri if given == "environment" else "")
+    done = run_script(ROOT / "recipes" / "sweep.py", ["--executor", "local", "--jobs", "1", "--data", str(LOANS),
+                                                      "--target", "approved", "--max-epochs", "2", "--nce", "16",
+                                                      "--max-steps", "3", "--param", "tau=0.5,0.9", "--no-progress",
+                                                      "--sweep-json", str(tmp_path / "sweep.json"), *store],
+                      cwd=tmp_path, env=env)
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    assert done.stdout.splitlines()[-1].endswith(f"--tracking-uri {server.uri}"), done.stdout[-1500:]
+    assert not (tmp_path / "mlruns" / "mlflow.db").exists()
+    import json
+
+    from mlflow.tracking import MlflowClient
+
+    parent = json.loads((tmp_path / "sweep.json").read_text())["parent_run_id"]
+    assert MlflowClient(tracking_uri=server.uri).get_run(parent).info.status == "FINISHED"

@@ -27,7 +27,7 @@ from typing import Any
 import yaml
 
 from ct_lightning.experiment.configuration import catalogue
-from ct_lightning.experiment.configuration.store import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI, default_tracking_uri
+from ct_lightning.experiment.configuration.store import DEFAULT_EXPERIMENT, DEFAULT_TRACKING_URI
 from ct_lightning.experiment.configuration.validation import BATCHES_ALLOWED, NO_TRAINING, InputError, Rule
 
 TABLE_FILE = "a .csv/.tsv/.txt/.parquet/.xlsx/.xlsm file"
@@ -521,7 +521,6 @@ def resolve_config(overrides: dict) -> dict:
     if unknown:
         raise ValueError(f"config: unknown keys {sorted(unknown)}; allowed: {', '.join(sorted(DEFAULTS))}")
     given = {k: v for k, v in overrides.items() if v is not None}
-    given.setdefault("tracking_uri", default_tracking_uri())  # $MLFLOW_TRACKING_URI read when the run starts
     given["data"] = SETTINGS_BY_NAME["data"].checked(given.get("data", DEFAULTS["data"]))
     data = catalogue.canonical_dataset(given["data"]) or given["data"]
     if is_table_file(data):

@@ -134,6 +134,9 @@ def _tracking_uri(uri: str, experiment_id: str | None = None):
     import mlflow
 
     previous, previous_experiment = mlflow.get_tracking_uri(), os.environ.get("MLFLOW_EXPERIMENT_ID")
+    # set_tracking_uri writes $MLFLOW_TRACKING_URI too, which names the store of every later command of this process
+    # (store.default_tracking_uri): restored as it was, not left at MLflow's own default
+    previous_env = os.environ.get("MLFLOW_TRACKING_URI")
     mlflow.set_tracking_uri(uri)
     if experiment_id is not None:  # the fluent API files logged models under the active experiment
         os.environ["MLFLOW_EXPERIMENT_ID"] = str(experiment_id)
@@ -141,6 +144,10 @@ def _tracking_uri(uri: str, experiment_id: str | None = None):
         yield
     finally:
         mlflow.set_tracking_uri(previous)
+        if previous_env is None:
+            os.environ.pop("MLFLOW_TRACKING_URI", None)
+        else:
+            os.environ["MLFLOW_TRACKING_URI"] = previous_env
         if experiment_id is not None:
             if previous_experiment is None:
                 os.environ.pop("MLFLOW_EXPERIMENT_ID", None)

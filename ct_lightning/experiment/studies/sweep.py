@@ -299,8 +299,7 @@ def retrain_options(given: dict, shown=()) -> list[str]:
     resolved = resolve_config(given)
     plain = resolve_config({k: given[k] for k in data_keys if k in given})  # what train.py takes for this data
     kept = {k: resolved[k] for k in given
-            if k in ("data", *shown) or resolved[k] != (DEFAULTS if k in data_keys else plain)[k]
-            or k == "tracking_uri"}  # against the fixed default below: $MLFLOW_TRACKING_URI is this process's
+            if k in ("data", *shown) or resolved[k] != (DEFAULTS if k in data_keys else plain)[k]}
     if anchor_tracking_uri(str(kept.get("tracking_uri"))) == anchor_tracking_uri(DEFAULTS["tracking_uri"]):
         kept.pop("tracking_uri", None)
     return command_line(kept)

@@ -9,6 +9,7 @@ import sys
 
 from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console, verbose_console
 from ct_lightning.experiment.configuration.sweep_space import check_sweep_inputs
+from ct_lightning.experiment.configuration.store import default_tracking_uri
 from ct_lightning.experiment.runner import batches, checking
 
 SWEEP_OPTIONS = ("param", "search", "num_samples", "sweep_seed", "metric", "mode", "executor", "address",
@@ -39,6 +40,7 @@ def run(args: argparse.Namespace) -> dict:
             base[key] = batches(base[key])
     with checking():
         base, space, _ = check_sweep_inputs(base, sweep)
+    base["tracking_uri"] = base.get("tracking_uri") or default_tracking_uri()  # once, before any trial runs
     if base.get("verbose"):
         os.environ[VERBOSE_ENV] = "1"  # seen by the executor (Ray's console) and the trials' processes
     quiet_console(verbose_console(base.get("verbose")))  # MLflow's store set-up lines, before the store is opened
