@@ -192,10 +192,16 @@ class Task:
 
         return f"{data_label(self.data)}/{self.role}"
 
+    @property
+    def protects(self) -> bool:
+        """Whether this task's model is trained and evaluated with ``protect``: an actionability role that trains its
+        own model (one that is the plausibility pair's, ``training_of``, is neither)."""
+        return self.protected and self.training_of is None
+
     def overrides(self) -> dict:
         """The training overrides of this task."""
         return {**self.training, "data": self.data, "objective": self.objective,
-                "protect": self.protected and self.training_of is None, "tracking_uri": self.tracking_uri,
+                "protect": self.protects, "tracking_uri": self.tracking_uri,
                 "experiment": self.experiment, "progress": False}
 
     def resolved_config(self) -> dict:
@@ -212,8 +218,7 @@ class Task:
         pair's (``training_of``) is evaluated as that pair is: its protected columns are the data spec's immutable
         ones, which hold there already (the same constraints, so the same key: with the same protocol, one
         evaluation serves both columns)."""
-        protect = self.protected and self.training_of is None
-        return protect, not protect
+        return self.protects, not self.protects
 
     def eval_key(self) -> str:
         """Key of this task's evaluation (its protocol and constraints)."""
