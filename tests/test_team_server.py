@@ -156,3 +156,22 @@ def test_a_sweep_on_the_server_names_it_in_its_train_command(server, given, tmp_
 
     parent = json.loads((tmp_path / "sweep.json").read_text())["parent_run_id"]
     assert MlflowClient(tracking_uri=server.uri).get_run(parent).info.status == "FINISHED"
+
+
+@pytest.mark.slow  # a recipe process
+def test_resuming_a_run_whose_checkpoints_are_on_another_machine_says_so(server, tmp_path):
+    """``train.py --resume ID`` of a run trained elsewhere (a teammate's, a job on another node: its checkpoint folder is
+    not here) said the run 'has no checkpoint (it stopped before its first epoch ended); start it again instead', which
+    is false and throws its epochs away."""
+    from ct_lightning.experiment.runs.train import train
+
+    folder = tmp_path / "elsewhere"
+    summary = train({"data": str(LOANS), "target": "approved", "max_epochs": 2, "nce": 16, "max_steps": 3,
+                     "progress": False, "tracking_uri": server.uri, "registered_model": "none",
+                     "checkpoint_dir": str(folder)}, echo=lambda *a, **k: None)
+    folder.rename(tmp_path / "moved")  # as seen from another machine
+    done = run_script(ROOT / "recipes" / "train.py", ["--resume", summary["run_id"], "--max-epochs", "3",
+                                                      "--tracking-uri", server.uri], cwd=tmp_path, env=_env())
+    line = _one_error(done)
+    assert done.returncode != 0 and f"keeps its checkpoints in {folder}, which is not on this machine" in line, line
+    assert "first epoch" not in line

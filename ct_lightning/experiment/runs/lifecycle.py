@@ -240,6 +240,17 @@ def completed_epochs(checkpoint: Path) -> int:
     return int(payload["epoch"]) + 1
 
 
+def no_checkpoint_reason(run) -> str:
+    """Why a run has no checkpoint to resume from here, after ``resume: run ID``: its checkpoint folder is not on this
+    machine (a teammate's run on a shared server, a job that ran on another node, a folder moved or deleted), or the
+    run stopped before its first epoch ended."""
+    folder = checkpoint_dir_of(run)
+    if folder is not None and not folder.is_dir():
+        return (f"keeps its checkpoints in {folder}, which is not on this machine (trained on another one, or the "
+                f"folder was moved or deleted): resume it where that folder is, or copy the folder to that path here")
+    return "has no checkpoint (it stopped before its first epoch ended); start it again instead"
+
+
 def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, echo=print):
     """The run to resume: ``wanted`` (a run id), or for ``"latest"`` the newest unfinished run with a checkpoint.
 
@@ -258,8 +269,7 @@ def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, 
                              f"runs:/{wanted}/model")
         last = last_checkpoint_of(run, echo)
         if last is None:
-            raise ValueError(f"resume: run {wanted} has no checkpoint (it stopped before its first epoch ended); "
-                             f"start it again instead")
+            raise ValueError(f"resume: run {wanted} {no_checkpoint_reason(run)}")
         return run, last
     found = client.get_experiment_by_name(experiment)
     runs = [] if found is None else client.search_runs(
@@ -271,8 +281,8 @@ def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, 
         last = last_checkpoint_of(run, echo)
         if last is not None:
             return run, last
-        echo(f"resume: skipping run {run.info.run_id} ({run.info.run_name}, {run.info.status}): no checkpoint, it "
-             f"stopped before its first epoch ended", flush=True)
+        echo(f"resume: skipping run {run.info.run_id} ({run.info.run_name}, {run.info.status}): it "
+             f"{no_checkpoint_reason(run)}", flush=True)
     raise ValueError(f"resume: no unfinished run with a checkpoint in experiment {experiment!r} at {tracking_uri}")
 
 
