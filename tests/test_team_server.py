@@ -175,3 +175,33 @@ def test_resuming_a_run_whose_checkpoints_are_on_another_machine_says_so(server,
     line = _one_error(done)
     assert done.returncode != 0 and f"keeps its checkpoints in {folder}, which is not on this machine" in line, line
     assert "first epoch" not in line
+
+
+@pytest.mark.slow  # recipe processes
+def test_evaluating_a_teammates_run_without_its_table_says_which_table_to_give(server, tmp_path):
+    """B evaluates A's run from the server: its config.json names A's table on A's machine, and evaluate.py ended with
+    ``error: --data: file '/home/a/loans.csv' not found``, blaming an option B had not given."""
+    import shutil
+
+    from ct_lightning.experiment.runs.train import train
+
+    table = tmp_path / "a" / "loans.csv"
+    table.parent.mkdir()
+    shutil.copy(LOANS, table)
+    summary = train({"data": str(table), "target": "approved", "max_epochs": 2, "nce": 16, "max_steps": 3,
+                     "progress": False, "tracking_uri": server.uri, "registered_model": "none",
+                     "checkpoint_dir": str(tmp_path / "a" / "checkpoints")}, echo=lambda *a, **k: None)
+    table.unlink()  # B's machine: no such file
+    b = tmp_path / "b"
+    b.mkdir()
+    tiny = ["--n-individuals", "4", "--n-runs", "1", "--no-log", "--lambda-energy", "1", "--eval-steps", "10"]
+    done = run_script(ROOT / "recipes" / "evaluate.py", ["--run-id", summary["run_id"], "--tracking-uri", server.uri,
+                                                         *tiny], cwd=b, env=_env())
+    line = _one_error(done)
+    assert done.returncode == 1 and line == (f"error: --run-id: run {summary['run_id']} was trained on {table}, which is "
+                                             "not on this machine (its config.json names it); give a copy of that table "
+                                             "with --data FILE"), line
+    shutil.copy(LOANS, b / "copy.csv")  # as told
+    done = run_script(ROOT / "recipes" / "evaluate.py", ["--run-id", summary["run_id"], "--tracking-uri", server.uri,
+                                                         "--data", "copy.csv", *tiny], cwd=b, env=_env())
+    assert done.returncode == 0 and "accuracy" in done.stdout, (done.stdout + done.stderr)[-3000:]

@@ -251,6 +251,20 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
     return LoadedModel(module.eval(), config, source, extra={"datamodule": datamodule})
 
 
+def check_run_data(loaded: LoadedModel, option: str) -> None:
+    """The table a run was trained on, as its ``config.json`` names it, is on this machine; else one line saying so
+    and to give a copy with ``--data`` (a teammate's run read from a shared server names a file on the teammate's
+    machine: the bare ``--data: file ... not found`` blamed an option the user had not given)."""
+    from ct_lightning.experiment.configuration.settings import is_table_file  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.validation import EnvironmentProblem  # noqa: PLC0415
+    from datamodules.workbook import split_sheet  # noqa: PLC0415 - plain Python
+
+    data = loaded.config.get("data")
+    if is_table_file(data) and not Path(split_sheet(str(data))[0]).is_file():
+        raise EnvironmentProblem(f"{option}: run {loaded.run_id} was trained on {data}, which is not on this machine "
+                                 "(its config.json names it); give a copy of that table with --data FILE")
+
+
 def log_evaluation(client, run_id: str, summary: dict, prefix: str = "eval") -> dict[str, float]:
     """Log the protocol's metrics of ``summary`` as ``{prefix}/...`` (names from the metric table) to an MLflow run."""
     from ct_lightning.metrics.names import logged_values  # noqa: PLC0415 - torchmetrics: explain.py --run-id needs none

@@ -36,8 +36,8 @@ def load(args: argparse.Namespace):
     """The model (``LoadedModel``), its data module, protocol and constraints; a refused input raises."""
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
     from ct_lightning.experiment.configuration.data import build_datamodule  # noqa: PLC0415
-    from ct_lightning.experiment.runs.loading import (load_any_checkpoint, load_logged_model, load_run,  # noqa: PLC0415
-                                                      model_uri_run)
+    from ct_lightning.experiment.runs.loading import (check_run_data, load_any_checkpoint, load_logged_model,  # noqa: PLC0415
+                                                      load_run, model_uri_run)
 
     given = {key: getattr(args, key) for key in GIVEN}
     logged = None if args.run_id else model_uri_run(args.checkpoint, args.tracking_uri)
@@ -46,6 +46,8 @@ def load(args: argparse.Namespace):
             if args.run_id else load_logged_model(logged, args.tracking_uri)
         if args.data:
             loaded.config["data"] = args.data
+        else:
+            check_run_data(loaded, "--run-id" if args.run_id else "--checkpoint")
         loaded.config.update({k: given[k] for k in TABLE_KEYS if given[k] is not None})
     else:
         loaded = load_any_checkpoint(args.checkpoint, args.data, given, args.tracking_uri,
