@@ -5,6 +5,8 @@
   once, evaluated for the cost column with the protected columns immutable, and the plan says so in one line;
 - a protected role's start-up line said ``mutability (data spec, --protect)`` though the user gave no ``--protect``:
   it names compare's actionability pair (train.py's own line with ``--protect`` is unchanged);
+- with ``--jobs 2`` each worker process printed the table's description and CT settings: now compare prints them
+  once, before its trainings;
 - every parent run of one table was named ``compare /abs/path/loans.csv``: now ``compare-loans-s0-...`` with what
   tells two compares apart and a short id.
 
@@ -75,6 +77,8 @@ def test_a_spec_that_already_protects_trains_each_model_once_and_names_the_pair(
     assert ("loans: the actionability pair would train exactly as the plausibility pair (no --immutable; the data "
             "spec holds sex immutable in both): its BL and CT are trained once") in out, out[-3000:]
     assert "reuse the model of loans/bl (the same training)" in out, out[-3000:]
+    # the table's description and CT settings once for the compare, not once per worker process
+    assert out.count("columns (kind from") == 1 and out.count("CT settings (given") == 1, out[-3000:]
     # the cost column is still measured with the protected column immutable (and age only increasing)
     assert row["evaluated_under"]["ct_protected"] == "immutable: sex; increase only: age; within the data domain"
     assert row["evaluated_under"]["bl_protected"] == row["evaluated_under"]["ct_protected"]

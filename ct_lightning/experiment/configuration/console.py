@@ -60,15 +60,16 @@ def child_training_echo(*args, **kwargs) -> None:
     print(*args, **kwargs)
 
 
-def sweep_trial_echo(shown: Iterable[str]) -> Callable[..., None]:
-    """``echo`` for a sweep's trial: the table descriptions in ``shown``, which the sweep printed once before its
-    trials, are left out; the trial's own lines (its CT settings, its run, its epochs) are printed. A trial whose
-    table reads otherwise (another seed's split with a note of its own) prints its own description."""
+def sweep_trial_echo(shown: Iterable[str], then: Callable[..., None] = print) -> Callable[..., None]:
+    """``echo`` for a sweep's trial or a compare's training: the table descriptions in ``shown``, which the sweep or
+    compare printed once before its trainings (with ``--jobs``, in each worker process), are left out; the
+    training's own lines (its CT settings, its run, its epochs) go to ``then``. A training whose table reads
+    otherwise (another seed's split with a note of its own) prints its own description."""
     shown = frozenset(shown)
 
     def echo(*args, **kwargs) -> None:
         if " ".join(map(str, args)) not in shown:
-            print(*args, **kwargs)
+            then(*args, **kwargs)
 
     return echo
 

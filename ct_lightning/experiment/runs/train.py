@@ -336,6 +336,13 @@ def _architecture_from_source(source: str, given: dict) -> tuple[dict, dict]:
     return _architecture_from_file(source, given)
 
 
+def ct_settings_line(config: dict) -> str:
+    """The start-up line of a table's CT settings that depend on its size (given, or chosen by ``resolve_config``)."""
+    chosen = {k: config[k] for k in ("tau", "nce", "lambda_reg", "batch_size")}
+    return "CT settings (given, else chosen from the training rows' size): " + ", ".join(
+        f"{k} {v}" for k, v in chosen.items())
+
+
 def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None = None, echo=print,
           resume_hint: str | None = None, protect_by: str = "--protect") -> dict:
     """Train one model as configured, track it in MLflow and return the run summary.
@@ -380,9 +387,7 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
         module.preprocessing = codec.to_dict()
     if codec is not None and hasattr(datamodule, "describe"):  # a user's table: what was read, inferred and chosen
         echo(datamodule.describe(), flush=True)
-        chosen = {k: config[k] for k in ("tau", "nce", "lambda_reg", "batch_size")}
-        echo("CT settings (given, else chosen from the training rows' size): "
-             + ", ".join(f"{k} {v}" for k, v in chosen.items()), flush=True)
+        echo(ct_settings_line(config), flush=True)
     given = module.hparams.mutability  # the data spec's and --immutable/--mutability/--protect's: what searches keep to
     held = mutability_line(config, given if isinstance(given, dict) else {}, bool(data_mutability(datamodule)),
                            protect_by)

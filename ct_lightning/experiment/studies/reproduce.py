@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from ct_lightning.experiment.configuration.console import child_training_echo, progress_shown
+from ct_lightning.experiment.configuration.console import child_training_echo, progress_shown, sweep_trial_echo
 from ct_lightning.experiment.runs.atomic_files import atomic_file
 from ct_lightning.experiment.configuration.settings import NON_DEFINING_KEYS, data_class, is_table_file
 
@@ -184,6 +184,7 @@ class Task:
     # that would train exactly as the plausibility pair (a table whose data spec already holds every protected column
     # immutable in both) reuses its models and is only evaluated, for the cost column (``None``: trained itself)
     training_of: str | None = None
+    described: tuple[str, ...] = ()  # table descriptions the caller printed once: its training leaves them out
     _config: dict | None = field(default=None, init=False, repr=False, compare=False)  # resolved once
 
     @property
@@ -291,7 +292,8 @@ def run_task(task: Task) -> dict:
         if task.parent_run_id:
             tags["mlflow.parentRunId"] = task.parent_run_id
         # compare, not the user, set protect: the start-up line names the pair (a table's --immutable beside it)
-        run_id = train(task.overrides(), tags=tags, echo=child_training_echo, protect_by=PROTECT_BY)["run_id"]
+        echo = child_training_echo if not task.described else sweep_trial_echo(task.described, child_training_echo)
+        run_id = train(task.overrides(), tags=tags, echo=echo, protect_by=PROTECT_BY)["run_id"]
     train_seconds = time.perf_counter() - started
     if evaluated:
         loaded = load_run(run_id, task.tracking_uri)

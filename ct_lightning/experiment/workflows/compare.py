@@ -211,6 +211,21 @@ def same_training_line(table: str, columns: list[str], immutable: str | None) ->
             "protects more columns in the actionability pair)")
 
 
+def describe_tables(tasks: list) -> list[str]:
+    """The descriptions of the tables the tasks train on and their CT settings (what ``train`` prints at start-up),
+    each once; every task keeps them, so that its training leaves them out (``Task.described``), in whichever
+    process it runs."""
+    from ct_lightning.experiment.runs.train import ct_settings_line  # noqa: PLC0415 - heavy
+    from ct_lightning.experiment.studies.sweep import check_data_options  # noqa: PLC0415
+
+    configs = [task.resolved_config() for task in tasks if is_table_file(task.data) and task.training_of is None]
+    described = check_data_options(configs)
+    described += list(dict.fromkeys(ct_settings_line(config) for config in configs))
+    for task in tasks:
+        task.described = tuple(described)
+    return described
+
+
 def parent_run_name(names: list[str], args, seeds: list[int] | None = None) -> str:
     """The descriptive name of a compare's parent run (``find_or_create_parent`` adds its short id, as a training's
     name has one): the data (a table by its file's stem), the seed or seeds, and what tells two compares of the same
@@ -412,6 +427,9 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
           f"are reused)", flush=True)
     print(f"compare plan: {len(tasks)} models", flush=True)
     print("\n".join(describe_plan(tasks, client, args.actionability)), flush=True)
+    described = describe_tables(tasks)
+    for text in described:  # once for the compare, not once per model or worker process
+        print(text, flush=True)
     shared = {task.data for task in tasks if task.training_of}
     for table in (name for name in names if name in shared):
         print(same_training_line(table, same_training[table], args.immutable), flush=True)
