@@ -433,3 +433,14 @@ def test_a_config_with_a_key_written_twice_is_refused_with_its_line(tmp_path):
     with pytest.raises(Exception) as error:
         load_config_file(config)
     assert "not valid YAML: line 3, column 1: found 'max_epochs' twice (a key may be written once)" in str(error.value)
+
+
+@pytest.mark.parametrize("arguments", [["--target", "aproved"], ["--target", "approved", "--immutable", "agee"]])
+def test_a_misspelt_column_is_refused_before_the_start_up_lines(arguments, tmp_path):
+    """A column name the table's header line does not hold is refused before ``MLflow store:`` and ``CPU math:``
+    are printed (they came first, as if the training had started)."""
+    loans = ROOT / "tests" / "fixtures" / "loans.csv"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": ""}
+    done = run_script(ROOT / "recipes" / "train.py", ["--data", str(loans), *arguments], cwd=tmp_path, env=env)
+    assert done.returncode == 2 and done.stderr.startswith("error: --"), done.stderr[-2000:]
+    assert done.stdout == "", done.stdout

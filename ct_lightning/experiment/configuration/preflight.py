@@ -52,7 +52,19 @@ def preflight_training(overrides: dict, store: bool = True) -> Checked:
     return Checked({**overrides, "tracking_uri": uri}, {**merged, "tracking_uri": uri})
 
 
-def check_table_columns(given: dict) -> None:
+def check_table_names(given: dict) -> bool | None:
+    """The column names the options give (``target``, ``immutable``, ``mutability``, ...) against a table file's
+    header line (:func:`~ct_lightning.experiment.configuration.table_columns.check_table_header`: a fraction of a
+    second, no pandas), so that a misspelt column is refused before any start-up line; whether the line named the
+    columns (``None``: no table file, or ``--resume``)."""
+    if given.get("resume") or not is_table_file(given.get("data")):
+        return None
+    from ct_lightning.experiment.configuration.table_columns import check_table_header  # noqa: PLC0415
+
+    return check_table_header(given)
+
+
+def check_table_columns(given: dict, named: bool | None = None) -> None:
     """The options that name columns of a table file in ``--data`` (merged ``given`` settings; not on ``--resume``):
     ``target`` a column a classifier can be trained on (:func:`datamodules.table_format.check_target`), and the
     features ``immutable`` and ``mutability`` name among its other columns (one-line ``ValueError``). The recipes
@@ -65,8 +77,10 @@ def check_table_columns(given: dict) -> None:
     the data module."""
     if given.get("resume") or not is_table_file(given.get("data")):
         return
-    from ct_lightning.experiment.configuration.table_columns import check_named_features, check_table_header  # noqa: PLC0415
-    named = check_table_header(given)  # before pandas is imported
+    from ct_lightning.experiment.configuration.table_columns import check_named_features  # noqa: PLC0415
+
+    if named is None:  # not checked yet (check_table_names)
+        named = check_table_names(given)  # before pandas is imported
     from datamodules.table_format import check_target, read_table  # noqa: PLC0415 - pandas: for table files only
 
     frame = read_table(given["data"])

@@ -6,8 +6,8 @@ import argparse
 from pathlib import Path
 
 from ct_lightning.experiment.configuration.cpu_math import apply_cpu_math
-from ct_lightning.experiment.configuration.preflight import (apply_threads, check_table_columns, preflight_training,
-                                                             threads_for)
+from ct_lightning.experiment.configuration.preflight import (apply_threads, check_table_columns, check_table_names,
+                                                             preflight_training, threads_for)
 from ct_lightning.experiment.runner import batches, checking
 from ct_lightning.experiment.configuration.store import store_location
 from ct_lightning.experiment.runs.atomic_files import write_text_atomic
@@ -27,11 +27,12 @@ def run(args: argparse.Namespace) -> dict:
             overrides[key] = batches(overrides[key])
     with checking():
         checked = preflight_training(overrides)
+        named = check_table_names(checked.given)  # a misspelt column before the start-up lines
     overrides, given = checked.overrides, checked.given
     print(f"MLflow store: {store_location(overrides['tracking_uri'])}", flush=True)
     print(apply_cpu_math(overrides.get("cpu_math") or "native"), flush=True)  # before torch is imported
     with checking():  # after the first lines: a large table takes seconds to read
-        check_table_columns(given)
+        check_table_columns(given, named)
     from ct_lightning.experiment.runs.train import announce, train  # noqa: PLC0415 - heavy: only after the checks
 
     print(apply_threads(threads_for(given.get("threads"), given.get("model"), given.get("accelerator"))), flush=True)
