@@ -117,3 +117,28 @@ def test_a_data_spec_that_changes_the_models_inputs_is_refused(october, tmp_path
                                          r"--from-checkpoint was trained with None\)"):
         train({**TINY, **october["store"], "data": str(tmp_path / "november.csv"), "data_spec": str(tmp_path / "spec.yaml"),
                "from_checkpoint": october["checkpoint"]})
+
+
+def test_evaluating_on_next_months_file_takes_every_labelled_row_and_keeps_the_runs_own_metrics(october, tmp_path):
+    """evaluate.py --run-id OCT --data november.csv: every labelled row of November (none trained the model; old code:
+    its seeded test split only, 45 of 300 rows, silently), the rows without a label and the column the model does not
+    read named, and the metrics logged as eval/november/* (old code: over the run's own eval/*, October's)."""
+    frame = november(october)
+    frame.loc[[0, 1], "approved"] = None
+    frame["branch"] = ["Berlin", "Köln"] * (len(frame) // 2)
+    frame.to_csv(tmp_path / "november.csv", index=False)
+    done = run_script(ROOT / "recipes" / "evaluate.py",
+                      ["--run-id", october["run"]["run_id"], "--tracking-uri", october["store"]["tracking_uri"],
+                       "--data", "november.csv", "--n-runs", "1", "--n-individuals", "10", "--no-progress",
+                       "--summary-json", "eval.json"], cwd=tmp_path, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "note: 2 row(s) without a value in the target column 'approved' left out" in done.stdout
+    assert "note: november.csv: columns the model does not read left out: branch" in done.stdout
+    assert "november.csv is not the table the model was trained on (october.csv): 298 labelled rows evaluated " \
+           "(every one;" in done.stdout
+    summary = json.loads((tmp_path / "eval.json").read_text())
+    assert summary["split"] == "all" and summary["trained_on"] == "october.csv"
+    from mlflow.tracking import MlflowClient
+
+    metrics = MlflowClient(tracking_uri=october["store"]["tracking_uri"]).get_run(october["run"]["run_id"]).data.metrics
+    assert "eval/november/acc" in metrics and "eval/acc" not in metrics

@@ -125,3 +125,32 @@ def inherit_mutability(config: dict, kept: dict) -> str | None:
     shown = ", ".join(f"{name}: {kind}" for name, kind in inherited.items())
     return (f"note: the model was trained with {shown} (its --immutable/--mutability): kept in this fine-tuning; "
             "--mutability COLUMN=both frees a column")
+
+
+def is_other_table(trained, given, datamodule, run_id: str | None = None, tracking_uri: str | None = None) -> bool:
+    """Whether ``given``, the table a model is evaluated on (``evaluate.py --data``), is another table than
+    ``trained``, the one it was trained on (next month's file, not a copy of the training file): another content
+    where the training file is on this machine, else other test rows than the run logged (its ``test`` dataset's
+    digest); a table the run's cannot be compared with counts as a copy of it (``False``)."""
+    import filecmp  # noqa: PLC0415
+
+    from datamodules.workbook import split_sheet  # noqa: PLC0415
+
+    if not given or not is_table_file(given) or not is_table_file(trained):
+        return False
+    (ours, our_sheet), (theirs, their_sheet) = split_sheet(str(trained)), split_sheet(str(given))
+    if Path(ours).is_file():
+        return our_sheet != their_sheet or not filecmp.cmp(ours, theirs, shallow=False)
+    if run_id is None:
+        return False
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    from ct_lightning.experiment.runs.run_artifacts import _digest  # noqa: PLC0415
+
+    try:
+        inputs = MlflowClient(tracking_uri=tracking_uri).get_run(run_id).inputs.dataset_inputs
+    except Exception:  # noqa: BLE001 - a store that does not answer: taken as the copy the user says it is
+        return False
+    logged = [entry.dataset.digest for entry in inputs
+              if any(tag.key == "mlflow.data.context" and tag.value == "test" for tag in entry.tags)]
+    return bool(logged) and _digest(datamodule.x_test, datamodule.y_test) not in logged
