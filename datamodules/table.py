@@ -132,6 +132,9 @@ class TableDataModule(TensorDataModule):
             self.name = table_label(source)  # loans.csv -> loans: table rows, plots and model names use it
         self.drop_columns = list(codec.dropped if codec is not None else drop_columns)
         kept_notes = []
+        if codec is not None and codec.target != target:
+            raise ValueError(f"target: {target!r} is not the column the model was trained to predict "
+                             f"({codec.target!r}, from its ct_preprocessing)")
         if codec is not None:  # another month's file, perhaps: the model's columns in any order, categories it knows
             self.frame, kept_notes = model_columns(self.frame, codec, self.label_of_source, target, drop_columns)
             labelled = self.frame[self.frame[target].notna()] if target in self.frame.columns else self.frame
@@ -174,9 +177,6 @@ class TableDataModule(TensorDataModule):
             self.frame = self.frame.fillna(fills)
         if codec is not None:  # a trained model's own preprocessing, so the columns match its inputs
             self.codec = codec
-            if self.codec.target != target:
-                raise ValueError(f"target: {target!r} is not the column the model was trained to predict "
-                                 f"({self.codec.target!r}, from its ct_preprocessing)")
             if widen:  # the fine-tuned model's own rows: explain.py --data rebuilds them so
                 self.codec.balance = balance
             # fine-tuning (widen): its training rows widen the domain; else rows beyond it are scored as they are

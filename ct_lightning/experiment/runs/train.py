@@ -507,6 +507,10 @@ def echo_loaded_accuracy(config: dict, module: CTModule, datamodule, echo) -> fl
         f'theirs as "outputs" of --model-inputs' if classes else ""
     if config.get("model_inputs") is not None:
         hint = f"check that --model-inputs lists the inputs it was trained on, in their order{order}"
+    elif getattr(datamodule, "kept", False):  # its own preprocessing: the inputs are read as in its training
+        hint = (f"it reads {Path(config['data']).name} with the preprocessing it was trained with, so the rows differ "
+                "from its training rows (another month, another population) or it learnt little; check its own "
+                "evaluation, or train a new model on this file without --from-checkpoint")
     elif table:
         hint = ("if it was trained on an encoding of your own (its own scaling, one-hot columns or order), describe "
                 f"its inputs with --model-inputs FILE (docs/guide.md, \"Fine-tune a model you already have\"){order}")
