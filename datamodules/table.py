@@ -19,6 +19,7 @@ import pandas as pd
 from datamodules.base import TensorDataModule
 from datamodules.codec import TabularCodec, _plain, category_codes, number_text, ordinal_orders, read_spec
 from datamodules.feature_types import FeatureTypes
+from datamodules.kept_codec import model_columns, outside_domain_notes, refuse_unseen_categories, widen_domain
 from datamodules.preprocess import undersample
 from datamodules.row_bounds import breaking_rows, rule_name
 from datamodules.table_checks import SPLIT, checked_table, raise_problems
@@ -28,6 +29,8 @@ from datamodules.workbook import table_file, table_label
 TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".xlsx", ".xlsm")  # a CSV's delimiter is read from its header; also --data's list
 CODE_LEVELS = 10  # an inferred integer column with at most this many values may be category codes (SEX 1/2)
 BALANCE = ("none", "undersample")  # classes: as in the file, or each cut to the smallest's size
+UNSEEN_FIX = ("the model has no input for them: leave those rows out of the file, or train a new model on it (without "
+              "--from-checkpoint) to learn them")
 
 
 def is_table_path(data) -> bool:
@@ -113,11 +116,13 @@ class TableDataModule(TensorDataModule):
 
     def __init__(self, source, target: str | None = None, spec=None, impute: str = "none",
                  batch_size: int | None = None, seed: int = 0, num_workers: int = 0, data_seed: int = 0,
-                 codec: TabularCodec | dict | None = None, drop_columns: Sequence[str] = (), balance: str = "none"):
+                 codec: TabularCodec | dict | None = None, drop_columns: Sequence[str] = (), balance: str = "none",
+                 widen: bool = False):
         self.source = source
+        self.kept = codec is not None  # encoded with a trained model's preprocessing, not one fitted here
         self.frame = tidy_frame(source.copy()) if isinstance(source, pd.DataFrame) else read_table(source)
-        if codec is not None and not isinstance(codec, TabularCodec):
-            codec = TabularCodec.from_dict(codec)
+        if codec is not None and (widen or not isinstance(codec, TabularCodec)):  # widened below: the caller's stays
+            codec = TabularCodec.from_dict(codec if isinstance(codec, dict) else codec.to_dict())
         # a trained model's preprocessing holds what its data spec declared: the file, perhaps edited, moved or named
         # relative to another folder since, is not read again
         self.spec = read_spec(spec) if codec is None else {}
@@ -126,17 +131,25 @@ class TableDataModule(TensorDataModule):
         if not isinstance(source, pd.DataFrame):
             self.name = table_label(source)  # loans.csv -> loans: table rows, plots and model names use it
         self.drop_columns = list(codec.dropped if codec is not None else drop_columns)
+        kept_notes = []
+        if codec is not None and codec.target != target:
+            raise ValueError(f"target: {target!r} is not the column the model was trained to predict "
+                             f"({codec.target!r}, from its ct_preprocessing)")
+        if codec is not None:  # another month's file, perhaps: the model's columns in any order, categories it knows
+            self.frame, kept_notes = model_columns(self.frame, codec, self.label_of_source, target, drop_columns)
+            labelled = self.frame[self.frame[target].notna()] if target in self.frame.columns else self.frame
+            refuse_unseen_categories(labelled, codec, self.label_of_source, UNSEEN_FIX)
         # the checks the recipes also make before torch is imported (preflight.check_table_columns): one home
         checked = checked_table(self.frame, target, impute, self.label_of_source, orders, self.drop_columns,
                                 strict=codec is None, declared=dict(self.spec.get("columns") or {}) if codec is None
                                 else None)
-        self.frame, self.read_notes = checked.frame, checked.notes  # how the file was read, rows left out
+        self.frame, self.read_notes = checked.frame, checked.notes + kept_notes  # how the file was read, rows left out
         units = dict(checked.attrs.get("units", {}))  # numbers the file wrote as $36,428.20 or 7.5%
         self.decimal_comma = bool(checked.attrs.get("decimal_comma", False))
         self.thousands = dict(checked.attrs.get("thousands", {}))  # each column's thousands separator: 14 999,01 €
         self.target, self.impute, self.data_seed = target, impute, data_seed
         raise_problems(checked.problems, self.label_of_source)
-        if codec is not None and codec.balance is not None:  # a trained model's own rows (explain.py --data)
+        if codec is not None and codec.balance is not None and not widen:  # a trained model's own rows (explain.py --data)
             balance = codec.balance
         self._identifier_candidates = identifier_candidates(self.frame.drop(columns=[target]))  # before balancing
         self.balance, self.rows_read = balance, len(self.frame)
@@ -147,6 +160,11 @@ class TableDataModule(TensorDataModule):
             self.frame = self.frame.iloc[kept].reset_index(drop=True)
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
         fills = training_fills(self.frame, self.rows["train"], target, orders) if impute == "median" else None
+        if fills and codec is not None:  # a trained model fills a gap as it was trained to, where it was
+            fills.update({c.name: c.fill for c in codec.columns if c.fill is not None})
+            if widen:  # and a fine-tuned one, trained on these filled rows, fills the other columns so from now on
+                for column in codec.columns:
+                    column.fill = fills.get(column.name) if column.fill is None else column.fill
         if fills:
             def filled(column, value) -> str:  # a number as the file writes numbers (0,31), a category quoted ('rent')
                 text = number_text(value, self.decimal_comma, self.thousands.get(column))
@@ -159,9 +177,11 @@ class TableDataModule(TensorDataModule):
             self.frame = self.frame.fillna(fills)
         if codec is not None:  # a trained model's own preprocessing, so the columns match its inputs
             self.codec = codec
-            if self.codec.target != target:
-                raise ValueError(f"target: {target!r} is not the column the model was trained to predict "
-                                 f"({self.codec.target!r}, from its ct_preprocessing)")
+            if widen:  # the fine-tuned model's own rows: explain.py --data rebuilds them so
+                self.codec.balance = balance
+            # fine-tuning (widen): its training rows widen the domain; else rows beyond it are scored as they are
+            self.read_notes += widen_domain(codec, self.frame.iloc[self.rows["train"]], self.label_of_source) if widen \
+                else outside_domain_notes(codec, self.frame, self.label_of_source)
         else:
             self.codec = TabularCodec.fit(self.frame, target, self.spec, train_rows=self.rows["train"],
                                           dropped=self.drop_columns, fills=fills)
@@ -220,8 +240,9 @@ class TableDataModule(TensorDataModule):
         return (f"data {self.label_of_source}: {len(self.frame)} rows ({sizes}), target {self.target!r} with classes "
                 f"{classes}{positive}"
                 + (f"\n{self.codec.outcome_text()}" if getattr(self.codec, "order", None) else "")
-                + "\ncolumns (kind from the data spec or inferred from "
-                f"the dtypes):\n{self.codec.describe()}"
+                + ("\ncolumns (the model's own preprocessing: its kinds, categories and standardisation):"
+                   if self.kept else "\ncolumns (kind from the data spec or inferred from the dtypes):")
+                + f"\n{self.codec.describe()}"
                 + (f"\nleft out (--drop-columns): {', '.join(self.drop_columns)}" if self.drop_columns else "")
                 + (f"\nbalanced (--balance undersample): kept {len(self.frame)} of {self.rows_read} rows, "
                    f"{len(self.frame) // len(self.codec.classes)} of each class" if self.balance == "undersample" else "")

@@ -29,7 +29,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_arguments(parser.add_mutually_exclusive_group(required=True), ["run_id", "checkpoint"], recipe="evaluate")
     add_arguments(parser, ["tracking_uri", "which", "data", *GIVEN, "protect", "all_mutable"],
                   data=None, impute=None, drop_columns=None, balance=None, model=None, hidden_sizes=None, activation=None)
-    parser.add_argument("--split", choices=("test", "val"), default="test", help="split of the factuals (default %(default)s)")
+    parser.add_argument("--split", choices=("test", "val", "all"), default=None,
+                        help="rows of the factuals: a split, or all labelled rows (default: test; all for a --data "
+                             "table other than the model's own)")
     add_arguments(parser, ["seed", "summary_json", "out_dir", "log"], seed=None)
     parser.add_argument("--unsafe-load", action="store_true",
                         help="load checkpoints with weights_only=False (only for checkpoints you trust)")

@@ -164,7 +164,11 @@ def test_rows_the_model_cannot_read_are_refused_before_the_search():
                           # misspelt, beside a column the model never saw: the misspelt one is named, with a hint
                           (ROWS[["home"]].assign(branch=1, incme=3), "--rows: got 'incme' (unknown column; did you "
                                                                      "mean 'income'?); allowed: the model's columns"),
-                          (ROWS[["home"]], "--rows: got 'income' (missing column)")):
+                          (ROWS[["home"]], "--rows: got 'income' (missing column)"),
+                          # renamed, beside a new column: the missing one is named, not whichever new one came first
+                          (ROWS[["home"]].assign(branch=1, earnings=3),
+                           "--rows: got 'income' (missing column; the rows have columns the model does not know: "
+                           "branch, earnings (one renamed? give it the model's name)); allowed: rows holding every")):
         with pytest.raises(InputError) as caught:
             check_rows(rows.copy(), loaded, "--rows")
         assert str(caught.value).startswith(message), str(caught.value)

@@ -10,18 +10,19 @@ from ct_lightning.experiment.configuration.settings import data_class, is_table_
 from ct_lightning.experiment.configuration.table_columns import check_data_kinds, named_features
 
 
-def build_datamodule(config: dict, codec=None):
+def build_datamodule(config: dict, codec=None, widen: bool = False):
     """Instantiate and set up the configured data module: a registered data set, a table file
     (``--data PATH --target COLUMN``) or a ``package.module:Class``. ``codec``: a table's fitted preprocessing
-    (a trained model's ``ct_preprocessing``) to encode with instead of fitting one. ``config`` needs only
-    ``data``: a missing ``batch_size`` is the data set's default, ``seed`` 0."""
+    (a trained model's ``ct_preprocessing``) to encode with instead of fitting one; ``widen``: its domain widens to
+    hold the table's training rows (a fine-tuning on another file). ``config`` needs only ``data``: a missing
+    ``batch_size`` is the data set's default, ``seed`` 0."""
     cls = data_class(config["data"])
     config = {"seed": 0, "data_dir": None, **config}
     if config.get("batch_size") is None:
         config["batch_size"] = cls.default_batch_size
     if is_table_file(config["data"]):
         datamodule = cls(config["data"], **table_options(config), batch_size=config["batch_size"], seed=config["seed"],
-                         codec=codec)
+                         codec=codec, **({"widen": True} if widen else {}))
         datamodule.setup("fit")
         return datamodule
     kwargs = {"batch_size": config["batch_size"], "seed": config["seed"]}

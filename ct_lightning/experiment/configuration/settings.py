@@ -508,7 +508,12 @@ def table2(data: str, config: dict | None = None) -> dict[str, Any]:
         from datamodules.table import TableDataModule  # noqa: PLC0415
 
         config = config or {}
-        module = TableDataModule(data, **table_options(config))
+        kept = None
+        if config.get("from_checkpoint"):  # a fine-tuning reads the table with its model's own preprocessing
+            from ct_lightning.experiment.runs.kept_preprocessing import kept_preprocessing  # noqa: PLC0415 - torch
+
+            kept = kept_preprocessing({**config, "data": data})
+        module = TableDataModule(data, **table_options(config), codec=kept, widen=kept is not None)
         chosen = module.ct_defaults
         return {**{k: v for k, v in chosen.items() if k in DATA_DEFAULT_KEYS}, "batch_size": chosen["batch_size"]}
     cls = data_class(data)

@@ -134,6 +134,20 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
     return tensors, metadata
 
 
+def checkpoint_preprocessing(path: str | Path) -> dict | None:
+    """The fitted preprocessing of a table (a ``TabularCodec``'s dict) that a checkpoint of this project carries
+    (``ct_preprocessing``); ``None`` for any other file (a plain ``state_dict``, TorchScript, a model of no table)."""
+    try:
+        payload = torch.load(str(path), map_location="cpu", weights_only=True)
+    except Exception:  # noqa: BLE001 - read_checkpoint refused it in its own words already, or it carries none
+        return None
+    if not isinstance(payload, dict):
+        return None
+    found = next((payload[key] for key in PREPROCESSING_KEYS if payload.get(key)), None)
+    found = json.loads(found) if isinstance(found, str) else found
+    return found if isinstance(found, dict) and found.get("kind") == "tabular" else None
+
+
 def scripted_activation(scripted, path) -> str | None:
     """The activation of a TorchScript MLP, by our name (``tanh``): from its activation modules (``nn.Tanh()``) or,
     where there are none, from the functions its code calls (``torch.tanh(x)``); ``None`` where it uses none or

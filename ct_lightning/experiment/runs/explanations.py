@@ -199,8 +199,12 @@ def check_rows(frame: pd.DataFrame, explainable: Explainable, option: str, skip_
         from datamodules.suggest import name_hint  # noqa: PLC0415
 
         hinted = [(c, name_hint(c, missing, "; {}")) for c in unknown]
-        name, hint = next(((c, h) for c, h in hinted if h), hinted[0])  # the misspelt one, not an extra id column
-        raise InputError(option, name, f"the model's columns {', '.join(columns)}{note}", f"unknown column{hint}")
+        found = next(((c, h) for c, h in hinted if h), None)  # the misspelt one, not an extra id column
+        if found is None:  # a column renamed (employment_years for years_employed): the model's that is missing
+            raise InputError(option, missing[0], f"rows holding every column: {', '.join(columns)}{note}",
+                             f"missing column; the rows have columns the model does not know: "
+                             f"{', '.join(map(str, unknown))} (one renamed? give it the model's name)")
+        raise InputError(option, found[0], f"the model's columns {', '.join(columns)}{note}", f"unknown column{found[1]}")
     if missing:
         raise InputError(option, missing[0], f"rows holding every column: {', '.join(columns)}", "missing column")
     from datamodules.table_format import rows_as_written, thousands_points  # noqa: PLC0415

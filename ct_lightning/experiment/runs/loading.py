@@ -188,15 +188,18 @@ def load_checkpoint_with_config(path: str | Path, data: str | None = None, weigh
     if not path.is_file():
         raise FileNotFoundError(f"checkpoint: no file {path}")
     sibling = path.parent / "config.json"
+    extra = {}
     if sibling.is_file():
         config = json.loads(sibling.read_text())
         if data:
+            extra["trained_data"] = config.get("data")  # the table it was trained on, where another is given
             config["data"] = data
     elif data:
         config = resolve_config({"data": data})
     else:
         raise ValueError(f"data: cannot infer the data set of {path} (no config.json beside it); pass --data")
-    return LoadedModel(with_checkpoint_code(lambda: load_checkpoint(path, weights_only), path), config, str(path))
+    return LoadedModel(with_checkpoint_code(lambda: load_checkpoint(path, weights_only), path), config, str(path),
+                       extra=extra)
 
 
 def is_lightning_checkpoint(path: str | Path, weights_only: bool = True) -> bool:

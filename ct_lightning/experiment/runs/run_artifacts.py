@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import json
 import os
 import re
 import tempfile
@@ -324,6 +325,25 @@ def _load_torch_module(uri: str) -> torch.nn.Module:
     if not isinstance(getattr(wrapped, "model", None), torch.nn.Module):
         raise ValueError(f"no PyTorch classifier in it (flavours: {', '.join(flavors)})")
     return wrapped.model
+
+
+def model_uri_preprocessing(uri: str, tracking_uri: str) -> dict | None:
+    """The fitted preprocessing of a table that the run behind an MLflow model (``runs:/RUN_ID/model``,
+    ``models:/NAME/VERSION``) logged (:data:`PREPROCESSING_ARTIFACT`); ``None`` where it logged none."""
+    import mlflow
+    from mlflow.models import Model
+
+    try:
+        with _tracking_uri(tracking_uri):
+            run_id = Model.load(uri).run_id
+        client = mlflow.tracking.MlflowClient(tracking_uri=tracking_uri)
+        if run_id is None or PREPROCESSING_ARTIFACT not in {a.path for a in client.list_artifacts(run_id)}:
+            return None
+        with tempfile.TemporaryDirectory(prefix="ct-preprocessing-") as folder:
+            found = json.loads(Path(client.download_artifacts(run_id, PREPROCESSING_ARTIFACT, folder)).read_text())
+    except Exception:  # noqa: BLE001 - a model without a run of ours: load_model_uri says what it cannot load
+        return None
+    return found if isinstance(found, dict) and found.get("kind") == "tabular" else None
 
 
 def load_model_uri(uri: str, tracking_uri: str) -> tuple[dict[str, torch.Tensor], dict]:

@@ -41,6 +41,8 @@ from ct_lightning.experiment.runs.run_artifacts import (EpochMetricsInCheckpoint
                                                    log_missing_epoch_metrics, log_training_inputs,
                                                    log_training_plots)
 from ct_lightning.experiment.runs.served_model import example_rows, log_models, registered_text
+from ct_lightning.experiment.runs.kept_preprocessing import (check_data_spec, inherit_mutability, kept_line,
+                                                          kept_preprocessing)
 from ct_lightning.experiment.runs.last_checkpoint import BestCheckpoint, LastCheckpoint
 from ct_lightning.experiment.runs.stop_on_signal import StopOnSignal
 from ct_lightning.experiment.configuration.settings import (DEFAULTS, RESUME_OPTIONS, SETTINGS_BY_NAME, fused_blocker,
@@ -376,7 +378,14 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
     check_cpu_math(config.get("cpu_math", "native"))  # portable must have been chosen before torch started
     set_search_compile(config["search_compile"])
     L.seed_everything(config["seed"], workers=True, verbose=False)
-    datamodule = build_datamodule(config)
+    kept = kept_preprocessing(config, resume_from)  # a fine-tuning on a table reads it as its model was trained to
+    if kept is not None:
+        check_data_spec(config, kept)
+        echo(kept_line(config, resume_from is not None), flush=True)
+        held = inherit_mutability(config, kept) if resume_from is None else None  # a resumed run's config has them
+        if held:
+            echo(held, flush=True)
+    datamodule = build_datamodule(config, codec=kept, widen=kept is not None)
     check_batch_shares(config, datamodule)
     set_expected_searches(expected_searches(config, datamodule))
     # the weights it loads tell a model of one output unit (a resumed run's: its checkpoint's)
@@ -492,6 +501,7 @@ def echo_loaded_accuracy(config: dict, module: CTModule, datamodule, echo) -> fl
     accuracy, majority = scores
     table = getattr(datamodule, "codec", None) is not None
     fed = " on the inputs of --model-inputs" if config.get("model_inputs") is not None else \
+        f" on {Path(config['data']).name}, encoded as in its training" if getattr(datamodule, "kept", False) else \
         f" on ct-lightning's encoding of {Path(config['data']).name}" if table else ""
     echo(f"{start_label(config['from_checkpoint'])} as loaded, before any training: validation accuracy {accuracy:.3f}"
          f"{fed} (the majority class alone: {majority:.3f})", flush=True)
@@ -502,6 +512,10 @@ def echo_loaded_accuracy(config: dict, module: CTModule, datamodule, echo) -> fl
         f'theirs as "outputs" of --model-inputs' if classes else ""
     if config.get("model_inputs") is not None:
         hint = f"check that --model-inputs lists the inputs it was trained on, in their order{order}"
+    elif getattr(datamodule, "kept", False):  # its own preprocessing: the inputs are read as in its training
+        hint = (f"it reads {Path(config['data']).name} with the preprocessing it was trained with, so the rows differ "
+                "from its training rows (another month, another population) or it learnt little; check its own "
+                "evaluation, or train a new model on this file without --from-checkpoint")
     elif table:
         hint = ("if it was trained on an encoding of your own (its own scaling, one-hot columns or order), describe "
                 f"its inputs with --model-inputs FILE (docs/guide.md, \"Fine-tune a model you already have\"){order}")

@@ -36,8 +36,10 @@ def load(args: argparse.Namespace):
     """The model (``LoadedModel``), its data module, protocol and constraints; a refused input raises."""
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
     from ct_lightning.experiment.configuration.data import build_datamodule  # noqa: PLC0415
+    from ct_lightning.experiment.runs.kept_preprocessing import is_other_table  # noqa: PLC0415
     from ct_lightning.experiment.runs.loading import (check_run_data, load_any_checkpoint, load_logged_model,  # noqa: PLC0415
                                                       load_run, model_uri_run)
+    from datamodules.workbook import table_file  # noqa: PLC0415
 
     given = {key: getattr(args, key) for key in GIVEN}
     logged = None if args.run_id else model_uri_run(args.checkpoint, args.tracking_uri)
@@ -45,6 +47,7 @@ def load(args: argparse.Namespace):
         loaded = load_run(args.run_id, args.tracking_uri, args.which, weights_only=not args.unsafe_load) \
             if args.run_id else load_logged_model(logged, args.tracking_uri)
         if args.data:
+            loaded.extra["trained_data"] = loaded.config.get("data")
             loaded.config["data"] = args.data
         else:
             check_run_data(loaded, "--run-id" if args.run_id else "--checkpoint")
@@ -59,6 +62,11 @@ def load(args: argparse.Namespace):
     if codec is not None:
         print(f"encoding {loaded.config['data']} with the model's own preprocessing (ct_preprocessing of the "
               f"checkpoint: {len(datamodule.feature_names)} inputs)", flush=True)
+        for note in getattr(datamodule, "read_notes", []):  # rows without a label left out, columns not read, ...
+            print(f"note: {note}", flush=True)
+    trained = loaded.extra.get("trained_data")
+    other = is_other_table(trained, args.data, datamodule, loaded.run_id, args.tracking_uri)
+    loaded.extra["other_table"] = other and Path(table_file(trained)).name
     check_model_fits("--checkpoint" if args.checkpoint else "--run-id", args.checkpoint or args.run_id,
                      loaded.module, datamodule)
     known = catalogue.canonical_dataset(datamodule.name) is not None  # else a table file or package.module:Class
@@ -88,6 +96,23 @@ def order_note(datamodule) -> str | None:
 EVALUATED_TAG = "ct.evaluated_with"  # on a run that evaluate.py logged eval/* metrics to
 
 
+def split_rows(datamodule, split: str):
+    """``(x, y)`` of the factuals: the ``test`` or ``val`` split, or ``all`` the labelled rows (another table than the
+    model's own: none of them trained it)."""
+    import torch  # noqa: PLC0415
+
+    if split == "all":
+        parts = [(getattr(datamodule, f"x_{s}"), getattr(datamodule, f"y_{s}")) for s in ("train", "val", "test")]
+        return torch.cat([x for x, _ in parts]), torch.cat([y for _, y in parts])
+    return (datamodule.x_test, datamodule.y_test) if split == "test" else (datamodule.x_val, datamodule.y_val)
+
+
+def metric_prefix(datamodule) -> str:
+    """The prefix of the metrics of an evaluation on another table than the model's own: ``eval/november`` (the
+    table's name), so that the run's own ``eval/*`` stay its training table's."""
+    return f"eval/{datamodule.name}"
+
+
 def run(args: argparse.Namespace) -> dict:
     """Load, evaluate, log to the run, plot, and write the JSON summary; returns it."""
     if args.seed is not None:
@@ -99,13 +124,22 @@ def run(args: argparse.Namespace) -> dict:
     from ct_lightning.evaluation.plots import evaluation_figures, metric_history  # noqa: PLC0415
     from ct_lightning.experiment.configuration.preflight import evaluation_device  # noqa: PLC0415
     from ct_lightning.experiment.runs.loading import log_evaluation  # noqa: PLC0415
+    from datamodules.workbook import split_sheet  # noqa: PLC0415
     from ct_lightning.generators.compiled_step import set_search_compile  # noqa: PLC0415
 
     set_search_compile(args.search_compile or DEFAULTS["search_compile"])
     with checking():
         loaded, datamodule, config, constraints = load(args)
     loaded.module.to(evaluation_device(args.accelerator))  # the data follow the model's device
-    x, y = (datamodule.x_test, datamodule.y_test) if args.split == "test" else (datamodule.x_val, datamodule.y_val)
+    other = loaded.extra.get("other_table")  # next month's file: none of its rows trained the model
+    split = args.split or ("all" if other else "test")
+    x, y = split_rows(datamodule, split)
+    table = Path(split_sheet(str(loaded.config["data"]))[0]).name
+    if other:
+        print(f"{table} is not the table the model was trained on ({other}): "
+              f"{len(y)} labelled rows evaluated ({'every one' if split == 'all' else f'its {split} split'}; "
+              "--split test takes the rows that a fine-tuning on it holds out, to compare with that model), logged "
+              f"as {metric_prefix(datamodule)}/*, not over the run's own eval/*", flush=True)
     result = evaluate_model(loaded.module, x, y, datamodule.n_classes, config, constraints.mutability,
                             constraints.lower, constraints.upper, x_train=datamodule.x_train,
                             feature_names=list(datamodule.feature_names), y_train=datamodule.y_train,
@@ -126,23 +160,25 @@ def run(args: argparse.Namespace) -> dict:
                                datamodule, out_dir, convergence)
     logged = {}
     if client is not None and args.log:
-        logged = log_evaluation(client, loaded.run_id, summary)
+        prefix = metric_prefix(datamodule) if other else "eval"
+        logged = log_evaluation(client, loaded.run_id, summary, prefix)
         # how the eval/* metrics were made: a quick 2-run check and a full evaluation look alike otherwise
-        client.set_tag(loaded.run_id, EVALUATED_TAG,
+        client.set_tag(loaded.run_id, EVALUATED_TAG + (f".{datamodule.name}" if other else ""),
                        f"{getattr(args, 'protocol', None) or 'reference'} protocol, {config.n_runs} "
                        f"run{'s' if config.n_runs != 1 else ''} x "
-                       f"{config.n_individuals} individuals, {args.split} split; {constraints.in_words()}")
+                       f"{config.n_individuals} individuals, {split} {'rows' if split == 'all' else 'split'}"
+                       f"{f' of {table}' if other else ''}; {constraints.in_words()}")
         for path in plots:
             client.log_artifact(loaded.run_id, str(path), artifact_path="plots")
 
     payload = {"run_id": loaded.run_id, "checkpoint": loaded.checkpoint, "data": datamodule.name,
-               "split": args.split, "immutable": constraints.immutable, "evaluated_under": constraints.in_words(),
+               "split": split, **({"trained_on": other} if other else {}), "immutable": constraints.immutable, "evaluated_under": constraints.in_words(),
                "logged": logged,
                "plots": [str(p) for p in plots], **result.to_dict(include_samples=True)}
     if args.summary_json:
         write_json_atomic(args.summary_json, payload)
     shown = {k: v for k, v in summary.items() if k != "per_lambda"}
-    print(f"data {datamodule.name} ({args.split} split), {constraints.in_words()}")
+    print(f"data {datamodule.name} ({split} {'rows' if split == 'all' else 'split'}), {constraints.in_words()}")
     note = order_note(datamodule)
     if note:
         print(note)
