@@ -60,6 +60,15 @@ def identifier_candidates(features: pd.DataFrame) -> set[str]:
     return found
 
 
+def train_rows(source, target: str | None, data_seed: int = 0) -> int:
+    """How many training rows the labelled rows of the table ``source`` give (its stratified split), without any
+    other check of the table: what its CT defaults are chosen from where the table is read by a model's own
+    preprocessing (a fine-tuning)."""
+    frame = read_table(source)
+    labels = frame[target].dropna().astype(str).to_numpy() if target in frame.columns else np.array([])
+    return len(stratified_split(labels, data_seed)["train"]) if len(labels) else 0
+
+
 def stratified_split(y: np.ndarray, seed: int) -> dict[str, np.ndarray]:
     """Seeded train/val/test row positions with each class split 70/15/15, rounded per class: every split sees every
     class of at least :data:`~datamodules.table_checks.MIN_CLASS_ROWS` rows (a rarer class is refused,
@@ -137,13 +146,14 @@ class TableDataModule(TensorDataModule):
                              f"({codec.target!r}, from its ct_preprocessing)")
         if codec is not None:  # another month's file, perhaps: the model's columns in any order, categories it knows
             self.frame, kept_notes = model_columns(self.frame, codec, self.label_of_source, target, drop_columns)
-            labelled = self.frame[self.frame[target].notna()] if target in self.frame.columns else self.frame
-            refuse_unseen_categories(labelled, codec, self.label_of_source, UNSEEN_FIX)
         # the checks the recipes also make before torch is imported (preflight.check_table_columns): one home
         checked = checked_table(self.frame, target, impute, self.label_of_source, orders, self.drop_columns,
                                 strict=codec is None, declared=dict(self.spec.get("columns") or {}) if codec is None
                                 else None)
         self.frame, self.read_notes = checked.frame, checked.notes + kept_notes  # how the file was read, rows left out
+        if codec is not None:  # after the reading: an ordinal's labels written as 10% are its order's text again
+            labelled = self.frame[self.frame[target].notna()] if target in self.frame.columns else self.frame
+            refuse_unseen_categories(labelled, codec, self.label_of_source, UNSEEN_FIX)
         units = dict(checked.attrs.get("units", {}))  # numbers the file wrote as $36,428.20 or 7.5%
         self.decimal_comma = bool(checked.attrs.get("decimal_comma", False))
         self.thousands = dict(checked.attrs.get("thousands", {}))  # each column's thousands separator: 14 999,01 €

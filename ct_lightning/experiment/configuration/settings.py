@@ -505,16 +505,18 @@ def table2(data: str, config: dict | None = None) -> dict[str, Any]:
     """The SPEC Table 2 values of a data set (``tau``, ``nce``, ``lambda_reg``, ``batch_size``); for a table
     file, the values chosen from its training split's size (:func:`datamodules.table.table_defaults`)."""
     if is_table_file(data):
-        from datamodules.table import TableDataModule  # noqa: PLC0415
+        from datamodules.table import TableDataModule, table_defaults, train_rows  # noqa: PLC0415
 
         config = config or {}
-        kept = None
-        if config.get("from_checkpoint"):  # a fine-tuning reads the table with its model's own preprocessing
-            from ct_lightning.experiment.runs.kept_preprocessing import kept_preprocessing  # noqa: PLC0415 - torch
-
-            kept = kept_preprocessing({**config, "data": data})
-        module = TableDataModule(data, **table_options(config), codec=kept, widen=kept is not None)
-        chosen = module.ct_defaults
+        try:
+            chosen = TableDataModule(data, **table_options(config)).ct_defaults
+        except ValueError:
+            if not config.get("from_checkpoint"):
+                raise
+            # a fine-tuning reads the file with its model's own preprocessing (runs.kept_preprocessing), which takes
+            # what a fresh fit refuses (a constant column the model does not read) or refuses it in its own words:
+            # the defaults come from the file's size alone
+            chosen = table_defaults(train_rows(data, config.get("target"), table_options(config).get("data_seed", 0)))
         return {**{k: v for k, v in chosen.items() if k in DATA_DEFAULT_KEYS}, "batch_size": chosen["batch_size"]}
     cls = data_class(data)
     return {**{k: v for k, v in cls.ct_defaults.items() if k in DATA_DEFAULT_KEYS}, "batch_size": cls.default_batch_size}
