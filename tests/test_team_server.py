@@ -205,3 +205,68 @@ def test_evaluating_a_teammates_run_without_its_table_says_which_table_to_give(s
     done = run_script(ROOT / "recipes" / "evaluate.py", ["--run-id", summary["run_id"], "--tracking-uri", server.uri,
                                                          "--data", "copy.csv", *tiny], cwd=b, env=_env())
     assert done.returncode == 0 and "accuracy" in done.stdout, (done.stdout + done.stderr)[-3000:]
+
+
+@pytest.fixture(scope="module")
+def registered(server, tmp_path_factory) -> tuple[str, str]:
+    """A's run registered as ``team-loans`` (``models:/team-loans/1``, as train.py prints it), alias ``champion``:
+    ``(run id, the registered model's URI)``."""
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.runs.train import train
+
+    folder = tmp_path_factory.mktemp("analyst-a-registers")
+    summary = train({"data": str(LOANS), "target": "approved", "max_epochs": 2, "nce": 16, "max_steps": 3,
+                     "progress": False, "tracking_uri": server.uri, "registered_model": "team-loans",
+                     "checkpoint_dir": str(folder / "checkpoints")}, echo=lambda *a, **k: None)
+    version = summary["models"]["version"]
+    MlflowClient(tracking_uri=server.uri).set_registered_model_alias("team-loans", "champion", version)
+    return summary["run_id"], f"models:/team-loans/{version}"
+
+
+ROW = '{"age": 29, "income": 31000, "debt": 21000, "years_employed": 2, "home_ownership": "rent", "purpose": "car", ' \
+      '"sex": "female"}'
+EVAL_TINY = ["--n-individuals", "4", "--n-runs", "1", "--lambda-energy", "1", "--eval-steps", "10"]
+
+
+@pytest.mark.slow  # recipe processes
+def test_explain_and_evaluate_take_the_registered_model_that_training_prints(server, registered, tmp_path):
+    """B takes the ``models:/team-loans/1`` that A's training printed: ``--run-id`` said 'no such run' (and explain.py's
+    ``--checkpoint`` 'explain.py reads no registry or other URI'); an alias and ``latest`` name a version too."""
+    run_id, uri = registered
+    for given in (["--run-id", uri], ["--run-id", "models:/team-loans@champion"],
+                  ["--checkpoint", "models:/team-loans/latest"]):
+        done = run_script(ROOT / "recipes" / "explain.py", [*given, "--row", ROW, "--no-log", "--tracking-uri",
+                                                            server.uri], cwd=tmp_path, env=_env())
+        assert done.returncode == 0 and "row 0: predicted" in done.stdout, (done.stdout + done.stderr)[-3000:]
+        assert f"version 1 of team-loans, logged by run {run_id}" in done.stdout, done.stdout
+    done = run_script(ROOT / "recipes" / "evaluate.py", ["--run-id", uri, "--tracking-uri", server.uri, "--no-log",
+                                                         *EVAL_TINY], cwd=tmp_path, env=_env())
+    assert done.returncode == 0 and "accuracy" in done.stdout, (done.stdout + done.stderr)[-3000:]
+    assert f"logged by run {run_id}" in done.stdout
+
+
+@pytest.mark.slow  # recipe processes
+def test_an_unknown_registered_model_or_version_is_one_line_naming_those_there_are(server, registered, tmp_path):
+    """A slip in the name, the version or the alias: one line naming the registered models, or the model's versions
+    and aliases, before any work."""
+    cases = {
+        ("explain", "--run-id", "models:/team-loans/7"): "error: --run-id: got 'models:/team-loans/7' (team-loans has "
+        "no version 7); allowed: a version of team-loans (versions: 1; aliases: @champion (version 1))",
+        ("evaluate", "--run-id", "models:/team-loans@chamption"): "error: --run-id: got 'models:/team-loans@chamption' "
+        "(team-loans has no alias @chamption); allowed: a version of team-loans (versions: 1; aliases: @champion "
+        "(version 1))",
+        ("explain", "--run-id", "models:/team-lons/1"): "(no registered model 'team-lons'); allowed: models:/NAME/VERSION",
+        ("evaluate", "--checkpoint", "models:/team-loans/7"): "error: --checkpoint: got 'models:/team-loans/7' "
+        "(team-loans has no version 7)",
+    }
+    for (recipe, option, value), wanted in cases.items():
+        rest = ["--row", ROW] if recipe == "explain" else EVAL_TINY
+        done = run_script(ROOT / "recipes" / f"{recipe}.py", [option, value, *rest, "--no-log", "--tracking-uri",
+                                                               server.uri], cwd=tmp_path, env=_env())
+        line = _one_error(done)
+        assert done.returncode != 0 and wanted in line, (recipe, line)
+        assert "data " not in done.stdout and "row 0" not in done.stdout
+    done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", "models:/team-lons/1", "--row", ROW, "--no-log",
+                                                        "--tracking-uri", server.uri], cwd=tmp_path, env=_env())
+    assert "team-loans" in _one_error(done).split("allowed:")[1]  # the models there are
