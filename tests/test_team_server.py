@@ -141,7 +141,7 @@ def test_a_sweep_on_the_server_names_it_in_its_train_command(server, given, tmp_
     pointed at the store to log the models, left $MLFLOW_TRACKING_URI set to MLflow's own default, so a later default
     could be taken for the server and the option dropped from the command)."""
     store = ["--tracking-uri", server.uri] if given == "option" else []
-    env = _env(MLFLOW_TRACKING_URI=server.uri if given == "environment" else "")
+    env = _env(MLFLOW_TRACKING_URI=server.uri if given == "environment" else "", LOGNAME="analyst-b")
     done = run_script(ROOT / "recipes" / "sweep.py", ["--executor", "local", "--jobs", "1", "--data", str(LOANS),
                                                       "--target", "approved", "--max-epochs", "2", "--nce", "16",
                                                       "--max-steps", "3", "--param", "tau=0.5,0.9", "--no-progress",
@@ -155,7 +155,12 @@ def test_a_sweep_on_the_server_names_it_in_its_train_command(server, given, tmp_
     from mlflow.tracking import MlflowClient
 
     parent = json.loads((tmp_path / "sweep.json").read_text())["parent_run_id"]
-    assert MlflowClient(tracking_uri=server.uri).get_run(parent).info.status == "FINISHED"
+    client = MlflowClient(tracking_uri=server.uri)
+    assert client.get_run(parent).info.status == "FINISHED"
+    trials = client.search_runs([client.get_run(parent).info.experiment_id], f"tags.mlflow.parentRunId = '{parent}'")
+    assert len(trials) == 2
+    # whose sweep it is, as MLflow's own start_run says it (the login name here): the UI's User column
+    assert {run.data.tags.get("mlflow.user") for run in [client.get_run(parent), *trials]} == {"analyst-b"}
 
 
 @pytest.mark.slow  # a recipe process
@@ -270,3 +275,30 @@ def test_an_unknown_registered_model_or_version_is_one_line_naming_those_there_a
     done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", "models:/team-lons/1", "--row", ROW, "--no-log",
                                                         "--tracking-uri", server.uri], cwd=tmp_path, env=_env())
     assert "team-loans" in _one_error(done).split("allowed:")[1]  # the models there are
+
+
+@pytest.mark.slow  # a compare and a training
+def test_every_run_names_its_user_as_mlflow_does(server, tmp_path):
+    """Runs had no ``mlflow.user`` tag (MLflow's fluent start_run sets it; ours are made with MlflowClient.create_run),
+    so the team could not tell whose run is whose. Now each run says it as MLflow does: the user name a password-
+    protected server is given (MLFLOW_TRACKING_USERNAME), else the login name."""
+    from mlflow.tracking import MlflowClient
+
+    compare = ["--data", str(LOANS), "--target", "approved", "--no-actionability", "--max-epochs", "1", "--nce", "16",
+               "--limit-train-batches", "2", "--n-runs", "1", "--n-individuals", "4", "--lambda-energy", "1",
+               "--eval-steps", "10", "--n-boot", "10", "--no-progress",
+               "--tracking-uri", server.uri, "--experiment", "team-users", "--out-dir", str(tmp_path / "out")]
+    done = run_script(ROOT / "recipes" / "compare.py", compare, cwd=tmp_path,
+                      env=_env(LOGNAME="analyst-b", MLFLOW_TRACKING_USERNAME=""))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    done = run_script(ROOT / "recipes" / "train.py", ["--data", str(LOANS), "--target", "approved", *TINY,
+                                                      "--tracking-uri", server.uri, "--experiment", "team-users"],
+                      cwd=tmp_path, env=_env(LOGNAME="analyst-b", MLFLOW_TRACKING_USERNAME="carol"))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    client = MlflowClient(tracking_uri=server.uri)
+    runs = client.search_runs([client.get_experiment_by_name("team-users").experiment_id])
+    users = {(run.data.tags.get("ct.role") or run.data.tags.get("role"), run.data.tags.get("mlflow.user"))
+             for run in runs}
+    assert users == {("compare", "analyst-b"), ("BL", "analyst-b"), ("CT", "analyst-b"), (None, "carol")}, users
+    assert all(run.info.user_id == run.data.tags["mlflow.user"] for run in runs)
+    assert all(run.data.tags.get("mlflow.source.name", "").endswith(("compare.py", "train.py")) for run in runs)

@@ -118,10 +118,12 @@ def create_run(client, experiment_id: str, config: dict, tags: dict | None = Non
     The default name is descriptive plus the first 6 characters of the run id, so that runs
     differ even when Python's ``random`` was seeded (which fixes MLflow's own name generator).
     """
+    from ct_lightning.experiment.runs.tracking import new_run  # noqa: PLC0415
+
     tags = dict(tags or {})
     given = config.get("run_name")
     base = given or default_run_name(config, tags.get("role"))
-    run = client.create_run(experiment_id, run_name=base, tags=run_tags(config, tags))
+    run = new_run(client, experiment_id, run_name=base, tags=run_tags(config, tags))
     run_id = run.info.run_id
     name = given or f"{base}-{run_id[:6]}"
     if name != base:
