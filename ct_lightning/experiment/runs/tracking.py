@@ -55,6 +55,13 @@ def new_run(client, experiment_id: str, run_name: str | None = None, tags: dict 
     return client.create_run(experiment_id, run_name=run_name, tags=resolve_tags(dict(tags or {})))
 
 
+def current_user() -> str:
+    """The user :func:`new_run` names in a run's ``mlflow.user`` tag, as MLflow determines it."""
+    from mlflow.tracking.context.registry import resolve_tags  # noqa: PLC0415
+
+    return resolve_tags({}).get("mlflow.user", "unknown")
+
+
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"   # read by the MLflow 3 UI to choose its view
 MODEL_TRAINING_KIND = "custom_model_development"  # the model-training view (not GenAI)
 
