@@ -206,7 +206,8 @@ def test_the_runs_config_files_are_removed_once_compare_has_read_its_settings(ru
 
 def test_explain_reads_a_runs_model_uri_as_its_run_id(runs, capsys):
     """``explain.py --checkpoint runs:/ID/model``, as evaluate.py takes it, was refused as 'not a readable
-    checkpoint'; it explains as ``--run-id ID`` does, with a note. A registry URI is refused in one line."""
+    checkpoint'; it explains as ``--run-id ID`` does, with a note. A registered model that is not there, and another
+    URI, are refused in one line."""
     from recipes.explain import main
 
     row = pd.read_csv(runs["table"]).drop(columns="approved").iloc[0].to_dict()
@@ -219,9 +220,14 @@ def test_explain_reads_a_runs_model_uri_as_its_run_id(runs, capsys):
     with pytest.raises(SystemExit) as refused:
         main(["--checkpoint", "models:/credit/1", *common])
     assert refused.value.code == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1].startswith(
+        "error: --checkpoint: got 'models:/credit/1' (no registered model 'credit'); allowed: models:/NAME/VERSION")
+    with pytest.raises(SystemExit) as refused:
+        main(["--checkpoint", "dbfs:/models/credit", *common])
+    assert refused.value.code == 2
     assert capsys.readouterr().err.strip().splitlines()[-1] == (
-        "error: --checkpoint: got 'models:/credit/1' (explain.py reads no registry or other URI); allowed: a "
-        "checkpoint file, or --run-id ID for a model of an MLflow run")
+        "error: --checkpoint: got 'dbfs:/models/credit' (explain.py reads no other URI); allowed: a checkpoint file, "
+        "runs:/RUN_ID/model, models:/NAME/VERSION, or --run-id ID for a model of an MLflow run")
 
 
 @pytest.mark.slow  # a whole compare

@@ -16,6 +16,7 @@ from preloaded import run_script
 from test_server_outage import MlflowServer
 
 ROOT = Path(__file__).resolve().parents[1]
+UPLOADED_TAG = "ct.uploaded_checkpoint"  # the record of a run's checkpoint uploaded to its server
 LOANS = ROOT / "tests" / "fixtures" / "loans.csv"
 TINY = ["--max-epochs", "2", "--nce", "16", "--max-steps", "3", "--no-progress", "--registered-model", "none"]
 
@@ -141,7 +142,7 @@ def test_a_sweep_on_the_server_names_it_in_its_train_command(server, given, tmp_
     pointed at the store to log the models, left $MLFLOW_TRACKING_URI set to MLflow's own default, so a later default
     could be taken for the server and the option dropped from the command)."""
     store = ["--tracking-uri", server.uri] if given == "option" else []
-    env = _env(MLFLOW_TRACKING_URI=server.uri if given == "environment" else "")
+    env = _env(MLFLOW_TRACKING_URI=server.uri if given == "environment" else "", LOGNAME="analyst-b")
     done = run_script(ROOT / "recipes" / "sweep.py", ["--executor", "local", "--jobs", "1", "--data", str(LOANS),
                                                       "--target", "approved", "--max-epochs", "2", "--nce", "16",
                                                       "--max-steps", "3", "--param", "tau=0.5,0.9", "--no-progress",
@@ -155,26 +156,128 @@ def test_a_sweep_on_the_server_names_it_in_its_train_command(server, given, tmp_
     from mlflow.tracking import MlflowClient
 
     parent = json.loads((tmp_path / "sweep.json").read_text())["parent_run_id"]
-    assert MlflowClient(tracking_uri=server.uri).get_run(parent).info.status == "FINISHED"
+    client = MlflowClient(tracking_uri=server.uri)
+    assert client.get_run(parent).info.status == "FINISHED"
+    trials = client.search_runs([client.get_run(parent).info.experiment_id], f"tags.mlflow.parentRunId = '{parent}'")
+    assert len(trials) == 2
+    # whose sweep it is, as MLflow's own start_run says it (the login name here): the UI's User column
+    assert {run.data.tags.get("mlflow.user") for run in [client.get_run(parent), *trials]} == {"analyst-b"}
 
 
-@pytest.mark.slow  # a recipe process
+@pytest.mark.slow  # recipe processes
 def test_resuming_a_run_whose_checkpoints_are_on_another_machine_says_so(server, tmp_path):
-    """``train.py --resume ID`` of a run trained elsewhere (a teammate's, a job on another node: its checkpoint folder is
-    not here) said the run 'has no checkpoint (it stopped before its first epoch ended); start it again instead', which
-    is false and throws its epochs away."""
-    from ct_lightning.experiment.runs.train import train
+    """``train.py --resume ID`` of a run trained elsewhere and killed outright there (SIGKILL: nothing could upload its
+    checkpoint; its folder is not here) said the run 'has no checkpoint (it stopped before its first epoch ended);
+    start it again instead', which is false and throws its epochs away."""
+    import json
 
     folder = tmp_path / "elsewhere"
-    summary = train({"data": str(LOANS), "target": "approved", "max_epochs": 2, "nce": 16, "max_steps": 3,
-                     "progress": False, "tracking_uri": server.uri, "registered_model": "none",
-                     "checkpoint_dir": str(folder)}, echo=lambda *a, **k: None)
+    overrides = {"data": str(LOANS), "target": "approved", "max_epochs": 4, "nce": 16, "max_steps": 3,
+                 "progress": False, "tracking_uri": server.uri, "registered_model": "none", "experiment": "team-sigkill",
+                 "checkpoint_dir": str(folder), "checkpoint_seconds": 0}
+    done = run_script(ROOT / "tests" / "helpers" / "kill_during_training.py", [json.dumps(overrides), "epoch_start",
+                                                                                "2", "0"], cwd=tmp_path, env=_env())
+    assert done.returncode == -9, (done.stdout + done.stderr)[-3000:]
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=server.uri)
+    [run] = client.search_runs([client.get_experiment_by_name("team-sigkill").experiment_id])
     folder.rename(tmp_path / "moved")  # as seen from another machine
-    done = run_script(ROOT / "recipes" / "train.py", ["--resume", summary["run_id"], "--max-epochs", "3",
-                                                      "--tracking-uri", server.uri], cwd=tmp_path, env=_env())
+    done = run_script(ROOT / "recipes" / "train.py", ["--resume", run.info.run_id, "--tracking-uri", server.uri],
+                      cwd=tmp_path, env=_env())
     line = _one_error(done)
     assert done.returncode != 0 and f"keeps its checkpoints in {folder}, which is not on this machine" in line, line
-    assert "first epoch" not in line
+    assert "uploaded none" in line and "first epoch" not in line
+
+
+@pytest.mark.slow  # a signalled training, two resumes and a reference training
+def test_a_run_stopped_early_on_the_server_resumes_on_another_machine_bit_identical(server, tmp_path):
+    """A run on the server stopped by SIGTERM (a preemption, Ctrl-C alike) kept its last.ckpt only in the checkpoint
+    folder of the machine it ran on, so ``--resume`` elsewhere could not continue it. Now the stop uploads it; B, in
+    another folder without A's files, resumes from it and ends bit-identical to an uninterrupted run, its best
+    checkpoint and best score included. An upload cut short is refused in one line, not resumed from."""
+    import json
+
+    from mlflow.tracking import MlflowClient
+    from test_lifecycle import KILL, assert_same_run, signal_child
+
+    from ct_lightning.experiment.runs.train import train
+
+    store = {"tracking_uri": server.uri, "registered_model": "none", "progress": False}
+    reference = train({**KILL, **store, "experiment": "team-reference", "checkpoint_dir": str(tmp_path / "ref")},
+                      echo=lambda *a, **k: None)
+    a = tmp_path / "a" / "checkpoints"
+    done = signal_child({**KILL, **store, "experiment": "team-resume", "checkpoint_dir": str(a)}, "TERM", 2, 3,
+                        env=_env())
+    assert done.returncode == 143, (done.stdout + done.stderr)[-3000:]
+    client = MlflowClient(tracking_uri=server.uri)
+    [killed] = client.search_runs([client.get_experiment_by_name("team-resume").experiment_id])
+    run_id = killed.info.run_id
+    said = [line for line in done.stderr.splitlines() if line.startswith("uploaded ")]
+    assert said and said[0].startswith(f"uploaded best.ckpt and last.ckpt (") and "after 3 epoch(s)) to run" in said[0]
+    assert f"--resume {run_id}" in done.stderr.splitlines()[-1]
+    assert killed.info.status == "KILLED" and json.loads(killed.data.tags[UPLOADED_TAG])["epochs"] == 3
+    moved = a.parent.rename(tmp_path / "a-gone") / "checkpoints"  # machine B has none of A's files
+    b = tmp_path / "b"
+    b.mkdir()
+    cut = tmp_path / "cut" / "last.ckpt"  # an upload cut short by a second signal: part of the file on the server
+    cut.parent.mkdir()
+    cut.write_bytes((moved / "last.ckpt").read_bytes()[:4000])
+    client.log_artifact(run_id, str(cut), "checkpoints")
+    resume = ["--resume", run_id, "--tracking-uri", server.uri, "--summary-json", str(b / "summary.json")]
+    done = run_script(ROOT / "recipes" / "train.py", resume, cwd=b, env=_env())
+    line = _one_error(done)
+    assert done.returncode != 0 and f"run {run_id}'s uploaded checkpoint checkpoints/last.ckpt is not the one " \
+        "recorded (4000 bytes" in line, line
+    assert not (b / "mlruns" / "checkpoints" / run_id / "last.ckpt").exists()  # nothing half-fetched left in place
+    client.log_artifact(run_id, str(moved / "last.ckpt"), "checkpoints")  # the whole file again
+    done = run_script(ROOT / "recipes" / "train.py", resume, cwd=b, env=_env())
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    here = (b / "mlruns" / "checkpoints" / run_id).resolve()
+    assert f"resume: fetched run {run_id}'s uploaded checkpoint (after 3 epoch(s)" in done.stdout, done.stdout
+    resumed = json.loads((b / "summary.json").read_text())
+    assert Path(resumed["checkpoints"]["last"]).parent == here and Path(resumed["checkpoints"]["best"]).parent == here
+    assert_same_run(reference, resumed, client)
+    best = [torch_epoch(s["checkpoints"]["best"]) for s in (reference, resumed)]
+    assert best[0] == best[1], best  # the best score came back with the folder: the same best epoch
+    finished = client.get_run(run_id)
+    assert finished.info.status == "FINISHED" and finished.data.tags["ct.checkpoint_dir"] == str(here)
+
+
+def torch_epoch(path) -> int:
+    """The epoch a checkpoint file was written at."""
+    import torch
+
+    return int(torch.load(path, map_location="cpu", weights_only=True)["epoch"])
+
+
+@pytest.mark.slow  # a training
+def test_a_run_that_fails_on_the_server_uploads_its_last_checkpoint(server, tmp_path):
+    """An error in the middle of training (here a callback's, in epoch 2) ends the run FAILED; on the server its last
+    checkpoint is uploaded first, as a signal's stop does, so it can be resumed elsewhere once the cause is mended."""
+    import json
+
+    import lightning as L
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.runs.train import train
+
+    class Fails(L.Callback):
+        def on_train_epoch_start(self, trainer, pl_module):
+            if trainer.current_epoch == 2:
+                raise RuntimeError("the node's disk went away")
+
+    said = []
+    with pytest.raises(RuntimeError, match="disk went away"):
+        train({"data": str(LOANS), "target": "approved", "max_epochs": 4, "nce": 16, "max_steps": 3, "progress": False,
+               "tracking_uri": server.uri, "registered_model": "none", "experiment": "team-fails",
+               "checkpoint_dir": str(tmp_path / "c"), "checkpoint_seconds": 0}, callbacks=[Fails()],
+              echo=lambda *a, **k: said.append(" ".join(map(str, a))))
+    client = MlflowClient(tracking_uri=server.uri)
+    [run] = client.search_runs([client.get_experiment_by_name("team-fails").experiment_id])
+    assert run.info.status == "FAILED" and json.loads(run.data.tags[UPLOADED_TAG])["epochs"] == 2
+    assert {Path(a.path).name for a in client.list_artifacts(run.info.run_id, "checkpoints")} >= {"last.ckpt"}
+    assert any(line.startswith("uploaded ") for line in said), said
 
 
 @pytest.mark.slow  # recipe processes
@@ -205,3 +308,95 @@ def test_evaluating_a_teammates_run_without_its_table_says_which_table_to_give(s
     done = run_script(ROOT / "recipes" / "evaluate.py", ["--run-id", summary["run_id"], "--tracking-uri", server.uri,
                                                          "--data", "copy.csv", *tiny], cwd=b, env=_env())
     assert done.returncode == 0 and "accuracy" in done.stdout, (done.stdout + done.stderr)[-3000:]
+
+
+@pytest.fixture(scope="module")
+def registered(server, tmp_path_factory) -> tuple[str, str]:
+    """A's run registered as ``team-loans`` (``models:/team-loans/1``, as train.py prints it), alias ``champion``:
+    ``(run id, the registered model's URI)``."""
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.runs.train import train
+
+    folder = tmp_path_factory.mktemp("analyst-a-registers")
+    summary = train({"data": str(LOANS), "target": "approved", "max_epochs": 2, "nce": 16, "max_steps": 3,
+                     "progress": False, "tracking_uri": server.uri, "registered_model": "team-loans",
+                     "checkpoint_dir": str(folder / "checkpoints")}, echo=lambda *a, **k: None)
+    version = summary["models"]["version"]
+    MlflowClient(tracking_uri=server.uri).set_registered_model_alias("team-loans", "champion", version)
+    return summary["run_id"], f"models:/team-loans/{version}"
+
+
+ROW = '{"age": 29, "income": 31000, "debt": 21000, "years_employed": 2, "home_ownership": "rent", "purpose": "car", ' \
+      '"sex": "female"}'
+EVAL_TINY = ["--n-individuals", "4", "--n-runs", "1", "--lambda-energy", "1", "--eval-steps", "10"]
+
+
+@pytest.mark.slow  # recipe processes
+def test_explain_and_evaluate_take_the_registered_model_that_training_prints(server, registered, tmp_path):
+    """B takes the ``models:/team-loans/1`` that A's training printed: ``--run-id`` said 'no such run' (and explain.py's
+    ``--checkpoint`` 'explain.py reads no registry or other URI'); an alias and ``latest`` name a version too."""
+    run_id, uri = registered
+    for given in (["--run-id", uri], ["--run-id", "models:/team-loans@champion"],
+                  ["--checkpoint", "models:/team-loans/latest"]):
+        done = run_script(ROOT / "recipes" / "explain.py", [*given, "--row", ROW, "--no-log", "--tracking-uri",
+                                                            server.uri], cwd=tmp_path, env=_env())
+        assert done.returncode == 0 and "row 0: predicted" in done.stdout, (done.stdout + done.stderr)[-3000:]
+        assert f"version 1 of team-loans, logged by run {run_id}" in done.stdout, done.stdout
+    done = run_script(ROOT / "recipes" / "evaluate.py", ["--run-id", uri, "--tracking-uri", server.uri, "--no-log",
+                                                         *EVAL_TINY], cwd=tmp_path, env=_env())
+    assert done.returncode == 0 and "accuracy" in done.stdout, (done.stdout + done.stderr)[-3000:]
+    assert f"logged by run {run_id}" in done.stdout
+
+
+@pytest.mark.slow  # recipe processes
+def test_an_unknown_registered_model_or_version_is_one_line_naming_those_there_are(server, registered, tmp_path):
+    """A slip in the name, the version or the alias: one line naming the registered models, or the model's versions
+    and aliases, before any work."""
+    cases = {
+        ("explain", "--run-id", "models:/team-loans/7"): "error: --run-id: got 'models:/team-loans/7' (team-loans has "
+        "no version 7); allowed: a version of team-loans (versions: 1; aliases: @champion (version 1))",
+        ("evaluate", "--run-id", "models:/team-loans@chamption"): "error: --run-id: got 'models:/team-loans@chamption' "
+        "(team-loans has no alias @chamption); allowed: a version of team-loans (versions: 1; aliases: @champion "
+        "(version 1))",
+        ("explain", "--run-id", "models:/team-lons/1"): "(no registered model 'team-lons'); allowed: models:/NAME/VERSION",
+        ("evaluate", "--checkpoint", "models:/team-loans/7"): "error: --checkpoint: got 'models:/team-loans/7' "
+        "(team-loans has no version 7)",
+    }
+    for (recipe, option, value), wanted in cases.items():
+        rest = ["--row", ROW] if recipe == "explain" else EVAL_TINY
+        done = run_script(ROOT / "recipes" / f"{recipe}.py", [option, value, *rest, "--no-log", "--tracking-uri",
+                                                               server.uri], cwd=tmp_path, env=_env())
+        line = _one_error(done)
+        assert done.returncode != 0 and wanted in line, (recipe, line)
+        assert "data " not in done.stdout and "row 0" not in done.stdout
+    done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", "models:/team-lons/1", "--row", ROW, "--no-log",
+                                                        "--tracking-uri", server.uri], cwd=tmp_path, env=_env())
+    assert "team-loans" in _one_error(done).split("allowed:")[1]  # the models there are
+
+
+@pytest.mark.slow  # a compare and a training
+def test_every_run_names_its_user_as_mlflow_does(server, tmp_path):
+    """Runs had no ``mlflow.user`` tag (MLflow's fluent start_run sets it; ours are made with MlflowClient.create_run),
+    so the team could not tell whose run is whose. Now each run says it as MLflow does: the user name a password-
+    protected server is given (MLFLOW_TRACKING_USERNAME), else the login name."""
+    from mlflow.tracking import MlflowClient
+
+    compare = ["--data", str(LOANS), "--target", "approved", "--no-actionability", "--max-epochs", "1", "--nce", "16",
+               "--limit-train-batches", "2", "--n-runs", "1", "--n-individuals", "4", "--lambda-energy", "1",
+               "--eval-steps", "10", "--n-boot", "10", "--no-progress",
+               "--tracking-uri", server.uri, "--experiment", "team-users", "--out-dir", str(tmp_path / "out")]
+    done = run_script(ROOT / "recipes" / "compare.py", compare, cwd=tmp_path,
+                      env=_env(LOGNAME="analyst-b", MLFLOW_TRACKING_USERNAME=""))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    done = run_script(ROOT / "recipes" / "train.py", ["--data", str(LOANS), "--target", "approved", *TINY,
+                                                      "--tracking-uri", server.uri, "--experiment", "team-users"],
+                      cwd=tmp_path, env=_env(LOGNAME="analyst-b", MLFLOW_TRACKING_USERNAME="carol"))
+    assert done.returncode == 0, (done.stdout + done.stderr)[-3000:]
+    client = MlflowClient(tracking_uri=server.uri)
+    runs = client.search_runs([client.get_experiment_by_name("team-users").experiment_id])
+    users = {(run.data.tags.get("ct.role") or run.data.tags.get("role"), run.data.tags.get("mlflow.user"))
+             for run in runs}
+    assert users == {("compare", "analyst-b"), ("BL", "analyst-b"), ("CT", "analyst-b"), (None, "carol")}, users
+    assert all(run.info.user_id == run.data.tags["mlflow.user"] for run in runs)
+    assert all(run.data.tags.get("mlflow.source.name", "").endswith(("compare.py", "train.py")) for run in runs)

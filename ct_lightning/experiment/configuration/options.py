@@ -25,8 +25,9 @@ SOURCE, OUTPUT, EVAL = "model to load", "tracking and output", "evaluation proto
 
 RECIPE_OPTIONS: tuple[Setting, ...] = (
     # the model a recipe loads (evaluate, explain, train_generator)
-    Setting("run_id", None, "MLflow run of recipes/train.py: the model (its checkpoints/ and config.json artifacts)",
-            group=SOURCE),
+    Setting("run_id", None, "MLflow run of recipes/train.py: the model (its checkpoints/ and config.json artifacts); "
+            "or a model it registered, as it prints it: models:/NAME/VERSION, models:/NAME@ALIAS, models:/NAME/latest "
+            "(the run that logged that version)", group=SOURCE),
     Setting("checkpoint", None, "the model as a file: a checkpoint of recipes/train.py (its config.json beside it, "
             "else pass --data)", group=SOURCE),
     Setting("which", "last", "checkpoint of the run: last (end of training) or best val/acc (default {DFLT})",

@@ -118,10 +118,12 @@ def create_run(client, experiment_id: str, config: dict, tags: dict | None = Non
     The default name is descriptive plus the first 6 characters of the run id, so that runs
     differ even when Python's ``random`` was seeded (which fixes MLflow's own name generator).
     """
+    from ct_lightning.experiment.runs.tracking import new_run  # noqa: PLC0415
+
     tags = dict(tags or {})
     given = config.get("run_name")
     base = given or default_run_name(config, tags.get("role"))
-    run = client.create_run(experiment_id, run_name=base, tags=run_tags(config, tags))
+    run = new_run(client, experiment_id, run_name=base, tags=run_tags(config, tags))
     run_id = run.info.run_id
     name = given or f"{base}-{run_id[:6]}"
     if name != base:
@@ -247,8 +249,35 @@ def no_checkpoint_reason(run) -> str:
     folder = checkpoint_dir_of(run)
     if folder is not None and not folder.is_dir():
         return (f"keeps its checkpoints in {folder}, which is not on this machine (trained on another one, or the "
-                f"folder was moved or deleted): resume it where that folder is, or copy the folder to that path here")
+                f"folder was moved or deleted), and uploaded none to its store (a run on a tracking server uploads its "
+                f"last checkpoint when it stops early, not when it is killed outright): resume it where that folder "
+                f"is, or copy the folder to that path here")
     return "has no checkpoint (it stopped before its first epoch ended); start it again instead"
+
+
+def resumable_checkpoint(client, run, tracking_uri: str, echo=None, mine_only: bool = False) -> Path | None:
+    """The checkpoint to resume ``run`` from: :func:`last_checkpoint_of` its folder here, unless the run uploaded one
+    of more epochs to its shared store (it stopped early on another machine:
+    :mod:`~ct_lightning.experiment.runs.checkpoint_upload`), which is then fetched into its folder if that is here,
+    else into ``mlruns/checkpoints/RUN_ID``; ``None`` where there is neither. ``mine_only``: fetch only a run of this
+    user (``mlflow.user``), as ``--resume`` without a run id must not pick up a teammate's run."""
+    from ct_lightning.experiment.configuration.store import local_store_dir  # noqa: PLC0415
+    from ct_lightning.experiment.runs.checkpoint_upload import fetch_uploaded_checkpoint, uploaded_epochs  # noqa: PLC0415
+    from ct_lightning.experiment.runs.tracking import current_user  # noqa: PLC0415
+
+    last = last_checkpoint_of(run, echo)
+    uploaded = uploaded_epochs(run)
+    if uploaded is None or (last is not None and completed_epochs(last) >= uploaded):
+        return last
+    if mine_only and run.data.tags.get("mlflow.user") != current_user():
+        return last
+    folder = checkpoint_dir_of(run)
+    if folder is None or not folder.is_dir():
+        folder = local_store_dir(tracking_uri).resolve() / "checkpoints" / run.info.run_id
+    if last is not None and echo is not None:
+        echo(f"resume: {last} holds {completed_epochs(last)} epoch(s), the checkpoint run {run.info.run_id} uploaded "
+             f"{uploaded}: resuming from the uploaded one", flush=True)
+    return fetch_uploaded_checkpoint(client, run, folder, echo)
 
 
 def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, echo=print):
@@ -267,7 +296,7 @@ def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, 
                              f"its checkpoints hold the weights but no optimiser or loop state, so it cannot be "
                              f"resumed or extended; start a new run from its weights with --from-checkpoint "
                              f"runs:/{wanted}/model")
-        last = last_checkpoint_of(run, echo)
+        last = resumable_checkpoint(client, run, tracking_uri, echo)
         if last is None:
             raise ValueError(f"resume: run {wanted} {no_checkpoint_reason(run)}")
         return run, last
@@ -278,7 +307,7 @@ def find_resumable_run(client, experiment: str, tracking_uri: str, wanted: str, 
     for run in runs:
         if run.data.tags.get("ct.role") == "compare":
             continue
-        last = last_checkpoint_of(run, echo)
+        last = resumable_checkpoint(client, run, tracking_uri, echo, mine_only=True)
         if last is not None:
             return run, last
         echo(f"resume: skipping run {run.info.run_id} ({run.info.run_name}, {run.info.status}): it "

@@ -151,15 +151,20 @@ def load_logged_model(run_id: str, tracking_uri: str) -> LoadedModel:
 def model_uri_run(source: str | None, tracking_uri: str) -> str | None:
     """The run id of ``runs:/RUN_ID/model`` where that run is one of this project's (it logged ``config.json``):
     its model is loaded with the run's own settings (data, table options, architecture, ``model_inputs``), as
-    ``--run-id`` loads a run without checkpoints (:func:`load_logged_model`); ``None`` for any other source."""
+    ``--run-id`` loads a run without checkpoints (:func:`load_logged_model`); likewise the run that logged a
+    registered version (``models:/NAME/VERSION``, ``models:/NAME@ALIAS``: an unknown name or version is a one-line
+    ``InputError`` naming those there are); ``None`` for any other source."""
+    from ct_lightning.experiment.runs.registry import is_registered_uri, registered_run  # noqa: PLC0415
+
     match = re.fullmatch(r"runs:/([^/]+)/model/?", source or "")
-    if match is None:
+    if match is None and not is_registered_uri(source):
         return None
+    run_id = match.group(1) if match else registered_run("--checkpoint", source, tracking_uri)[0]
     try:
-        names = {artifact.path for artifact in _client(tracking_uri).list_artifacts(match.group(1))}
+        names = {artifact.path for artifact in _client(tracking_uri).list_artifacts(run_id)}
     except Exception:  # noqa: BLE001 - an unknown run: the weights-only path says why it cannot load it
         return None
-    return match.group(1) if "config.json" in names else None
+    return run_id if "config.json" in names else None
 
 
 def download_checkpoint(run_id: str, tracking_uri: str, which: str = "last",

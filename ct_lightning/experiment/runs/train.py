@@ -21,6 +21,7 @@ from ct_lightning.callbacks import BurnIn, ConvergenceWatch, CounterfactualEvalu
 from ct_lightning.callbacks.epoch_lines import EpochLines, wants_epoch_lines
 from ct_lightning.experiment.configuration.allocator import keep_freed_memory
 from ct_lightning.experiment.runs.checkpoint_io import AtomicCheckpointIO
+from ct_lightning.experiment.runs.checkpoint_upload import record_upload, shared_store, upload_last_checkpoint
 from ct_lightning.experiment.runs.checkpoints import (CLASSES_KEY, check_layers, first_layer, infer_mlp_hidden_sizes,
                                                      last_layer, load_into, mlp_layer_names, read_checkpoint,
                                                      save_network_weights, split_adapted)
@@ -425,6 +426,7 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
     experiment_id = ensure_experiment(client, config["experiment"], artifact_location)
     if is_server_uri(config["tracking_uri"]):  # an outage of the server, once the run exists, is survived
         client = OutboxClient(client, config["tracking_uri"], lambda *a, **k: echo(*a, file=sys.stderr, **k))
+    since = None if run_id is not None else time.time()  # a new run's own checkpoints are written from now on
     if run_id is None:
         run_id, run_name = create_run(client, experiment_id, config,
                                       {**(tags or {}), **{f"ct.{k}": v for k, v in cpu_math_state().items()},
@@ -446,6 +448,7 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
         return summary
     except TrainingInterrupted as interrupted:
         command = resume_command(run_id, config["tracking_uri"], config["experiment"])
+        upload_on_stop(client, run_id, config, echo, since)
         mark_interrupted(client, run_id, interrupted, command)
         requeued = stopper.requeue_job()
         echo(f"interrupted ({interrupted}): run {run_id} is KILLED; "
@@ -453,8 +456,35 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
              file=sys.stderr, flush=True)
         raise
     except BaseException as error:
+        upload_on_stop(client, run_id, config, echo, since)
         mark_failed(client, run_id, error)
         raise
+
+
+def upload_on_stop(client, run_id: str, config: dict, echo, since: float | None = None) -> None:
+    """On a shared store, upload the last checkpoint of a run that stops early, so that ``--resume`` continues it on
+    any machine (:mod:`~ct_lightning.experiment.runs.checkpoint_upload`), and say so; a failed upload (or one a second
+    signal cuts short) is one warning line and never hides why the run stopped. ``since``: when a new run started (a
+    ``last.ckpt`` older than that in its folder, kept with ``--overwrite``, is another run's); ``None`` resumed."""
+    if not shared_store(config["tracking_uri"]) or not config.get("checkpoint_dir"):
+        return
+    folder = config["checkpoint_dir"]
+    last = Path(folder) / "last.ckpt"
+    if since is not None and (not last.is_file() or last.stat().st_mtime < since - 1):
+        return
+    try:
+        line = upload_last_checkpoint(client, run_id, folder)
+    except BaseException as error:  # noqa: BLE001 - a second signal too: the stop goes on, without the upload
+        why = "a second signal" if isinstance(error, KeyboardInterrupt) else \
+            (str(error).splitlines()[0][:200] if str(error) else type(error).__name__)
+        echo(f"warning: the last checkpoint was not uploaded to run {run_id} ({why}); resume it where {folder} is",
+             file=sys.stderr, flush=True)
+        return
+    if line and getattr(client, "offline", False):
+        line = (f"the last checkpoint of run {run_id} waits in the outbox with the run's other records (the server is "
+                f"unreachable); until they are sent, resume it where {folder} is")
+    if line:
+        echo(line, file=sys.stderr, flush=True)
 
 
 def load_given_weights(config: dict, module: CTModule, weights: dict, datamodule) -> None:
@@ -603,6 +633,7 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         # Lightning logs the module's hyperparameters itself; add the run-level settings it lacks.
         log_training_inputs(client, logger, run_id, config, module, datamodule)
     elif client is not None:
+        client.set_tag(run_id, CHECKPOINT_DIR_TAG, config["checkpoint_dir"])  # fetched here from the server: here now
         client.log_dict(run_id, defining_config(config), "config.json")  # records an extended max_epochs
         client.log_dict(run_id, defining_config(config), "config.yaml")
         log_missing_epoch_metrics(client, run_id, resume_from)
@@ -683,6 +714,8 @@ def _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, m
         summary["model_weights"] = str(weights)
     for path in (set(summary["checkpoints"].values()) | {summary.get("model_weights")}) - {None, ""}:
         client.log_artifact(run_id, path, artifact_path="checkpoints")
+    if shared_store(config["tracking_uri"]) and summary["checkpoints"]["last"]:  # --resume extends it anywhere
+        record_upload(client, run_id, Path(summary["checkpoints"]["last"]))
     ended = False
     if server_writable(client):  # a server that went away during training is asked once more, its outbox sent
         try:

@@ -27,7 +27,7 @@ from pathlib import Path
 import yaml
 
 from ct_lightning.experiment.configuration.console import progress_shown
-from ct_lightning.experiment.runs.tracking import retry_race
+from ct_lightning.experiment.runs.tracking import new_run, retry_race
 from datamodules.yaml_file import load_yaml, yaml_problem
 
 
@@ -413,7 +413,7 @@ def find_or_create_grid_parent(client, experiment_id: str, key: str, name: str) 
     if runs:
         client.update_run(runs[0].info.run_id, status="RUNNING")
         return runs[0].info.run_id
-    return client.create_run(experiment_id, run_name=name, tags={"ct.grid_key": key, "ct.role": "grid"}).info.run_id
+    return new_run(client, experiment_id, run_name=name, tags={"ct.grid_key": key, "ct.role": "grid"}).info.run_id
 
 
 def run_grid(grid: Grid, datasets: list[str], tracking_uri: str, out_json: str | Path, *, jobs: int = 1,

@@ -446,8 +446,10 @@ def find_or_create_parent(client, experiment: str, artifact_location: str | None
         if (runs[0].info.run_name or "").startswith("compare "):
             client.update_run(run_id, name=f"{name}-{run_id[:6]}")
         return run_id
-    run = client.create_run(experiment_id, run_name=name, tags={"ct.role": "compare", "ct.reproduction_key": key,
-                                                                "role": "compare"})
+    from ct_lightning.experiment.runs.tracking import new_run  # noqa: PLC0415
+
+    run = new_run(client, experiment_id, run_name=name, tags={"ct.role": "compare", "ct.reproduction_key": key,
+                                                          "role": "compare"})
     client.update_run(run.info.run_id, name=f"{name}-{run.info.run_id[:6]}")
     return run.info.run_id
 

@@ -30,7 +30,7 @@ from ct_lightning.experiment.configuration.sweep_space import (MODES, SEARCHES, 
                                                                refuse_one_run_options, with_config_file)
 from ct_lightning.experiment.configuration.validation import InputError
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
-from ct_lightning.experiment.runs.tracking import ensure_experiment, prepare_store
+from ct_lightning.experiment.runs.tracking import ensure_experiment, new_run, prepare_store
 
 SWEEP_KEY_TAG = "ct.sweep_key"
 
@@ -103,7 +103,7 @@ def record_shared_trial(client, experiment_id: str, trial: "Trial", key: str, tr
     tags = {CONFIG_KEY_TAG: key, "mlflow.parentRunId": trial.parent_run_id, "ct.role": "sweep-trial",
             SHARES_TAG: trained_run_id, SHARES_TRIAL_TAG: str(source.index), "mlflow.note.content": note,
             **{f"sweep.{k}": str(v) for k, v in trial.params.items()}}
-    run = client.create_run(experiment_id, run_name=trial.overrides()["run_name"], tags=tags)
+    run = new_run(client, experiment_id, run_name=trial.overrides()["run_name"], tags=tags)
     run_id = run.info.run_id
     params = {**trained.data.params, **{k: str(v) for k, v in trial.params.items()}}
     copy_metric_history(client, trained_run_id, run_id)
@@ -280,8 +280,8 @@ def find_or_create_sweep_parent(client, experiment_id: str, key: str, name: str,
             echo(f"sweep: resuming sweep {run.info.run_name!r} (parent run {run.info.run_id}: the same base options, "
                  f"trials and objective), renamed {name!r} as --sweep-name asks", flush=True)
         return run.info.run_id, True
-    run = client.create_run(experiment_id, run_name=name,
-                            tags={**(tags or {}), SWEEP_KEY_TAG: key, "ct.role": "sweep"})
+    run = new_run(client, experiment_id, run_name=name,
+                  tags={**(tags or {}), SWEEP_KEY_TAG: key, "ct.role": "sweep"})
     return run.info.run_id, False
 
 

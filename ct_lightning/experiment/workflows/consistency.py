@@ -37,9 +37,11 @@ def log_summary(summary: dict, args: argparse.Namespace) -> str:
     """Log the settings, flat metrics and the summary JSON to one new MLflow run; returns its id."""
     from ct_lightning.experiment.studies.consistency import flat_metrics  # noqa: PLC0415 - heavy
 
+    from ct_lightning.experiment.runs.tracking import new_run  # noqa: PLC0415
+
     client, experiment_id, _ = open_store(args.tracking_uri, args.experiment)
-    run = client.create_run(experiment_id, run_name=args.run_name or f"consistency-{summary['data']}-{summary['mode']}",
-                            tags={"recipe": "consistency"})
+    run = new_run(client, experiment_id, run_name=args.run_name or f"consistency-{summary['data']}-{summary['mode']}",
+                  tags={"recipe": "consistency"})
     run_id = run.info.run_id
     params = {k: v for k, v in vars(args).items() if k not in ("summary_json", "progress")}
     for key, value in params.items():

@@ -9,6 +9,7 @@ from pathlib import Path
 
 from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
+from ct_lightning.experiment.runs.registry import run_of_reference
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import checking, start
 from ct_lightning.experiment.configuration.settings import DEFAULTS, SETTINGS_BY_NAME, TABLE_KEYS, is_table_file
@@ -28,7 +29,8 @@ def check_inputs(args: argparse.Namespace) -> None:
         check_writable_folder("--out-dir", args.out_dir)
     if args.checkpoint:
         check_checkpoint_file("--checkpoint", args.checkpoint)
-    else:
+    else:  # models:/NAME/VERSION, as train.py prints it, is the run that logged that version
+        args.run_id = run_of_reference("--run-id", args.run_id, args.tracking_uri)
         check_run_ids("--run-id", [args.run_id], args.tracking_uri)
 
 

@@ -7,6 +7,7 @@ import argparse
 from pathlib import Path
 
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
+from ct_lightning.experiment.runs.registry import is_registered_uri, run_of_reference
 from ct_lightning.experiment.runner import checking
 from ct_lightning.experiment.configuration.settings import SETTINGS_BY_NAME
 from ct_lightning.experiment.configuration.validation import (EnvironmentProblem, InputError, check_checkpoint_file,
@@ -35,16 +36,20 @@ def add_explanation_limits(parser: argparse.ArgumentParser) -> None:
 
 def run_of_checkpoint(args: argparse.Namespace) -> None:
     """``--checkpoint runs:/ID/model`` (as evaluate.py takes it) read as ``--run-id ID``, which explain.py loads with
-    its run's preprocessing and settings, said in a note; a registry URI (``models:/``) or both options refused in one
-    line."""
+    its run's preprocessing and settings, said in a note; a registered model (``models:/NAME/VERSION``,
+    ``models:/NAME@ALIAS``) read as ``--run-id`` of the same; another URI or both options refused in one line."""
     given = str(args.checkpoint or "")
     if ":/" not in given:
         return
-    if not given.startswith("runs:/") or len(given.split("/")) < 2 or not given.split("/")[1]:
-        raise InputError("--checkpoint", given, "a checkpoint file, or --run-id ID for a model of an MLflow run",
-                         "explain.py reads no registry or other URI")
+    registered = is_registered_uri(given)
+    if not registered and (not given.startswith("runs:/") or len(given.split("/")) < 2 or not given.split("/")[1]):
+        raise InputError("--checkpoint", given, "a checkpoint file, runs:/RUN_ID/model, models:/NAME/VERSION, or "
+                         "--run-id ID for a model of an MLflow run", "explain.py reads no other URI")
     if args.run_id:
         raise InputError("--checkpoint", given, "either --checkpoint or --run-id", f"--run-id {args.run_id} given too")
+    if registered:  # the run that logged that version, with a note; an unknown one names the versions there are
+        args.run_id, args.checkpoint = run_of_reference("--checkpoint", given, args.tracking_uri), None
+        return
     args.run_id, args.checkpoint = given.split("/")[1], None
     print(f"note: --checkpoint {given} read as --run-id {args.run_id} (the run's model with its preprocessing)")
 
@@ -59,7 +64,8 @@ def run(args: argparse.Namespace) -> list[dict]:
         check_checkpoint_file("--checkpoint", args.checkpoint)
         if args.rows and not Path(table_file(args.rows)).is_file():  # a workbook's #sheet: read with the rows
             raise EnvironmentProblem(f"--rows: no file at {args.rows}{path_hint(table_file(args.rows))}")
-        if args.run_id:
+        if args.run_id:  # models:/NAME/VERSION, as train.py prints it, is the run that logged that version
+            args.run_id = run_of_reference("--run-id", args.run_id, args.tracking_uri)
             check_run_ids("--run-id", [args.run_id], args.tracking_uri)
         if args.data:
             SETTINGS_BY_NAME["data"].checked(args.data, "--data")  # a table file must exist

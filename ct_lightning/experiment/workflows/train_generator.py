@@ -74,7 +74,10 @@ def check_inputs(args: argparse.Namespace) -> None:
     check_accelerator("--accelerator", args.accelerator)
     if args.checkpoint:
         check_checkpoint_file("--checkpoint", args.checkpoint)
-    else:
+    else:  # models:/NAME/VERSION, as train.py prints it, is the run that logged that version
+        from ct_lightning.experiment.runs.registry import run_of_reference  # noqa: PLC0415
+
+        args.run_id = run_of_reference("--run-id", args.run_id, args.tracking_uri)
         check_run_ids("--run-id", [args.run_id], args.tracking_uri)
 
 
