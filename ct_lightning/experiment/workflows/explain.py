@@ -17,6 +17,21 @@ from datamodules.workbook import table_file
 SEARCH = ["generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "search_lr", "generator_options"]
 
 
+def add_explanation_outputs(parser: argparse.ArgumentParser) -> None:
+    """explain.py's files: ``--json``, ``--csv`` and ``--letters`` (each refused where it exists, unless
+    ``--overwrite``)."""
+    parser.add_argument("--json", help="write the explanations here, one object per row (an existing file is "
+                        "refused unless --overwrite)")
+    parser.add_argument("--csv", help="write the explanations here as a table for a spreadsheet, one line per row: "
+                        "row, the row's columns the model does not read (e.g. applicant_id), prediction, target, "
+                        "probabilities, valid, the changes in the row's units (and in the data spec's words), and why "
+                        "a row was not explained (an existing file is refused unless --overwrite)")
+    parser.add_argument("--letters", metavar="DIR", help="write a letter to each applicant into this folder: one "
+                        "plain-text file per explained row (ID-1.txt by the rows' identifier, else row-0.txt) with the "
+                        "decision, the changes that would change it and the facts held as they are, in the data "
+                        "spec's words (label, unit, values); a folder holding files is refused unless --overwrite")
+
+
 def add_explanation_limits(parser: argparse.ArgumentParser) -> None:
     """explain.py's options that ask more of an explanation than the model was trained with: ``--step``,
     ``--max-change`` and ``--target-order``."""
@@ -56,6 +71,9 @@ def run(args: argparse.Namespace) -> list[dict]:
         run_of_checkpoint(args)
         check_output_file("--json", args.json, args.overwrite)
         check_output_file("--csv", getattr(args, "csv", None), args.overwrite)
+        from ct_lightning.experiment.runs.letters import check_letters_folder, write_letters  # noqa: PLC0415
+
+        check_letters_folder(getattr(args, "letters", None), args.overwrite)
         check_checkpoint_file("--checkpoint", args.checkpoint)
         if args.rows and not Path(table_file(args.rows)).is_file():  # a workbook's #sheet: read with the rows
             raise EnvironmentProblem(f"--rows: no file at {args.rows}{path_hint(table_file(args.rows))}")
@@ -115,6 +133,9 @@ def run(args: argparse.Namespace) -> list[dict]:
         write_json_atomic(args.json, records, readable=True)  # umlauts and € as the rows write them
     if getattr(args, "csv", None):
         write_table(args.csv, records, comma)
+    if getattr(args, "letters", None):
+        written = write_letters(args.letters, records, loaded.codec, args.overwrite)
+        print(f"wrote {written} letter(s) to {args.letters}/ (one per explained row)")
     if args.run_id and args.log:
         folder = log_explanations(args.tracking_uri, args.run_id, explanations, records, comma)
         print(f"logged {folder}/ to run {args.run_id}")
