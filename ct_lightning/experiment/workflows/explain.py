@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> list[dict]:
         print(f"--only-predicted {wanted}: {len(explanations)} of {len(explanations) + len(passed)} rows are "
               f"predicted {wanted} and explained"
               + (f"; the {len(passed)} others are not (their predictions are in --json and --csv)" if passed else ""))
-    records = numbered_records(explanations, skipped, others, passed)
+    records = numbered_records(explanations, skipped, others, passed, loaded.codec)
     comma = bool(getattr(loaded.codec, "decimal_comma", False))  # --csv in the training file's locale
     if args.json:
         write_json_atomic(args.json, records, readable=True)  # umlauts and € as the rows write them
@@ -176,13 +176,14 @@ def only_predicted(loaded, rows, label) -> tuple:
 
 
 def numbered_records(explanations, skipped: list[tuple[int, str]], others: dict | None = None,
-                     passed: list[tuple[int, tuple[object, float], str]] = ()) -> list[dict]:
+                     passed: list[tuple[int, tuple[object, float], str]] = (), codec=None) -> list[dict]:
     """One JSON object per input row, in the input's order: ``row`` (its number in the input, from 0) and
     ``explained``; an explained row's explanation, a row left out (``--skip-bad-rows``) its ``problem``, a row of
     another prediction (``passed``, ``--only-predicted``) its ``prediction``, ``prediction_probability`` and why; each
     with ``other_columns``,
-    the row's columns the model does not read (``others``: an applicant's id), where it has some."""
-    from ct_lightning.evaluation.explanation import _plain, to_records  # noqa: PLC0415
+    the row's columns the model does not read (``others``: an applicant's id), where it has some; a ``prediction``
+    with its ``prediction_label`` where the ``codec``'s data spec words the classes."""
+    from ct_lightning.evaluation.explanation import _plain, class_wording, to_records  # noqa: PLC0415
 
     def other(row) -> dict:
         return {"other_columns": others[row]} if (others or {}).get(row) else {}
@@ -192,6 +193,7 @@ def numbered_records(explanations, skipped: list[tuple[int, str]], others: dict 
     records += [(int(row), {"row": int(row), "explained": False, "problem": problem, **other(row)})
                 for row, problem in skipped]
     records += [(int(row), {"row": int(row), "explained": False, "prediction": _plain(prediction),
-                            "prediction_probability": probability, "problem": why, **other(row)})
+                            **class_wording(codec, {"prediction": prediction}), "prediction_probability": probability,
+                            "problem": why, **other(row)})
                 for row, (prediction, probability), why in passed]
     return [record for _, record in sorted(records, key=lambda pair: pair[0])]
