@@ -174,7 +174,7 @@ def test_an_explanation_says_its_changes_in_words_beside_the_raw_codes():
         model[0].weight.zero_()
         model[0].bias.zero_()
         model[0].weight[1, pay], model[0].weight[0, pay] = 3.0, -3.0
-    explained = explain(model, rows, target=0, codec=codec, tau=0.9, max_steps=500)
+    explained = explain(model, rows, target="No Default", codec=codec, tau=0.9, max_steps=500)  # the class's words
     record = to_records(explained)[0]
     change = next(c for c in record["changes"] if c["feature"] == "PAY_0")
     assert (change["from"], change["label"], change["from_label"]) == (2, "Repayment status, September",
@@ -190,6 +190,9 @@ def test_an_explanation_says_its_changes_in_words_beside_the_raw_codes():
     assert table.at[0, "changes"].startswith("PAY_0: 2 → ") and table.at[0, "prediction"] == 1
     assert table.at[0, "changes_in_words"].startswith("Repayment status, September: two months late → ")
     assert list(table.columns[:5]) == ["row", "explained", "prediction", "prediction_label", "prediction_probability"]
+    with pytest.raises(ValueError) as refused:
+        explain(model, rows, target="no defualt", codec=codec)
+    assert str(refused.value) == "target: got 'no defualt'; allowed: 0, 1 (or their words: no default, default)"
 
 
 def test_the_served_model_gives_the_words_beside_the_codes():
@@ -228,8 +231,8 @@ def test_train_with_words_then_explain_a_batch_and_write_a_letter_to_each_applic
     letters = tmp_path / "letters"
     letters.mkdir()
     (letters / "old.txt").write_text("another batch")
-    common = ["--checkpoint", str(tmp_path / "ct" / "last.ckpt"), "--rows", str(rows), "--only-predicted", "1",
-              "--max-steps", "200", "--letters", str(letters)]  # the applicants predicted to default
+    common = ["--checkpoint", str(tmp_path / "ct" / "last.ckpt"), "--rows", str(rows), "--only-predicted", "Default",
+              "--max-steps", "200", "--letters", str(letters)]  # the applicants predicted to default, in words
     with pytest.raises(CliExit) as refused:  # refused before any work: no --json written either
         explain_main([*common, "--json", str(tmp_path / "out.json")])
     assert str(refused.value) == (f"--letters: got '{letters}' (the folder holds files); allowed: a new or empty "

@@ -129,15 +129,20 @@ def _column_names(codec) -> list[str]:
     return [c.name for c in codec.columns]
 
 
-def class_named(label, classes, option: str):
+def class_named(label, classes, option: str, words=None):
     """The class of ``classes`` that ``label`` names (as text, or in another case where that is unambiguous: ``yes``
-    for ``Yes``), else a one-line ``ValueError`` naming ``option`` and the classes."""
+    for ``Yes``; or by the data spec's words for it, ``words`` ``[[class, text], ...]``: ``likely to default`` for
+    ``1``), else a one-line ``ValueError`` naming ``option`` and the classes."""
     match = [c for c in classes if c == label or str(c) == str(label)]
     if not match:
         same = categories_by_case(classes).get(str(label).casefold())
         match = [same] if same is not None else []
     if not match:
-        raise ValueError(f"{option}: got {label!r}; allowed: {', '.join(map(str, classes))}")
+        said = [c for c, text in words or () if str(text).casefold() == str(label).strip().casefold()]
+        match = [c for c in classes if any(_same(c, named) for named in said)]
+    if not match:
+        named = f" (or their words: {', '.join(str(text) for _, text in words)})" if words else ""
+        raise ValueError(f"{option}: got {label!r}; allowed: {', '.join(map(str, classes))}{named}")
     return match[0]
 
 
@@ -180,7 +185,8 @@ def _target_codes(target, codec, predicted: torch.Tensor, probabilities: torch.T
         raise ValueError(f"target: {len(labels)} targets for {len(predicted)} rows")
     classes = list(codec.classes)
     codes = [next(i for i, c in enumerate(classes) if c is named or c == named)
-             for named in (class_named(label, classes, "target") for label in labels)]
+             for named in (class_named(label, classes, "target", getattr(codec, "class_labels", None))
+                           for label in labels)]
     return torch.tensor(codes, dtype=torch.long)
 
 
@@ -555,8 +561,8 @@ def shown_change(change: dict) -> str:
 def class_shown(row, key: str) -> str:
     """The class under ``key`` of an explanation (``prediction``, ``target``, ``counterfactual_prediction``) as the
     console shows it: in the data spec's words with the class in brackets (``default [1]``), else as it is."""
-    words = row.get(f"{key}_label") if hasattr(row, "get") else None
-    return f"{words} [{row[key]}]" if isinstance(words, str) else str(row[key])
+    words, raw = row.get(f"{key}_label"), row.get(key)
+    return f"{words} [{raw}]" if isinstance(words, str) else str(raw)
 
 
 def row_label(row: int, other_columns: Mapping | None = None) -> str:

@@ -165,7 +165,8 @@ def only_predicted(loaded, rows, label) -> tuple:
         return rows, [], None
     from ct_lightning.evaluation.explanation import class_named, predictions  # noqa: PLC0415
 
-    wanted = class_named(label, list(loaded.codec.classes), "--only-predicted")
+    wanted = class_named(label, list(loaded.codec.classes), "--only-predicted", getattr(loaded.codec, "class_labels",
+                                                                                          None))
     predicted = predictions(loaded.module, rows, loaded.codec)
     keep = [p == wanted for p, _ in predicted]
     passed = [(row, p, f"predicted {p[0]}, not {wanted} (--only-predicted)")
