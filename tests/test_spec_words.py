@@ -274,3 +274,21 @@ def test_train_with_words_then_explain_a_batch_and_write_a_letter_to_each_applic
             assert "we found no change of the figures that may change" in letter
     assert any(r["valid"] and r["changes"] for r in records), "no letter with changes was written"
     assert table["prediction_label"].tolist() == [r["prediction_label"] for r in records]
+
+
+def test_the_guides_words_and_the_example_spec_fit_the_credit_table():
+    """docs/guide.md's block of words and examples/credit-words.yaml (its worked example's spec) read as written."""
+    import re
+
+    from datamodules.codec import read_spec
+
+    guide = (ROOT / "docs" / "guide.md").read_text()
+    block = next(b for b in re.findall(r"```yaml\n(.*?)```", guide, re.S) if "likely to repay" in b)
+    for spec in (yaml.safe_load(block), read_spec(ROOT / "examples" / "credit-words.yaml")):
+        codec = TabularCodec.fit(credit_frame(), TARGET, spec)
+        assert codec.class_label(1) == "likely to default next month"
+        pay = next(c for c in codec.columns if c.name == "PAY_0")
+        assert pay.value_label(2) == "two months late" and pay.value_label(0) == "paid the minimum"
+    example = TabularCodec.fit(credit_frame(), TARGET, read_spec(ROOT / "examples" / "credit-words.yaml"))
+    assert all(c.label for c in example.columns)  # every column of the table in words
+    assert next(c for c in example.columns if c.name == "PAY_5").value_label(-2) == "nothing to pay"
