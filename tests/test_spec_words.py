@@ -255,7 +255,7 @@ def test_train_with_words_then_explain_a_batch_and_write_a_letter_to_each_applic
         letter = (letters / f"ID-{record['other_columns']['ID']}.txt").read_text()
         lines = letter.splitlines()
         assert lines[0] == f"Your application (ID {record['other_columns']['ID']})"
-        assert f"the model assessed your application as {record['prediction_label']} (probability" in letter
+        assert f"the model assessed your application as {record['prediction_label']} (probability" in " ".join(lines)
         assert "Held as they are: these facts were not asked to change:" in letter
         assert f"  - Sex: {'female' if record['factual']['SEX'] == 2 else 'male'}" in lines
         assert f"  - Age (years): {record['factual']['AGE']}" in lines
@@ -269,9 +269,9 @@ def test_train_with_words_then_explain_a_batch_and_write_a_letter_to_each_applic
                 assert f"{name}: " in table.at[record["row"], "changes_in_words"]
                 assert f"{change['feature']}: " in table.at[record["row"], "changes"]
         if record["valid"] and record["changes"]:
-            assert f"the model would assess it as no default (probability" in " ".join(lines)
+            assert "the model would assess it as no default (probability" in " ".join(lines)
         elif not record["valid"]:
-            assert "we found no change of the figures that may change" in letter
+            assert "we found no change of the figures that may change" in " ".join(lines)
     assert any(r["valid"] and r["changes"] for r in records), "no letter with changes was written"
     assert table["prediction_label"].tolist() == [r["prediction_label"] for r in records]
 
@@ -292,3 +292,33 @@ def test_the_guides_words_and_the_example_spec_fit_the_credit_table():
     example = TabularCodec.fit(credit_frame(), TARGET, read_spec(ROOT / "examples" / "credit-words.yaml"))
     assert all(c.label for c in example.columns)  # every column of the table in words
     assert next(c for c in example.columns if c.name == "PAY_5").value_label(-2) == "nothing to pay"
+
+
+def test_a_letter_never_offers_changes_that_do_not_reach_the_target_and_names_rows_it_cannot_tell_apart(tmp_path):
+    from ct_lightning.experiment.configuration.validation import InputError
+    from ct_lightning.experiment.runs.letters import check_letters_folder, letter_names, letter_text, write_letters
+
+    codec = TabularCodec.fit(credit_frame(), TARGET, SPEC)
+    factual = credit_frame().drop(columns=TARGET).iloc[0].to_dict()
+    missed = {"row": 3, "explained": True, "factual": factual, "prediction": 1, "prediction_label": "default",
+              "prediction_probability": 0.8, "target": 0, "target_label": "no default", "probability": 0.3,
+              "valid": False, "counterfactual_prediction": 1, "counterfactual_prediction_label": "default",
+              "changes": [{"feature": "LIMIT_BAL", "from": 20000, "to": 90000, "label": "Credit limit",
+                           "unit_label": "NT$"}], "immutable": ["SEX", "AGE"], "other_columns": {"ID": 7}}
+    text = letter_text(missed, codec)
+    assert "we found no change of the figures that may change after which the model would assess it as no " \
+           "default." in " ".join(text.split())
+    assert "Credit limit" not in text and "90,000" not in text  # changes that miss the target are no advice
+    assert "  - Sex: female\n" in text and "  - Age (years): 24\n" in text
+    # two rows of one ID (or none): the letters are named by row number, never one over another
+    twice = [{**missed, "row": 0}, {**missed, "row": 1}, {"row": 2, "explained": False, "problem": "unseen category"}]
+    assert letter_names(twice) == {0: "row-0.txt", 1: "row-1.txt"}
+    assert write_letters(tmp_path / "out", twice, codec) == 2
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["row-0.txt", "row-1.txt"]
+    (tmp_path / "file").write_text("")
+    with pytest.raises(InputError, match="a folder for the letters"):
+        check_letters_folder(tmp_path / "file")
+    check_letters_folder(tmp_path / "out", overwrite=True)  # replaced whole by the next batch
+    assert write_letters(tmp_path / "out", [{**missed, "row": 0}], codec, overwrite=True) == 1
+    assert [p.name for p in (tmp_path / "out").iterdir()] == ["ID-7.txt"]
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left behind

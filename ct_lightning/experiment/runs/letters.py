@@ -74,8 +74,10 @@ def letter_text(record: dict, codec) -> str:
     if record["valid"] and not record["changes"]:
         lines.append(f"The model already assesses it as {target}: nothing needs to change.")
     elif record["valid"]:
+        reached = _class(record, "counterfactual_prediction")  # of an ordered outcome, perhaps above the target
+        reached = target if reached == target else f"{reached}, at least {target}"
         lines.append(f"What would change it: with these figures, and all others as they are, the model would assess "
-                     f"it as {target} (probability {probability_text(record['probability'])}):")
+                     f"it as {reached} (probability {probability_text(record['probability'])}):")
         lines += [f"  - {name}: from {before} to {after}" for name, before, after in map(change_parts,
                                                                                         record["changes"])]
     else:
