@@ -776,7 +776,8 @@ class TabularCodec:
                 for label in self.classes]
 
     def class_label(self, label) -> str | None:
-        """What the class ``label`` means in words (a data spec's ``target: {values: ...}``), ``None`` where not said."""
+        """What the class ``label`` means in words (a data spec's ``target: {values: ...}``); ``None`` where not
+        said."""
         return label_of(self.class_labels, label)
 
     def outcome_text(self) -> str | None:

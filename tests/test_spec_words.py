@@ -70,7 +70,8 @@ def test_words_of_columns_and_classes_are_kept_with_the_models_preprocessing():
 def test_a_model_saved_before_words_existed_loads_unchanged():
     codec = TabularCodec.fit(credit_frame(), TARGET, {"columns": {"SEX": {"kind": "categorical"}}})
     old = codec.to_dict()
-    assert "class_labels" not in old and not any({"label", "unit_label", "value_labels"} & set(c) for c in old["columns"])
+    assert "class_labels" not in old
+    assert not any({"label", "unit_label", "value_labels"} & set(c) for c in old["columns"])
     again = TabularCodec.from_dict(old)
     assert again.to_dict() == old and again.class_labels is None and again.class_label(1) is None
     # a served predictor pickles the columns themselves: one pickled before the fields existed lacks them
@@ -249,7 +250,8 @@ def test_train_with_words_then_explain_a_batch_and_write_a_letter_to_each_applic
     assert f"wrote {len(explained)} letter(s) to {letters}/" in out
     assert json.loads((tmp_path / "out.json").read_text()) == records
     table = pd.read_csv(tmp_path / "out.csv", encoding="utf-8-sig")
-    labels = {"LIMIT_BAL": "Credit limit (NT$)", **{f"PAY_AMT{i}": f"Amount paid, month {i} (NT$)" for i in range(1, 7)},
+    labels = {"LIMIT_BAL": "Credit limit (NT$)",
+              **{f"PAY_AMT{i}": f"Amount paid, month {i} (NT$)" for i in range(1, 7)},
               **{f"BILL_AMT{i}": f"Bill, month {i} (NT$)" for i in range(1, 7)}}
     for record in explained:
         letter = (letters / f"ID-{record['other_columns']['ID']}.txt").read_text()
