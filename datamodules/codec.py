@@ -25,6 +25,8 @@ import pandas as pd
 from datamodules.row_bounds import BOUND_VALUES, SIDES, column_rules, read_rules, rule_name, rule_text, rule_words
 from datamodules.suggest import did_you_mean
 from datamodules.table_format import as_written
+from datamodules.wording import (WORDING_KEYS, check_wording, check_wording_kind, fitted_value_labels, heading,
+                                 label_of, labels_text, target_values, word_column)
 
 if TYPE_CHECKING:  # torch: the searches' structures load on first use, so a table is checked before torch loads
     from datamodules.feature_types import FeatureTypes, RowBound
@@ -104,6 +106,18 @@ class ColumnSpec:
     max_change: float | None = None  # a counterfactual moves the value at most this far (ordinal: places of the order)
     lower_rule: str | None = None  # continuous and integer: a bound that other number columns give per row, as the
     upper_rule: str | None = None  # canonical text of a linear expression (``age - 16``; datamodules.row_bounds)
+    label: str | None = None  # what the column means, in words (a data spec's label: "Credit limit"; wording.py)
+    unit_label: str | None = None  # the unit its numbers are in, in words (a data spec's unit: "NT$", "years")
+    value_labels: list | None = None  # what coded values mean: [[value, text], ...] (a data spec's values:), in the
+    # column's order; None defaults (not a factory) keep a column pickled before them (served predictors) readable
+
+    def heading(self) -> str:
+        """The column as a person reads it: its label (else its name) with its unit: ``Credit limit (NT$)``."""
+        return heading(self.name, self.label, self.unit_label)
+
+    def value_label(self, value) -> str | None:
+        """What ``value`` of this column means in words (a data spec's ``values:``), ``None`` where it is not said."""
+        return label_of(self.value_labels, value)
 
     @property
     def encoded_names(self) -> list[str]:
@@ -212,8 +226,9 @@ def read_spec(spec) -> dict:
 
 
 SPEC_KEYS = ("columns", "positive", "target")
-TARGET_KEYS = ("name", "order")  # target: {name: outcome, order: [rejected, interview, offer]} (or target: outcome)
-COLUMN_KEYS = ("kind", "mutability", "lower", "upper", "step", "max_change", "order")  # what --write-data-spec writes
+TARGET_KEYS = ("name", "order", "values")  # target: {name: outcome, order: [...], values: {class: words}}
+COLUMN_KEYS = ("kind", "mutability", "lower", "upper", "step", "max_change", "order", *WORDING_KEYS)  # what
+# --write-data-spec writes
 NUMBER_KEYS = ("lower", "upper", "step", "max_change")  # keys of a number column only
 SPEC_FILE = f"a YAML or JSON file with columns: {{name: {{{', '.join(COLUMN_KEYS)}}}}} and positive"
 
@@ -250,6 +265,7 @@ def check_spec(spec: Mapping) -> dict:
         if unknown:
             raise ValueError(f"data_spec: column {name!r}: {_unknown_key(unknown[0], COLUMN_KEYS)}; allowed: "
                              f"{', '.join(COLUMN_KEYS)}")
+        check_wording(f"data_spec: column {name!r}:", options)  # label, unit, values: types; values: at fit
         lower, upper = options.get("lower"), options.get("upper")
         for bound, value in (("lower", lower), ("upper", upper)):  # text: a rule, read once the columns are known
             if value is not None and not _is_number(value) and not isinstance(value, str):
@@ -283,6 +299,7 @@ def _check_target_entry(spec: Mapping) -> None:
     if unknown:
         raise ValueError(f"data_spec: target: {_unknown_key(unknown[0], TARGET_KEYS)}; allowed: "
                          f"{', '.join(TARGET_KEYS)} (target: {{name: COLUMN, order: [lowest, ..., highest]}})")
+    check_wording("data_spec: target:", entry, ("values",))  # its classes in words: checked against them at fit
     order = entry.get("order")
     if order is None:
         return
@@ -363,7 +380,7 @@ def _check_order(name, options: Mapping) -> None:
     if bounded:
         raise ValueError(f"data_spec: column {name!r}: {bounded[0]} {options[bounded[0]]!r} has no meaning for an "
                          "ordinal column (its order's first and last categories are its bounds); allowed: kind, "
-                         "mutability, order, step, max_change")
+                         "mutability, order, step, max_change, label, values")
     if order is None:
         return  # a column of numbers may leave it out (its sorted values); text is refused when the file is read
     _check_order_list(order, f"data_spec: column {name!r}:", "at least two categories", "category",
@@ -397,7 +414,8 @@ def _column_dict(column: ColumnSpec) -> dict:
     """A column as JSON keeps it; ``unit``, ``thousands``, ``step``, ``max_change`` and the rules only where set
     (payloads without them read as before)."""
     described = asdict(column)
-    for key in ("unit", "thousands", "step", "max_change", "lower_rule", "upper_rule"):
+    for key in ("unit", "thousands", "step", "max_change", "lower_rule", "upper_rule", "label", "unit_label",
+                "value_labels"):
         if described[key] is None:
             del described[key]
     return described
@@ -464,6 +482,7 @@ class TabularCodec:
     decimal_comma: bool = False  # the training file wrote 0,18 and 12.000: rows to explain may be written so too
     balance: str | None = None  # the training's --balance, where recorded: the same table gives the same training rows
     order: list | None = None  # the data spec's target order, lowest first: explanations count "at least" a class
+    class_labels: list | None = None  # the data spec's target values: what each class means, [[class, text], ...]
 
     def __init__(self, target: str, classes: Sequence, columns: Sequence[ColumnSpec], positive=None,
                  dropped: Sequence[str] = ()):
@@ -538,14 +557,18 @@ class TabularCodec:
                                      "numbers of an integer column; allowed: a whole number such as 1 or 5")
             if kind in ("categorical", "binary") and bounded:
                 raise ValueError(f"data_spec: column {name!r}: {bounded[0]} {options[bounded[0]]!r} has no meaning for "
-                                 f"a {kind} column; allowed: kind, mutability")
+                                 f"a {kind} column; allowed: kind, mutability, label, values")
+            check_wording_kind(name, kind, options)
             rules = {side: options.pop(side) for side in SIDES if isinstance(options.get(side), str)}
             columns.append(cls._fit_column(name, kind, mutability, options, frame[name], train[name]))
             columns[-1].fill = _plain((fills or {}).get(name))
+            word_column(columns[-1], options, frame[name])
             pending.append((columns[-1], rules))
         read_rules(pending)  # other columns' bounds: read once every column's kind is known
         codec = cls(target, classes, columns, positive, dropped)
         codec.order = order
+        codec.class_labels = fitted_value_labels("data_spec: target:", target_values(spec), "categorical",
+                                                 [_plain(c) for c in classes], noun=f"a class of {target!r}")
         return codec
 
     @staticmethod
@@ -738,8 +761,11 @@ class TabularCodec:
             change = c.change_text(self.decimal_comma, c.thousands)
             step = f", {change}" if change else ""
             bounds = _bounds_text(c.lower, c.upper, self.decimal_comma, c.thousands)
-            lines.append(f"  {c.name}: {c.kind}{extra}{bounds}{rule_words(c)}{step}"
-                         + ("" if c.mutability == "both" else f", {c.mutability}"))
+            words = (f' "{c.label}"' if getattr(c, "label", None) else "") + \
+                (f" ({c.unit_label})" if getattr(c, "unit_label", None) else "")  # a data spec's label and unit
+            values = f"; values: {labels_text(c.value_labels)}" if getattr(c, "value_labels", None) else ""
+            lines.append(f"  {c.name}{words}: {c.kind}{extra}{bounds}{rule_words(c)}{step}"
+                         + ("" if c.mutability == "both" else f", {c.mutability}") + values)
         return "\n".join(lines)
 
     def class_ranks(self) -> list[int] | None:
@@ -748,6 +774,11 @@ class TabularCodec:
             return None
         return [next(i for i, c in enumerate(self.order) if c == label or str(c) == str(label))
                 for label in self.classes]
+
+    def class_label(self, label) -> str | None:
+        """What the class ``label`` means in words (a data spec's ``target: {values: ...}``); ``None`` where not
+        said."""
+        return label_of(self.class_labels, label)
 
     def outcome_text(self) -> str | None:
         """The start-up line of an ordered target (``outcome: rejected < interview < offer (explanations count "at
@@ -765,7 +796,8 @@ class TabularCodec:
                 **({"dropped": list(self.dropped)} if self.dropped else {}),
                 **({"decimal_comma": True} if self.decimal_comma else {}),
                 **({"balance": self.balance} if self.balance not in (None, "none") else {}),
-                **({"order": [_plain(c) for c in self.order]} if self.order else {})}
+                **({"order": [_plain(c) for c in self.order]} if self.order else {}),
+                **({"class_labels": self.class_labels} if self.class_labels else {})}
 
     @classmethod
     def from_dict(cls, payload: Mapping) -> TabularCodec:
@@ -775,6 +807,7 @@ class TabularCodec:
         codec.decimal_comma = bool(payload.get("decimal_comma", False))
         codec.balance = payload.get("balance")
         codec.order = list(payload["order"]) if payload.get("order") else None  # a codec saved before: unordered
+        codec.class_labels = payload.get("class_labels") or None  # a codec saved before: classes in their own words
         return codec
 
     def fill_missing(self, frame: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:

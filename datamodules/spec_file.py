@@ -32,6 +32,23 @@ def yaml_scalar(value) -> str:
         .removesuffix("...").strip()
 
 
+def flow_scalar(value) -> str:
+    """``value`` as one YAML scalar inside a flow mapping or list (``{label: 'Repayment status, September'}``), where
+    a comma or a colon would end it unquoted."""
+    return yaml.safe_dump([_plain(value)], default_flow_style=True, allow_unicode=True, width=10**6).strip()[1:-1]
+
+
+def wording_fields(column) -> str:
+    """A column's ``label``, ``unit`` and ``values`` as the fields of its spec line (``""`` without them)."""
+    fields = [f"{key}: {flow_scalar(value)}" for key, value in (("label", getattr(column, "label", None)),
+                                                                 ("unit", getattr(column, "unit_label", None)))
+              if value is not None]
+    if getattr(column, "value_labels", None):
+        fields.append("values: {" + ", ".join(f"{flow_scalar(value)}: {flow_scalar(text)}"
+                                             for value, text in column.value_labels) + "}")
+    return "".join(f", {field}" for field in fields)
+
+
 def _number(value) -> str:
     """A number as a person reads it in a comment: ``21``, ``0.25``, ``1e+06`` stays ``1000000``."""
     value = _plain(value)
@@ -122,17 +139,26 @@ def spec_text(module, mutability: Mapping[str, str] | None = None, source: str =
              "# places of its order: max_change: 2 is at most two places up or down). A bound may read other number",
              "# columns of the same row: upper: age - 16, upper: 10 * income (terms [number *] column joined by + and",
              "# -, plus a number).",
+             "# In words, for explanations and letters to applicants: label: Credit limit, unit: NT$ (a number's),",
+             "# values: {-1: paid on time, 2: two months late} (what a code means; target: {name: ..., values: ...}",
+             "# for the classes).",
              "# Columns left out of this file keep the kind inferred from the file.",
              f"# target {yaml_scalar(codec.target)}: classes {', '.join(_comment_text(c) for c in codec.classes)}"]
     lines += [f"# read: {note}" for note in module.read_notes]  # how the file was written: delimiter, decimal commas
     if codec.dropped:
         lines.append(f"# left out (--drop-columns): {', '.join(map(str, codec.dropped))}")
+    class_words = "" if not getattr(codec, "class_labels", None) else \
+        ", values: {" + ", ".join(f"{flow_scalar(c)}: {flow_scalar(text)}" for c, text in codec.class_labels) + "}"
     if len(codec.classes) == 2:
         lines.append(f"positive: {yaml_scalar(codec.positive)}  # the class that is label 1 (default: the last in "
                      "sort order)")
+        if class_words:
+            lines.append(f"target: {{name: {flow_scalar(codec.target)}{class_words}}}  # the classes in words")
     elif getattr(codec, "order", None):  # an ordered outcome: explanations count "at least" a class
-        lines.append(f"target: {{name: {yaml_scalar(codec.target)}, order: [{', '.join(map(yaml_scalar, codec.order))}]}}"
-                     "  # its classes from lowest to highest")
+        lines.append(f"target: {{name: {flow_scalar(codec.target)}, order: [{', '.join(map(flow_scalar, codec.order))}]"
+                     f"{class_words}}}  # its classes from lowest to highest")
+    elif class_words:
+        lines.append(f"target: {{name: {flow_scalar(codec.target)}{class_words}}}  # the classes in words")
     else:
         lines.append(f"# ordered classes? then target: {{name: "
                      f"{yaml_scalar(codec.target)}, order: [{', '.join(map(yaml_scalar, codec.classes))}]}} with the "
@@ -146,7 +172,8 @@ def spec_text(module, mutability: Mapping[str, str] | None = None, source: str =
                 entry[key] = _plain(value)
         fields = ", ".join(f"{key}: {yaml_scalar(value)}" for key, value in entry.items())
         if column.kind == "ordinal":
-            fields += f", order: [{', '.join(yaml_scalar(c) for c in column.categories)}]"
+            fields += f", order: [{', '.join(flow_scalar(c) for c in column.categories)}]"
+        fields += wording_fields(column)
         comment = column_comment(column, module.frame[column.name], column.name in code_like,
                                  column.name in identifier_like)
         lines.append(f"  {yaml_scalar(column.name)}: {{{fields}}}  # {comment}")

@@ -6,6 +6,7 @@ Examples:
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --target approved --csv out.csv   # a spreadsheet
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --skip-bad-rows   # list rows it cannot read
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --only-predicted no --csv advice.csv
+  .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --only-predicted no --letters letters/
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --immutable age,sex --mutability debt=decrease
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows applicants.csv --step income=1000 --max-change income=10000
   .venv/bin/python recipes/explain.py --run-id 1a6d42... --rows candidates.csv --target interview --target-order rejected,interview,offer
@@ -29,7 +30,7 @@ import sys
 
 from ct_lightning.experiment.configuration.options import add_arguments
 from ct_lightning.experiment.runner import console_entry, recipe_parser, run_recipe
-from ct_lightning.experiment.workflows.explain import SEARCH, add_explanation_limits, run
+from ct_lightning.experiment.workflows.explain import SEARCH, add_explanation_limits, add_explanation_outputs, run
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -51,12 +52,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--all-changes", dest="fewer_changes", action="store_false",
                         help="keep every change the search made (default: give back each change the counterfactual "
                         "does not need, smallest first, while the target stays as likely as required)")
-    parser.add_argument("--json", help="write the explanations here, one object per row (an existing file is "
-                        "refused unless --overwrite)")
-    parser.add_argument("--csv", help="write the explanations here as a table for a spreadsheet, one line per row: "
-                        "row, the row's columns the model does not read (e.g. applicant_id), prediction, target, "
-                        "probabilities, valid, the changes in the row's units, and why a row was not explained "
-                        "(an existing file is refused unless --overwrite)")
+    add_explanation_outputs(parser)  # --json, --csv, --letters
     add_arguments(parser, ["immutable", "mutability"])  # checked against the model's columns before any search
     add_explanation_limits(parser)  # --step, --max-change, --target-order
     add_arguments(parser, ["data"], data=None)  # the training data of a checkpoint copied without its config.json

@@ -129,14 +129,14 @@ def test_a_spec_that_is_not_yaml_is_refused_with_the_parsers_line(tmp_path):
         read_spec(spec)
     assert str(error.value) == (f"data_spec: got {str(spec)!r} (not valid YAML: line 2, column 1: expected the node "
                                 "content, but found '<stream end>'); allowed: a YAML or JSON file with columns: "
-                                "{name: {kind, mutability, lower, upper, step, max_change, order}} and positive")
+                                "{name: {kind, mutability, lower, upper, step, max_change, order, label, unit, values}} and positive")
 
 
 def test_a_misspelt_key_of_a_column_is_refused_not_ignored():
     with pytest.raises(ValueError) as error:
         fit_loans({"columns": {"age": {"mutabilty": "none"}}})
     assert str(error.value) == ("data_spec: column 'age': unknown key 'mutabilty' (did you mean 'mutability'?); "
-                                "allowed: kind, mutability, lower, upper, step, max_change, order")
+                                "allowed: kind, mutability, lower, upper, step, max_change, order, label, unit, values")
 
 
 def test_a_misspelt_top_level_key_is_refused_not_ignored():
@@ -165,11 +165,11 @@ def test_bounds_that_cross_or_are_no_numbers_are_refused(bounds, said):
 
 
 @pytest.mark.parametrize("columns, said", [
-    ({"age": "integer"}, "column 'age': got 'integer'; allowed: a mapping of kind, mutability, lower, upper, step, max_change, order such as "
+    ({"age": "integer"}, "column 'age': got 'integer'; allowed: a mapping of kind, mutability, lower, upper, step, max_change, order, label, unit, values such as "
                          "age: {kind: integer}"),
-    ({"age": "none"}, "column 'age': got 'none'; allowed: a mapping of kind, mutability, lower, upper, step, max_change, order such as "
+    ({"age": "none"}, "column 'age': got 'none'; allowed: a mapping of kind, mutability, lower, upper, step, max_change, order, label, unit, values such as "
                       "age: {mutability: none}"),
-    (["age"], "columns: got a list; allowed: a mapping of column names to {kind, mutability, lower, upper, step, max_change, order}"),
+    (["age"], "columns: got a list; allowed: a mapping of column names to {kind, mutability, lower, upper, step, max_change, order, label, unit, values}"),
 ])
 def test_a_column_entry_that_is_not_a_mapping_is_refused(tmp_path, columns, said):
     from datamodules.table import TableDataModule
@@ -181,7 +181,7 @@ def test_a_column_entry_that_is_not_a_mapping_is_refused(tmp_path, columns, said
 
 @pytest.mark.parametrize("spec, said", [
     ({"columns": {"purpose": {"lower": 0}}}, "column 'purpose': lower 0 has no meaning for a categorical column; "
-                                             "allowed: kind, mutability"),
+                                             "allowed: kind, mutability, label, values"),
     ({"target": "income"}, "target 'income' is not the column to predict ('approved'); allowed: approved, or no "
                            "target in the data spec"),
 ])
@@ -206,10 +206,10 @@ def test_every_key_the_writer_writes_is_read_back(tmp_path):
 
 @pytest.mark.parametrize("text, said", [
     ("columns: [\n", "(not valid YAML: line 2, column 1: expected the node content, but found '<stream end>'); "
-                     "allowed: a YAML or JSON file with columns: {name: {kind, mutability, lower, upper, step, max_change, order}} and "
+                     "allowed: a YAML or JSON file with columns: {name: {kind, mutability, lower, upper, step, max_change, order, label, unit, values}} and "
                      "positive"),
     ("columns:\n  age: {mutabilty: none}\n", "column 'age': unknown key 'mutabilty' (did you mean 'mutability'?); "
-                                             "allowed: kind, mutability, lower, upper, step, max_change, order"),
+                                             "allowed: kind, mutability, lower, upper, step, max_change, order, label, unit, values"),
 ])
 def test_the_command_line_says_what_is_wrong_with_the_spec_in_one_line(tmp_path, capsys, text, said):
     spec = tmp_path / "spec.yaml"

@@ -164,7 +164,7 @@ def test_a_codec_saved_before_orders_existed_loads_unordered():
      "data_spec: target: order 'rejected < offer'; allowed: a list of the target's classes from lowest to highest, "
      "such as order: [rejected, interview, offer]"),
     ({"target": {"name": "outcome", "ordr": ORDER}},
-     "data_spec: target: unknown key 'ordr' (did you mean 'order'?); allowed: name, order (target: {name: COLUMN, "
+     "data_spec: target: unknown key 'ordr' (did you mean 'order'?); allowed: name, order, values (target: {name: COLUMN, "
      "order: [lowest, ..., highest]})"),
     ({"positive": "offer", "target": {"order": ORDER}},
      "data_spec: positive 'offer' beside target: order; allowed: one of them (positive: for a yes/no target; order: "

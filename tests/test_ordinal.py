@@ -135,7 +135,7 @@ def test_numbers_match_an_order_of_numbers_and_missing_values_take_the_median_ra
      "lowest to highest, such as order: [low, medium, high]"),
     ({"education": {"kind": "ordinal", "order": ORDER, "upper": 3}},
      "data_spec: column 'education': upper 3 has no meaning for an ordinal column (its order's first and last "
-     "categories are its bounds); allowed: kind, mutability, order, step, max_change"),
+     "categories are its bounds); allowed: kind, mutability, order, step, max_change, label, values"),
     ({"education": {"kind": "ordinal", "order": ["HS-grad", "Some-college", "Bachelor", "Masters"]}},
      "data: column 'education': 'Bachelors' is not in its order (did you mean 'Bachelor'?); allowed: HS-grad, "
      "Some-college, Bachelor, Masters (or add it to order: in --data-spec where it ranks)"),

@@ -68,7 +68,7 @@ def test_a_step_and_a_largest_change_of_an_ordinal_column_are_places_of_its_orde
                     "(step: 2 moves two places at a time)"),
     ({"step": "two"}, "step 'two'; allowed: a whole number of places of its order"),
     ({"lower": 1}, "lower 1 has no meaning for an ordinal column (its order's first and last categories are its "
-                   "bounds); allowed: kind, mutability, order, step, max_change"),
+                   "bounds); allowed: kind, mutability, order, step, max_change, label, values"),
 ])
 def test_a_step_or_largest_change_that_is_no_whole_number_of_places_is_refused_in_one_line(grade, said):
     with pytest.raises(ValueError) as error:

@@ -192,7 +192,7 @@ def test_rules_on_other_kinds_and_rules_in_a_circle_are_refused_in_one_line():
     with pytest.raises(ValueError) as error:
         fit({"columns": {"job": {"upper": "age"}}})
     assert str(error.value) == "data_spec: column 'job': upper 'age' has no meaning for a categorical column; " \
-                               "allowed: kind, mutability"
+                               "allowed: kind, mutability, label, values"
     with pytest.raises(ValueError) as error:
         fit({"columns": {"experience": {"upper": "age - 16"}, "age": {"lower": "experience + 16 + income"},
                          "income": {"lower": "100 * experience"}}})

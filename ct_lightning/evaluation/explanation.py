@@ -28,6 +28,7 @@ from ct_lightning.generators import FitContext, make_generator, prepare_standalo
 from ct_lightning.generators.base import generate_counterfactuals
 from datamodules.codec import ColumnSpec, categories_by_case  # ColumnSpec: also the identity codec's columns
 from datamodules.table_format import as_written
+from datamodules.wording import heading
 
 EXPLAIN_STEP = 0.05  # the largest search step of an explanation (η); see explanation_search
 EXPLAIN_TRAVEL = 25.0  # η·T of the paper's training search (0.25 · 100 steps): how far an explanation may go
@@ -128,15 +129,20 @@ def _column_names(codec) -> list[str]:
     return [c.name for c in codec.columns]
 
 
-def class_named(label, classes, option: str):
+def class_named(label, classes, option: str, words=None):
     """The class of ``classes`` that ``label`` names (as text, or in another case where that is unambiguous: ``yes``
-    for ``Yes``), else a one-line ``ValueError`` naming ``option`` and the classes."""
+    for ``Yes``; or by the data spec's words for it, ``words`` ``[[class, text], ...]``: ``likely to default`` for
+    ``1``), else a one-line ``ValueError`` naming ``option`` and the classes."""
     match = [c for c in classes if c == label or str(c) == str(label)]
     if not match:
         same = categories_by_case(classes).get(str(label).casefold())
         match = [same] if same is not None else []
     if not match:
-        raise ValueError(f"{option}: got {label!r}; allowed: {', '.join(map(str, classes))}")
+        said = [c for c, text in words or () if str(text).casefold() == str(label).strip().casefold()]
+        match = [c for c in classes if any(_same(c, named) for named in said)]
+    if not match:
+        named = f" (or their words: {', '.join(str(text) for _, text in words)})" if words else ""
+        raise ValueError(f"{option}: got {label!r}; allowed: {', '.join(map(str, classes))}{named}")
     return match[0]
 
 
@@ -179,7 +185,8 @@ def _target_codes(target, codec, predicted: torch.Tensor, probabilities: torch.T
         raise ValueError(f"target: {len(labels)} targets for {len(predicted)} rows")
     classes = list(codec.classes)
     codes = [next(i for i, c in enumerate(classes) if c is named or c == named)
-             for named in (class_named(label, classes, "target") for label in labels)]
+             for named in (class_named(label, classes, "target", getattr(codec, "class_labels", None))
+                           for label in labels)]
     return torch.tensor(codes, dtype=torch.long)
 
 
@@ -371,17 +378,19 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
     # the file's currency or percent sign ($36,428.20, 7.5%), shown with the numbers (format_change), its decimal
     # commas (60.800,50 €): a change shown as 60,800 € reads as sixty euros and eighty cents where the file came
     # from, and each column's thousands separator (14 999,01 € in a French file, 1'234.50 in a Swiss one, 24062,39)
-    units = {c.name: {"unit": c.unit} for c in getattr(codec, "columns", ()) if getattr(c, "unit", None)}
-    comma = {"decimal_comma": True} if getattr(codec, "decimal_comma", False) else {}
-    thousands = {c.name: {"thousands": c.thousands} for c in getattr(codec, "columns", ())
-                 if getattr(c, "thousands", None) is not None}
+    by_name = {c.name: c for c in codec.columns}
+    comma = bool(getattr(codec, "decimal_comma", False))
+    # a data spec's words (label, unit, values: what a code means) beside the raw names and values
+    worded = {c.name: c for c in codec.columns if column_words(c)}
+    held_words = [worded[c].heading() if c in worded else c for c in immutable] if worded else None
     records = []
     for i in range(len(frame)):
         factual = {c: _plain(frame.at[i, c]) for c in columns}
         counterfactual = {c: _plain(decoded.at[i, c]) for c in columns}
-        changes = [{"feature": c, "from": factual[c], "to": counterfactual[c], **units.get(c, {}),
-                    **({**comma, **thousands.get(c, {})} if _is_number(factual[c]) else {})}
+        changes = [change_of(by_name[c], factual[c], counterfactual[c], comma)
                    for c in columns if not _same(factual_decoded.at[i, c], decoded.at[i, c])]
+        classes = class_wording(codec, {"prediction": predicted_labels[i], "target": target_labels[i],
+                                        "counterfactual_prediction": reached_labels[i]})
         records.append({"factual": factual, "prediction": _plain(predicted_labels[i]),
                         "prediction_probability": float(probabilities[i, predicted[i]]),
                         "target": _plain(target_labels[i]),
@@ -390,8 +399,55 @@ def explain(model: nn.Module, rows, target=None, codec=None, generator: str = "e
                         "probability": float(target_probability[i]), "valid": bool(valid[i]),
                         "counterfactual_prediction": _plain(reached_labels[i]),
                         "converged": bool(result.converged[i]), "immutable": list(immutable),
-                        **({} if accepted is None else {"valid_classes": valid_classes[i]})})
-    return pd.DataFrame(records, columns=COLUMNS + ["valid_classes"] * (accepted is not None))
+                        **({} if accepted is None else {"valid_classes": valid_classes[i]}),
+                        **classes, **({"immutable_labels": held_words} if held_words else {})})
+    extra = [key for key in WORDED if any(key in record for record in records)]
+    return pd.DataFrame(records, columns=COLUMNS + ["valid_classes"] * (accepted is not None) + extra)
+
+
+WORDED = ["prediction_label", "target_label", "counterfactual_prediction_label", "immutable_labels"]  # where declared
+
+
+def change_of(column, before, after, decimal_comma: bool = False) -> dict:
+    """One change of ``column`` as an explanation lists it: ``{feature, from, to}`` in original units, with the file's
+    currency or percent sign (``unit``: ``"${}"``), and for a number its ``decimal_comma`` and the column's
+    ``thousands`` separator where the file wrote them so (:func:`format_change` shows them), and the data spec's words
+    (:func:`change_wording`)."""
+    change = {"feature": column.name, "from": before, "to": after}
+    if getattr(column, "unit", None):
+        change["unit"] = column.unit
+    if _is_number(before):
+        change.update({"decimal_comma": True} if decimal_comma else {})
+        if getattr(column, "thousands", None) is not None:
+            change["thousands"] = column.thousands
+    return {**change, **(change_wording(column, before, after) if column_words(column) else {})}
+
+
+def column_words(column) -> bool:
+    """Whether a data spec gave ``column`` words (``label``, ``unit`` or ``values``)."""
+    return any(getattr(column, key, None) for key in ("label", "unit_label", "value_labels"))
+
+
+def change_wording(column, before, after) -> dict:
+    """The words of one change of ``column`` beside its raw values: ``label``, ``unit_label`` (the data spec's
+    ``label`` and ``unit``) and ``from_label``/``to_label`` (what the values mean, its ``values:``), each where
+    declared."""
+    words = {key: getattr(column, name) for key, name in (("label", "label"), ("unit_label", "unit_label"))
+             if getattr(column, name, None)}
+    for key, value in (("from_label", before), ("to_label", after)):
+        text = column.value_label(value) if getattr(column, "value_labels", None) else None
+        if text is not None:
+            words[key] = text
+    return words
+
+
+def class_wording(codec, labels: Mapping) -> dict:
+    """``{KEY_label: words}`` for each class in ``labels`` (``{"prediction": 1, ...}``) that the data spec's ``target:
+    {values: ...}`` words (``prediction_label: default``)."""
+    if not getattr(codec, "class_labels", None):
+        return {}
+    words = {f"{key}_label": codec.class_label(label) for key, label in labels.items()}
+    return {key: text for key, text in words.items() if text is not None}
 
 
 def _significant_digits(value: float) -> int:
@@ -469,6 +525,46 @@ def change_text(change: dict) -> str:
     return f"{change['feature']}{filled}: {shown}"
 
 
+def change_words(change: dict) -> str:
+    """One change in the words a data spec gives (:func:`change_wording`): ``Repayment status, September: two months
+    late → paid on time``, ``Credit limit (NT$): 20,000 → 50,000``; a value without words shown as
+    :func:`change_text` shows it. A change without words reads as :func:`change_text`."""
+    name, before, after = change_parts(change)
+    return f"{name}: {before} → {after}"
+
+
+def change_parts(change: dict) -> tuple[str, str, str]:
+    """A change in the data spec's words as its three parts: the column (``Credit limit (NT$)``, marked where its
+    value was filled in), and the values before and after (``two months late``, ``paid on time``; a value without
+    words as :func:`format_change` writes it)."""
+    filled = " (missing: filled in as in training)" if change.get("filled") else ""
+    style = (change.get("unit"), change.get("decimal_comma", False), change.get("thousands"))
+    shown = format_change(change["from"], change["to"], *style).split(" → ")
+    if len(shown) != 2:  # a value whose own text holds an arrow: each side apart
+        shown = [format_change(change["from"], change["from"], *style).split(" → ")[0],
+                 format_change(change["to"], change["to"], *style).split(" → ")[0]]
+    before, after = change.get("from_label", shown[0]), change.get("to_label", shown[1])
+    return f"{heading(change['feature'], change.get('label'), change.get('unit_label'))}{filled}", before, after
+
+
+def shown_change(change: dict) -> str:
+    """One change as the console shows it: in words where the data spec gives them, with the raw column and values
+    in brackets (``Repayment status, September: two months late → paid on time [PAY_0: 2 → 0]``), else
+    :func:`change_text`."""
+    if not any(key in change for key in ("label", "unit_label", "from_label", "to_label")):
+        return change_text(change)
+    raw = format_change(change["from"], change["to"], change.get("unit"), change.get("decimal_comma", False),
+                        change.get("thousands"))
+    return f"{change_words(change)} [{change['feature']}: {raw}]"
+
+
+def class_shown(row, key: str) -> str:
+    """The class under ``key`` of an explanation (``prediction``, ``target``, ``counterfactual_prediction``) as the
+    console shows it: in the data spec's words with the class in brackets (``default [1]``), else as it is."""
+    words, raw = row.get(f"{key}_label"), row.get(key)
+    return f"{words} [{raw}]" if isinstance(words, str) else str(raw)
+
+
 def row_label(row: int, other_columns: Mapping | None = None) -> str:
     """``row 5``, with the row's columns the model does not read where it has some (``row 5 (applicant_id
     1005)``), so that an explanation can be told to its applicant; long text cut to 30 characters, empty cells left
@@ -511,7 +607,7 @@ def describe(explanations: pd.DataFrame) -> str:
     lines = []
     for i, row in explanations.iterrows():
         label = row_label(i, row.get("other_columns"))
-        lines.append(f"{label}: predicted {row['prediction']} "
+        lines.append(f"{label}: predicted {class_shown(row, 'prediction')} "
                      f"(probability {probability_text(row['prediction_probability'])})")
         wanted, status, is_already, already_text = _outcome_words(row)
         if is_already and row["changes"]:
@@ -525,9 +621,11 @@ def describe(explanations: pd.DataFrame) -> str:
             already = row["valid"] and is_already
             lines.append(f"    nothing needs to change: already {already_text}" if already else "    no change found")
         for change in row["changes"]:
-            lines.append(f"    {change_text(change)}")
+            lines.append(f"    {shown_change(change)}")
         if row["changes"] and row.get("immutable"):
-            lines.append(f"    (not allowed to change: {', '.join(row['immutable'])})")
+            held = row.get("immutable_labels")
+            held = held if isinstance(held, list) else row["immutable"]  # a data spec's labels where it gives some
+            lines.append(f"    (not allowed to change: {', '.join(map(str, held))})")
     return "\n".join(lines)
 
 
@@ -538,15 +636,19 @@ def _outcome_words(row) -> tuple[str, str, bool, str]:
     asks for, and how that reads (``interview``; ``offer, at least interview``)."""
     counted = row.get("valid_classes")
     ordered = isinstance(counted, list)  # an ordered outcome: classes at or above the target count
-    reached, target, prediction = row.get("counterfactual_prediction"), row["target"], row["prediction"]
+    reached, target, prediction = (class_shown(row, key) for key in ("counterfactual_prediction", "target",
+                                                                     "prediction"))
+    raw = {key: row.get(key) for key in ("counterfactual_prediction", "target", "prediction")}
     wanted = f"at least {target}" if ordered else target
     if not row["valid"]:
         status = f"NOT valid: with these changes the model predicts {reached}, " + \
             (f"below {target}" if ordered else f"not {target}")
     else:
-        status = f"valid: the model predicts {reached}, {wanted}" if ordered and not _same(reached, target) else "valid"
-    is_already = any(_same(prediction, c) for c in counted) if ordered else _same(prediction, target)
-    already_text = f"{prediction}, {wanted}" if ordered and not _same(prediction, target) else target
+        status = f"valid: the model predicts {reached}, {wanted}" if ordered and \
+            not _same(raw["counterfactual_prediction"], raw["target"]) else "valid"
+    is_already = any(_same(raw["prediction"], c) for c in counted) if ordered else _same(raw["prediction"],
+                                                                                          raw["target"])
+    already_text = f"{prediction}, {wanted}" if ordered and not _same(raw["prediction"], raw["target"]) else target
     return wanted, status, is_already, already_text
 
 
@@ -554,7 +656,8 @@ def to_records(explanations: pd.DataFrame) -> list[dict]:
     """The explanations as a JSON-able list, one object per row (with ``valid_classes`` for an ordered outcome, and
     ``other_columns`` where the rows carried columns the model does not read)."""
     keys = COLUMNS + ["valid_classes"] * ("valid_classes" in explanations.columns) + \
-        ["other_columns"] * ("other_columns" in explanations.columns)
+        ["other_columns"] * ("other_columns" in explanations.columns) + \
+        [key for key in WORDED if key in explanations.columns]
     out = []
     for _, row in explanations.iterrows():
         out.append({key: (_plain(row[key]) if not isinstance(row[key], (dict, list)) else row[key])

@@ -503,23 +503,40 @@ def flat_table(records: list[dict]) -> pd.DataFrame:
     model does not read (an applicant's id) as they were given, then the prediction, target, probabilities (three
     decimals), validity, the class the changes lead to (and, for an ordered outcome, the classes that count as
     valid: ``interview, offer``) and the changes as text in the row's own units (``income: 31,000 → 38,400; ...``), and for
-    a row left out (``--skip-bad-rows``) its ``problem``. ``records``: explain.py's JSON objects."""
-    from ct_lightning.evaluation.explanation import change_text  # noqa: PLC0415
+    a row left out (``--skip-bad-rows``) its ``problem``. ``records``: explain.py's JSON objects. Where the model's data
+    spec words its classes or columns (``label``, ``unit``, ``values``), the classes' words follow them
+    (``prediction_label``, ...) and ``changes_in_words`` the changes (``Repayment status, September: two months late →
+    paid on time``); ``changes`` and the classes stay raw, for programs."""
+    from ct_lightning.evaluation.explanation import WORDED, change_text, change_words  # noqa: PLC0415
 
     lines, ordered = [], any("valid_classes" in record for record in records)
+    classes = [key for key in WORDED[:-1] if any(key in record for record in records)]
+    worded = any(len(change) > 0 and any(key in change for key in ("label", "unit_label", "from_label", "to_label"))
+                 for record in records for change in record.get("changes", ()))
     for record in records:
         line = {"row": record["row"]}
         for name, value in (record.get("other_columns") or {}).items():
             line[name if name not in FLAT else f"input {name}"] = value  # a column named like ours keeps its value
         line.update({key: record.get(key) for key in FLAT[1:-2]})
+        for key in classes:  # the class in the data spec's words, after the class
+            line = _insert_after(line, key.removesuffix("_label"), key, record.get(key))
         for key in ("prediction_probability", "probability"):
             line[key] = None if line[key] is None else round(float(line[key]), 3)
         if ordered:  # an ordered outcome: the classes that count as valid
             line["valid_classes"] = ", ".join(map(str, record.get("valid_classes") or ()))
         line["changes"] = "; ".join(change_text(c) for c in record.get("changes", ()))
+        if worded:
+            line["changes_in_words"] = "; ".join(change_words(c) for c in record.get("changes", ()))
         line["problem"] = record.get("problem", "")
         lines.append(line)
     return pd.DataFrame(lines)
+
+
+def _insert_after(line: dict, after: str, key: str, value) -> dict:
+    """``line`` with ``key: value`` placed right after ``after``."""
+    items = list(line.items())
+    at = next(i for i, (name, _) in enumerate(items) if name == after) + 1
+    return dict(items[:at] + [(key, value)] + items[at:])
 
 
 def write_table(path: str | Path, records: list[dict], decimal_comma: bool = False) -> None:
@@ -553,7 +570,7 @@ def explanation_figure(explanations: pd.DataFrame):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ct_lightning.evaluation.explanation import change_text, row_label
+    from ct_lightning.evaluation.explanation import change_words, row_label
 
     changed = explanations[[bool(changes) for changes in explanations["changes"]]]
     shown = pd.concat([changed, explanations.drop(index=changed.index)]).head(8)
@@ -568,7 +585,7 @@ def explanation_figure(explanations: pd.DataFrame):
         ax.axvline(0.5, color="k", lw=0.5, ls=":")
         ax.set_title(f"{row_label(i, row.get('other_columns'))}: {row['prediction']} → {row['target']}", fontsize=9,
                      loc="left", parse_math=False)
-        text = "\n".join(change_text(c) for c in row["changes"][:6]) or "no change"
+        text = "\n".join(change_words(c) for c in row["changes"][:6]) or "no change"
         ax.text(1.02, 0.5, text, transform=ax.transAxes, va="center", fontsize=8, parse_math=False)
     axes[-1, 0].set_xlabel("probability of the target")
     fig.tight_layout()

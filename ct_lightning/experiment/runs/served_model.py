@@ -75,8 +75,10 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
 
     ``params``: ``explain`` (bool) adds ``target``, ``target_probability`` (at the decoded counterfactual),
     ``valid``, ``counterfactual_prediction`` (the class predicted there), ``counterfactual`` (column → value) and
-    ``changes`` (``[{feature, from, to}]``); for an ordered outcome also ``valid_classes`` (the classes at or above
-    the target, which count as valid; ``target_probability`` is their summed probability);
+    ``changes`` (``[{feature, from, to}]``, with ``label``, ``unit_label``, ``from_label`` and ``to_label`` where the
+    data spec words the column and its values; ``prediction_label``, ``target_label`` and
+    ``counterfactual_prediction_label`` name classes it words); for an ordered outcome also ``valid_classes`` (the
+    classes at or above the target, which count as valid; ``target_probability`` is their summed probability);
     ``target`` (a class label as text, as ``explain.py --target``; default: the most likely other class),
     ``max_steps``, and ``immutable`` and ``mutability`` (as ``explain.py``'s options: columns the explanation must not
     change, or only one way, on top of the run's own constraints), ``step`` (``income=1000``: changes in whole
@@ -118,6 +120,9 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
                             "probability": probabilities.max(1).astype(float)})
         for index, label in enumerate(codec.classes):
             out[f"probability_{label}"] = probabilities[:, index].astype(float)
+        words = getattr(codec, "class_labels", None)  # the data spec's words for the classes, beside them
+        if words:
+            out.insert(1, "prediction_label", [codec.class_label(c) for c in out["prediction"]])
         if params.get("explain"):
             search = {**self.search, **({"max_steps": int(params["max_steps"])} if params.get("max_steps") else {})}
             search["mutability"] = mutability
@@ -128,6 +133,8 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
             out["target_probability"] = explained["probability"].to_list()
             out["valid"] = explained["valid"].to_list()
             out["counterfactual_prediction"] = explained["counterfactual_prediction"].to_list()
+            for key in ("target", "counterfactual_prediction") if words else ():
+                out[f"{key}_label"] = [codec.class_label(c) for c in out[key]]
             if "valid_classes" in explained.columns:  # an ordered outcome: valid counts "at least" the target
                 out["valid_classes"] = explained["valid_classes"].to_list()
             out["counterfactual"] = explained["counterfactual"].to_list()
@@ -176,10 +183,16 @@ def input_columns(codec) -> list[dict]:
     """The predictor's input columns, in order, as logged in its ``metadata["input_columns"]``: ``name``, ``type``
     (MLflow's name for it: ``long``, ``double``, ``string``, ``boolean``), ``kind`` (the preprocessing's:
     ``integer``, ``continuous``, ``categorical``, ``binary``, ``ordinal``) and either ``categories`` (an ordinal
-    column's from lowest to highest) or, where known, the numeric ``domain`` ``[low, high]`` a request must keep to."""
+    column's from lowest to highest) or, where known, the numeric ``domain`` ``[low, high]`` a request must keep to;
+    and the data spec's words where it gives them: ``label``, ``unit`` and ``values`` (``[{value, label}]``)."""
     out = []
     for column in codec.columns:
         entry = {"name": column.name, "type": _column_type(column), "kind": column.kind}
+        for key, name in (("label", "label"), ("unit", "unit_label")):
+            if getattr(column, name, None):
+                entry[key] = getattr(column, name)
+        if getattr(column, "value_labels", None):
+            entry["values"] = [{"value": value, "label": text} for value, text in column.value_labels]
         if column.kind in LABELLED and getattr(column, "categories", None):
             entry["categories"] = [c.item() if isinstance(c, np.generic) else c for c in column.categories]
         else:

@@ -18,6 +18,21 @@ from datamodules.workbook import table_file
 SEARCH = ["generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "search_lr", "generator_options"]
 
 
+def add_explanation_outputs(parser: argparse.ArgumentParser) -> None:
+    """explain.py's files: ``--json``, ``--csv`` and ``--letters`` (each refused where it exists, unless
+    ``--overwrite``)."""
+    parser.add_argument("--json", help="write the explanations here, one object per row (an existing file is "
+                        "refused unless --overwrite)")
+    parser.add_argument("--csv", help="write the explanations here as a table for a spreadsheet, one line per row: "
+                        "row, the row's columns the model does not read (e.g. applicant_id), prediction, target, "
+                        "probabilities, valid, the changes in the row's units (and in the data spec's words), and why "
+                        "a row was not explained (an existing file is refused unless --overwrite)")
+    parser.add_argument("--letters", metavar="DIR", help="write a letter to each applicant into this folder: one "
+                        "plain-text file per explained row (ID-1.txt by the rows' identifier, else row-0.txt) with the "
+                        "decision, the changes that would change it and the facts held as they are, in the data "
+                        "spec's words (label, unit, values); a folder holding files is refused unless --overwrite")
+
+
 def add_explanation_limits(parser: argparse.ArgumentParser) -> None:
     """explain.py's options that ask more of an explanation than the model was trained with: ``--step``,
     ``--max-change`` and ``--target-order``."""
@@ -61,6 +76,9 @@ def run(args: argparse.Namespace) -> list[dict]:
         run_of_checkpoint(args)
         check_output_file("--json", args.json, args.overwrite)
         check_output_file("--csv", getattr(args, "csv", None), args.overwrite)
+        from ct_lightning.experiment.runs.letters import check_letters_folder, write_letters  # noqa: PLC0415
+
+        check_letters_folder(getattr(args, "letters", None), args.overwrite)
         check_checkpoint_file("--checkpoint", args.checkpoint)
         if args.rows and not Path(table_file(args.rows)).is_file():  # a workbook's #sheet: read with the rows
             raise EnvironmentProblem(f"--rows: no file at {args.rows}{path_hint(table_file(args.rows))}")
@@ -115,12 +133,15 @@ def run(args: argparse.Namespace) -> list[dict]:
         print(f"--only-predicted {wanted}: {len(explanations)} of {len(explanations) + len(passed)} rows are "
               f"predicted {wanted} and explained"
               + (f"; the {len(passed)} others are not (their predictions are in --json and --csv)" if passed else ""))
-    records = numbered_records(explanations, skipped, others, passed)
+    records = numbered_records(explanations, skipped, others, passed, loaded.codec)
     comma = bool(getattr(loaded.codec, "decimal_comma", False))  # --csv in the training file's locale
     if args.json:
         write_json_atomic(args.json, records, readable=True)  # umlauts and € as the rows write them
     if getattr(args, "csv", None):
         write_table(args.csv, records, comma)
+    if getattr(args, "letters", None):
+        written = write_letters(args.letters, records, loaded.codec, args.overwrite)
+        print(f"wrote {written} letter(s) to {args.letters}/ (one per explained row)")
     if args.run_id and args.log:
         folder = log_explanations(args.tracking_uri, args.run_id, explanations, records, comma)
         print(f"logged {folder}/ to run {args.run_id}")
@@ -150,7 +171,8 @@ def only_predicted(loaded, rows, label) -> tuple:
         return rows, [], None
     from ct_lightning.evaluation.explanation import class_named, predictions  # noqa: PLC0415
 
-    wanted = class_named(label, list(loaded.codec.classes), "--only-predicted")
+    wanted = class_named(label, list(loaded.codec.classes), "--only-predicted", getattr(loaded.codec, "class_labels",
+                                                                                          None))
     predicted = predictions(loaded.module, rows, loaded.codec)
     keep = [p == wanted for p, _ in predicted]
     passed = [(row, p, f"predicted {p[0]}, not {wanted} (--only-predicted)")
@@ -161,13 +183,14 @@ def only_predicted(loaded, rows, label) -> tuple:
 
 
 def numbered_records(explanations, skipped: list[tuple[int, str]], others: dict | None = None,
-                     passed: list[tuple[int, tuple[object, float], str]] = ()) -> list[dict]:
+                     passed: list[tuple[int, tuple[object, float], str]] = (), codec=None) -> list[dict]:
     """One JSON object per input row, in the input's order: ``row`` (its number in the input, from 0) and
     ``explained``; an explained row's explanation, a row left out (``--skip-bad-rows``) its ``problem``, a row of
     another prediction (``passed``, ``--only-predicted``) its ``prediction``, ``prediction_probability`` and why; each
     with ``other_columns``,
-    the row's columns the model does not read (``others``: an applicant's id), where it has some."""
-    from ct_lightning.evaluation.explanation import _plain, to_records  # noqa: PLC0415
+    the row's columns the model does not read (``others``: an applicant's id), where it has some; a ``prediction``
+    with its ``prediction_label`` where the ``codec``'s data spec words the classes."""
+    from ct_lightning.evaluation.explanation import _plain, class_wording, to_records  # noqa: PLC0415
 
     def other(row) -> dict:
         return {"other_columns": others[row]} if (others or {}).get(row) else {}
@@ -177,6 +200,7 @@ def numbered_records(explanations, skipped: list[tuple[int, str]], others: dict 
     records += [(int(row), {"row": int(row), "explained": False, "problem": problem, **other(row)})
                 for row, problem in skipped]
     records += [(int(row), {"row": int(row), "explained": False, "prediction": _plain(prediction),
-                            "prediction_probability": probability, "problem": why, **other(row)})
+                            **class_wording(codec, {"prediction": prediction}), "prediction_probability": probability,
+                            "problem": why, **other(row)})
                 for row, (prediction, probability), why in passed]
     return [record for _, record in sorted(records, key=lambda pair: pair[0])]
