@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 from preloaded import run_script
 from test_server_outage import MlflowServer
+from test_tracking_auth import auth_server  # noqa: F401 - the fixture: a server behind a password
 
 ROOT = Path(__file__).resolve().parents[1]
 UPLOADED_TAG = "ct.uploaded_checkpoint"  # the record of a run's checkpoint uploaded to its server
@@ -400,3 +401,51 @@ def test_every_run_names_its_user_as_mlflow_does(server, tmp_path):
     assert users == {("compare", "analyst-b"), ("BL", "analyst-b"), ("CT", "analyst-b"), (None, "carol")}, users
     assert all(run.info.user_id == run.data.tags["mlflow.user"] for run in runs)
     assert all(run.data.tags.get("mlflow.source.name", "").endswith(("compare.py", "train.py")) for run in runs)
+
+
+@pytest.mark.slow  # a server behind a password, a training and recipe processes
+def test_a_teammates_run_with_read_permission_explains_and_evaluates_keeping_the_results_here(auth_server, monkeypatch,
+                                                                                              tmp_path):
+    """B explains and evaluates A's run on a server behind a password whose default permission is READ: the results
+    were computed, then the write to A's run was refused with MLflow's traceback (``PERMISSION_DENIED``) and exit 1.
+    Now one note says so before the work, the results stay here (printed; an evaluation's summary and plots in its
+    folder) and the command succeeds; A's own explanation is still logged to A's run."""
+    from mlflow.server import get_app_client
+    from mlflow.tracking import MlflowClient
+
+    from ct_lightning.experiment.runs.train import train
+
+    url, admin_password = auth_server
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "admin")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", admin_password)
+    users = get_app_client("basic-auth", tracking_uri=url)
+    for user in ("alice", "bob"):
+        users.create_user(user, f"{user}-password-1")
+    monkeypatch.setenv("MLFLOW_TRACKING_USERNAME", "alice")
+    monkeypatch.setenv("MLFLOW_TRACKING_PASSWORD", "alice-password-1")
+    run_id = train({"data": str(LOANS), "target": "approved", "max_epochs": 1, "nce": 16, "max_steps": 3,
+                    "progress": False, "tracking_uri": url, "registered_model": "none",
+                    "checkpoint_dir": str(tmp_path / "a")}, echo=lambda *a, **k: None)["run_id"]
+    bob = _env(MLFLOW_TRACKING_USERNAME="bob", MLFLOW_TRACKING_PASSWORD="bob-password-1")
+    why = f"{url} lets 'bob' only read run {run_id}, alice's run (PERMISSION_DENIED)"
+    done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", run_id, "--row", ROW, "--tracking-uri", url],
+                      cwd=tmp_path, env=bob)
+    assert done.returncode == 0 and "row 0: predicted" in done.stdout, (done.stdout + done.stderr)[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    notes = [line for line in done.stdout.splitlines() if "not logged" in line]
+    assert notes == [f"note: the explanations are not logged to the run: {why}; they are printed here only (--json "
+                     "FILE or --csv FILE keeps them); --no-log skips logging"], done.stdout
+    out = tmp_path / "b-eval"
+    done = run_script(ROOT / "recipes" / "evaluate.py", ["--run-id", run_id, "--tracking-uri", url, "--out-dir",
+                                                         str(out), *EVAL_TINY], cwd=tmp_path, env=bob)
+    assert done.returncode == 0 and "accuracy" in done.stdout, (done.stdout + done.stderr)[-3000:]
+    assert "Traceback" not in done.stdout + done.stderr
+    assert f"note: the evaluation is not logged to the run: {why}; its results are kept here: the summary in " \
+        f"{out / 'summary.json'}, the plots in {out}; --no-log skips logging" in done.stdout.splitlines()
+    assert (out / "summary.json").is_file() and any(out.glob("*.png"))
+    assert not any(key.startswith("eval/") for key in MlflowClient(url).get_run(run_id).data.metrics)
+    alice = _env(MLFLOW_TRACKING_USERNAME="alice", MLFLOW_TRACKING_PASSWORD="alice-password-1")
+    done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", run_id, "--row", ROW, "--tracking-uri", url],
+                      cwd=tmp_path, env=alice)
+    assert done.returncode == 0 and f"to run {run_id}" in done.stdout.splitlines()[-1], done.stdout[-2000:]
+    assert "not logged" not in done.stdout

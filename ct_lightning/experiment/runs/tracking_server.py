@@ -64,3 +64,48 @@ def is_outage(error: BaseException) -> bool:
             return True
         error = error.__cause__ or error.__context__
     return False
+
+
+WRITE_PROBE_TAG = "ct.write-probe"  # never set: deleting it is refused (no permission) or finds no such tag
+
+
+def is_permission_denied(error: BaseException) -> bool:
+    """Whether ``error`` is a server's refusal of a request for want of permission (HTTP 403, ``PERMISSION_DENIED``:
+    ``mlflow server --app-name basic-auth`` gives a user READ permission on a teammate's experiment)."""
+    seen = set()
+    while error is not None and id(error) not in seen:
+        seen.add(id(error))
+        if getattr(error, "error_code", None) == "PERMISSION_DENIED" or "PERMISSION_DENIED" in str(error) \
+                or getattr(getattr(error, "response", None), "status_code", None) == 403:
+            return True
+        error = error.__cause__ or error.__context__
+    return False
+
+
+def run_write_refused(tracking_uri: str, run_id: str) -> str | None:
+    """Why the tracking server refuses this user's writes to run ``run_id`` (one clause: who may only read it and
+    whose run it is), ``None`` where it takes them or the store is local. Asked without changing the run: the
+    server checks the permission before it looks for the (never set) tag :data:`WRITE_PROBE_TAG` to delete."""
+    if not is_server_uri(tracking_uri):
+        return None
+    import os
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    try:
+        client.delete_tag(run_id, WRITE_PROBE_TAG)
+    except Exception as error:  # noqa: BLE001 - no such tag (the write is allowed) or a refusal
+        if not is_permission_denied(error):
+            return None
+    else:
+        return None
+    user = os.environ.get("MLFLOW_TRACKING_USERNAME")
+    owner = client.get_run(run_id).data.tags.get("mlflow.user")
+    whose = f", {owner}'s run" if owner and owner != user else ""
+    return f"{tracking_uri} lets {repr(user) if user else 'this user'} only read run {run_id}{whose} (PERMISSION_DENIED)"
+
+
+def write_refused_now(tracking_uri: str, run_id: str) -> str:
+    """The reason :func:`run_write_refused` gives, for a write the server refused when it was made."""
+    return f"{tracking_uri} refused the write to run {run_id} (PERMISSION_DENIED)"

@@ -10,6 +10,7 @@ from pathlib import Path
 from ct_lightning.experiment.configuration import catalogue
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.registry import run_of_reference
+from ct_lightning.experiment.runs.tracking_server import is_permission_denied, run_write_refused, write_refused_now
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import checking, start
 from ct_lightning.experiment.configuration.settings import DEFAULTS, SETTINGS_BY_NAME, TABLE_KEYS, is_table_file
@@ -121,6 +122,7 @@ def run(args: argparse.Namespace) -> dict:
         args.eval_seed = args.seed
     with checking():
         check_inputs(args)
+        refused = run_write_refused(args.tracking_uri, args.run_id) if args.run_id and args.log else None
     start(args, store=False)
     from ct_lightning.evaluation import evaluate_model  # noqa: PLC0415 - heavy
     from ct_lightning.evaluation.plots import evaluation_figures, metric_history  # noqa: PLC0415
@@ -157,26 +159,36 @@ def run(args: argparse.Namespace) -> dict:
         history = metric_history(client, loaded.run_id)
         convergence = {"CT" if loaded.config.get("objective") != "vanilla" else "BL": history} if history else None
     out_dir = Path(args.out_dir or tempfile.mkdtemp(prefix="ct-eval-plots-"))
+    if refused:  # a teammate's run, READ permission: the results stay here, said before the evaluation's minutes
+        print(not_logged(refused, args, out_dir), flush=True)
     label = "BL" if loaded.config.get("objective") == "vanilla" else f"CT ({loaded.config.get('objective', 'full')})"
     plots = evaluation_figures({label: {"module": loaded.module, "result": result, "constraints": constraints}},
                                datamodule, out_dir, convergence)
     logged = {}
-    if client is not None and args.log:
-        prefix = metric_prefix(datamodule) if other else "eval"
-        logged = log_evaluation(client, loaded.run_id, summary, prefix)
-        # how the eval/* metrics were made: a quick 2-run check and a full evaluation look alike otherwise
-        client.set_tag(loaded.run_id, EVALUATED_TAG + (f".{datamodule.name}" if other else ""),
-                       f"{getattr(args, 'protocol', None) or 'reference'} protocol, {config.n_runs} "
-                       f"run{'s' if config.n_runs != 1 else ''} x "
-                       f"{config.n_individuals} individuals, {split} {'rows' if split == 'all' else 'split'}"
-                       f"{f' of {table}' if other else ''}; {constraints.in_words()}")
-        for path in plots:
-            client.log_artifact(loaded.run_id, str(path), artifact_path="plots")
+    if client is not None and args.log and not refused:
+        try:
+            prefix = metric_prefix(datamodule) if other else "eval"
+            logged = log_evaluation(client, loaded.run_id, summary, prefix)
+            # how the eval/* metrics were made: a quick 2-run check and a full evaluation look alike otherwise
+            client.set_tag(loaded.run_id, EVALUATED_TAG + (f".{datamodule.name}" if other else ""),
+                           f"{getattr(args, 'protocol', None) or 'reference'} protocol, {config.n_runs} "
+                           f"run{'s' if config.n_runs != 1 else ''} x "
+                           f"{config.n_individuals} individuals, {split} {'rows' if split == 'all' else 'split'}"
+                           f"{f' of {table}' if other else ''}; {constraints.in_words()}")
+            for path in plots:
+                client.log_artifact(loaded.run_id, str(path), artifact_path="plots")
+        except Exception as error:
+            if not is_permission_denied(error):
+                raise
+            refused, logged = write_refused_now(args.tracking_uri, loaded.run_id), {}
+            print(not_logged(refused, args, out_dir))
 
     payload = {"run_id": loaded.run_id, "checkpoint": loaded.checkpoint, "data": datamodule.name,
                "split": split, **({"trained_on": other} if other else {}), "immutable": constraints.immutable, "evaluated_under": constraints.in_words(),
                "logged": logged,
                "plots": [str(p) for p in plots], **result.to_dict(include_samples=True)}
+    if refused and not args.summary_json:  # kept here, as the note said
+        args.summary_json = str(out_dir / "summary.json")
     if args.summary_json:
         write_json_atomic(args.summary_json, payload)
     shown = {k: v for k, v in summary.items() if k != "per_lambda"}
@@ -189,5 +201,12 @@ def run(args: argparse.Namespace) -> dict:
               f"  {metric_label(key, config):>18}: {value}")
     if logged:
         print(f"logged {', '.join(logged)} to run {loaded.run_id}")
-    print(f"plots: {out_dir}")
+    print(f"plots: {out_dir}" + (f"; summary: {args.summary_json}" if refused else ""))
     return payload
+
+
+def not_logged(reason: str, args: argparse.Namespace, out_dir: Path) -> str:
+    """The one line on an evaluation the run's server does not take (``reason``): where its results are instead."""
+    summary = args.summary_json or out_dir / "summary.json"
+    return (f"note: the evaluation is not logged to the run: {reason}; its results are kept here: the summary in "
+            f"{summary}, the plots in {out_dir}; --no-log skips logging")

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.registry import is_registered_uri, run_of_reference
+from ct_lightning.experiment.runs.tracking_server import is_permission_denied, run_write_refused, write_refused_now
 from ct_lightning.experiment.runner import checking
 from ct_lightning.experiment.configuration.settings import SETTINGS_BY_NAME
 from ct_lightning.experiment.configuration.validation import (EnvironmentProblem, InputError, check_checkpoint_file,
@@ -85,6 +86,9 @@ def run(args: argparse.Namespace) -> list[dict]:
         if args.run_id:  # models:/NAME/VERSION, as train.py prints it, is the run that logged that version
             args.run_id = run_of_reference("--run-id", args.run_id, args.tracking_uri)
             check_run_ids("--run-id", [args.run_id], args.tracking_uri)
+        refused = run_write_refused(args.tracking_uri, args.run_id) if args.run_id and args.log else None
+        if refused:  # a teammate's run, READ permission: explain all the same, and say where the results are
+            print(not_logged(refused, args))
         if args.data:
             SETTINGS_BY_NAME["data"].checked(args.data, "--data")  # a table file must exist
         from ct_lightning.experiment.runs.explanations import (check_rows, explain_loaded,  # noqa: PLC0415
@@ -142,10 +146,24 @@ def run(args: argparse.Namespace) -> list[dict]:
     if getattr(args, "letters", None):
         written = write_letters(args.letters, records, loaded.codec, args.overwrite)
         print(f"wrote {written} letter(s) to {args.letters}/ (one per explained row)")
-    if args.run_id and args.log:
-        folder = log_explanations(args.tracking_uri, args.run_id, explanations, records, comma)
-        print(f"logged {folder}/ to run {args.run_id}")
+    if args.run_id and args.log and not refused:
+        try:
+            folder = log_explanations(args.tracking_uri, args.run_id, explanations, records, comma)
+        except Exception as error:
+            if not is_permission_denied(error):
+                raise
+            print(not_logged(write_refused_now(args.tracking_uri, args.run_id), args))
+        else:
+            print(f"logged {folder}/ to run {args.run_id}")
     return records
+
+
+def not_logged(reason: str, args: argparse.Namespace) -> str:
+    """The one line on explanations the run's server does not take (``reason``): where they are instead."""
+    kept = [f"--{name} {getattr(args, name)}" for name in ("json", "csv", "letters") if getattr(args, name, None)]
+    where = f"printed here and written to {' and '.join(kept)}" if kept else \
+        "printed here only (--json FILE or --csv FILE keeps them)"
+    return f"note: the explanations are not logged to the run: {reason}; they are {where}; --no-log skips logging"
 
 
 def tau_note(tau: float, n_classes: int, ordered: bool = False) -> str:
