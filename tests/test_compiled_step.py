@@ -259,3 +259,37 @@ def test_one_compiled_kernel_serves_every_step_of_a_search():
             result, expected = step(*args), constrained_step(*args)
             torch.testing.assert_close(result, expected)  # compiled against eager: up to rounding
     assert counters["stats"]["unique_graphs"] - before == 1
+
+
+CAPABILITY_PROBE = """
+import torch
+from ct_lightning.constraints import Constraints
+from ct_lightning.generators.compiled_step import CompiledStep, constrained_step
+generator = torch.Generator().manual_seed(0)
+rows, x, grad = (torch.randn(700, 50, generator=generator) for _ in range(3))
+limits = Constraints(None, torch.full((50,), -2.0), torch.full((50,), 2.0), torch.device("cpu"))
+lr, cost = torch.tensor(0.1), torch.tensor(0.001)
+compiled, eager = CompiledStep()(rows, x, grad, lr, cost, limits), constrained_step(rows, x, grad, lr, cost, limits)
+print(torch.backends.cpu.get_cpu_capability(), int((compiled[0] != eager[0]).sum()), int((compiled[1] != eager[1]).sum()))
+"""
+
+
+@pytest.mark.slow  # two processes, each compiling once
+@pytest.mark.skipif(torch.backends.cpu.get_cpu_capability() != "AVX512", reason="needs a CPU with AVX-512 and AVX2")
+def test_a_step_compiled_under_another_cpu_capability_is_not_read_back(tmp_path):
+    """Torch's compiled-graph cache does not key kernels by the CPU capability they were made for: a step compiled
+    under AVX-512 and read back by an AVX2 process (another node sharing the cache, ``ATEN_CPU_CAPABILITY=avx2``)
+    returned wrong points. Each capability gets a cache folder of its own, so both processes compute the eager step."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import ROOT
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
+    for capability in ("avx512", "avx2"):
+        done = subprocess.run([sys.executable, "-c", CAPABILITY_PROBE], env={**env, "ATEN_CPU_CAPABILITY": capability},
+                              capture_output=True, text=True, timeout=600)
+        assert done.returncode == 0, done.stderr[-2000:]
+        assert done.stdout.split() == [capability.upper(), "0", "0"], (done.stdout, done.stderr[-2000:])
+    assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["avx2", "avx512"]
