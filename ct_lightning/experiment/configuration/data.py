@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 
 from ct_lightning.constraints import data_mutability, one_hot_groups, parse_mutability
-from ct_lightning.experiment.configuration.settings import data_class, is_table_file, table_options
+from ct_lightning.experiment.configuration.settings import data_class, is_table_file, table_module
 from ct_lightning.experiment.configuration.table_columns import check_data_kinds, named_features
 
 
@@ -21,8 +21,8 @@ def build_datamodule(config: dict, codec=None, widen: bool = False):
     if config.get("batch_size") is None:
         config["batch_size"] = cls.default_batch_size
     if is_table_file(config["data"]):
-        datamodule = cls(config["data"], **table_options(config), batch_size=config["batch_size"], seed=config["seed"],
-                         codec=codec, **({"widen": True} if widen else {}))
+        datamodule = table_module(config["data"], config, batch_size=config["batch_size"], seed=config["seed"],
+                                  codec=codec, **({"widen": True} if widen else {}))
         datamodule.setup("fit")
         return datamodule
     kwargs = {"batch_size": config["batch_size"], "seed": config["seed"]}
