@@ -182,3 +182,18 @@ def test_fine_tuning_says_which_lines_come_from_the_models_own_preprocessing(tmp
     assert set(held.split("): ", 1)[1].split(", ")) == {"age: none", "sex: none"}, held
     assert "the model was trained with age: none (the --immutable/--mutability of the run that trained it)" \
         in "\n".join(printed)
+
+
+def test_a_fine_tunings_accuracy_as_loaded_is_a_metric_of_its_run(october, tmp_path):
+    """loaded/val_acc beside val/acc on the fine-tuned run in the real SQLite store (old code: only in train's
+    summary, so MLflow's UI could not put the two side by side); a training from scratch has none."""
+    from mlflow.tracking import MlflowClient
+
+    november(october).to_csv(tmp_path / "november.csv", index=False)
+    tuned = train({**TINY, **october["store"], "data": str(tmp_path / "november.csv"),
+                   "from_checkpoint": october["checkpoint"], "checkpoint_dir": str(tmp_path / "nov-ct")})
+    client = MlflowClient(tracking_uri=october["store"]["tracking_uri"])
+    [point] = client.get_metric_history(tuned["run_id"], "loaded/val_acc")
+    assert point.value == pytest.approx(tuned["loaded_val_acc"], abs=1e-9) and point.step == 0
+    assert "val/acc" in client.get_run(tuned["run_id"]).data.metrics
+    assert "loaded/val_acc" not in client.get_run(october["run"]["run_id"]).data.metrics

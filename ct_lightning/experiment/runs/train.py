@@ -443,6 +443,8 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
         if config["max_epochs"] != int(run.data.params.get("max_epochs", config["max_epochs"])):
             client.set_tag(run_id, "ct.max_epochs_extended_to", str(config["max_epochs"]))
     try:
+        if loaded is not None:  # beside the run's val/acc in MLflow's UI: the model's as loaded, before fine-tuning
+            client.log_metric(run_id, LOADED_METRIC, loaded, step=0)
         summary = _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, module, resume_from,
                                 [*(callbacks or []), stopper], echo, resume_hint)
         if loaded is not None:
@@ -793,6 +795,7 @@ def result_lines(summary: dict) -> list[str]:
     return lines
 
 
+LOADED_METRIC = "loaded/val_acc"  # a fine-tuning's validation accuracy as loaded, before any training (MLflow)
 FELL = 0.05  # a CT fine-tuning whose validation accuracy ends this far below the loaded model's gets a note
 
 
