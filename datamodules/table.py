@@ -140,6 +140,9 @@ class TableDataModule(TensorDataModule):
         if not isinstance(source, pd.DataFrame):
             self.name = table_label(source)  # loans.csv -> loans: table rows, plots and model names use it
         self.drop_columns = list(codec.dropped if codec is not None else drop_columns)
+        # a fine-tuning's or evaluation's own --drop-columns beside those the model was trained without
+        self.given_drop_columns = [c for c in drop_columns if c not in self.drop_columns and c in self.frame.columns] \
+            if codec is not None else []
         kept_notes = []
         if codec is not None and codec.target != target:
             raise ValueError(f"target: {target!r} is not the column the model was trained to predict "
@@ -159,7 +162,8 @@ class TableDataModule(TensorDataModule):
         self.thousands = dict(checked.attrs.get("thousands", {}))  # each column's thousands separator: 14 999,01 €
         self.target, self.impute, self.data_seed = target, impute, data_seed
         raise_problems(checked.problems, self.label_of_source)
-        if codec is not None and codec.balance is not None and not widen:  # a trained model's own rows (explain.py --data)
+        self.balance_by_model = codec is not None and codec.balance is not None and not widen
+        if self.balance_by_model:  # a trained model's own rows (explain.py --data)
             balance = codec.balance
         self._identifier_candidates = identifier_candidates(self.frame.drop(columns=[target]))  # before balancing
         self.balance, self.rows_read = balance, len(self.frame)
@@ -170,7 +174,9 @@ class TableDataModule(TensorDataModule):
             self.frame = self.frame.iloc[kept].reset_index(drop=True)
         self.rows = stratified_split(self.frame[target].astype(str).to_numpy(), data_seed)
         fills = training_fills(self.frame, self.rows["train"], target, orders) if impute == "median" else None
+        models_fills = set()  # the columns filled as the model's preprocessing fills them, not from these rows
         if fills and codec is not None:  # a trained model fills a gap as it was trained to, where it was
+            models_fills = {c.name for c in codec.columns if c.fill is not None}
             fills.update({c.name: c.fill for c in codec.columns if c.fill is not None})
             if widen:  # and a fine-tuned one, trained on these filled rows, fills the other columns so from now on
                 for column in codec.columns:
@@ -180,9 +186,14 @@ class TableDataModule(TensorDataModule):
                 text = number_text(value, self.decimal_comma, self.thousands.get(column))
                 return text if isinstance(value, (int, float)) and not isinstance(value, bool) else repr(value)
             median = set(orders) | {name for name in self.frame.columns if pd.api.types.is_numeric_dtype(self.frame[name])}
-            self.read_notes += [f"{column}: missing in {count} row(s), filled with {filled(column, fills[column])}, the training rows' "
-                                f"{'median' if column in median else 'most frequent value'}"
-                                " (--impute median)" for column, count in self.frame.isna().sum().items()
+            def whence(column) -> str:  # the model's own fill (its original run's training rows) or this file's
+                what = "median" if column in median else "most frequent value"
+                if column in models_fills:
+                    return f"as the model's preprocessing fills it (the {what} of the rows it was trained on, " \
+                        "not this file's)"
+                return f"the training rows' {what} (--impute median)"
+            self.read_notes += [f"{column}: missing in {count} row(s), filled with {filled(column, fills[column])}, "
+                                f"{whence(column)}" for column, count in self.frame.isna().sum().items()
                                 if count and column in fills]
             self.frame = self.frame.fillna(fills)
         if codec is not None:  # a trained model's own preprocessing, so the columns match its inputs
@@ -247,14 +258,21 @@ class TableDataModule(TensorDataModule):
         classes = ", ".join(repr(_plain(c)) for c in self.codec.classes)  # 0, not np.int64(0)
         # label 1 of a yes/no target; of three or more classes none is "the positive" one
         positive = f" (positive: {_plain(self.codec.positive)!r})" if len(self.codec.classes) == 2 else ""
+        balanced_by = "as in the run that trained the model, --balance undersample" if self.balance_by_model \
+            else "--balance undersample"
         return (f"data {self.label_of_source}: {len(self.frame)} rows ({sizes}), target {self.target!r} with classes "
                 f"{classes}{positive}"
                 + (f"\n{self.codec.outcome_text()}" if getattr(self.codec, "order", None) else "")
                 + ("\ncolumns (the model's own preprocessing: its kinds, categories and standardisation):"
                    if self.kept else "\ncolumns (kind from the data spec or inferred from the dtypes):")
                 + f"\n{self.codec.describe()}"
-                + (f"\nleft out (--drop-columns): {', '.join(self.drop_columns)}" if self.drop_columns else "")
-                + (f"\nbalanced (--balance undersample): kept {len(self.frame)} of {self.rows_read} rows, "
+                + (f"\nleft out (--drop-columns): {', '.join(self.drop_columns)}" if self.drop_columns and not self.kept
+                   else "")
+                + (f"\nleft out: {', '.join(self.drop_columns)}, which the model was trained without (--drop-columns of "
+                   "the run that trained it)" if self.drop_columns and self.kept else "")
+                + (f"\nleft out (--drop-columns): {', '.join(self.given_drop_columns)}" if self.given_drop_columns
+                   else "")
+                + (f"\nbalanced ({balanced_by}): kept {len(self.frame)} of {self.rows_read} rows, "
                    f"{len(self.frame) // len(self.codec.classes)} of each class" if self.balance == "undersample" else "")
                 + "".join(f"\nnote: {line}" for line in self.identifier_notes())
                 + "".join(f"\nnote: {line}" for line in self.read_notes + self.case_variants())

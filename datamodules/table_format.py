@@ -503,16 +503,28 @@ def read_table(path, option: str = "data") -> pd.DataFrame:
                          "another reader", OLD_EXCEL_FIX)
     if not path.is_file():
         raise FileNotFoundError(f"{option}: file {str(path)!r} not found")
-    with open(path, "rb") as handle:  # by content: a file rewritten within the clock's tick keeps its mtime
-        key = (str(path.resolve()), sheet, hashlib.file_digest(handle, "blake2b").hexdigest())
+    key = content_key(path if sheet is None else f"{path}#{sheet}")
     if key not in _LAST_READ:
-        _LAST_READ.clear()  # one table at a time: a command reads its data file, then perhaps rows to explain
         _LAST_READ[key] = _read_table_file(path if sheet is None else Path(f"{path}#{sheet}"), option)
+        while len(_LAST_READ) > KEPT_TABLES:
+            _LAST_READ.pop(next(iter(_LAST_READ)))  # the least recently read
+    _LAST_READ[key] = _LAST_READ.pop(key)  # now the most recently read
     return _LAST_READ[key].copy(deep=False)  # copy-on-write: a caller's changes never reach the kept frame
 
 
-# The last table file read, by path and content: a training reads its file once, although choosing
-# its CT settings and building its data module both read it (a 200 000-row CSV takes seconds).
+def content_key(path) -> tuple[str, str | None, str]:
+    """A table file by its place and content: ``(absolute path, sheet, digest)``; a file rewritten within the
+    clock's tick keeps its mtime, so its bytes are hashed (a millisecond per megabyte)."""
+    path, sheet = split_sheet(path)
+    with open(path, "rb") as handle:
+        return str(Path(path).resolve()), sheet, hashlib.file_digest(handle, "blake2b").hexdigest()
+
+
+# The last table files read, by path and content: a training reads its file once, although choosing
+# its CT settings and building its data module both read it (a 200 000-row CSV takes seconds), and a compare of
+# several tables reads each once, although it checks them all before it builds their data modules. A few, not all:
+# a command reads its data files, then perhaps rows to explain.
+KEPT_TABLES = 4
 _LAST_READ: dict[tuple, pd.DataFrame] = {}
 
 

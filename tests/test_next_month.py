@@ -142,3 +142,58 @@ def test_evaluating_on_next_months_file_takes_every_labelled_row_and_keeps_the_r
 
     metrics = MlflowClient(tracking_uri=october["store"]["tracking_uri"]).get_run(october["run"]["run_id"]).data.metrics
     assert "eval/november/acc" in metrics and "eval/acc" not in metrics
+
+
+def test_fine_tuning_says_which_lines_come_from_the_models_own_preprocessing(tmp_path, capsys):
+    """What the model's preprocessing and its training run did is named so in the fine-tuning's start-up lines, not
+    as the user's options (old code: 'left out (--drop-columns): applicant_id' with no --drop-columns given, the
+    constraints of October's --immutable labelled '(data spec, --mutability)', and October's median filling a gap
+    worded as November's training rows' median)."""
+    import numpy as np
+
+    frame = pd.read_csv(LOANS)
+    frame.insert(0, "applicant_id", range(100001, 100001 + len(frame)))
+    gaps = frame.copy()
+    gaps.loc[gaps.index[::7], "debt"] = np.nan
+    gaps.to_csv(tmp_path / "october.csv", index=False)
+    (tmp_path / "spec.yaml").write_text("columns:\n  sex: {mutability: none}\n")
+    store = {"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "next-month"}
+    run = train({**TINY, **store, "data": str(tmp_path / "october.csv"), "data_spec": str(tmp_path / "spec.yaml"),
+                 "immutable": ["age"], "impute": "median", "drop_columns": "applicant_id",
+                 "checkpoint_dir": str(tmp_path / "oct")})
+    fill = {c["name"]: c for c in codec_of(run["checkpoints"]["last"])["columns"]}["debt"]["fill"]
+    november = frame.copy()
+    november["debt"] = (november["debt"] * 1.5).round(-2)  # another median than October's
+    november.loc[november.index[::9], "debt"] = np.nan
+    november.to_csv(tmp_path / "november.csv", index=False)
+    capsys.readouterr()
+    train({**TINY, **store, "data": str(tmp_path / "november.csv"), "impute": "median",
+           "from_checkpoint": run["checkpoints"]["last"], "checkpoint_dir": str(tmp_path / "nov")})
+    printed = capsys.readouterr().out.splitlines()
+    assert not [line for line in printed if "left out (--drop-columns)" in line], printed
+    assert "left out: applicant_id, which the model was trained without (--drop-columns of the run that trained it)" \
+        in printed
+    [filled] = [line for line in printed if line.startswith("note: debt: missing in")]
+    assert filled == (f"note: debt: missing in 34 row(s), filled with {fill}, as the model's preprocessing fills it "
+                      "(the median of the rows it was trained on, not this file's)"), filled
+    [held] = [line for line in printed if line.startswith("mutability (")]
+    assert held.startswith("mutability (the data spec the model was trained with, kept from the run that trained the "
+                           "model): "), held
+    assert set(held.split("): ", 1)[1].split(", ")) == {"age: none", "sex: none"}, held
+    assert "the model was trained with age: none (the --immutable/--mutability of the run that trained it)" \
+        in "\n".join(printed)
+
+
+def test_a_fine_tunings_accuracy_as_loaded_is_a_metric_of_its_run(october, tmp_path):
+    """loaded/val_acc beside val/acc on the fine-tuned run in the real SQLite store (old code: only in train's
+    summary, so MLflow's UI could not put the two side by side); a training from scratch has none."""
+    from mlflow.tracking import MlflowClient
+
+    november(october).to_csv(tmp_path / "november.csv", index=False)
+    tuned = train({**TINY, **october["store"], "data": str(tmp_path / "november.csv"),
+                   "from_checkpoint": october["checkpoint"], "checkpoint_dir": str(tmp_path / "nov-ct")})
+    client = MlflowClient(tracking_uri=october["store"]["tracking_uri"])
+    [point] = client.get_metric_history(tuned["run_id"], "loaded/val_acc")
+    assert point.value == pytest.approx(tuned["loaded_val_acc"], abs=1e-9) and point.step == 0
+    assert "val/acc" in client.get_run(tuned["run_id"]).data.metrics
+    assert "loaded/val_acc" not in client.get_run(october["run"]["run_id"]).data.metrics

@@ -6,7 +6,7 @@ import inspect
 from collections.abc import Mapping, Sequence
 
 from ct_lightning.constraints import data_mutability, one_hot_groups, parse_mutability
-from ct_lightning.experiment.configuration.settings import data_class, is_table_file, table_options
+from ct_lightning.experiment.configuration.settings import data_class, is_table_file, table_module
 from ct_lightning.experiment.configuration.table_columns import check_data_kinds, named_features
 
 
@@ -21,8 +21,8 @@ def build_datamodule(config: dict, codec=None, widen: bool = False):
     if config.get("batch_size") is None:
         config["batch_size"] = cls.default_batch_size
     if is_table_file(config["data"]):
-        datamodule = cls(config["data"], **table_options(config), batch_size=config["batch_size"], seed=config["seed"],
-                         codec=codec, **({"widen": True} if widen else {}))
+        datamodule = table_module(config["data"], config, batch_size=config["batch_size"], seed=config["seed"],
+                                  codec=codec, **({"widen": True} if widen else {}))
         datamodule.setup("fit")
         return datamodule
     kwargs = {"batch_size": config["batch_size"], "seed": config["seed"]}
@@ -64,17 +64,24 @@ SHOWN_HELD = 8  # features of one kind the start-up line names before it counts 
 
 
 def mutability_line(config: dict, held: Mapping[str, str], from_data: bool,
-                    protect_by: str = "--protect") -> str | None:
+                    protect_by: str = "--protect", from_model: Mapping[str, str] | None = None,
+                    kept: bool = False) -> str | None:
     """The start-up line saying what the searches keep to (``held``: the merged ``{feature: kind}``,
     :func:`mutability_spec`) and where it came from (``from_data``: the data spec gave some of it; ``protect_by``:
-    who set ``protect``, where not the user's ``--protect``): ``mutability (--protect): age: none``; long lists of one
-    kind are cut (``none: pixel_r0_c0, ..., pixel_r27_c27 (280 features)``). ``None`` where every feature may change
-    both ways."""
+    who set ``protect``, where not the user's ``--protect``; a fine-tuning's ``from_model``: the pairs kept from the
+    model's original run, added to ``config["mutability"]`` by ``kept_preprocessing.inherit_mutability``; ``kept``:
+    the data spec is the one the model's preprocessing carries): ``mutability (--protect): age: none``; long lists
+    of one kind are cut (``none: pixel_r0_c0, ..., pixel_r27_c27 (280 features)``). ``None`` where every feature may
+    change both ways."""
     held = {name: kind for name, kind in held.items() if kind != "both"}
     if not held:
         return None
-    sources = [words for words, given in (("data spec", from_data), ("--immutable", config.get("immutable")),
-                                          ("--mutability", config.get("mutability")),
+    inherited = {f"{name}={kind}" for name, kind in (from_model or {}).items()}
+    given = [pair for pair in str(config.get("mutability") or "").split(",") if pair and pair not in inherited]
+    sources = [words for words, given in (("the data spec the model was trained with" if kept else "data spec",
+                                           from_data),
+                                          ("kept from the run that trained the model", inherited),
+                                          ("--immutable", config.get("immutable")), ("--mutability", given),
                                           (protect_by, config.get("protect"))) if given]
     by_kind: dict[str, list[str]] = {}
     for name, kind in held.items():

@@ -74,8 +74,12 @@ def check_table_columns(given: dict, named: bool | None = None) -> None:
     :func:`~datamodules.table_format.read_table`), then every problem of the table the data module would refuse,
     by the data module's own checks (:func:`check_table_data`), so that a misspelt column, an amount to predict
     (regression), a gap without ``impute`` or a column of dates is refused in a second, not after the imports and
-    the data module. With ``from_checkpoint`` the table's problems are the data module's to refuse: a model of this
-    project reads it with its own preprocessing (:mod:`datamodules.kept_codec`)."""
+    the data module. With a ``from_checkpoint`` that carries its model's table preprocessing (a checkpoint of this
+    project, :func:`~ct_lightning.experiment.configuration.checkpoint_peek.carries_table_preprocessing`; a
+    ``runs:/``/``models:/`` model, looked up in its store only when the training starts) the table's problems are the
+    data module's to refuse: the model reads it with its own preprocessing (:mod:`datamodules.kept_codec`); other
+    weights (a plain ``state_dict``, TorchScript) are trained on the table as a fresh training reads it, so it is
+    checked as one."""
     if given.get("resume") or not is_table_file(given.get("data")):
         return
     from ct_lightning.experiment.configuration.table_columns import check_named_features  # noqa: PLC0415
@@ -89,8 +93,11 @@ def check_table_columns(given: dict, named: bool | None = None) -> None:
     check_target_order(given.get("data_spec"), frame, given["target"])
     if not named:  # a Parquet file, or a header the line alone could not tell: the names as read
         check_named_features(given, [str(column) for column in frame.columns])
-    if not given.get("from_checkpoint"):  # else the model's own preprocessing reads it and checks it so (a column
-        check_table_data(given, frame)    # it does not read may have gaps), once the checkpoint is read
+    from ct_lightning.experiment.configuration.checkpoint_peek import carries_table_preprocessing  # noqa: PLC0415
+
+    if not given.get("from_checkpoint") or carries_table_preprocessing(given["from_checkpoint"]) is False:
+        check_table_data(given, frame)  # else the model's own preprocessing reads it and checks it so (a column it
+                                        # does not read may have gaps), once the checkpoint is read
 
 
 def check_table_data(given: dict, frame) -> None:

@@ -501,6 +501,35 @@ def data_class(data: str):
     return get_datamodule_class(data)
 
 
+def table_key(data: str, settings) -> tuple:
+    """What a table file's data module is made of: the file's content (:func:`datamodules.table_format.content_key`)
+    and its table options (:func:`table_options`; a data spec file by its content, wherever it is named from)."""
+    from datamodules.table_format import content_key  # noqa: PLC0415 - pandas
+
+    options = table_options(settings)
+    spec = options["spec"]
+    if isinstance(spec, (str, Path)) and Path(spec).is_file():
+        spec = content_key(spec)
+    return (content_key(data), options["target"], repr(spec), options["impute"], tuple(options["drop_columns"]),
+            options["balance"])
+
+
+# A table's CT defaults by table_key: a command that resolves several trainings on one table (compare's roles,
+# a sweep's trials) builds its data module once, not once per training
+_CHOSEN: dict[tuple, dict] = {}
+
+
+def table_module(data: str, settings, **kwargs):
+    """A table file's data module, ``TableDataModule(data, **table_options(settings), **kwargs)``; fitted here (no
+    ``codec``), its CT defaults are kept for :func:`table2`."""
+    from datamodules.table import TableDataModule  # noqa: PLC0415
+
+    module = TableDataModule(data, **table_options(settings), **kwargs)
+    if kwargs.get("codec") is None:
+        _CHOSEN[table_key(data, settings)] = module.ct_defaults
+    return module
+
+
 def table2(data: str, config: dict | None = None) -> dict[str, Any]:
     """The SPEC Table 2 values of a data set (``tau``, ``nce``, ``lambda_reg``, ``batch_size``); for a table
     file, the values chosen from its training split's size (:func:`datamodules.table.table_defaults`)."""
@@ -509,7 +538,7 @@ def table2(data: str, config: dict | None = None) -> dict[str, Any]:
 
         config = config or {}
         try:
-            chosen = TableDataModule(data, **table_options(config)).ct_defaults
+            chosen = _CHOSEN.get(table_key(data, config)) or table_module(data, config).ct_defaults
         except ValueError:
             if not config.get("from_checkpoint"):
                 raise

@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ct_lightning.experiment.configuration.catalogue import module_defaults
+from ct_lightning.experiment.configuration.checkpoint_peek import PREPROCESSING_KEYS, table_preprocessing
 from ct_lightning.models import model_from_hparams
 
 MODEL_PREFIX = "model."
@@ -18,7 +19,6 @@ CLASSES_KEY = "ct_classes"  # the table's classes of a checkpoint, in read_check
 
 
 WRAPPER_KEYS = ("state_dict", "model_state_dict", "model")  # where training scripts commonly put the weights
-PREPROCESSING_KEYS = ("ct_preprocessing", "preprocessing")  # where a checkpoint (or its hyperparameters) holds it
 
 
 class Hyperparameters(dict):
@@ -137,15 +137,15 @@ def read_checkpoint(path: str | Path) -> tuple[dict[str, torch.Tensor], dict]:
 def checkpoint_preprocessing(path: str | Path) -> dict | None:
     """The fitted preprocessing of a table (a ``TabularCodec``'s dict) that a checkpoint of this project carries
     (``ct_preprocessing``); ``None`` for any other file (a plain ``state_dict``, TorchScript, a model of no table)."""
+    import warnings  # noqa: PLC0415
+
     try:
-        payload = torch.load(str(path), map_location="cpu", weights_only=True)
+        with warnings.catch_warnings():  # a TorchScript archive: torch's note that it dispatches to torch.jit.load
+            warnings.simplefilter("ignore")
+            payload = torch.load(str(path), map_location="cpu", weights_only=True)
     except Exception:  # noqa: BLE001 - read_checkpoint refused it in its own words already, or it carries none
         return None
-    if not isinstance(payload, dict):
-        return None
-    found = next((payload[key] for key in PREPROCESSING_KEYS if payload.get(key)), None)
-    found = json.loads(found) if isinstance(found, str) else found
-    return found if isinstance(found, dict) and found.get("kind") == "tabular" else None
+    return table_preprocessing(payload)
 
 
 def scripted_activation(scripted, path) -> str | None:

@@ -105,12 +105,12 @@ def trained_mutability(source: str, tracking_uri: str) -> dict[str, str]:
     return dict(found) if isinstance(found, dict) else {}
 
 
-def inherit_mutability(config: dict, kept: dict) -> str | None:
+def inherit_mutability(config: dict, kept: dict) -> tuple[str | None, dict[str, str]]:
     """Keep the constraints the ``from_checkpoint`` model was trained under (``--immutable age,sex`` in October holds
     in November's fine-tuning, as its preprocessing does): each feature it held that the command line does not name is
     added to ``config["mutability"]`` (the data spec's own are the kept preprocessing's already); a feature named on
-    the command line takes the kind given there (``--mutability sex=both`` frees it). The note saying so, or ``None``
-    where nothing is kept."""
+    the command line takes the kind given there (``--mutability sex=both`` frees it). The note saying so (``None``
+    where nothing is kept) and the ``{feature: kind}`` kept, for the mutability line to name where they came from."""
     from ct_lightning.experiment.configuration.table_columns import named_features  # noqa: PLC0415
 
     data = {c["name"]: c.get("mutability", "both") for c in kept["columns"]}
@@ -119,12 +119,12 @@ def inherit_mutability(config: dict, kept: dict) -> str | None:
     inherited = {name: kind for name, kind in trained.items()
                  if kind != "both" and name in data and data[name] != kind and name not in named}
     if not inherited:
-        return None
+        return None, {}
     pairs = [f"{name}={kind}" for name, kind in inherited.items()]
     config["mutability"] = ",".join([p for p in str(config.get("mutability") or "").split(",") if p] + pairs)
     shown = ", ".join(f"{name}: {kind}" for name, kind in inherited.items())
-    return (f"note: the model was trained with {shown} (its --immutable/--mutability): kept in this fine-tuning; "
-            "--mutability COLUMN=both frees a column")
+    return (f"note: the model was trained with {shown} (the --immutable/--mutability of the run that "
+            "trained it): kept in this fine-tuning; --mutability COLUMN=both frees a column"), inherited
 
 
 def is_other_table(trained, given, datamodule, run_id: str | None = None, tracking_uri: str | None = None) -> bool:

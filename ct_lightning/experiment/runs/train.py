@@ -380,12 +380,14 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
     set_search_compile(config["search_compile"])
     L.seed_everything(config["seed"], workers=True, verbose=False)
     kept = kept_preprocessing(config, resume_from)  # a fine-tuning on a table reads it as its model was trained to
+    from_model: dict[str, str] = {}  # the constraints kept from the model's original run
     if kept is not None:
         check_data_spec(config, kept)
         echo(kept_line(config, resume_from is not None), flush=True)
-        held = inherit_mutability(config, kept) if resume_from is None else None  # a resumed run's config has them
-        if held:
-            echo(held, flush=True)
+        if resume_from is None:  # a resumed run's config has them
+            note, from_model = inherit_mutability(config, kept)
+            if note:
+                echo(note, flush=True)
     datamodule = build_datamodule(config, codec=kept, widen=kept is not None)
     check_batch_shares(config, datamodule)
     set_expected_searches(expected_searches(config, datamodule))
@@ -400,7 +402,7 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
         echo(ct_settings_line(config), flush=True)
     given = module.hparams.mutability  # the data spec's and --immutable/--mutability/--protect's: what searches keep to
     held = mutability_line(config, given if isinstance(given, dict) else {}, bool(data_mutability(datamodule)),
-                           protect_by)
+                           protect_by, from_model, kept is not None)
     if held:
         echo(held, flush=True)
     if resume_from is None and config.get("from_checkpoint"):
@@ -441,6 +443,8 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
         if config["max_epochs"] != int(run.data.params.get("max_epochs", config["max_epochs"])):
             client.set_tag(run_id, "ct.max_epochs_extended_to", str(config["max_epochs"]))
     try:
+        if loaded is not None:  # beside the run's val/acc in MLflow's UI: the model's as loaded, before fine-tuning
+            client.log_metric(run_id, LOADED_METRIC, loaded, step=0)
         summary = _train_in_run(config, run_id, run_name, experiment_id, client, datamodule, module, resume_from,
                                 [*(callbacks or []), stopper], echo, resume_hint)
         if loaded is not None:
@@ -791,6 +795,7 @@ def result_lines(summary: dict) -> list[str]:
     return lines
 
 
+LOADED_METRIC = "loaded/val_acc"  # a fine-tuning's validation accuracy as loaded, before any training (MLflow)
 FELL = 0.05  # a CT fine-tuning whose validation accuracy ends this far below the loaded model's gets a note
 
 

@@ -35,11 +35,14 @@ from ct_lightning.experiment.runs.tracking import ensure_experiment, new_run, pr
 SWEEP_KEY_TAG = "ct.sweep_key"
 
 
-def check_data_options(configs: list[dict]) -> list[str]:
+def check_data_options(configs: list[dict], modules: dict | None = None) -> list[str]:
     """The data checks of a training (target, data spec, immutable and mutable columns: the data module and
     mutability of ``train``), once per distinct data configuration of the trials, before any trial runs. The
-    descriptions of the tables read (columns, kinds, notes: what ``train`` prints at start-up), each once."""
+    descriptions of the tables read (columns, kinds, notes: what ``train`` prints at start-up), each once.
+    ``modules``: tables' data modules already built and set up, by :func:`~ct_lightning.experiment.configuration.
+    settings.table_key`, used instead of reading those tables again."""
     from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
+    from ct_lightning.experiment.configuration.settings import is_table_file, table_key
 
     keys = ("data", *TABLE_KEYS, "data_dir", "center_distance", "immutable", "mutability", "protect")
     seen, described = set(), []
@@ -47,7 +50,9 @@ def check_data_options(configs: list[dict]) -> list[str]:
         key = repr([config.get(k) for k in keys])
         if key not in seen:
             seen.add(key)
-            datamodule = build_datamodule(config)
+            built = (modules or {}).get(table_key(config["data"], config)) if modules and is_table_file(
+                config["data"]) else None
+            datamodule = built or build_datamodule(config)
             mutability_spec(config, datamodule)
             text = datamodule.describe() if hasattr(datamodule, "describe") else None
             if text and text not in described:

@@ -21,7 +21,7 @@ from ct_lightning.experiment.configuration.preflight import check_table_columns,
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
 from ct_lightning.experiment.runner import checking, open_store, start, trained_batches
 from ct_lightning.experiment.configuration.settings import (TABLE_FILE, TABLE_KEYS, csv_names, is_factory, is_table_file,
-                                                            model_inputs_without_table, table_options)
+                                                            model_inputs_without_table)
 from ct_lightning.experiment.configuration.store import check_tracking_reachable
 from ct_lightning.experiment.configuration.validation import (InputError, check_accelerator, check_output_file, check_run_ids,
                                                 check_writable_folder)
@@ -89,11 +89,12 @@ OPTION_HINTS = {"--mutability": "compare.py takes a table's increase/decrease-on
                                 "--immutable adds protected columns to the actionability pair"}
 
 
-def check_table_options(args, names: list[str]) -> dict[str, list[str]]:
+def check_table_options(args, names: list[str], modules: dict | None = None) -> dict[str, list[str]]:
     """A table needs ``--target``; its actionability pair needs protected features (``--immutable`` or a data
     spec's ``mutability: none``); ``--target``/``--immutable`` without a use are refused, not ignored. Returns the
     tables whose actionability pair would train exactly as their plausibility pair (every column it protects is one
-    the data spec already holds immutable in both pairs), each with those columns: their models are trained once."""
+    the data spec already holds immutable in both pairs), each with those columns: their models are trained once.
+    ``modules`` gets each table's data module as read here (by ``table_key``), for :func:`describe_tables`."""
     tables = [name for name in names if is_table_file(name)]
     if not tables:
         for option in ("target", "data_spec", "drop_columns", "balance", "immutable"):
@@ -111,14 +112,16 @@ def check_table_options(args, names: list[str]) -> dict[str, list[str]]:
         check_table_columns({"data": table, "target": args.target, "drop_columns": args.drop_columns,
                              "immutable": args.immutable, "data_spec": args.data_spec, "impute": args.impute,
                              "balance": args.balance})
-    from ct_lightning.experiment.configuration.settings import data_class  # noqa: PLC0415 - imports torch
+    from ct_lightning.experiment.configuration.settings import table_key, table_module  # noqa: PLC0415 - torch
 
     from ct_lightning.constraints import data_mutability  # noqa: PLC0415
 
     same_training = {}
     for table in tables:  # reading the table checks it (columns, classes, missing values, ...) before any work
-        module = data_class(table)(table, **table_options(args))
+        module = table_module(table, args)
         held = check_immutable_columns(args.immutable, module)
+        if modules is not None:
+            modules[table_key(table, args)] = module
         if args.actionability and not args.immutable and not module.protected_features:
             raise InputError("--immutable", "(none)", f"the protected columns of {Path(table).name} for the "
                              "actionability pair (e.g. --immutable age,sex), a data spec with mutability: none, "
@@ -211,15 +214,15 @@ def same_training_line(table: str, columns: list[str], immutable: str | None) ->
             "protects more columns in the actionability pair)")
 
 
-def describe_tables(tasks: list) -> list[str]:
+def describe_tables(tasks: list, modules: dict | None = None) -> list[str]:
     """The descriptions of the tables the tasks train on and their CT settings (what ``train`` prints at start-up),
     each once; every task keeps them, so that its training leaves them out (``Task.described``), in whichever
-    process it runs."""
+    process it runs. ``modules``: the tables' data modules :func:`check_table_options` built (not read again)."""
     from ct_lightning.experiment.runs.train import ct_settings_line  # noqa: PLC0415 - heavy
     from ct_lightning.experiment.studies.sweep import check_data_options  # noqa: PLC0415
 
     configs = [task.resolved_config() for task in tasks if is_table_file(task.data) and task.training_of is None]
-    described = check_data_options(configs)
+    described = check_data_options(configs, modules)
     described += list(dict.fromkeys(ct_settings_line(config) for config in configs))
     for task in tasks:
         task.described = tuple(described)
@@ -361,7 +364,8 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
             names, taken = settings_from_runs(args, reuse_lists, names)
         if args.max_epochs is None:  # not given, nor taken from given runs of a model of one's own
             args.max_epochs = EPOCHS
-        same_training = check_table_options(args, names)
+        modules: dict = {}  # each table's data module, read once for the checks and the start-up description
+        same_training = check_table_options(args, names, modules)
         check_own_model(args, names)
         check_accelerator("--accelerator", args.accelerator)
         if not given_runs:  # else checked before the runs were read
@@ -384,22 +388,24 @@ def run(args: argparse.Namespace, argv: list[str] | None = None) -> dict:
     command = f"cd {shlex.quote(os.getcwd())} && " + recipe_command("compare",
                                                                      list(argv if argv is not None else sys.argv[1:]))
     if seeds is None:
-        return run_seed(args, names, reuse_lists, client, artifact_location, command, out_dir, same_training)
+        return run_seed(args, names, reuse_lists, client, artifact_location, command, out_dir, same_training,
+                        modules=modules)
     summaries = {}
     for seed in seeds:  # one seed after another; each is the resumable single-seed reproduction
         print(f"=== training seed {seed} ({seeds.index(seed) + 1}/{len(seeds)}) ===", flush=True)
         seed_args = argparse.Namespace(**{**vars(args), "seed": seed})
         summaries[seed] = run_seed(seed_args, names, reuse_lists, client, artifact_location, command,
-                                   out_dir / f"s{seed}", same_training, quiet=True)
+                                   out_dir / f"s{seed}", same_training, quiet=True, modules=modules)
     from ct_lightning.experiment.workflows.compare_seeds import write_seed_outputs  # noqa: PLC0415
 
     return write_seed_outputs(summaries, args, names, client, artifact_location, command, out_dir)
 
 
 def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_location, command: str, out_dir: Path,
-             same_training: dict | None = None, quiet: bool = False) -> dict:
+             same_training: dict | None = None, quiet: bool = False, modules: dict | None = None) -> dict:
     """Train or reuse, evaluate and compare every model of one training seed (``args.seed``); returns the summary.
-    ``same_training``: the tables whose actionability pair is their plausibility pair (:func:`check_table_options`)."""
+    ``same_training``: the tables whose actionability pair is their plausibility pair (:func:`check_table_options`);
+    ``modules``: their data modules as it read them."""
     from ct_lightning.evaluation.plots import plot_robust_accuracy_panels  # noqa: PLC0415
     from ct_lightning.experiment.runs.lifecycle import link_children  # noqa: PLC0415
     from ct_lightning.experiment.studies.reproduce import (describe_plan, find_or_create_parent, is_synthetic,  # noqa: PLC0415
@@ -427,7 +433,7 @@ def run_seed(args, names: list[str], reuse_lists: dict, client, artifact_locatio
           f"are reused)", flush=True)
     print(f"compare plan: {len(tasks)} models", flush=True)
     print("\n".join(describe_plan(tasks, client, args.actionability)), flush=True)
-    described = describe_tables(tasks)
+    described = describe_tables(tasks, modules)
     for text in described:  # once for the compare, not once per model or worker process
         print(text, flush=True)
     shared = {task.data for task in tasks if task.training_of}
