@@ -248,7 +248,13 @@ class TableDataModule(TensorDataModule):
                 for name, value in rows.iloc[0].items()}
 
     def identifier_notes(self) -> list[str]:
-        """One note per column that looks like an identifier (:meth:`identifier_like`), naming its ``--drop-columns``."""
+        """One note per column that looks like an identifier (:meth:`identifier_like`), naming its ``--drop-columns``;
+        of a model's own preprocessing (a fine-tuning), which reads the column and cannot leave it out, the new model
+        that can."""
+        if self.kept:
+            return [f"{name!r} holds a different whole number in every row, numbered like rows: an identifier? the "
+                    "model was trained on it as a feature and reads it; a model without it is a new training: "
+                    f"--drop-columns {shlex.quote(name)} without --from-checkpoint" for name in self.identifier_like()]
         return [f"{name!r} holds a different whole number in every row, numbered like rows: an identifier? it trains "
                 f"as a feature; leave it out with --drop-columns {shlex.quote(name)}" for name in self.identifier_like()]
 

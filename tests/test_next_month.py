@@ -197,3 +197,22 @@ def test_a_fine_tunings_accuracy_as_loaded_is_a_metric_of_its_run(october, tmp_p
     assert point.value == pytest.approx(tuned["loaded_val_acc"], abs=1e-9) and point.step == 0
     assert "val/acc" in client.get_run(tuned["run_id"]).data.metrics
     assert "loaded/val_acc" not in client.get_run(october["run"]["run_id"]).data.metrics
+
+
+def test_a_fine_tuning_does_not_offer_to_leave_out_an_identifier_its_model_reads(tmp_path, capsys):
+    """A model trained on an identifier-like column reads it; its fine-tuning cannot leave it out (--drop-columns of a
+    column the model reads is refused), so the start-up note names a new training instead (old code: 'leave it out
+    with --drop-columns applicant_id', a command that is then refused)."""
+    frame = pd.read_csv(LOANS)
+    frame.insert(0, "applicant_id", range(1, 1 + len(frame)))
+    frame.to_csv(tmp_path / "october.csv", index=False)
+    store = {"tracking_uri": f"sqlite:///{tmp_path}/mlflow.db", "experiment": "next-month"}
+    run = train({**TINY, **store, "data": str(tmp_path / "october.csv"), "checkpoint_dir": str(tmp_path / "oct")})
+    assert "applicant_id" in {c["name"] for c in codec_of(run["checkpoints"]["last"])["columns"]}
+    capsys.readouterr()
+    train({**TINY, **store, "data": str(tmp_path / "october.csv"), "from_checkpoint": run["checkpoints"]["last"],
+           "checkpoint_dir": str(tmp_path / "nov")})
+    [note] = [line for line in capsys.readouterr().out.splitlines() if "an identifier?" in line]
+    assert "leave it out with --drop-columns" not in note, note
+    assert note.endswith("the model was trained on it as a feature and reads it; a model without it is a new training: "
+                         "--drop-columns applicant_id without --from-checkpoint"), note
