@@ -96,3 +96,31 @@ def test_a_bad_model_of_ones_own_is_refused_in_one_line_before_any_work(own, cap
     errors = [line for line in capsys.readouterr().err.splitlines() if line.startswith("error:")]
     assert refused.value.code in (1, 2) and len(errors) == 1 and errors[0].startswith(said), errors
     assert not own["out"].exists() and not (own["folder"] / "mlflow.db").exists()  # before any work
+
+
+@pytest.mark.slow  # a training and a compare
+def test_compare_fine_tunes_a_model_that_keeps_its_table_preprocessing(own, capsys):
+    """``compare.py --from-checkpoint`` of a model trained here on a table (its checkpoint carries its preprocessing)
+    reads the table as that model does: a column of dates the model was trained without (--drop-columns) was refused
+    by the compare's start-up check, its evaluation and its table row, each reading the table afresh; train.py
+    fine-tunes on it. Now every role fine-tunes, is evaluated and compared, and the start-up description is the
+    model's."""
+    import pandas as pd
+
+    from ct_lightning.experiment.runs.train import train
+    from recipes.compare import main
+
+    table = pd.read_csv(LOANS)
+    table.insert(0, "applied_on", pd.date_range("2026-10-01", periods=len(table), freq="h").strftime("%Y-%m-%d"))
+    table.to_csv(own["folder"] / "october.csv", index=False)
+    october = train({"data": str(own["folder"] / "october.csv"), "target": "approved", "drop_columns": "applied_on",
+                     "max_epochs": 1, "nce": 16, "limit_train_batches": 2, "progress": False,
+                     "tracking_uri": own["uri"], "checkpoint_dir": str(own["folder"] / "october")})
+    capsys.readouterr()
+    summary = main(["--data", str(own["folder"] / "october.csv"), "--target", "approved", "--no-actionability",
+                    "--from-checkpoint", october["checkpoints"]["last"], "--tracking-uri", own["uri"],
+                    "--out-dir", str(own["out"]), *TINY])
+    [row] = summary["rows"]
+    assert len(set(row["runs"].values())) == 2
+    printed = capsys.readouterr().out
+    assert "left out: applied_on, which the model was trained without" in printed, printed[-3000:]

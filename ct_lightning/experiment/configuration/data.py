@@ -35,6 +35,14 @@ def build_datamodule(config: dict, codec=None, widen: bool = False):
     return datamodule
 
 
+def model_datamodule(config: dict, module):
+    """The data module a trained model reads (``config``: its run's): :func:`build_datamodule`, on a table encoded
+    with the model's own preprocessing where its training kept one (a fine-tuning of a model that carried it reads
+    the table as that model did, a column it never read included; a fresh fit could refuse that column)."""
+    kept = is_table_file(config.get("data")) and config.get("from_checkpoint")
+    return build_datamodule(config, codec=getattr(module, "preprocessing", None) if kept else None)
+
+
 def mutability_spec(config: dict, datamodule) -> dict[str, str]:
     """Merge the data's own mutability, ``mutability``, ``immutable`` and ``protect`` into one ``{feature: kind}``
     mapping, validated; ``mutability`` may hold a data spec's kind fixed, not loosen it (one-line error). A table's

@@ -214,11 +214,11 @@ def evaluate_job(run_id: str, job: ModelJob) -> dict:
     from ct_lightning.evaluation import EvaluationConfig, evaluate_model, evaluation_constraints
     from ct_lightning.evaluation.plots import metric_history
     from ct_lightning.experiment.runs.loading import load_run
-    from ct_lightning.experiment.configuration.data import build_datamodule
+    from ct_lightning.experiment.configuration.data import model_datamodule
     from mlflow.tracking import MlflowClient
 
     loaded = load_run(run_id, job.tracking_uri)
-    datamodule = build_datamodule(loaded.config)
+    datamodule = model_datamodule(loaded.config, loaded.module)
     model = loaded.module.cpu().eval()
     with torch.no_grad():
         predicted = model(datamodule.x_test.float()).argmax(1)

@@ -268,7 +268,7 @@ def run_task(task: Task) -> dict:
     from ct_lightning.evaluation import EvaluationConfig, evaluate_model
     from ct_lightning.experiment.configuration.preflight import evaluation_device
     from ct_lightning.experiment.runs.loading import load_run, log_evaluation
-    from ct_lightning.experiment.configuration.data import build_datamodule
+    from ct_lightning.experiment.configuration.data import model_datamodule
     from ct_lightning.experiment.runs.train import train
 
     if task.threads > 0:  # 0: torch's default
@@ -298,7 +298,7 @@ def run_task(task: Task) -> dict:
     if evaluated:
         loaded = load_run(run_id, task.tracking_uri)
         loaded.module.to(evaluation_device(task.training.get("accelerator")))  # the data follow the model
-        datamodule = build_datamodule(loaded.config)
+        datamodule = model_datamodule(loaded.config, loaded.module)
         constraints = task.constraints(loaded.module, datamodule)
         result = evaluate_model(loaded.module, datamodule.x_test, datamodule.y_test, datamodule.n_classes,
                                 EvaluationConfig(**task.protocol), constraints.mutability, constraints.lower,

@@ -43,6 +43,7 @@ def check_data_options(configs: list[dict], modules: dict | None = None) -> list
     settings.table_key`, used instead of reading those tables again."""
     from ct_lightning.experiment.configuration.data import build_datamodule, mutability_spec
     from ct_lightning.experiment.configuration.settings import is_table_file, table_key
+    from ct_lightning.experiment.runs.kept_preprocessing import kept_preprocessing
 
     keys = ("data", *TABLE_KEYS, "data_dir", "center_distance", "immutable", "mutability", "protect")
     seen, described = set(), []
@@ -52,7 +53,8 @@ def check_data_options(configs: list[dict], modules: dict | None = None) -> list
             seen.add(key)
             built = (modules or {}).get(table_key(config["data"], config)) if modules and is_table_file(
                 config["data"]) else None
-            datamodule = built or build_datamodule(config)
+            kept = None if built else kept_preprocessing(config)  # a model's own table preprocessing reads the table
+            datamodule = built or build_datamodule(config, codec=kept, widen=kept is not None)
             mutability_spec(config, datamodule)
             text = datamodule.describe() if hasattr(datamodule, "describe") else None
             if text and text not in described:

@@ -111,14 +111,19 @@ def check_table_options(args, names: list[str], modules: dict | None = None) -> 
     for table in tables:  # before torch, as train.py: the header line's names, then the table's problems
         check_table_columns({"data": table, "target": args.target, "drop_columns": args.drop_columns,
                              "immutable": args.immutable, "data_spec": args.data_spec, "impute": args.impute,
-                             "balance": args.balance})
+                             "balance": args.balance, "from_checkpoint": args.from_checkpoint})
     from ct_lightning.experiment.configuration.settings import table_key, table_module  # noqa: PLC0415 - torch
 
     from ct_lightning.constraints import data_mutability  # noqa: PLC0415
 
+    from ct_lightning.experiment.runs.kept_preprocessing import kept_preprocessing  # noqa: PLC0415
+
     same_training = {}
     for table in tables:  # reading the table checks it (columns, classes, missing values, ...) before any work
-        module = table_module(table, args)
+        # every role fine-tunes --from-checkpoint's model: one that carries its table preprocessing reads the table so
+        kept = kept_preprocessing({"data": table, "from_checkpoint": args.from_checkpoint,
+                                   "tracking_uri": args.tracking_uri})
+        module = table_module(table, args, codec=kept, widen=True) if kept else table_module(table, args)
         held = check_immutable_columns(args.immutable, module)
         if modules is not None:
             modules[table_key(table, args)] = module
@@ -262,7 +267,7 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
     from ct_lightning.evaluation.plots import (evaluation_figures, figure2_panels, is_image_data,  # noqa: PLC0415
                                                metric_history, plot_figure2)
     from ct_lightning.experiment.studies.reproduce import find_evaluation  # noqa: PLC0415
-    from ct_lightning.experiment.configuration.data import build_datamodule  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.data import model_datamodule  # noqa: PLC0415
     from ct_lightning.experiment.runs.loading import load_run  # noqa: PLC0415
 
     entries, summaries, results = {}, {}, {}
@@ -270,7 +275,7 @@ def compare_data(data: str, outcomes: dict[str, dict], tasks: list[Task], args, 
     for task in (t for t in tasks if t.data == data):
         run_id = outcomes[task.label]["run_id"]
         loaded = load_run(run_id, args.tracking_uri)
-        datamodule = datamodule or build_datamodule(loaded.config)
+        datamodule = datamodule or model_datamodule(loaded.config, loaded.module)
         constraints = task.constraints(loaded.module, datamodule)
         result = find_evaluation(client, run_id, task.eval_key())
         results[task.role], summaries[task.role] = result, result.summary()

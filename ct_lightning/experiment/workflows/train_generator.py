@@ -93,12 +93,12 @@ def run(args: argparse.Namespace) -> dict:
     from torch.utils.data import DataLoader, TensorDataset  # noqa: PLC0415
 
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415
-    from ct_lightning.experiment.configuration.data import build_datamodule  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.data import model_datamodule  # noqa: PLC0415
     from ct_lightning.generators.amortised import CounterfactualNetworkModule, one_hot_groups  # noqa: PLC0415
 
     with checking():
         loaded = load_classifier(args)
-        datamodule = build_datamodule(loaded.config)
+        datamodule = model_datamodule(loaded.config, loaded.module)
         check_model_fits("--checkpoint" if args.checkpoint else "--run-id", args.checkpoint or args.run_id,
                          loaded.module, datamodule)
     classifier = loaded.module.model.eval()
