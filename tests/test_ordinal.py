@@ -391,6 +391,7 @@ def test_a_trained_codecs_data_fills_an_ordinal_gap_with_the_median_rank_without
     data = build_datamodule({"data": str(tmp_path / "gaps.csv"), "target": "approved", "impute": "median"},
                             codec=trained.codec)
     assert data.frame.loc[[5, 17], "education"].tolist() == ["Bachelors", "Bachelors"]
-    assert any(note.startswith("education: missing in 2 row(s), filled with 'Bachelors', the training rows' median")
+    assert any(note.startswith("education: missing in 2 row(s), filled with 'Bachelors', as the model's preprocessing "
+                               "fills it (the median of the rows it was trained on")
                for note in data.read_notes), data.read_notes
     np.testing.assert_array_equal(data.x_train, trained.x_train)
