@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                                                                write_table)
         from ct_lightning.evaluation.explanation import describe, row_label  # noqa: PLC0415
 
+        check_only_predicted(args)
         rows = read_rows(args.rows, args.row)
         loaded = load_explainable(args.run_id, args.checkpoint, args.tracking_uri, args.which)
         replaced = use_data(loaded, args.data)
@@ -179,6 +180,21 @@ def tau_note(tau: float, n_classes: int, ordered: bool = False) -> str:
                 f"target is the most likely of the {n_classes} classes, perhaps below that")
     return (f"note: the search stops {stop}: such a change sits near a decision boundary; --tau 0.75 asks for one the "
             "model is surer of")
+
+
+def check_only_predicted(args: argparse.Namespace) -> None:
+    """``--only-predicted CLASS`` that names no class of the model (by code or the data spec's words) refused before
+    the rows are read and the model is built, from the classes its checkpoint or run keeps (a model of no table:
+    refused once loaded, still before any search)."""
+    label = getattr(args, "only_predicted", None)
+    if label is None:
+        return
+    from ct_lightning.evaluation.explanation import class_named  # noqa: PLC0415
+    from ct_lightning.experiment.runs.explanations import known_classes  # noqa: PLC0415
+
+    known = known_classes(args.run_id, args.checkpoint, args.tracking_uri)
+    if known:
+        class_named(label, known[0], "--only-predicted", known[1])
 
 
 def only_predicted(loaded, rows, label) -> tuple:
