@@ -591,7 +591,7 @@ def explanation_figure(explanations: pd.DataFrame):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ct_lightning.evaluation.explanation import change_words, row_label
+    from ct_lightning.evaluation.explanation import change_words, class_shown, row_label
 
     changed = explanations[[bool(changes) for changes in explanations["changes"]]]
     shown = pd.concat([changed, explanations.drop(index=changed.index)]).head(8)
@@ -604,7 +604,8 @@ def explanation_figure(explanations: pd.DataFrame):
         ax.set_yticks([0, 1], ["factual", "counterfactual"])
         ax.set_xlim(0, 1)
         ax.axvline(0.5, color="k", lw=0.5, ls=":")
-        ax.set_title(f"{row_label(i, row.get('other_columns'))}: {row['prediction']} → {row['target']}", fontsize=9,
+        ax.set_title(f"{row_label(i, row.get('other_columns'))}: {class_shown(row, 'prediction')} → {class_shown(row, 'target')}",
+                     fontsize=9,
                      loc="left", parse_math=False)
         text = "\n".join(change_words(c) for c in row["changes"][:6]) or "no change"
         ax.text(1.02, 0.5, text, transform=ax.transAxes, va="center", fontsize=8, parse_math=False)
