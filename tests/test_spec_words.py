@@ -295,6 +295,9 @@ def test_the_guides_words_and_the_example_spec_fit_the_credit_table():
     example = TabularCodec.fit(credit_frame(), TARGET, read_spec(ROOT / "examples" / "credit-words.yaml"))
     assert all(c.label for c in example.columns)  # every column of the table in words
     assert next(c for c in example.columns if c.name == "PAY_5").value_label(-2) == "nothing to pay"
+    # the past months' repayment statuses are history: the worked example's letters never ask to change them
+    assert {c.name: c.mutability for c in example.columns if c.name.startswith("PAY_") and "AMT" not in c.name} == \
+        {name: "none" for name in ("PAY_0", "PAY_2", "PAY_3", "PAY_4", "PAY_5", "PAY_6")}
 
 
 def test_a_letter_never_offers_changes_that_do_not_reach_the_target_and_names_rows_it_cannot_tell_apart(tmp_path):
