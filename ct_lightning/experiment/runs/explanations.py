@@ -604,8 +604,8 @@ def explanation_figure(explanations: pd.DataFrame):
         ax.set_yticks([0, 1], ["factual", "counterfactual"])
         ax.set_xlim(0, 1)
         ax.axvline(0.5, color="k", lw=0.5, ls=":")
-        ax.set_title(f"{row_label(i, row.get('other_columns'))}: {class_shown(row, 'prediction')} → {class_shown(row, 'target')}",
-                     fontsize=9,
+        classes = f"{class_shown(row, 'prediction')} → {class_shown(row, 'target')}"  # in words where there are some
+        ax.set_title(f"{row_label(i, row.get('other_columns'))}: {classes}", fontsize=9,
                      loc="left", parse_math=False)
         text = "\n".join(change_words(c) for c in row["changes"][:6]) or "no change"
         ax.text(1.02, 0.5, text, transform=ax.transAxes, va="center", fontsize=8, parse_math=False)
