@@ -113,6 +113,17 @@ def training_fills(frame: pd.DataFrame, train: np.ndarray, target: str, orders: 
     return fills
 
 
+def _as_written(column, value):
+    """A value of ``column`` as its file writes it, read from the column itself (a row of all-number columns is all
+    floats): an integer column's whole number as an int (20900, not 20900.0, of a float dtype), a categorical or
+    ordinal column's code as its category is (2, not 2.0)."""
+    if column.kind == "integer" and float(value).is_integer():
+        return int(value)
+    if column.kind in ("categorical", "ordinal"):
+        return _plain(next((c for c in column.categories or () if c == value and type(c) is not bool), value))
+    return _plain(value)
+
+
 class TableDataModule(TensorDataModule):
     """A user's table (file path or DataFrame) with a target column; see the module docstring.
 
@@ -243,9 +254,7 @@ class TableDataModule(TensorDataModule):
         rows = self.frame.iloc[self.rows["test"]][names].dropna()
         if rows.empty:
             return None
-        whole = {c.name for c in self.codec.columns if c.kind == "integer"}  # 20900, not 20900.0 (a float dtype)
-        return {name: int(value) if name in whole and float(value).is_integer() else _plain(value)
-                for name, value in rows.iloc[0].items()}
+        return {c.name: _as_written(c, rows[c.name].iloc[0]) for c in self.codec.columns}
 
     def identifier_notes(self) -> list[str]:
         """One note per column that looks like an identifier (:meth:`identifier_like`), naming its ``--drop-columns``;

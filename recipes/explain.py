@@ -36,7 +36,7 @@ from ct_lightning.experiment.workflows.explain import SEARCH, add_explanation_li
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/explain.py``; search settings default to the model's own."""
     parser = recipe_parser(__doc__)
-    add_arguments(parser.add_mutually_exclusive_group(required=True), ["run_id", "checkpoint"])
+    add_arguments(parser.add_mutually_exclusive_group(required=True), ["run_id", "checkpoint"], recipe="explain")
     rows = parser.add_mutually_exclusive_group(required=True)
     rows.add_argument("--rows", help="a CSV file of rows in original units, with the model's columns")
     rows.add_argument("--row", help="one row as a JSON object of column: value, in original units")

@@ -963,3 +963,23 @@ def test_the_explain_command_writes_a_tables_umlauts_as_the_file_does(tmp_path):
     written = (tmp_path / "a.json").read_bytes().decode("utf-8")
     assert "\\u00" not in written and '"Führungserfahrung"' in written
     assert json.loads(written)[0]["row"] == records[0]["row"]
+
+
+def test_only_predicted_of_no_class_is_refused_before_the_rows_are_read_or_the_model_loaded(tmp_path):
+    """--only-predicted maybe was refused only after the rows were read and the model built: a rows file it could not
+    read, or a run's model to download, came first. The classes come from the checkpoint or the run's
+    preprocessing.json, so the refusal names the option, the value and the classes before that work."""
+    from recipes.explain import main
+    from ct_lightning.experiment.configuration.validation import CliExit
+    from ct_lightning.experiment.runs.train import train
+
+    store = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    summary = train({"data": str(LOANS), "target": "approved", "max_epochs": 1, "nce": 16, "progress": False,
+                     "tracking_uri": store, "checkpoint_dir": str(tmp_path / "ct")})
+    unreadable = tmp_path / "applicants.csv"
+    unreadable.write_bytes(b"")  # reading these rows fails: the class must be refused first
+    classes = ", ".join(map(str, sorted(pd.read_csv(LOANS)["approved"].unique())))
+    for model in (["--checkpoint", str(tmp_path / "ct" / "last.ckpt")], ["--run-id", summary["run_id"]]):
+        with pytest.raises(CliExit) as refused:
+            main([*model, "--rows", str(unreadable), "--only-predicted", "maybe", "--tracking-uri", store])
+        assert str(refused.value) == f"--only-predicted: got 'maybe'; allowed: {classes}", model

@@ -2,6 +2,7 @@
 several recipes have is declared from its row (``experiment.options``): one flag, type, check, help and meaning."""
 
 import argparse
+import re
 from collections import defaultdict
 from pathlib import Path
 
@@ -109,11 +110,17 @@ def test_each_recipe_help_says_what_that_recipe_takes():
         assert done.returncode == 0, done.stderr[-2000:]
         return " ".join(done.stdout.split())  # argparse wraps its lines
 
-    for name in ("explain", "train_generator"):  # a checkpoint file (or --run-id) only
+    for name in ("explain", "train_generator"):  # a checkpoint file (or --run-id); explain.py the run's model too
         text = help_of(name)
         assert "--checkpoint CHECKPOINT the model as a file: a checkpoint of recipes/train.py" in text, text
-        own = text.split("--checkpoint CHECKPOINT", 1)[1].split(" --", 1)[0]  # --run-id takes models:/ (registered)
-        assert not [word for word in ("evaluate.py", "state_dict", "runs:/", "models:/") if word in own], own
+        # its own help (not the usage line's "--checkpoint CHECKPOINT"), up to the next option or group: --run-id
+        # takes models:/ too (registered)
+        own = re.split(r" --[a-z][a-z-]* [A-Z_]+ (?=[a-z])| [a-z]+: --", text.split(
+            "--checkpoint CHECKPOINT the model", 1)[1], maxsplit=1)[0]
+        assert not [word for word in ("evaluate.py", "state_dict") if word in own], own
+        # explain.py reads runs:/ID/model and models:/NAME/VERSION as --run-id (run_of_checkpoint); its help says so
+        said = [word for word in ("runs:/RUN_ID/model", "models:/NAME/VERSION") if word in own]
+        assert said == (["runs:/RUN_ID/model", "models:/NAME/VERSION"] if name == "explain" else []), own
     evaluate = help_of("evaluate")
     assert "a plain state_dict" in evaluate and "runs:/RUN_ID/model (a run of train.py: read with that run's " \
         "settings, as --run-id" in evaluate and "evaluate.py also" not in evaluate

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import re
 from pathlib import Path
 
 import numpy as np
@@ -294,6 +295,9 @@ def test_the_guides_words_and_the_example_spec_fit_the_credit_table():
     example = TabularCodec.fit(credit_frame(), TARGET, read_spec(ROOT / "examples" / "credit-words.yaml"))
     assert all(c.label for c in example.columns)  # every column of the table in words
     assert next(c for c in example.columns if c.name == "PAY_5").value_label(-2) == "nothing to pay"
+    # the past months' repayment statuses are history: the worked example's letters never ask to change them
+    assert {c.name: c.mutability for c in example.columns if c.name.startswith("PAY_") and "AMT" not in c.name} == \
+        {name: "none" for name in ("PAY_0", "PAY_2", "PAY_3", "PAY_4", "PAY_5", "PAY_6")}
 
 
 def test_a_letter_never_offers_changes_that_do_not_reach_the_target_and_names_rows_it_cannot_tell_apart(tmp_path):
@@ -324,3 +328,36 @@ def test_a_letter_never_offers_changes_that_do_not_reach_the_target_and_names_ro
     assert write_letters(tmp_path / "out", [{**missed, "row": 0}], codec, overwrite=True) == 1
     assert [p.name for p in (tmp_path / "out").iterdir()] == ["ID-7.txt"]
     assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left behind
+
+
+def test_only_predicted_counts_and_the_plot_name_the_classes_in_words(tmp_path, capsys):
+    """The data spec words the classes, yet the line counting the rows --only-predicted kept said
+    '--only-predicted 1: ... predicted 1', and the plot's titles '0 → 1': now in words, the class in brackets, as the
+    explanations say them."""
+    from matplotlib.text import Text
+
+    from ct_lightning.experiment.runs.explanations import explain_loaded, explanation_figure, load_explainable, \
+        search_settings
+    from recipes.explain import main as explain_main
+
+    spec = write(tmp_path, SPEC)
+    train_main(["--data", str(CREDIT), "--target", TARGET, "--drop-columns", "ID", "--data-spec", str(spec),
+                "--max-epochs", "1", "--nce", "16", "--no-progress", "--tracking-uri",
+                f"sqlite:///{tmp_path}/mlflow.db", "--checkpoint-dir", str(tmp_path / "ct")])
+    rows = tmp_path / "applicants.csv"
+    pd.read_csv(CREDIT).head(8).to_csv(rows, index=False)
+    capsys.readouterr()
+    records = explain_main(["--checkpoint", str(tmp_path / "ct" / "last.ckpt"), "--rows", str(rows),
+                            "--only-predicted", "no default", "--max-steps", "20"])
+    out = capsys.readouterr().out
+    kept = sum(r["explained"] for r in records)
+    assert f"--only-predicted no default [0]: {kept} of 8 rows are predicted no default [0] and explained" in out
+    assert all(r["problem"] == "predicted default [1], not no default [0] (--only-predicted)"
+               for r in records if not r["explained"])
+    loaded = load_explainable(checkpoint=str(tmp_path / "ct" / "last.ckpt"))
+    settings = {**search_settings(loaded.module, {}), "max_steps": 20}
+    frame = pd.read_csv(rows).drop(columns=["ID", TARGET]).head(2)
+    explained = explain_loaded(loaded, frame, None, settings, 0)
+    titles = {t.get_text() for t in explanation_figure(explained).findobj(Text) if t.get_text().startswith("row ")}
+    assert titles and all(re.search(r": (no default \[0\]|default \[1\]) → (no default \[0\]|default \[1\])$", t)
+                          for t in titles), titles

@@ -589,3 +589,22 @@ def test_the_example_row_writes_a_whole_number_column_stored_as_floats_as_whole_
     row = module.example_row()
     assert type(row["debt"]) is int and type(row["income"]) is int, row
     assert json.dumps(row["debt"]) == str(row["debt"])
+
+
+def test_the_example_row_writes_categorical_and_ordinal_codes_as_the_file_does(tmp_path):
+    """A table of numbers whose categorical and ordinal columns hold integer codes (EDUCATION 1/2/3, a repayment
+    status -1/0/2): a row of it is all floats, and the explain command printed after training showed ``"education":
+    3.0`` where the file says 3. Now each value is read from its own column and written as the file writes it."""
+    rng = np.random.default_rng(0)
+    table = pd.DataFrame({"rate": rng.uniform(0, 1, 80).round(3), "education": rng.choice([1, 2, 3], 80),
+                          "status": rng.choice([-1, 0, 2], 80), "approved": rng.choice(["yes", "no"], 80)})
+    table.to_csv(tmp_path / "codes.csv", index=False)
+    (tmp_path / "spec.yaml").write_text("columns:\n  education: {kind: categorical}\n"
+                                        "  status: {kind: ordinal, order: [-1, 0, 2]}\n")
+    module = TableDataModule(tmp_path / "codes.csv", target="approved", spec=tmp_path / "spec.yaml")
+    assert {c.name: c.kind for c in module.codec.columns} == {"rate": "continuous", "education": "categorical",
+                                                              "status": "ordinal"}
+    row = module.example_row()
+    first = table.iloc[module.rows["test"][0]]
+    assert json.dumps(row) == json.dumps({"rate": float(first["rate"]), "education": int(first["education"]),
+                                          "status": int(first["status"])})

@@ -95,6 +95,9 @@ RECIPE_HELP: dict[tuple[str, str], str] = {
     "--data, and --model/--hidden-sizes where they cannot be inferred), runs:/RUN_ID/model (a run of train.py: "
     "read with that run's settings, as --run-id; no --data, --target or --model-inputs needed), "
     "models:/NAME/VERSION",
+    ("checkpoint", "explain"): "the model as a file: a checkpoint of recipes/train.py (its config.json beside it, "
+    "else pass --data); or an MLflow model: runs:/RUN_ID/model (read as --run-id RUN_ID, with that run's "
+    "preprocessing and settings), models:/NAME/VERSION or models:/NAME@ALIAS (the run that logged that version)",
     ("data_sets", "compare"): "data sets, comma-separated: {AVAILABLE}, all, .csv/.tsv/.txt/.parquet/.xlsx/.xlsm files (with "
     "--target; a workbook's sheet: book.xlsx#SHEET) and package.module:Class (default with --bl-run-id/--ct-run-id...: the data the given runs were "
     "trained on)",

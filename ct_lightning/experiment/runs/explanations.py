@@ -112,6 +112,27 @@ def load_explainable(run_id: str | None = None, checkpoint: str | None = None, t
     return Explainable(module.eval(), codec, config, run_id, payload is not None)
 
 
+def known_classes(run_id: str | None, checkpoint: str | None, tracking_uri: str | None) -> tuple[list, list] | None:
+    """``(classes, their words)`` of a model from the cheapest place that has them, without building the model: a
+    checkpoint's preprocessing.json beside it or the preprocessing it carries, a run's logged preprocessing.json;
+    ``None`` where neither holds them (a model of no table: its classes are known once it is loaded)."""
+    payload = None
+    if checkpoint:
+        from ct_lightning.experiment.runs.checkpoints import checkpoint_preprocessing  # noqa: PLC0415
+
+        payload = _preprocessing_beside(checkpoint) or checkpoint_preprocessing(checkpoint)
+    elif run_id:
+        from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+        client = MlflowClient(tracking_uri=tracking_uri)
+        if any(a.path == PREPROCESSING for a in client.list_artifacts(run_id)):
+            folder = tempfile.mkdtemp(prefix="ct-explain-")
+            payload = json.loads(Path(client.download_artifacts(run_id, PREPROCESSING, folder)).read_text())
+    if not isinstance(payload, dict) or not isinstance(payload.get("classes"), list):
+        return None
+    return list(payload["classes"]), payload.get("class_labels") or None
+
+
 def use_data(explainable: Explainable, data: str | None) -> str | None:
     """Take the model's training data from ``data`` (``--data``: a checkpoint copied without the config.json its
     training wrote beside it names none), for the generators that learn from it. ``data`` wins over the data its
@@ -570,7 +591,7 @@ def explanation_figure(explanations: pd.DataFrame):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from ct_lightning.evaluation.explanation import change_words, row_label
+    from ct_lightning.evaluation.explanation import change_words, class_shown, row_label
 
     changed = explanations[[bool(changes) for changes in explanations["changes"]]]
     shown = pd.concat([changed, explanations.drop(index=changed.index)]).head(8)
@@ -583,7 +604,8 @@ def explanation_figure(explanations: pd.DataFrame):
         ax.set_yticks([0, 1], ["factual", "counterfactual"])
         ax.set_xlim(0, 1)
         ax.axvline(0.5, color="k", lw=0.5, ls=":")
-        ax.set_title(f"{row_label(i, row.get('other_columns'))}: {row['prediction']} → {row['target']}", fontsize=9,
+        classes = f"{class_shown(row, 'prediction')} → {class_shown(row, 'target')}"  # in words where there are some
+        ax.set_title(f"{row_label(i, row.get('other_columns'))}: {classes}", fontsize=9,
                      loc="left", parse_math=False)
         text = "\n".join(change_words(c) for c in row["changes"][:6]) or "no change"
         ax.text(1.02, 0.5, text, transform=ax.transAxes, va="center", fontsize=8, parse_math=False)

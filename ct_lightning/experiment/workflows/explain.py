@@ -98,6 +98,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                                                                write_table)
         from ct_lightning.evaluation.explanation import describe, row_label  # noqa: PLC0415
 
+        check_only_predicted(args)
         rows = read_rows(args.rows, args.row)
         loaded = load_explainable(args.run_id, args.checkpoint, args.tracking_uri, args.which)
         replaced = use_data(loaded, args.data)
@@ -134,8 +135,9 @@ def run(args: argparse.Namespace) -> list[dict]:
         print(f"{len(skipped)} of {len(skipped) + len(explanations) + len(passed)} rows not explained (listed above: "
               "--skip-bad-rows)")
     if wanted is not None:
-        print(f"--only-predicted {wanted}: {len(explanations)} of {len(explanations) + len(passed)} rows are "
-              f"predicted {wanted} and explained"
+        named = class_text(loaded.codec, wanted)  # in the data spec's words, the class in brackets
+        print(f"--only-predicted {named}: {len(explanations)} of {len(explanations) + len(passed)} rows are "
+              f"predicted {named} and explained"
               + (f"; the {len(passed)} others are not (their predictions are in --json and --csv)" if passed else ""))
     records = numbered_records(explanations, skipped, others, passed, loaded.codec)
     comma = bool(getattr(loaded.codec, "decimal_comma", False))  # --csv in the training file's locale
@@ -181,6 +183,29 @@ def tau_note(tau: float, n_classes: int, ordered: bool = False) -> str:
             "model is surer of")
 
 
+def class_text(codec, label) -> str:
+    """The class ``label`` as the console shows it: in the data spec's words with the class in brackets
+    (``likely to default next month [1]``), else as it is."""
+    from ct_lightning.evaluation.explanation import class_shown, class_wording  # noqa: PLC0415
+
+    return class_shown({"class": label, **class_wording(codec, {"class": label})}, "class")
+
+
+def check_only_predicted(args: argparse.Namespace) -> None:
+    """``--only-predicted CLASS`` that names no class of the model (by code or the data spec's words) refused before
+    the rows are read and the model is built, from the classes its checkpoint or run keeps (a model of no table:
+    refused once loaded, still before any search)."""
+    label = getattr(args, "only_predicted", None)
+    if label is None:
+        return
+    from ct_lightning.evaluation.explanation import class_named  # noqa: PLC0415
+    from ct_lightning.experiment.runs.explanations import known_classes  # noqa: PLC0415
+
+    known = known_classes(args.run_id, args.checkpoint, args.tracking_uri)
+    if known:
+        class_named(label, known[0], "--only-predicted", known[1])
+
+
 def only_predicted(loaded, rows, label) -> tuple:
     """``--only-predicted``: the rows the model predicts as the class ``label`` names (all rows when ``label`` is
     ``None``), ``(row, (prediction, its probability), why)`` for each other row, and that class. A label that is no
@@ -193,7 +218,8 @@ def only_predicted(loaded, rows, label) -> tuple:
                                                                                           None))
     predicted = predictions(loaded.module, rows, loaded.codec)
     keep = [p == wanted for p, _ in predicted]
-    passed = [(row, p, f"predicted {p[0]}, not {wanted} (--only-predicted)")
+    passed = [(row, p, f"predicted {class_text(loaded.codec, p[0])}, not {class_text(loaded.codec, wanted)} "
+                       "(--only-predicted)")
               for row, p, kept in zip(rows.index, predicted, keep) if not kept]
     kept_rows = rows[keep]
     kept_rows.attrs = rows.attrs  # the rows' other columns and filled values, by row number
