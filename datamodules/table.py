@@ -25,6 +25,7 @@ from datamodules.row_bounds import breaking_rows, rule_name
 from datamodules.table_checks import SPLIT, checked_table, raise_problems
 from datamodules.table_format import as_written, read_table, tidy_frame
 from datamodules.workbook import table_file, table_label
+from datamodules.wording import unworded_note
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".xlsx", ".xlsm")  # a CSV's delimiter is read from its header; also --data's list
 CODE_LEVELS = 10  # an inferred integer column with at most this many values may be category codes (SEX 1/2)
@@ -291,6 +292,7 @@ class TableDataModule(TensorDataModule):
                    f"{len(self.frame) // len(self.codec.classes)} of each class" if self.balance == "undersample" else "")
                 + "".join(f"\nnote: {line}" for line in self.identifier_notes())
                 + "".join(f"\nnote: {line}" for line in self.read_notes + self.case_variants())
+                + (f"\nnote: {unworded}" if (unworded := unworded_note(self.codec.columns)) else "")
                 + "".join(f"\nnote: {line}" for line in self.outside_declared_bounds())
                 + "".join(f"\nnote: {line}" for line in self.breaking_rules())
                 + (f"\nnote: {', '.join(self.code_like())} "

@@ -188,6 +188,35 @@ def word_column(column, options: Mapping, values) -> None:
                                               column.kind, column.categories, low, high)
 
 
+def unworded_codes(column) -> list[str]:
+    """The values of a column of categories that its data spec's ``values`` leaves without words (``[]`` where it
+    words them all or none)."""
+    if not column.value_labels or column.kind not in ("categorical", "binary", "ordinal"):
+        return []
+    return [_number(c) for c in column.categories if label_of(column.value_labels, c) is None]
+
+
+def unworded_note(columns, shown: int = 8) -> str | None:
+    """The one start-up note on the columns whose data spec words some of their values but not all (``None`` where
+    there are none): explanations and letters show the others as bare codes (``Education: high school → 5``).
+    Columns that leave the same codes out are named together."""
+    by_codes: dict[tuple, list[str]] = {}
+    changeable = False
+    for column in columns:
+        codes = unworded_codes(column)
+        if codes:
+            by_codes.setdefault(tuple(codes), []).append(str(column.name))
+            changeable = changeable or column.mutability != "none"
+    if not by_codes:
+        return None
+    listed = "; ".join(f"{', '.join(names)}: {', '.join(codes[:shown])}" + (f", … ({len(codes)} in all)"
+                                                                           if len(codes) > shown else "")
+                       for codes, names in by_codes.items())
+    hold = ", or hold a column that may change with mutability: none" if changeable else ""
+    return (f"codes the data spec's values give no words: {listed}; explanations and letters show them as codes "
+            f"(word them under values:{hold})")
+
+
 def target_values(spec: Mapping | None) -> Mapping | None:
     """The data spec's ``target: {values: {class: words}}``, ``None`` without it."""
     entry = (spec or {}).get("target")

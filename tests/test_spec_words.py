@@ -287,14 +287,30 @@ def test_the_guides_words_and_the_example_spec_fit_the_credit_table():
 
     guide = (ROOT / "docs" / "guide.md").read_text()
     block = next(b for b in re.findall(r"```yaml\n(.*?)```", guide, re.S) if "likely to repay" in b)
-    for spec in (yaml.safe_load(block), read_spec(ROOT / "examples" / "credit-words.yaml")):
+    for spec in (yaml.safe_load(block),):
         codec = TabularCodec.fit(credit_frame(), TARGET, spec)
         assert codec.class_label(1) == "likely to default next month"
         pay = next(c for c in codec.columns if c.name == "PAY_0")
         assert pay.value_label(2) == "two months late" and pay.value_label(0) == "paid the minimum"
-    example = TabularCodec.fit(credit_frame(), TARGET, read_spec(ROOT / "examples" / "credit-words.yaml"))
+    # the whole table holds codes the fixture's rows do not (EDUCATION 0 and 6, MARRIAGE 0), which the example words
+    frame = credit_frame()
+    extra = pd.concat([frame.iloc[[0]]] * 3, ignore_index=True)
+    extra["EDUCATION"], extra["MARRIAGE"] = [0, 6, 1], [1, 1, 0]
+    example = TabularCodec.fit(pd.concat([frame, extra], ignore_index=True), TARGET,
+                               read_spec(ROOT / "examples" / "credit-words.yaml"))
     assert all(c.label for c in example.columns)  # every column of the table in words
     assert next(c for c in example.columns if c.name == "PAY_5").value_label(-2) == "nothing to pay"
+    pay = next(c for c in example.columns if c.name == "PAY_0")
+    assert pay.value_label(2) == "two months late" and pay.value_label(0) == "paid the minimum"
+    assert example.class_label(1) == "likely to default next month"
+    # every code the table holds has words (training notes those without), and what an applicant cannot change is
+    # held: the demographics, and the history before September's bill and payment
+    from datamodules.wording import unworded_note
+
+    assert unworded_note(example.columns) is None
+    held = {c.name for c in example.columns if c.mutability == "none"}
+    assert held == {"SEX", "MARRIAGE", "AGE", "EDUCATION", "PAY_0", "PAY_2", "PAY_3", "PAY_4", "PAY_5", "PAY_6",
+                    *(f"{kind}_AMT{month}" for kind in ("BILL", "PAY") for month in range(2, 7))}, held
     # the past months' repayment statuses are history: the worked example's letters never ask to change them
     assert {c.name: c.mutability for c in example.columns if c.name.startswith("PAY_") and "AMT" not in c.name} == \
         {name: "none" for name in ("PAY_0", "PAY_2", "PAY_3", "PAY_4", "PAY_5", "PAY_6")}
@@ -361,3 +377,28 @@ def test_only_predicted_counts_and_the_plot_name_the_classes_in_words(tmp_path, 
     titles = {t.get_text() for t in explanation_figure(explained).findobj(Text) if t.get_text().startswith("row ")}
     assert titles and all(re.search(r": (no default \[0\]|default \[1\]) → (no default \[0\]|default \[1\])$", t)
                           for t in titles), titles
+
+
+def test_training_notes_the_codes_a_data_spec_leaves_without_words(tmp_path):
+    """A spec that words some codes of a column but not all: an explanation or letter would offer the others as bare
+    codes ('Education: high school → 5'), so the start-up description says which, once, columns that leave out the
+    same codes named together; a column worded in full, or not at all, gets no note."""
+    from datamodules.table import TableDataModule
+
+    frame = credit_frame()
+    educations = sorted(frame["EDUCATION"].unique())
+    spec = {"columns": {"EDUCATION": {"kind": "categorical", "values": {1: "graduate school", 2: "university"}},
+                        "MARRIAGE": {"kind": "categorical", "values": {int(v): f"status {v}"
+                                                                       for v in frame["MARRIAGE"].unique()}},
+                        "SEX": {"kind": "categorical", "values": {1: "male"}, "mutability": "none"}}}
+    module = TableDataModule(CREDIT, target=TARGET, drop_columns=["ID"], spec=spec)
+    module.setup("fit")
+    [note] = [line for line in module.describe().splitlines() if "give no words" in line]
+    left = ", ".join(str(v) for v in educations if v not in (1, 2))
+    assert note == (f"note: codes the data spec's values give no words: SEX: 2; EDUCATION: {left}; explanations and "
+                    "letters show them as codes (word them under values:, or hold a column that may change with "
+                    "mutability: none)"), note
+    worded = TableDataModule(CREDIT, target=TARGET, drop_columns=["ID"], spec={"columns": {
+        "MARRIAGE": spec["columns"]["MARRIAGE"]}})
+    worded.setup("fit")
+    assert "give no words" not in worded.describe()
