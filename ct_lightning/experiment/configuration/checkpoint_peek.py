@@ -56,26 +56,43 @@ class _Unpickler(pickle.Unpickler):
         return None
 
 
-def carries_table_preprocessing(path) -> bool | None:
-    """Whether the checkpoint file ``path`` (torch.save's zip or legacy pickle format) holds a table's fitted
-    preprocessing; ``None`` where this cannot be told without torch (a file read otherwise, or an MLflow model
-    URI, ``runs:/``, ``models:/``, looked up in its store only when the training starts)."""
-    if not path or ":/" in str(path) or not Path(path).is_file():
-        return None
+_UNREAD = object()  # a file this module cannot read: torch reads it (or refuses it) in its own words
+
+
+def _top_level(path):
+    """The top-level object of the checkpoint file ``path`` (torch.save's zip or legacy pickle format), tensors and
+    other objects as placeholders; ``_UNREAD`` where it cannot be read so."""
     try:
         if zipfile.is_zipfile(path):
             with zipfile.ZipFile(path) as archive:
                 members = [name for name in archive.namelist() if name.endswith("/data.pkl") or name == "data.pkl"]
                 if not members:
-                    return None
+                    return _UNREAD
                 member = min(members, key=lambda name: name.count("/"))  # the archive's own, not a nested one
                 with archive.open(member) as handle:
-                    payload = _Unpickler(handle).load()
-        else:
-            with open(path, "rb") as handle:  # legacy: magic number, protocol, system info, then the object
-                for _ in range(3):
-                    _Unpickler(handle).load()
-                payload = _Unpickler(handle).load()
+                    return _Unpickler(handle).load()
+        with open(path, "rb") as handle:  # legacy: magic number, protocol, system info, then the object
+            for _ in range(3):
+                _Unpickler(handle).load()
+            return _Unpickler(handle).load()
     except Exception:  # noqa: BLE001 - read otherwise (TorchScript's own classes, a file not of torch.save)
-        return None
-    return table_preprocessing(payload) is not None
+        return _UNREAD
+
+
+def _readable(path) -> bool:
+    return bool(path) and ":/" not in str(path) and Path(path).is_file()
+
+
+def carried_table_preprocessing(path) -> dict | None:
+    """The table's fitted preprocessing the checkpoint file ``path`` carries, read without torch (and without its
+    tensors); ``None`` where it carries none or cannot be read so."""
+    payload = _top_level(path) if _readable(path) else _UNREAD
+    return None if payload is _UNREAD else table_preprocessing(payload)
+
+
+def carries_table_preprocessing(path) -> bool | None:
+    """Whether the checkpoint file ``path`` (torch.save's zip or legacy pickle format) holds a table's fitted
+    preprocessing; ``None`` where this cannot be told without torch (a file read otherwise, or an MLflow model
+    URI, ``runs:/``, ``models:/``, looked up in its store only when the training starts)."""
+    payload = _top_level(path) if _readable(path) else _UNREAD
+    return None if payload is _UNREAD else table_preprocessing(payload) is not None

@@ -39,6 +39,17 @@ def _preprocessing_beside(path: str | Path) -> dict | None:
     return json.loads(sibling.read_text()) if sibling.is_file() else None
 
 
+def _logged_preprocessing(run_id: str, tracking_uri: str | None) -> dict | None:
+    """The ``preprocessing.json`` a run logged, ``None`` where it logged none."""
+    from mlflow.tracking import MlflowClient  # noqa: PLC0415
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    if not any(a.path == PREPROCESSING for a in client.list_artifacts(run_id)):
+        return None
+    with tempfile.TemporaryDirectory(prefix="ct-explain-") as folder:
+        return json.loads(Path(client.download_artifacts(run_id, PREPROCESSING, folder)).read_text())
+
+
 def _fallback_codec(module) -> FeatureCodec:
     hp = module.hparams
     return FeatureCodec(hp.feature_names or None, n_features=int(hp.n_features or 0) or None,
@@ -102,12 +113,7 @@ def load_explainable(run_id: str | None = None, checkpoint: str | None = None, t
             module = with_checkpoint_code(lambda: load_trained_classifier(checkpoint), checkpoint)
     payload = module.preprocessing or _preprocessing_beside(checkpoint)
     if payload is None and run_id:
-        from mlflow.tracking import MlflowClient  # noqa: PLC0415
-
-        client = MlflowClient(tracking_uri=tracking_uri)
-        if any(a.path == PREPROCESSING for a in client.list_artifacts(run_id)):
-            folder = tempfile.mkdtemp(prefix="ct-explain-")
-            payload = json.loads(Path(client.download_artifacts(run_id, PREPROCESSING, folder)).read_text())
+        payload = _logged_preprocessing(run_id, tracking_uri)
     codec = codec_from_dict(payload) if payload else _fallback_codec(module)
     return Explainable(module.eval(), codec, config, run_id, payload is not None)
 
@@ -117,17 +123,12 @@ def known_classes(run_id: str | None, checkpoint: str | None, tracking_uri: str 
     checkpoint's preprocessing.json beside it or the preprocessing it carries, a run's logged preprocessing.json;
     ``None`` where neither holds them (a model of no table: its classes are known once it is loaded)."""
     payload = None
-    if checkpoint:
-        from ct_lightning.experiment.runs.checkpoints import checkpoint_preprocessing  # noqa: PLC0415
+    if checkpoint:  # as load_explainable reads it: the preprocessing the checkpoint carries, else the file beside it
+        from ct_lightning.experiment.configuration.checkpoint_peek import carried_table_preprocessing  # noqa: PLC0415
 
-        payload = _preprocessing_beside(checkpoint) or checkpoint_preprocessing(checkpoint)
+        payload = carried_table_preprocessing(checkpoint) or _preprocessing_beside(checkpoint)
     elif run_id:
-        from mlflow.tracking import MlflowClient  # noqa: PLC0415
-
-        client = MlflowClient(tracking_uri=tracking_uri)
-        if any(a.path == PREPROCESSING for a in client.list_artifacts(run_id)):
-            folder = tempfile.mkdtemp(prefix="ct-explain-")
-            payload = json.loads(Path(client.download_artifacts(run_id, PREPROCESSING, folder)).read_text())
+        payload = _logged_preprocessing(run_id, tracking_uri)
     if not isinstance(payload, dict) or not isinstance(payload.get("classes"), list):
         return None
     return list(payload["classes"]), payload.get("class_labels") or None
