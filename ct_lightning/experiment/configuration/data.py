@@ -22,7 +22,7 @@ def build_datamodule(config: dict, codec=None, widen: bool = False):
         config["batch_size"] = cls.default_batch_size
     if is_table_file(config["data"]):
         datamodule = table_module(config["data"], config, batch_size=config["batch_size"], seed=config["seed"],
-                                  codec=codec, **({"widen": True} if widen else {}))
+                                  codec=codec, widen=widen)
         datamodule.setup("fit")
         return datamodule
     kwargs = {"batch_size": config["batch_size"], "seed": config["seed"]}
@@ -36,11 +36,12 @@ def build_datamodule(config: dict, codec=None, widen: bool = False):
 
 
 def model_datamodule(config: dict, module):
-    """The data module a trained model reads (``config``: its run's): :func:`build_datamodule`, on a table encoded
-    with the model's own preprocessing where its training kept one (a fine-tuning of a model that carried it reads
-    the table as that model did, a column it never read included; a fresh fit could refuse that column)."""
-    kept = is_table_file(config.get("data")) and config.get("from_checkpoint")
-    return build_datamodule(config, codec=getattr(module, "preprocessing", None) if kept else None)
+    """The data module a trained model reads (``config``: its run's): :func:`build_datamodule`, a table encoded with
+    the model's own preprocessing (``module.preprocessing``), as evaluate.py reads it: the same encoding a fresh fit
+    of the same file gives, and for a fine-tuning of a model that carried its preprocessing the only one (a column
+    that model never read included, which a fresh fit could refuse)."""
+    table = is_table_file(config.get("data"))
+    return build_datamodule(config, codec=getattr(module, "preprocessing", None) if table else None)
 
 
 def mutability_spec(config: dict, datamodule) -> dict[str, str]:

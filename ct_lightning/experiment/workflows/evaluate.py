@@ -38,7 +38,7 @@ def check_inputs(args: argparse.Namespace) -> None:
 def load(args: argparse.Namespace):
     """The model (``LoadedModel``), its data module, protocol and constraints; a refused input raises."""
     from ct_lightning.evaluation import evaluation_constraints  # noqa: PLC0415 - heavy
-    from ct_lightning.experiment.configuration.data import build_datamodule  # noqa: PLC0415
+    from ct_lightning.experiment.configuration.data import model_datamodule  # noqa: PLC0415
     from ct_lightning.experiment.runs.kept_preprocessing import is_other_table  # noqa: PLC0415
     from ct_lightning.experiment.runs.loading import (check_run_data, load_any_checkpoint, load_logged_model,  # noqa: PLC0415
                                                       load_run, model_uri_run)
@@ -61,7 +61,7 @@ def load(args: argparse.Namespace):
     if is_table_file(loaded.config.get("data")) and not loaded.config.get("target"):
         raise InputError("--target", None, "the column to predict in the table " + str(loaded.config["data"]))
     codec = getattr(loaded.module, "preprocessing", None) if is_table_file(loaded.config.get("data")) else None
-    datamodule = loaded.extra.get("datamodule") or build_datamodule(loaded.config, codec=codec)
+    datamodule = loaded.extra.get("datamodule") or model_datamodule(loaded.config, loaded.module)
     if codec is not None:
         print(f"encoding {loaded.config['data']} with the model's own preprocessing (ct_preprocessing of the "
               f"checkpoint: {len(datamodule.feature_names)} inputs)", flush=True)
