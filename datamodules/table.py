@@ -261,12 +261,11 @@ class TableDataModule(TensorDataModule):
         """One note per column that looks like an identifier (:meth:`identifier_like`), naming its ``--drop-columns``;
         of a model's own preprocessing (a fine-tuning), which reads the column and cannot leave it out, the new model
         that can."""
-        if self.kept:
-            return [f"{name!r} holds a different whole number in every row, numbered like rows: an identifier? the "
-                    "model was trained on it as a feature and reads it; a model without it is a new training: "
-                    f"--drop-columns {shlex.quote(name)} without --from-checkpoint" for name in self.identifier_like()]
-        return [f"{name!r} holds a different whole number in every row, numbered like rows: an identifier? it trains "
-                f"as a feature; leave it out with --drop-columns {shlex.quote(name)}" for name in self.identifier_like()]
+        fix = ("the model was trained on it as a feature and reads it; a model without it is a new training: "
+               "--drop-columns {} without --from-checkpoint") if self.kept else \
+            "it trains as a feature; leave it out with --drop-columns {}"
+        return [f"{name!r} holds a different whole number in every row, numbered like rows: an identifier? "
+                + fix.format(shlex.quote(name)) for name in self.identifier_like()]
 
     def describe(self) -> str:
         """What was read and inferred, for the start-up message."""

@@ -123,7 +123,7 @@ def check_table_options(args, names: list[str], modules: dict | None = None) -> 
         # every role fine-tunes --from-checkpoint's model: one that carries its table preprocessing reads the table so
         kept = kept_preprocessing({"data": table, "from_checkpoint": args.from_checkpoint,
                                    "tracking_uri": args.tracking_uri})
-        module = table_module(table, args, codec=kept, widen=True) if kept else table_module(table, args)
+        module = table_module(table, args, codec=kept, widen=kept is not None)
         held = check_immutable_columns(args.immutable, module)
         if modules is not None:
             modules[table_key(table, args)] = module
