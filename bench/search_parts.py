@@ -16,7 +16,8 @@ library's own functions (a clock read per call, ~0.2 µs):
 Each part is given as a multiple of the bare passes (``bench.search_bench.bare_passes``: autograd, plain
 cross-entropy, the same rows per iteration), timed interleaved with the searches. ``without_step`` = the search's
 ratio with its step free: the least a step fused into one native kernel could reach, which the target ×1.5 needs.
-Not a unit test.
+The PyTorch loop's parts (``native_search.python_loop_only``): since 2026-11-29 searches run the loop's own work
+natively (``bench/native_search.py``). Not a unit test.
 """
 
 from __future__ import annotations
@@ -56,7 +57,14 @@ class PartClock:
 
 def measure(name: str, repeats: int) -> list[dict]:
     """Both modes on data set ``name``: the search's seconds, its parts' and the bare passes', medians of
-    ``repeats`` interleaved rounds."""
+    ``repeats`` interleaved rounds (the PyTorch loop: the parts it times are its functions)."""
+    from ct_lightning.generators import native_search
+
+    with native_search.python_loop_only():
+        return _measure(name, repeats)
+
+
+def _measure(name: str, repeats: int) -> list[dict]:
     import torch
 
     from bench.search_bench import EPSILON, MAX_STEPS, bare_passes, pass_schedule, trained_pool

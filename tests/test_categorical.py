@@ -266,7 +266,7 @@ def test_compiled_step_gives_the_same_valid_points(packed):
     """With feature types the compiled step (cost sign, step, projection) still advances the continuous variable;
     its distances are not used, the snapped points' are: the same results compiled and eager."""
     from ct_lightning.generators import ECCo
-    from ct_lightning.generators import compiled_step
+    from ct_lightning.generators import compiled_step, native_search
     from ct_lightning.generators.search import search_counterfactuals
 
     p, types = problem(), feature_types()
@@ -277,7 +277,8 @@ def test_compiled_step_gives_the_same_valid_points(packed):
         results = []
         for mode in ("off", "on"):
             compiled_step.set_search_compile(mode)
-            results.append(search_counterfactuals(*arguments, packed=packed, feature_types=types))
+            with native_search.python_loop_only():  # the compiled step is the PyTorch loop's
+                results.append(search_counterfactuals(*arguments, packed=packed, feature_types=types))
     finally:
         compiled_step.set_search_compile(previous)
     eager, compiled = results

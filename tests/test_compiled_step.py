@@ -12,11 +12,18 @@ from test_search_closed_form import CASES, trained_model
 from ct_lightning.constraints import BOTH, DECREASE, INCREASE, NONE, Constraints
 from ct_lightning.experiment.configuration.settings import validate_config
 from ct_lightning.generators import ECCo, Generic
-from ct_lightning.generators import compiled_step
+from ct_lightning.generators import compiled_step, native_search
 from ct_lightning.generators.compiled_step import (AUTO_MIN_VALUES, GPU_COMPILE_SECONDS, GPU_SAVED_SECONDS_PER_VALUE,
                                                    CompiledStep, compile_pays, constrained_step,
                                                    set_expected_searches, set_search_compile, step_for)
 from ct_lightning.generators.search import search_counterfactuals
+
+
+@pytest.fixture(autouse=True)
+def pytorch_loop():
+    """The compiled step is the PyTorch loop's (a search whose loop runs natively has its own step)."""
+    with native_search.python_loop_only():
+        yield
 
 
 @pytest.fixture
@@ -293,3 +300,22 @@ def test_a_step_compiled_under_another_cpu_capability_is_not_read_back(tmp_path)
         assert done.returncode == 0, done.stderr[-2000:]
         assert done.stdout.split() == [capability.upper(), "0", "0"], (done.stdout, done.stderr[-2000:])
     assert sorted(p.name for p in (tmp_path / "cache").iterdir()) == ["avx2", "avx512"]
+
+
+def test_the_step_compiles_into_its_capability_folder_after_the_environment_is_reset(tmp_path, monkeypatch):
+    """A process that resets its environment after the first compilation (a test harness restoring os.environ did)
+    still compiles into its capability's folder: torch reads the folder at each compilation, and the folder shared by
+    every capability may hold another capability's kernels (it crashed the next search)."""
+    import torch._dynamo
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    step = CompiledStep()
+    capability = torch.backends.cpu.get_cpu_capability().lower()
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # as a harness restoring the environment does
+    torch._dynamo.reset()  # compile afresh
+    rows, x = torch.randn(600, 500), torch.randn(600, 500)
+    limits = Constraints(None, torch.full((500,), -2.0), torch.full((500,), 2.0))
+    moved, _ = step(rows, x, torch.randn(600, 500), torch.tensor(0.1), torch.tensor(0.01), limits)
+    assert moved.shape == rows.shape
+    written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*") if p.is_file()}
+    assert written == {capability}, written

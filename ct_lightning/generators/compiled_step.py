@@ -130,6 +130,10 @@ class CompiledStep:
             if rows is x:
                 args = (rows.detach(), *args[1:])
             if self.compiled is not None and rows.shape[0] > 1:
+                # Again at each call: torch reads the folder at each compilation, and a process may have reset its
+                # environment since (a test harness restoring os.environ did, and the next graph was compiled into,
+                # and read back from, the folder shared by every capability: a crash).
+                cache_per_cpu_capability()
                 try:
                     with self._without_duck_shape:
                         return self.compiled(*args)

@@ -23,6 +23,7 @@ from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.generators.base import SearchResult
 from ct_lightning.generators.compiled_step import step_for
 from ct_lightning.generators.input_gradient import model_passes
+from ct_lightning.generators.native_search import native_search
 
 
 @contextlib.contextmanager
@@ -381,7 +382,8 @@ def active_rows_search(space: SearchSpace, x: torch.Tensor, target: torch.Tensor
         x = x.detach().clone() if x.is_inference() else x.detach()
         target = target.detach().clone()
         if packed:
-            return _search_packed(space, x, target, tau, max_steps, epsilon)
+            result = native_search(space, x, target, tau, max_steps, epsilon)
+            return _search_packed(space, x, target, tau, max_steps, epsilon) if result is None else result
         return _search_masked(space, x, target, tau, max_steps, epsilon, check_every)
 
 

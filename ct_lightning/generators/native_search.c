@@ -1,0 +1,217 @@
+/* The packed active-rows loop's own work, one call per search iteration (native_search.py).
+ *
+ * Per iteration the library's PyTorch code runs the model's passes and the loss's gradient at the logits; this file
+ * does the rest of the iteration over the packed rows: the points' l-infinity distances from their factuals (the
+ * nascent epsilon-ball test), freezing the rows that converged, the l1 cost's gradient, the mutability mask, the SGD
+ * step, the projection onto the domain and mutability, and dropping frozen rows from the packing. It follows
+ * search.py's _search_packed and FeatureSpace operation for operation, each rounded as PyTorch's kernel rounds it
+ * (built with -ffp-contract=off: no fused multiply-add), so the results are the same to the bit.
+ *
+ * The body below is compiled twice, for float (T = float, suffix _f32) and double (_f64): this file includes itself.
+ */
+#ifndef T
+#include <stdint.h>
+#include <string.h>
+
+/* Mutability codes per feature (constraints.py: both, increase, decrease, none). */
+enum { BOTH = 0, INCREASE = 1, DECREASE = 2, NONE = 3 };
+
+#define REPACK_SHARE 0.25 /* search.py's REPACK_SHARE */
+
+typedef struct {
+    int64_t n, d;             /* pool rows, features per row */
+    int64_t m, n_searching;   /* packed rows, packed rows that have not frozen */
+    double lr, epsilon;
+    void *rows_x;             /* packed factuals (n x d, the first m rows in use) */
+    int64_t *target;          /* packed target classes */
+    int64_t *active;          /* packed row -> pool row */
+    uint8_t *searching;       /* packed row has not frozen */
+    uint8_t *was_inside;      /* packed row's previous point lay within epsilon */
+    void *distance;           /* packed row's next point's distance (as bits, see below), from the step */
+    void *x_cf, *nascent;     /* outputs (n x d) */
+    int64_t *nascent_steps, *steps;
+    uint8_t *converged;
+    const void *lower, *upper; /* per feature (-inf and inf where unbounded) */
+    const void *codes;         /* per feature, an integer as wide as T */
+} Search;
+
+#define T float
+#define BITS uint32_t
+#define NAME(name) name##_f32
+#include __FILE__
+#undef T
+#undef BITS
+#undef NAME
+
+#define T double
+#define BITS uint64_t
+#define NAME(name) name##_f64
+#include __FILE__
+
+#else
+
+/* |v| as the bits of its IEEE value: for values without a sign the bits order as the values do, and a NaN's bits
+   exceed every number's. So the largest bits of a row's |offsets| are its l-infinity distance, NaN if any offset is
+   (as torch.amax), and an integer maximum, which vectorises where a float one with NaN rules does not. */
+static inline BITS NAME(magnitude_bits)(T v) {
+    BITS bits;
+    memcpy(&bits, &v, sizeof bits);
+    return bits & ~((BITS)1 << (8 * sizeof(BITS) - 1));
+}
+
+static inline T NAME(from_bits)(BITS bits) {
+    T v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+static BITS NAME(distance_bits)(const T *p, const T *x, int64_t d) {
+    BITS largest = 0;
+    for (int64_t j = 0; j < d; j++) {
+        BITS bits = NAME(magnitude_bits)(p[j] - x[j]);
+        largest = bits > largest ? bits : largest;
+    }
+    return largest;
+}
+
+/* The epsilon-ball test of the points (their distances from the step before when `known`), and rows leaving the ball:
+   their previous point is their nascent counterfactual so far (search.py: record_nascent of `leaving`). */
+static void NAME(inside)(Search *s, const T *points, const T *previous, int known, int64_t step) {
+    const int64_t d = s->d;
+    const T epsilon = (T)s->epsilon;
+    const T *rows_x = (const T *)s->rows_x;
+    BITS *distance = (BITS *)s->distance;
+    T *nascent = (T *)s->nascent;
+    for (int64_t i = 0; i < s->m; i++) {
+        BITS bits = known ? distance[i] : NAME(distance_bits)(points + i * d, rows_x + i * d, d);
+        uint8_t now = NAME(from_bits)(bits) <= epsilon;
+        if (previous && s->was_inside[i] && !now && s->searching[i]) {
+            int64_t id = s->active[i];
+            memcpy(nascent + id * d, previous + i * d, d * sizeof(T));
+            s->nascent_steps[id] = step - 1;
+        }
+        s->was_inside[i] = now; /* row i's old flag was read above */
+    }
+}
+
+/* Packed row i converged at `step` with its point (search.py: freeze). */
+static void NAME(freeze)(Search *s, const T *points, int64_t i, int64_t step) {
+    const int64_t d = s->d, id = s->active[i];
+    memcpy((T *)s->x_cf + id * d, points + i * d, d * sizeof(T));
+    if (s->was_inside[i]) {
+        memcpy((T *)s->nascent + id * d, points + i * d, d * sizeof(T));
+        s->nascent_steps[id] = step;
+    }
+    s->steps[id] = step;
+    s->converged[id] = 1;
+}
+
+/* One constrained SGD step of row i (constraints.py: Constraints.step after search.py's _add_cost):
+   g + lambda*sign(v - x) (only `with_cost`: adding 0 could turn a -0 into +0), the mutability mask, v - lr*g, the
+   domain clamp, mutability from x; then the new point's distance from x. One pass of selects, no branches, so that
+   it vectorises; features without bounds have infinite ones and features without a code are BOTH, which give the
+   same values as no clamp and no mask. */
+static inline __attribute__((always_inline)) void NAME(step_row)(const Search *s, const T *v, const T *g, T *out,
+                                                               const T *x, T lambda_cost, const int with_cost,
+                                                               BITS *distance) {
+    const int64_t d = s->d;
+    const T lr = (T)s->lr;
+    const T *lower = (const T *)s->lower, *upper = (const T *)s->upper;
+    const BITS *codes = (const BITS *)s->codes;
+    BITS largest = 0;
+    for (int64_t j = 0; j < d; j++) {
+        T gradient = g[j];
+        if (with_cost) {
+            T offset = v[j] - x[j];
+            T sign = (T)(offset > 0) - (T)(offset < 0);
+            gradient = gradient + lambda_cost * sign;
+        }
+        BITS code = codes[j];
+        int forbidden = (code == NONE) | ((code == INCREASE) & (gradient > 0)) | ((code == DECREASE) & (gradient < 0));
+        gradient = forbidden ? 0 : gradient;
+        T moved = gradient * lr;
+        T value = v[j] - moved;
+        value = value < lower[j] ? lower[j] : value; /* NaN stays NaN, as in torch.clamp */
+        value = value > upper[j] ? upper[j] : value;
+        /* torch.maximum / torch.minimum against x: NaN stays, a tie gives x */
+        int keep = (code == BOTH) | ((code == INCREASE) & ((value > x[j]) | (value != value))) |
+                   ((code == DECREASE) & ((value < x[j]) | (value != value)));
+        value = keep ? value : x[j];
+        out[j] = value;
+        BITS bits = NAME(magnitude_bits)(value - x[j]);
+        largest = bits > largest ? bits : largest;
+    }
+    *distance = largest;
+}
+
+static void NAME(advance)(Search *s, const T *rows, const T *grad, T *next, int64_t i, T lambda_cost) {
+    const int64_t d = s->d;
+    const T *x = (const T *)s->rows_x + i * d;
+    BITS *distance = (BITS *)s->distance + i;
+    if (lambda_cost != 0)
+        NAME(step_row)(s, rows + i * d, grad + i * d, next + i * d, x, lambda_cost, 1, distance);
+    else
+        NAME(step_row)(s, rows + i * d, grad + i * d, next + i * d, x, lambda_cost, 0, distance);
+}
+
+/* Keep packed row `from` as packed row `to`, with its next point and its current point. */
+static void NAME(keep_row)(Search *s, int64_t from, int64_t to, T *next, T *points) {
+    const int64_t d = s->d;
+    memmove(next + to * d, next + from * d, d * sizeof(T));
+    memmove((T *)s->rows_x + to * d, (T *)s->rows_x + from * d, d * sizeof(T));
+    if (points != next) memmove(points + to * d, points + from * d, d * sizeof(T));
+    s->target[to] = s->target[from];
+    s->active[to] = s->active[from];
+    s->was_inside[to] = s->was_inside[from];
+    ((BITS *)s->distance)[to] = ((BITS *)s->distance)[from];
+    s->searching[to] = 1;
+}
+
+/* One iteration after the passes. `points`: the packed rows' points (`rows` itself where nothing snaps them, and then
+   their distances are known from the step before unless `step` is 0); `previous`: the points of the iteration before
+   (NULL at the first); `grad`: the model's input gradient; `done`: the rows' convergence (overwritten);
+   `lambda_cost`: the l1 cost's weight. Writes the next rows into `next` (not `rows`) and returns how many packed
+   rows remain: the first rows of next, rows_x, target and points; -1 when the search is over. */
+int64_t NAME(search_iteration)(Search *s, const T *rows, T *next, T *points, const T *previous, const T *grad,
+                               uint8_t *done, int64_t step, double lambda_cost) {
+    const int64_t m = s->m;
+    NAME(inside)(s, points, previous, points == rows && step > 0, step);
+    int64_t n_done = 0;
+    for (int64_t i = 0; i < m; i++) {
+        done[i] = done[i] && s->searching[i];
+        n_done += done[i];
+    }
+    for (int64_t i = 0; n_done && i < m; i++)
+        if (done[i]) {
+            NAME(freeze)(s, points, i, step);
+            s->searching[i] = 0;
+        }
+    s->n_searching -= n_done;
+    if (s->n_searching == 0) return -1;
+    for (int64_t i = 0; i < m; i++) NAME(advance)(s, rows, grad, next, i, (T)lambda_cost);
+    if ((double)(m - s->n_searching) >= REPACK_SHARE * (double)m) {
+        int64_t kept = 0;
+        for (int64_t i = 0; i < m; i++)
+            if (s->searching[i]) NAME(keep_row)(s, i, kept++, next, points);
+        s->m = kept;
+    }
+    return s->m;
+}
+
+/* The check after the last step: the rows still searching take their points and convergence `done`. */
+void NAME(search_finish)(Search *s, const T *rows, T *points, const T *previous, const uint8_t *done, int64_t step) {
+    NAME(inside)(s, points, previous, points == rows && step > 0, step);
+    const int64_t d = s->d;
+    for (int64_t i = 0; i < s->m; i++) {
+        if (!s->searching[i]) continue;
+        int64_t id = s->active[i];
+        s->converged[id] = done[i] != 0;
+        memcpy((T *)s->x_cf + id * d, points + i * d, d * sizeof(T));
+        if (s->was_inside[i]) {
+            memcpy((T *)s->nascent + id * d, points + i * d, d * sizeof(T));
+            s->nascent_steps[id] = step;
+        }
+    }
+}
+
+#endif

@@ -1,0 +1,252 @@
+"""The packed search loop with its own work in native code: one C call per iteration (``native_search.c``).
+
+Per iteration a feature-space search (Generic, ECCo: the penalty's gradient in closed form) runs the model's passes
+and the loss's gradient at the logits in PyTorch, as :class:`~ct_lightning.generators.search.FeatureSpace` does.
+Everything else (the nascent ε-ball test, freezing the rows that converged, the ℓ1 cost's gradient, the mutability
+mask, the SGD step, the projection, dropping frozen rows) is about thirty small PyTorch operations per iteration in
+``_search_packed``; on a CPU each costs its launch whatever its size, and a search of a small model spent more on
+them than on the model (``bench/search_parts.py``). Here they are one pass of plain C over the packed rows, operation
+for operation as PyTorch rounds them, so the results are the same to the bit (tests/test_native_search.py).
+
+The C file is compiled on first use with the system's C compiler (about a second) into a cache folder
+(``$CT_LIGHTNING_CACHE``, else ``~/.cache/ct-lightning``), one library per source and machine. Where there is no
+compiler, or ``CT_NATIVE_SEARCH=0``, the search runs its PyTorch loop: the same results, more slowly.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import hashlib
+import math
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import torch
+
+from ct_lightning.generators.base import SearchResult
+
+SOURCE = Path(__file__).with_name("native_search.c")
+# -ffp-contract=off: no fused multiply-add, each operation rounded as PyTorch rounds it. -march=native (where it builds)
+# vectorises the step for this CPU; the library is then kept per CPU (its feature flags are part of its name).
+FLAGS = ("-O3", "-fPIC", "-shared", "-ffp-contract=off", "-fno-fast-math")
+NATIVE_FLAGS = ("-march=native",)
+SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
+BITS = {torch.float32: torch.int32, torch.float64: torch.int64}  # an integer as wide as the values
+
+_enabled = os.environ.get("CT_NATIVE_SEARCH", "1") != "0"
+_library: ctypes.CDLL | None | bool = False  # False: not tried yet; None: not available
+
+
+class _Search(ctypes.Structure):
+    """native_search.c's ``Search``: the pool's buffers and the search's settings."""
+
+    _fields_ = [("n", ctypes.c_int64), ("d", ctypes.c_int64), ("m", ctypes.c_int64), ("n_searching", ctypes.c_int64),
+                ("lr", ctypes.c_double), ("epsilon", ctypes.c_double),
+                *((name, ctypes.c_void_p) for name in (
+                    "rows_x", "target", "active", "searching", "was_inside", "distance", "x_cf", "nascent", "nascent_steps",
+                    "steps", "converged", "lower", "upper", "codes"))]
+
+
+def cache_folder() -> Path:
+    """Where the compiled library is kept: ``$CT_LIGHTNING_CACHE``, else ``~/.cache/ct-lightning``."""
+    return Path(os.environ.get("CT_LIGHTNING_CACHE") or Path.home() / ".cache" / "ct-lightning")
+
+
+def _compiler() -> str | None:
+    return next((path for name in (os.environ.get("CC"), "cc", "gcc", "clang") if name
+                 for path in [shutil.which(name)] if path), None)
+
+
+def _build() -> ctypes.CDLL | None:
+    """The library, compiled into :func:`cache_folder` unless already there; ``None`` without a working compiler."""
+    if sys.platform == "win32":
+        return None
+    compiler = _compiler()
+    if compiler is None:
+        return None
+    source = SOURCE.read_bytes()
+    cpu = _cpu_flags()
+    for flags in ((*FLAGS, *NATIVE_FLAGS), FLAGS) if cpu else (FLAGS,):
+        key = hashlib.sha256(source + " ".join((*flags, compiler, platform.machine(), cpu if flags != FLAGS else ""))
+                             .encode()).hexdigest()[:16]
+        library = cache_folder() / "native" / f"native_search-{key}.so"
+        if library.exists() or _compile(compiler, flags, library):
+            try:
+                loaded = ctypes.CDLL(str(library))
+                break
+            except OSError:
+                continue
+    else:
+        return None
+    for suffix in SUFFIX.values():
+        iteration = getattr(loaded, f"search_iteration_{suffix}")
+        iteration.restype = ctypes.c_int64
+        iteration.argtypes = [ctypes.POINTER(_Search), *[ctypes.c_void_p] * 6, ctypes.c_int64, ctypes.c_double]
+        finish = getattr(loaded, f"search_finish_{suffix}")
+        finish.restype = None
+        finish.argtypes = [ctypes.POINTER(_Search), *[ctypes.c_void_p] * 4, ctypes.c_int64]
+    return loaded
+
+
+def _cpu_flags() -> str:
+    """This CPU's feature flags (Linux), which a library built with -march=native depends on; "" where unknown (then
+    the library is built without -march=native, for any CPU of the architecture)."""
+    try:
+        with open("/proc/cpuinfo") as info:
+            return next((line.split(":", 1)[1].strip() for line in info if line.startswith(("flags", "Features"))), "")
+    except OSError:
+        return ""
+
+
+def _compile(compiler: str, flags: tuple[str, ...], library: Path) -> bool:
+    """Compile :data:`SOURCE` into ``library`` (whole or not at all: processes may race); whether it worked."""
+    try:
+        library.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=library.parent) as scratch:
+            built = Path(scratch) / library.name
+            subprocess.run([compiler, *flags, "-o", str(built), str(SOURCE)], check=True, capture_output=True,
+                           timeout=120)
+            os.replace(built, library)
+        return True
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def library() -> ctypes.CDLL | None:
+    """The native loop's library, built on first use; ``None`` where it is switched off or cannot be built."""
+    global _library
+    if not _enabled:
+        return None
+    if _library is False:
+        _library = _build()
+    return _library
+
+
+@contextlib.contextmanager
+def python_loop_only() -> Iterator[None]:
+    """Within the block, every search runs its PyTorch loop (to compare the two; ``bench/``, tests)."""
+    global _enabled
+    before, _enabled = _enabled, False
+    try:
+        yield
+    finally:
+        _enabled = before
+
+
+def _own_closed_form(generator) -> bool:
+    """The library's Generic or ECCo (or a subclass keeping their penalty): a per-search ``λ_cst`` and step size."""
+    from ct_lightning.generators.feature_space import ECCo, Generic  # noqa: PLC0415 - they import the search
+
+    method = type(generator).penalty_gradient
+    return method in (Generic.penalty_gradient, ECCo.penalty_gradient) and generator.has_closed_form() and \
+        all(type(getattr(generator, name, None)) in (int, float) for name in ("lambda_cost", "lr"))
+
+
+def _per_feature(values: torch.Tensor | None, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor | None | bool:
+    """``values`` (bounds or a mutability mask) as one contiguous value per feature of rows shaped ``shape``;
+    ``False`` where they are not per feature (per row, another dtype)."""
+    if values is None:
+        return None
+    if values.dtype != dtype or values.device.type != "cpu":
+        return False
+    try:
+        return values.expand(shape).contiguous()
+    except RuntimeError:
+        return False
+
+
+def _codes(limits, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor | None | bool:
+    """The mutability code of each feature (native_search.c: both 0, increase 1, decrease 2, none 3), as integers as
+    wide as values of ``dtype`` (so that the step's loops vectorise)."""
+    masks = [(code, _per_feature(mask, shape, torch.bool)) for code, mask in
+             ((1, limits.increase), (2, limits.decrease), (3, limits.none))]
+    if any(mask is False for _, mask in masks):
+        return False
+    if all(mask is None for _, mask in masks):
+        return None
+    codes = torch.zeros(shape, dtype=BITS[dtype])
+    for code, mask in masks:
+        if mask is not None:
+            codes[mask] = code
+    return codes
+
+
+def native_search(space, x: torch.Tensor, target: torch.Tensor, tau: float, max_steps: int,
+                  epsilon: float) -> SearchResult | None:
+    """``_search_packed(space, ...)`` with the loop's own work in native code, or ``None`` where that does not apply
+    (no library, not a closed-form feature-space search of the library's generators on a CPU, bounds or mutability
+    per row, a dtype other than float32/float64): the caller then runs the PyTorch loop."""
+    from ct_lightning.generators.search import FeatureSpace  # noqa: PLC0415 - it imports this module
+
+    lib = library()
+    generator = getattr(space, "generator", None)
+    if lib is None or type(space) is not FeatureSpace or space.passes is None or x.device.type != "cpu" or x.dtype not in SUFFIX \
+            or type(tau) not in (int, float) or not _own_closed_form(generator) or x.dim() < 2 or len(x) == 0:
+        return None
+    limits, features = space.limits, x.shape[1:]
+    lower, upper = _per_feature(limits.lower, features, x.dtype), _per_feature(limits.upper, features, x.dtype)
+    codes = _codes(limits, features, x.dtype)
+    if lower is False or upper is False or codes is False:
+        return None
+    # Unbounded: infinite bounds; no mutability: every feature `both` (native_search.c: the same values).
+    lower = torch.full(features, -math.inf, dtype=x.dtype) if lower is None else lower
+    upper = torch.full(features, math.inf, dtype=x.dtype) if upper is None else upper
+    codes = torch.zeros(features, dtype=BITS[x.dtype]) if codes is None else codes
+    return _run(lib, space, x.contiguous(), target.contiguous(), float(tau), max_steps, epsilon, lower, upper, codes)
+
+
+def _pointer(tensor: torch.Tensor | None) -> int | None:
+    return None if tensor is None else tensor.data_ptr()
+
+
+def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) -> SearchResult:
+    """The loop (see :func:`native_search`); ``lower``, ``upper``, ``codes``: per feature or ``None``."""
+    from ct_lightning.generators.search import _logit_gradient, target_reached  # noqa: PLC0415 - circular
+
+    n, generator, limits, passes = len(x), space.generator, space.limits, space.passes
+    suffix = SUFFIX[x.dtype]
+    iteration, finish = getattr(lib, f"search_iteration_{suffix}"), getattr(lib, f"search_finish_{suffix}")
+    x_cf, nascent = x.clone(), x.clone()
+    nascent_steps = torch.zeros(n, dtype=torch.long)
+    steps = torch.full((n,), max_steps, dtype=torch.long)
+    converged = torch.zeros(n, dtype=torch.bool)
+    rows_x, targets = x.clone(), target.clone()  # packed in place as rows freeze
+    active = torch.arange(n)
+    searching = torch.ones(n, dtype=torch.uint8)
+    was_inside = torch.zeros(n, dtype=torch.uint8)
+    distance = torch.zeros(n, dtype=BITS[x.dtype])
+    buffers = [x.clone(), torch.empty_like(x)]  # the packed rows and the next ones, in turn
+    state = _Search(n, x[0].numel(), n, n, float(generator.lr), float(epsilon), *map(_pointer, (
+        rows_x, targets, active, searching, was_inside, distance, x_cf, nascent, nascent_steps, steps, converged, lower,
+        upper, codes)))
+    handle = ctypes.byref(state)
+    m, current, previous = n, 0, None
+    rows, rows_x_in, target_in = buffers[0], rows_x, targets
+    for step in range(max_steps + 1):
+        points = limits.snap(rows, rows_x_in) if limits.snaps else rows
+        if step == max_steps:  # convergence check only: no gradient, no step
+            with torch.no_grad():
+                done = target_reached(space.model(points), target_in, tau)
+            finish(handle, rows.data_ptr(), points.data_ptr(), _pointer(previous), done.data_ptr(), step)
+            break
+        logits, saved = passes.forward(points)
+        done, grad_logits, lambda_cost = _logit_gradient(generator, logits, target_in, tau, step, max_steps)
+        grad = passes.input_gradient(saved, grad_logits).contiguous()
+        following = buffers[1 - current]
+        left = iteration(handle, rows.data_ptr(), following.data_ptr(), points.data_ptr(), _pointer(previous),
+                         grad.data_ptr(), done.data_ptr(), step, lambda_cost)
+        if left < 0:
+            break
+        current, previous = 1 - current, points
+        if left != m:  # the packing dropped frozen rows: the first `left` rows of each packed buffer hold the rest
+            m, previous = left, previous[:left]
+            rows_x_in, target_in = rows_x[:m], targets[:m]
+        rows = buffers[current][:m]
+    return SearchResult(x_cf, nascent, converged, steps, nascent_steps)
