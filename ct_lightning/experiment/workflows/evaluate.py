@@ -105,13 +105,15 @@ def metric_label(key: str, config) -> str:
 def order_note(datamodule) -> str | None:
     """The note under an ordered target's metrics: they count a counterfactual valid at its exact target only (the
     paper's protocol), where explain.py counts "at least"; ``None`` for an unordered target."""
+    from ct_lightning.evaluation.explanation import class_text  # noqa: PLC0415 - torch, loaded by then
+
     codec = getattr(datamodule, "codec", None)
     order = getattr(codec, "order", None)
     if not order:
         return None
-    return (f"note: {codec.target!r} is ordered ({' < '.join(map(str, order))}), but these metrics count a "
-            "counterfactual valid only at its exact target, as the paper's protocol does; explain.py counts a class "
-            "at or above the target as valid")
+    return (f"note: {codec.target!r} is ordered ({' < '.join(class_text(codec, c) for c in order)}), but these "
+            "metrics count a counterfactual valid only at its exact target, as the paper's protocol does; explain.py "
+            "counts a class at or above the target as valid")
 
 
 EVALUATED_TAG = "ct.evaluated_with"  # on a run that evaluate.py logged eval/* metrics to
