@@ -98,7 +98,7 @@ def run(args: argparse.Namespace) -> list[dict]:
                                                                write_table)
         from ct_lightning.evaluation.explanation import class_text, describe, row_label  # noqa: PLC0415
 
-        check_only_predicted(args)
+        check_named_classes(args)
         rows = read_rows(args.rows, args.row)
         loaded = load_explainable(args.run_id, args.checkpoint, args.tracking_uri, args.which)
         replaced = use_data(loaded, args.data)
@@ -183,7 +183,7 @@ def tau_note(tau: float, n_classes: int, ordered: bool = False) -> str:
             "model is surer of")
 
 
-def check_only_predicted(args: argparse.Namespace) -> None:
+def check_named_classes(args: argparse.Namespace) -> None:
     """``--only-predicted CLASS`` and ``--target CLASS`` that name no class of the model (by code or the data spec's
     words) refused before the rows are read and the model is built, from the classes its checkpoint or run keeps (a
     model of no table: refused once loaded, still before any search)."""
