@@ -783,11 +783,12 @@ class TabularCodec:
 
     def outcome_text(self) -> str | None:
         """The start-up line of an ordered target (``outcome: rejected < interview < offer (explanations count "at
-        least")``); ``None`` unordered."""
+        least")``; the classes in the data spec's words where it gives some, ``not invited [rejected] < ...``);
+        ``None`` unordered."""
         if not self.order:
             return None
-        return f"outcome: {' < '.join(map(str, self.order))} (explanations count \"at least\": a class at or " \
-               "above the one asked for is valid)"
+        return f"outcome: {' < '.join(worded(c, self.class_label(c)) for c in self.order)} (explanations count " \
+               "\"at least\": a class at or above the one asked for is valid)"
 
     # --- persistence -----------------------------------------------------------------------------------------
     def to_dict(self) -> dict:

@@ -402,9 +402,10 @@ def test_only_predicted_counts_and_the_plot_name_the_classes_in_words(tmp_path, 
 def test_target_refusals_and_evaluates_lines_name_the_classes_in_words(tmp_path, capsys):
     """explain.py's --target of no class said 'allowed: 0, 1 (or their words: no default, default)', after the model
     was built, and evaluate.py named classes by their codes: a table whose target holds a class the model does not
-    know ('allowed: 0, 1'), the note under an ordered outcome's metrics ('rejected < interview < offer'). Now in the
-    data spec's words with the class in brackets, as explain.py's explanations say them; --target is refused before
-    the rows are read."""
+    know ('allowed: 0, 1'), the note under an ordered outcome's metrics ('rejected < interview < offer'), and so did
+    train.py's data line and an ordered outcome's line ('with classes 0, 1 (positive: 1)'). Now in the data spec's
+    words with the class in brackets, as explain.py's explanations say them; --target is refused before the rows are
+    read."""
     from ct_lightning.experiment.configuration.data import build_datamodule
     from ct_lightning.experiment.configuration.validation import CliExit
     from ct_lightning.experiment.workflows.evaluate import order_note
@@ -416,6 +417,8 @@ def test_target_refusals_and_evaluates_lines_name_the_classes_in_words(tmp_path,
     train_main(["--data", str(CREDIT), "--target", TARGET, "--drop-columns", "ID", "--data-spec", str(spec),
                 "--max-epochs", "1", "--nce", "16", "--no-progress", "--tracking-uri",
                 f"sqlite:///{tmp_path}/mlflow.db", "--checkpoint-dir", str(tmp_path / "ct")])
+    started = capsys.readouterr().out  # train.py's data line
+    assert f"target '{TARGET}' with classes no default [0], default [1] (positive: default [1])\n" in started
     checkpoint = str(tmp_path / "ct" / "last.ckpt")
     (tmp_path / "empty.csv").write_text("")  # rows it cannot read: refused before the rows are read
     with pytest.raises(CliExit) as refused:
@@ -432,7 +435,10 @@ def test_target_refusals_and_evaluates_lines_name_the_classes_in_words(tmp_path,
     hiring_table().to_csv(hires, index=False)
     words = write(tmp_path, {"target": {"name": "outcome", "order": ORDER, "values": {
         "rejected": "not invited", "interview": "invited to talk", "offer": "offered the job"}}}, "hires.yaml")
-    note = order_note(build_datamodule({"data": str(hires), "target": "outcome", "data_spec": str(words)}))
+    datamodule = build_datamodule({"data": str(hires), "target": "outcome", "data_spec": str(words)})
+    note = order_note(datamodule)
+    assert ("\noutcome: not invited [rejected] < invited to talk [interview] < offered the job [offer] (explanations "
+            "count \"at least\"") in datamodule.describe()  # train.py's and explain.py --target-order's line
     assert note.startswith("note: 'outcome' is ordered (not invited [rejected] < invited to talk [interview] < "
                            "offered the job [offer]), but these metrics count a counterfactual valid only at its exact "
                            "target"), note
