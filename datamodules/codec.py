@@ -26,7 +26,7 @@ from datamodules.row_bounds import BOUND_VALUES, SIDES, column_rules, read_rules
 from datamodules.suggest import did_you_mean
 from datamodules.table_format import as_written
 from datamodules.wording import (WORDING_KEYS, check_wording, check_wording_kind, fitted_value_labels, heading,
-                                 label_of, labels_text, target_values, word_column)
+                                 label_of, labels_text, target_values, word_column, worded)
 
 if TYPE_CHECKING:  # torch: the searches' structures load on first use, so a table is checked before torch loads
     from datamodules.feature_types import FeatureTypes, RowBound
@@ -664,7 +664,8 @@ class TabularCodec:
         labels = category_codes(pd.Series(np.asarray(values, dtype=object).reshape(-1)), self.classes)
         if min(labels, default=0) < 0:
             unknown = next(v for v, code in zip(np.asarray(values, dtype=object).reshape(-1), labels) if code < 0)
-            raise ValueError(f"target: unknown class {unknown!r}; allowed: {', '.join(map(str, self.classes))}")
+            raise ValueError(f"target: unknown class {unknown!r}; allowed: "
+                             f"{', '.join(worded(c, self.class_label(c)) for c in self.classes)}")
         return np.asarray(labels, dtype=np.int64)
 
     def decode_target(self, labels) -> list:
@@ -782,11 +783,12 @@ class TabularCodec:
 
     def outcome_text(self) -> str | None:
         """The start-up line of an ordered target (``outcome: rejected < interview < offer (explanations count "at
-        least")``); ``None`` unordered."""
+        least")``; the classes in the data spec's words where it gives some, ``not invited [rejected] < ...``);
+        ``None`` unordered."""
         if not self.order:
             return None
-        return f"outcome: {' < '.join(map(str, self.order))} (explanations count \"at least\": a class at or " \
-               "above the one asked for is valid)"
+        return f"outcome: {' < '.join(worded(c, self.class_label(c)) for c in self.order)} (explanations count " \
+               "\"at least\": a class at or above the one asked for is valid)"
 
     # --- persistence -----------------------------------------------------------------------------------------
     def to_dict(self) -> dict:

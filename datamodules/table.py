@@ -25,7 +25,7 @@ from datamodules.row_bounds import breaking_rows, rule_name
 from datamodules.table_checks import SPLIT, checked_table, raise_problems
 from datamodules.table_format import as_written, read_table, tidy_frame
 from datamodules.workbook import table_file, table_label
-from datamodules.wording import unworded_note
+from datamodules.wording import unworded_note, worded
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".xlsx", ".xlsm")  # a CSV's delimiter is read from its header; also --data's list
 CODE_LEVELS = 10  # an inferred integer column with at most this many values may be category codes (SEX 1/2)
@@ -270,9 +270,13 @@ class TableDataModule(TensorDataModule):
     def describe(self) -> str:
         """What was read and inferred, for the start-up message."""
         sizes = " / ".join(f"{split} {len(rows)}" for split, rows in self.rows.items())
-        classes = ", ".join(repr(_plain(c)) for c in self.codec.classes)  # 0, not np.int64(0)
+        def shown(c) -> str:  # 0, not np.int64(0); in the data spec's words where it gives some: no default [0]
+            words = self.codec.class_label(c)
+            return worded(c, words) if words is not None else repr(_plain(c))
+
+        classes = ", ".join(shown(c) for c in self.codec.classes)
         # label 1 of a yes/no target; of three or more classes none is "the positive" one
-        positive = f" (positive: {_plain(self.codec.positive)!r})" if len(self.codec.classes) == 2 else ""
+        positive = f" (positive: {shown(self.codec.positive)})" if len(self.codec.classes) == 2 else ""
         balanced_by = "as in the run that trained the model, --balance undersample" if self.balance_by_model \
             else "--balance undersample"
         return (f"data {self.label_of_source}: {len(self.frame)} rows ({sizes}), target {self.target!r} with classes "

@@ -142,6 +142,12 @@ def label_of(value_labels: Sequence | None, value) -> str | None:
     return None
 
 
+def worded(value, words: str | None) -> str:
+    """``value`` (a class or a code) as people read it: the data spec's ``words`` for it with the value in brackets
+    (``likely to default next month [1]``), else the value as it is."""
+    return f"{words} [{_plain(value)}]" if isinstance(words, str) else str(_plain(value))
+
+
 def heading(name, label: str | None = None, unit: str | None = None) -> str:
     """A column as a person reads it: its ``label`` (else its ``name``), with its ``unit`` in brackets:
     ``Credit limit (NT$)``."""

@@ -32,7 +32,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--split", choices=("test", "val", "all"), default=None,
                         help="rows of the factuals: a split, or all labelled rows (default: test; all for a --data "
                              "table other than the model's own)")
-    add_arguments(parser, ["seed", "summary_json", "out_dir", "log"], seed=None)
+    add_arguments(parser, ["seed", "summary_json", "out_dir", "log", "overwrite"], seed=None)
     parser.add_argument("--unsafe-load", action="store_true",
                         help="load checkpoints with weights_only=False (only for checkpoints you trust)")
     add_arguments(parser, ["threads", "accelerator", "search_compile", "progress"])

@@ -1,6 +1,7 @@
 """recipes/evaluate.py takes every checkpoint form train.py --from-checkpoint takes, and a user's table
 (the training split, encoded with the model's own preprocessing); mismatches are one-line errors."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -25,9 +26,52 @@ def trained(tmp_path_factory):
 
 
 def evaluate(*argv, tmp_path):
+    """One evaluation into the test's plots folder, replacing an earlier one's plots there (``--overwrite``)."""
     from recipes.evaluate import main
 
-    return main([*argv, *TINY, "--out-dir", str(tmp_path / "plots")])
+    return main([*argv, *TINY, "--out-dir", str(tmp_path / "plots"), "--overwrite"])
+
+
+def test_an_evaluation_never_replaces_an_earlier_ones_results(trained, tmp_path, capsys):
+    """Evaluating the same run twice with the same --summary-json or --out-dir silently replaced the first
+    evaluation's summary and plots. Now the second is refused in one line before any work (naming the option, the
+    files and another folder or --overwrite), the first's files unchanged; --overwrite replaces them, atomically."""
+    from ct_lightning.experiment.configuration.validation import CliExit
+    from recipes.evaluate import main
+
+    out, summary = tmp_path / "eval", tmp_path / "eval.json"
+    common = ["--run-id", trained["run_id"], "--tracking-uri", trained["uri"], *TINY]
+    first = main([*common, "--out-dir", str(out), "--summary-json", str(summary)])
+    kept = {path.name: path.read_bytes() for path in [summary, *out.iterdir()]}
+    assert json.loads(summary.read_text())["run_id"] == first["run_id"] and any(out.glob("*.png"))
+    capsys.readouterr()
+    with pytest.raises(CliExit) as refused:
+        main([*common, "--out-dir", str(tmp_path / "other"), "--summary-json", str(summary)])
+    assert str(refused.value) == (f"--summary-json: got '{summary}' (the file exists); allowed: a new file path, or "
+                                  "--overwrite to replace this one")
+    with pytest.raises(CliExit) as refused:
+        main([*common, "--out-dir", str(out), "--summary-json", str(tmp_path / "again.json")])
+    plots = sorted(path.name for path in out.glob("*.png"))
+    assert str(refused.value) == (f"--out-dir: got '{out}' (it holds {', '.join(plots)} of an earlier evaluation); "
+                                  "allowed: a folder without an earlier evaluation's results (another --out-dir), or "
+                                  "--overwrite to replace them")
+    assert "accuracy" not in capsys.readouterr().out  # refused before any work
+    assert {path.name: path.read_bytes() for path in [summary, *out.iterdir()]} == kept
+    assert not (tmp_path / "other").exists() and not (tmp_path / "again.json").exists()
+    main([*common, "--out-dir", str(out), "--summary-json", str(summary), "--overwrite", "--eval-seed", "1"])
+    assert json.loads(summary.read_text())["run_id"] == first["run_id"]
+    assert summary.read_bytes() != kept["eval.json"] and not list(tmp_path.glob(".eval.json*"))  # no leftover
+
+
+def test_a_summary_written_by_another_process_meanwhile_is_kept_beside_this_one(tmp_path):
+    """The start-up check passed, then another evaluation wrote the same file: neither summary is lost."""
+    from ct_lightning.experiment.runs.atomic_files import write_json_new
+
+    path = tmp_path / "summary.json"
+    assert write_json_new(path, {"n": 1}) == path
+    assert write_json_new(path, {"n": 2}) == tmp_path / "summary-2.json"
+    assert json.loads(path.read_text()) == {"n": 1} and json.loads((tmp_path / "summary-2.json").read_text()) == {"n": 2}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["summary-2.json", "summary.json"]  # no temporary left
 
 
 def test_a_lightning_checkpoint_on_the_users_table_uses_its_own_preprocessing(trained, tmp_path, capsys):

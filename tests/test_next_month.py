@@ -216,3 +216,22 @@ def test_a_fine_tuning_does_not_offer_to_leave_out_an_identifier_its_model_reads
     assert "leave it out with --drop-columns" not in note, note
     assert note.endswith("the model was trained on it as a feature and reads it; a model without it is a new training: "
                          "--drop-columns applicant_id without --from-checkpoint"), note
+
+
+def test_a_resumed_fine_tuning_names_the_kept_constraints_as_its_first_start_did(october, tmp_path, capsys):
+    """October's --immutable age,sex, kept in November's fine-tuning, were named 'kept from the run that trained the
+    model' at its start; resumed (extended by an epoch), its start-up line said '(--mutability)', an option nobody gave,
+    because the run's configuration holds the kept pairs in ``mutability`` and did not say where they came from. The
+    run now records it (its tag ``ct.kept_mutability``), and the resumed start says what the first said."""
+    november(october).to_csv(tmp_path / "november.csv", index=False)
+    capsys.readouterr()
+    tuned = train({**TINY, **october["store"], "data": str(tmp_path / "november.csv"),
+                   "from_checkpoint": october["checkpoint"], "checkpoint_dir": str(tmp_path / "nov-ct")})
+    [first] = [line for line in capsys.readouterr().out.splitlines() if line.startswith("mutability (")]
+    assert first.startswith("mutability (kept from the run that trained the model): "), first
+    assert set(first.split("): ", 1)[1].split(", ")) == {"age: none", "sex: none"}, first
+    resumed = train({**october["store"], "resume": tuned["run_id"], "max_epochs": 2, "progress": False})
+    printed = capsys.readouterr().out.splitlines()
+    assert resumed["run_id"] == tuned["run_id"] and any(line.startswith("resume: run ") for line in printed), printed
+    [again] = [line for line in printed if line.startswith("mutability (")]
+    assert again == first

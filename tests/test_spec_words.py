@@ -194,7 +194,8 @@ def test_an_explanation_says_its_changes_in_words_beside_the_raw_codes():
     assert list(table.columns[:5]) == ["row", "explained", "prediction", "prediction_label", "prediction_probability"]
     with pytest.raises(ValueError) as refused:
         explain(model, rows, target="no defualt", codec=codec)
-    assert str(refused.value) == "target: got 'no defualt'; allowed: 0, 1 (or their words: no default, default)"
+    assert str(refused.value) == ("target: got 'no defualt'; allowed: no default [0], default [1] (the words, or the "
+                                  "class in brackets)")
 
 
 def test_the_served_model_gives_the_words_beside_the_codes():
@@ -212,6 +213,25 @@ def test_the_served_model_gives_the_words_beside_the_codes():
     assert all(c["label"] == "Credit limit" and c["unit_label"] == "NT$" for c in worded)
     pay = next(c for c in input_columns(codec) if c["name"] == "PAY_0")
     assert pay["label"] == "Repayment status, September" and pay["values"][0] == {"value": -1, "label": "paid on time"}
+
+
+def test_the_served_models_target_takes_a_class_by_its_words_as_explain_does():
+    """``explain.py --target 'no default'`` takes the class's words; the served model's ``target`` param refused them
+    (``params: target 'no default'; allowed: 0, 1``), and its refusal named the classes by their codes only."""
+    from ct_lightning.experiment.runs.request_checks import check_params
+    from ct_lightning.experiment.runs.served_model import RawRowsClassifier
+    from ct_lightning.models import build_mlp
+
+    codec = TabularCodec.fit(credit_frame(), TARGET, SPEC)
+    check_params(codec, {"explain": True, "target": "No Default"})
+    with pytest.raises(ValueError) as refused:
+        check_params(codec, {"explain": True, "target": "maybe"})
+    assert str(refused.value) == ("params: target 'maybe'; allowed: no default [0], default [1] (the words, or the "
+                                  "class in brackets)")
+    torch.manual_seed(0)
+    served = RawRowsClassifier(build_mlp(len(codec.feature_names), 2, [8]), codec, {"max_steps": 20})
+    answer = served.predict(None, credit_frame().drop(columns=TARGET).head(2), {"explain": True, "target": "no default"})
+    assert answer["target"].tolist() == [0, 0] and answer["target_label"].tolist() == ["no default"] * 2
 
 
 # --- end to end: train with words, explain a batch, write letters ---------------------------------------------------
@@ -377,6 +397,51 @@ def test_only_predicted_counts_and_the_plot_name_the_classes_in_words(tmp_path, 
     titles = {t.get_text() for t in explanation_figure(explained).findobj(Text) if t.get_text().startswith("row ")}
     assert titles and all(re.search(r": (no default \[0\]|default \[1\]) → (no default \[0\]|default \[1\])$", t)
                           for t in titles), titles
+
+
+def test_target_refusals_and_evaluates_lines_name_the_classes_in_words(tmp_path, capsys):
+    """explain.py's --target of no class said 'allowed: 0, 1 (or their words: no default, default)', after the model
+    was built, and evaluate.py named classes by their codes: a table whose target holds a class the model does not
+    know ('allowed: 0, 1'), the note under an ordered outcome's metrics ('rejected < interview < offer'), and so did
+    train.py's data line and an ordered outcome's line ('with classes 0, 1 (positive: 1)'). Now in the data spec's
+    words with the class in brackets, as explain.py's explanations say them; --target is refused before the rows are
+    read."""
+    from ct_lightning.experiment.configuration.data import build_datamodule
+    from ct_lightning.experiment.configuration.validation import CliExit
+    from ct_lightning.experiment.workflows.evaluate import order_note
+    from recipes.evaluate import main as evaluate_main
+    from recipes.explain import main as explain_main
+    from test_ordered_outcomes import ORDER, hiring_table
+
+    spec = write(tmp_path, SPEC)
+    train_main(["--data", str(CREDIT), "--target", TARGET, "--drop-columns", "ID", "--data-spec", str(spec),
+                "--max-epochs", "1", "--nce", "16", "--no-progress", "--tracking-uri",
+                f"sqlite:///{tmp_path}/mlflow.db", "--checkpoint-dir", str(tmp_path / "ct")])
+    started = capsys.readouterr().out  # train.py's data line
+    assert f"target '{TARGET}' with classes no default [0], default [1] (positive: default [1])\n" in started
+    checkpoint = str(tmp_path / "ct" / "last.ckpt")
+    (tmp_path / "empty.csv").write_text("")  # rows it cannot read: refused before the rows are read
+    with pytest.raises(CliExit) as refused:
+        explain_main(["--checkpoint", checkpoint, "--rows", str(tmp_path / "empty.csv"), "--target", "no defualt"])
+    assert str(refused.value) == ("--target: got 'no defualt'; allowed: no default [0], default [1] (the words, or "
+                                  "the class in brackets)")
+    later = pd.read_csv(CREDIT)
+    later.loc[later.index[:5], TARGET] = 2  # a class the model was not trained on
+    later.to_csv(tmp_path / "later.csv", index=False)
+    with pytest.raises(CliExit) as refused:
+        evaluate_main(["--checkpoint", checkpoint, "--data", str(tmp_path / "later.csv"), "--no-log", "--n-runs", "1"])
+    assert str(refused.value) == "--target: unknown class 2; allowed: no default [0], default [1]"
+    hires = tmp_path / "hires.csv"
+    hiring_table().to_csv(hires, index=False)
+    words = write(tmp_path, {"target": {"name": "outcome", "order": ORDER, "values": {
+        "rejected": "not invited", "interview": "invited to talk", "offer": "offered the job"}}}, "hires.yaml")
+    datamodule = build_datamodule({"data": str(hires), "target": "outcome", "data_spec": str(words)})
+    note = order_note(datamodule)
+    assert ("\noutcome: not invited [rejected] < invited to talk [interview] < offered the job [offer] (explanations "
+            "count \"at least\"") in datamodule.describe()  # train.py's and explain.py --target-order's line
+    assert note.startswith("note: 'outcome' is ordered (not invited [rejected] < invited to talk [interview] < "
+                           "offered the job [offer]), but these metrics count a counterfactual valid only at its exact "
+                           "target"), note
 
 
 def test_training_notes_the_codes_a_data_spec_leaves_without_words(tmp_path):

@@ -444,6 +444,14 @@ def test_a_teammates_run_with_read_permission_explains_and_evaluates_keeping_the
         f"{out / 'summary.json'}, the plots in {out}; --no-log skips logging" in done.stdout.splitlines()
     assert (out / "summary.json").is_file() and any(out.glob("*.png"))
     assert not any(key.startswith("eval/") for key in MlflowClient(url).get_run(run_id).data.metrics)
+    # evaluated again into the same folder: its summary.json was silently replaced; now refused before any work
+    kept = {path.name: path.read_bytes() for path in out.iterdir()}
+    done = run_script(ROOT / "recipes" / "evaluate.py", ["--run-id", run_id, "--tracking-uri", url, "--out-dir",
+                                                         str(out), *EVAL_TINY, "--eval-seed", "1"], cwd=tmp_path, env=bob)
+    assert done.returncode == 2 and _one_error(done) == (
+        f"error: --out-dir: got '{out}' (it holds {', '.join(sorted(kept))} of an earlier evaluation); allowed: a "
+        "folder without an earlier evaluation's results (another --out-dir), or --overwrite to replace them")
+    assert {path.name: path.read_bytes() for path in out.iterdir()} == kept
     alice = _env(MLFLOW_TRACKING_USERNAME="alice", MLFLOW_TRACKING_PASSWORD="alice-password-1")
     done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", run_id, "--row", ROW, "--tracking-uri", url],
                       cwd=tmp_path, env=alice)

@@ -28,7 +28,7 @@ from ct_lightning.generators import FitContext, make_generator, prepare_standalo
 from ct_lightning.generators.base import generate_counterfactuals
 from datamodules.codec import ColumnSpec, categories_by_case  # ColumnSpec: also the identity codec's columns
 from datamodules.table_format import as_written
-from datamodules.wording import heading
+from datamodules.wording import heading, label_of, worded
 
 EXPLAIN_STEP = 0.05  # the largest search step of an explanation (η); see explanation_search
 EXPLAIN_TRAVEL = 25.0  # η·T of the paper's training search (0.25 · 100 steps): how far an explanation may go
@@ -141,9 +141,16 @@ def class_named(label, classes, option: str, words=None):
         said = [c for c, text in words or () if str(text).casefold() == str(label).strip().casefold()]
         match = [c for c in classes if any(_same(c, named) for named in said)]
     if not match:
-        named = f" (or their words: {', '.join(str(text) for _, text in words)})" if words else ""
-        raise ValueError(f"{option}: got {label!r}; allowed: {', '.join(map(str, classes))}{named}")
+        raise ValueError(f"{option}: got {label!r}; allowed: {allowed_classes(classes, words)}")
     return match[0]
+
+
+def allowed_classes(classes, words=None) -> str:
+    """The classes as a refusal lists them: in the data spec's ``words`` (``[[class, text], ...]``) with the class in
+    brackets, which :func:`class_named` takes either way (``likely to repay [0], likely to default [1] (the words, or
+    the class in brackets)``), else as they are (``no, yes``)."""
+    shown = ", ".join(worded(c, label_of(words, c)) for c in classes)
+    return shown + (" (the words, or the class in brackets)" if words else "")
 
 
 def _model_rows(frame: pd.DataFrame, codec) -> tuple[pd.DataFrame, torch.Tensor]:
@@ -561,8 +568,13 @@ def shown_change(change: dict) -> str:
 def class_shown(row, key: str) -> str:
     """The class under ``key`` of an explanation (``prediction``, ``target``, ``counterfactual_prediction``) as the
     console shows it: in the data spec's words with the class in brackets (``default [1]``), else as it is."""
-    words, raw = row.get(f"{key}_label"), row.get(key)
-    return f"{words} [{raw}]" if isinstance(words, str) else str(raw)
+    return worded(row.get(key), row.get(f"{key}_label"))
+
+
+def class_text(codec, label) -> str:
+    """The class ``label`` of a model whose preprocessing is ``codec`` as every console line and message shows it:
+    in the data spec's words with the class in brackets (``likely to default next month [1]``), else as it is."""
+    return worded(label, codec.class_label(label) if getattr(codec, "class_labels", None) else None)
 
 
 def row_label(row: int, other_columns: Mapping | None = None) -> str:

@@ -39,6 +39,25 @@ def write_text_atomic(path: str | os.PathLike, text: str) -> None:
         temporary.write_text(text, encoding="utf-8")
 
 
+def write_json_new(path: str | os.PathLike, payload, **options) -> Path:
+    """Write ``payload`` as :func:`write_json_atomic` does, but never over an existing file: the finished file is
+    hard-linked into place, which fails where a file is; where ``path`` exists by then (another process wrote it since
+    the start-up check), it goes to the first free ``NAME-2.json``, ``NAME-3.json``, ... Returns the path written."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f".{path.name}.", dir=path.parent) as folder:
+        temporary = Path(folder) / path.name
+        write_json_atomic(temporary, payload, **options)
+        for number in range(1, 10_000):
+            target = path if number == 1 else path.with_name(f"{path.stem}-{number}{path.suffix}")
+            try:
+                os.link(temporary, target)
+            except FileExistsError:
+                continue
+            return target
+    raise FileExistsError(f"{path}: no free name beside it")
+
+
 @contextlib.contextmanager
 def atomic_file(path: str | os.PathLike) -> Iterator[Path]:
     """A temporary file beside ``path`` to write (its folder created, mode 0644: results are meant to be shared),

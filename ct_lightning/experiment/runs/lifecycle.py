@@ -22,6 +22,9 @@ SUMMARY_JSON_TAG = "ct.summary_json"  # where the run writes its summary (--summ
 STACK_TAG = "ct.stack"  # "k/K": member k of a stack of K trainings (experiment/runs/stacked_train.py)
 ERROR_TAG = "error"
 CONSTRAINTS_TAG = "ct.constraints"  # what the training's searches kept to, in words: alike for every run
+# a fine-tuning's constraints kept from its model's original run, {feature: kind} as JSON: its configuration's
+# mutability holds them among the given ones, and a resumed run names them as its first start did
+KEPT_MUTABILITY_TAG = "ct.kept_mutability"
 
 
 def defining_config(config: dict) -> dict:

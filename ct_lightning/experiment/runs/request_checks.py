@@ -414,11 +414,17 @@ def requested_mutability(codec, params: dict) -> dict[str, str]:
 
 def check_params(codec, params: dict) -> None:
     """Refuse a ``target`` that is not one of the model's classes (the label, compared as text as
-    ``explain.py --target`` compares it: not a class's index) and a ``max_steps`` outside 0 … 10000
-    (one-line ``ValueError``)."""
+    ``explain.py --target`` compares it: not a class's index; or the data spec's words for it, as there) and a
+    ``max_steps`` outside 0 … 10000 (one-line ``ValueError``)."""
+    from ct_lightning.evaluation.explanation import allowed_classes, class_named  # noqa: PLC0415 - torch
+
     target = requested_target(codec, params)
-    if target is not None and str(target) not in {str(c) for c in codec.classes}:
-        raise ValueError(f"params: target {target!r}; allowed: {', '.join(map(str, codec.classes))}")
+    words = getattr(codec, "class_labels", None)
+    if target is not None:
+        try:
+            class_named(target, list(codec.classes), "target", words)
+        except ValueError:
+            raise ValueError(f"params: target {target!r}; allowed: {allowed_classes(codec.classes, words)}") from None
     steps = params.get("max_steps")
     if steps not in (None, "") and not 0 <= int(steps) <= MAX_STEPS:
         raise ValueError(f"params: max_steps {steps}; allowed: 0 (the run's own setting) to {MAX_STEPS}")

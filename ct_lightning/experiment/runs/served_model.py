@@ -79,7 +79,8 @@ class RawRowsClassifier(mlflow.pyfunc.PythonModel):
     data spec words the column and its values; ``prediction_label``, ``target_label`` and
     ``counterfactual_prediction_label`` name classes it words); for an ordered outcome also ``valid_classes`` (the
     classes at or above the target, which count as valid; ``target_probability`` is their summed probability);
-    ``target`` (a class label as text, as ``explain.py --target``; default: the most likely other class),
+    ``target`` (a class label as text, or the data spec's words for it, as ``explain.py --target``; default: the most
+    likely other class),
     ``max_steps``, and ``immutable`` and ``mutability`` (as ``explain.py``'s options: columns the explanation must not
     change, or only one way, on top of the run's own constraints), ``step`` (``income=1000``: changes in whole
     steps, as ``explain.py --step``) and ``max_change`` (``income=10000``: changes of at most that much, as

@@ -33,7 +33,8 @@ from ct_lightning.constraints import data_mutability
 from ct_lightning.experiment.configuration.data import build_datamodule, mutability_line, mutability_spec
 from ct_lightning.experiment.runs.interrupt import INTERRUPTED_TAG, TrainingInterrupted
 from ct_lightning.experiment.configuration.preflight import preflight_training
-from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, CONSTRAINTS_TAG, ERROR_TAG, SUMMARY_JSON_TAG,
+from ct_lightning.experiment.runs.lifecycle import (CHECKPOINT_DIR_TAG, CONSTRAINTS_TAG, ERROR_TAG,
+                                                    KEPT_MUTABILITY_TAG, SUMMARY_JSON_TAG,
                                               check_outputs, trained_under,
                                               completed_epochs, create_run, defining_config,
                                               find_resumable_run, mark_failed, mark_interrupted,
@@ -217,8 +218,9 @@ def _adapted_weights(state: dict, metadata: dict, implied: dict) -> tuple[dict, 
     return network, implied
 
 
-def _resume_config(overrides: dict, echo=print) -> tuple[dict, str, Path]:
-    """The logged configuration of the run to resume, its id and its last checkpoint.
+def _resume_config(overrides: dict, echo=print) -> tuple[dict, str, Path, dict[str, str]]:
+    """The logged configuration of the run to resume, its id, its last checkpoint and, for a fine-tuning, the
+    constraints it kept from its model's original run (``{feature: kind}``, its tag ``ct.kept_mutability``).
 
     ``max_epochs`` may extend the run (it must exceed the epochs already trained); every other
     setting that shapes training stays as logged, and giving one is an error.
@@ -256,7 +258,7 @@ def _resume_config(overrides: dict, echo=print) -> tuple[dict, str, Path]:
     config["checkpoint_dir"] = str(last.parent)
     echo(f"resume: run {run_id} ({run.info.run_name}, {run.info.status}) from {last} after {done} epoch(s), "
          f"training to epoch {config['max_epochs']}", flush=True)
-    return config, run_id, last
+    return config, run_id, last, json.loads(run.data.tags.get(KEPT_MUTABILITY_TAG) or "{}")
 
 
 def _scalar_metrics(metrics: dict) -> dict[str, float]:
@@ -267,16 +269,16 @@ def _scalar_metrics(metrics: dict) -> dict[str, float]:
     return out
 
 
-def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None, dict | None, bool]:
+def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None, dict | None, bool, dict]:
     """Resolve the configuration (or the run to resume) and check outputs, before any run exists. Returns the
-    configuration, the run id and checkpoint to resume, the ``from_checkpoint`` weights and whether its
-    ``model_inputs`` came with them."""
+    configuration, the run id and checkpoint to resume, the ``from_checkpoint`` weights, whether its
+    ``model_inputs`` came with them and the constraints a resumed fine-tuning kept from its model's original run."""
     given = {k: v for k, v in overrides.items() if v is not None}
     if given.get("resume"):
-        config, run_id, resume_from = _resume_config(given, echo)
+        config, run_id, resume_from, from_model = _resume_config(given, echo)
         # the run's own summary path (not given again) may hold its summary already: an extended finished run
         check_outputs(config if given.get("summary_json") else {**config, "summary_json": None}, resuming=True)
-        return config, run_id, resume_from, None, False
+        return config, run_id, resume_from, None, False, from_model
     if given.get("config"):
         given = {**load_config_file(given["config"]), **given}
     weights, inherited = None, False
@@ -300,7 +302,7 @@ def _prepare(overrides: dict, echo=print) -> tuple[dict, str | None, Path | None
         entries = model_input_entries(config)
         if entries is not None:
             check_input_width(config, entries, weights)
-    return config, None, None, weights, inherited
+    return config, None, None, weights, inherited, {}
 
 
 def loaded_model_line(config: dict, model: torch.nn.Module, inherited: bool) -> str:
@@ -375,13 +377,12 @@ def train(overrides: dict, *, callbacks: list | None = None, tags: dict | None =
 
 def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume_hint: str | None = None,
            protect_by: str = "--protect") -> dict:
-    config, run_id, resume_from, weights, inherited = _prepare(overrides, echo)
+    config, run_id, resume_from, weights, inherited, from_model = _prepare(overrides, echo)
     check_cpu_math(config.get("cpu_math", "native"))  # portable must have been chosen before torch started
     set_search_compile(config["search_compile"])
     L.seed_everything(config["seed"], workers=True, verbose=False)
     kept = kept_preprocessing(config, resume_from)  # a fine-tuning on a table reads it as its model was trained to
-    from_model: dict[str, str] = {}  # the constraints kept from the model's original run
-    if kept is not None:
+    if kept is not None:  # from_model: the constraints kept from the model's original run (a resumed run's tag)
         check_data_spec(config, kept)
         echo(kept_line(config, resume_from is not None), flush=True)
         if resume_from is None:  # a resumed run's config has them
@@ -432,7 +433,8 @@ def _train(overrides: dict, callbacks, tags, echo, stopper: StopOnSignal, resume
     if run_id is None:
         run_id, run_name = create_run(client, experiment_id, config,
                                       {**(tags or {}), **{f"ct.{k}": v for k, v in cpu_math_state().items()},
-                                       CONSTRAINTS_TAG: trained_under(module, datamodule)})
+                                       CONSTRAINTS_TAG: trained_under(module, datamodule),
+                                       **({KEPT_MUTABILITY_TAG: json.dumps(from_model)} if from_model else {})})
     else:
         run = client.get_run(run_id)
         run_name = run.info.run_name

@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 
 from ct_lightning.experiment.configuration import catalogue
-from ct_lightning.experiment.runs.atomic_files import write_json_atomic
+from ct_lightning.experiment.runs.atomic_files import write_json_atomic, write_json_new
 from ct_lightning.experiment.runs.registry import run_of_reference
 from ct_lightning.experiment.runs.tracking_server import is_permission_denied, run_write_refused, write_refused_now
 from ct_lightning.experiment.configuration.protocol_options import protocol_config
@@ -25,14 +25,32 @@ def check_inputs(args: argparse.Namespace) -> None:
     check_accelerator("--accelerator", args.accelerator)
     if args.data:
         SETTINGS_BY_NAME["data"].checked(args.data, "--data")  # a table file must exist
-    check_output_file("--summary-json", args.summary_json)
+    overwrite = bool(getattr(args, "overwrite", False))
+    check_output_file("--summary-json", args.summary_json, overwrite)
     if args.out_dir:
         check_writable_folder("--out-dir", args.out_dir)
+        check_no_earlier_evaluation(args.out_dir, overwrite)
     if args.checkpoint:
         check_checkpoint_file("--checkpoint", args.checkpoint)
     else:  # models:/NAME/VERSION, as train.py prints it, is the run that logged that version
         args.run_id = run_of_reference("--run-id", args.run_id, args.tracking_uri)
         check_run_ids("--run-id", [args.run_id], args.tracking_uri)
+
+
+SUMMARY_FILE = "summary.json"  # in --out-dir, where the run does not take the results (a teammate's, READ only)
+
+
+def check_no_earlier_evaluation(out_dir: str, overwrite: bool) -> None:
+    """An ``--out-dir`` that holds an earlier evaluation's results (its ``summary.json``, kept there where the run
+    could not take it, or its plots, ``*.png``) is refused in one line before any work, unless ``overwrite``: an
+    evaluation never replaces another's results."""
+    folder = Path(out_dir)
+    found = sorted(p.name for p in folder.glob("*") if p.name == SUMMARY_FILE or p.suffix == ".png") \
+        if folder.is_dir() and not overwrite else []
+    if found:
+        shown = ", ".join(found[:3]) + (f", ... ({len(found)} files)" if len(found) > 3 else "")
+        raise InputError("--out-dir", out_dir, "a folder without an earlier evaluation's results (another --out-dir), "
+                         "or --overwrite to replace them", f"it holds {shown} of an earlier evaluation")
 
 
 def load(args: argparse.Namespace):
@@ -87,13 +105,15 @@ def metric_label(key: str, config) -> str:
 def order_note(datamodule) -> str | None:
     """The note under an ordered target's metrics: they count a counterfactual valid at its exact target only (the
     paper's protocol), where explain.py counts "at least"; ``None`` for an unordered target."""
+    from ct_lightning.evaluation.explanation import class_text  # noqa: PLC0415 - torch, loaded by then
+
     codec = getattr(datamodule, "codec", None)
     order = getattr(codec, "order", None)
     if not order:
         return None
-    return (f"note: {codec.target!r} is ordered ({' < '.join(map(str, order))}), but these metrics count a "
-            "counterfactual valid only at its exact target, as the paper's protocol does; explain.py counts a class "
-            "at or above the target as valid")
+    return (f"note: {codec.target!r} is ordered ({' < '.join(class_text(codec, c) for c in order)}), but these "
+            "metrics count a counterfactual valid only at its exact target, as the paper's protocol does; explain.py "
+            "counts a class at or above the target as valid")
 
 
 EVALUATED_TAG = "ct.evaluated_with"  # on a run that evaluate.py logged eval/* metrics to
@@ -188,9 +208,15 @@ def run(args: argparse.Namespace) -> dict:
                "logged": logged,
                "plots": [str(p) for p in plots], **result.to_dict(include_samples=True)}
     if refused and not args.summary_json:  # kept here, as the note said
-        args.summary_json = str(out_dir / "summary.json")
-    if args.summary_json:
+        args.summary_json = str(out_dir / SUMMARY_FILE)
+    if args.summary_json and getattr(args, "overwrite", False):
         write_json_atomic(args.summary_json, payload)
+    elif args.summary_json:  # refused at start where it existed; one written since is kept too, beside it
+        written = str(write_json_new(args.summary_json, payload))
+        if written != str(args.summary_json):
+            print(f"note: {args.summary_json} was written by another process during this evaluation and is kept; "
+                  f"this evaluation's summary is in {written}")
+        args.summary_json = written
     shown = {k: v for k, v in summary.items() if k != "per_lambda"}
     print(f"data {datamodule.name} ({split} {'rows' if split == 'all' else 'split'}), {constraints.in_words()}")
     note = order_note(datamodule)
@@ -207,6 +233,6 @@ def run(args: argparse.Namespace) -> dict:
 
 def not_logged(reason: str, args: argparse.Namespace, out_dir: Path) -> str:
     """The one line on an evaluation the run's server does not take (``reason``): where its results are instead."""
-    summary = args.summary_json or out_dir / "summary.json"
+    summary = args.summary_json or out_dir / SUMMARY_FILE
     return (f"note: the evaluation is not logged to the run: {reason}; its results are kept here: the summary in "
             f"{summary}, the plots in {out_dir}; --no-log skips logging")

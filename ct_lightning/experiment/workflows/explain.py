@@ -96,9 +96,9 @@ def run(args: argparse.Namespace) -> list[dict]:
                                                                load_explainable, log_explanations, read_rows,
                                                                search_settings, use_data, use_target_order,
                                                                write_table)
-        from ct_lightning.evaluation.explanation import describe, row_label  # noqa: PLC0415
+        from ct_lightning.evaluation.explanation import class_text, describe, row_label  # noqa: PLC0415
 
-        check_only_predicted(args)
+        check_named_classes(args)
         rows = read_rows(args.rows, args.row)
         loaded = load_explainable(args.run_id, args.checkpoint, args.tracking_uri, args.which)
         replaced = use_data(loaded, args.data)
@@ -183,27 +183,21 @@ def tau_note(tau: float, n_classes: int, ordered: bool = False) -> str:
             "model is surer of")
 
 
-def class_text(codec, label) -> str:
-    """The class ``label`` as the console shows it: in the data spec's words with the class in brackets
-    (``likely to default next month [1]``), else as it is."""
-    from ct_lightning.evaluation.explanation import class_shown, class_wording  # noqa: PLC0415
-
-    return class_shown({"class": label, **class_wording(codec, {"class": label})}, "class")
-
-
-def check_only_predicted(args: argparse.Namespace) -> None:
-    """``--only-predicted CLASS`` that names no class of the model (by code or the data spec's words) refused before
-    the rows are read and the model is built, from the classes its checkpoint or run keeps (a model of no table:
-    refused once loaded, still before any search)."""
-    label = getattr(args, "only_predicted", None)
-    if label is None:
+def check_named_classes(args: argparse.Namespace) -> None:
+    """``--only-predicted CLASS`` and ``--target CLASS`` that name no class of the model (by code or the data spec's
+    words) refused before the rows are read and the model is built, from the classes its checkpoint or run keeps (a
+    model of no table: refused once loaded, still before any search)."""
+    given = {option: getattr(args, name, None) for option, name in (("--only-predicted", "only_predicted"),
+                                                                    ("--target", "target"))}
+    if all(label is None for label in given.values()):
         return
     from ct_lightning.evaluation.explanation import class_named  # noqa: PLC0415
     from ct_lightning.experiment.runs.explanations import known_classes  # noqa: PLC0415
 
     known = known_classes(args.run_id, args.checkpoint, args.tracking_uri)
-    if known:
-        class_named(label, known[0], "--only-predicted", known[1])
+    for option, label in given.items():
+        if known and label is not None:
+            class_named(label, known[0], option, known[1])
 
 
 def only_predicted(loaded, rows, label) -> tuple:
@@ -212,7 +206,7 @@ def only_predicted(loaded, rows, label) -> tuple:
     class is a one-line error."""
     if label is None:
         return rows, [], None
-    from ct_lightning.evaluation.explanation import class_named, predictions  # noqa: PLC0415
+    from ct_lightning.evaluation.explanation import class_named, class_text, predictions  # noqa: PLC0415
 
     wanted = class_named(label, list(loaded.codec.classes), "--only-predicted", getattr(loaded.codec, "class_labels",
                                                                                           None))
