@@ -75,3 +75,36 @@ def test_the_guides_letters_offer_only_changes_an_applicant_can_make(tmp_path):
                 assert before == row["years_employed"] and before < after <= row["age"] - 18, text
         assert not re.search(r"  - (Age|Home|Purpose of the loan|Sex)[^:]*: from ", text)  # held facts never change
     assert offered, "no letter offers a change"
+
+
+def test_valid_explanations_below_the_asked_tau_are_named_in_a_note(tmp_path, capsys):
+    """The lending walk with --tau 0.75: one letter said 'approved (probability 0.74)' and the console 'valid' with no
+    word that the search stopped short of the 0.75 asked for (the domain, the held columns and the steps stopped it).
+    A note now names such rows with their probability; none where every valid explanation reaches tau."""
+    from ct_lightning.evaluation.explanation import probability_text
+    from recipes.explain import main as explain_main
+    from recipes.train import main as train_main
+
+    fixture = ROOT / "tests" / "fixtures" / "loans.csv"
+    spec = ROOT / "examples" / "loans-words.yaml"
+    train_main(["--data", str(fixture), "--target", "approved", "--data-spec", str(spec), "--max-epochs", "10",
+                "--nce", "32", "--no-progress", "--tracking-uri", f"sqlite:///{tmp_path}/mlflow.db",
+                "--checkpoint-dir", str(tmp_path / "ct")])
+    rows = tmp_path / "rows.csv"
+    pd.read_csv(fixture).head(30).to_csv(rows, index=False)
+    capsys.readouterr()
+    common = ["--checkpoint", str(tmp_path / "ct" / "last.ckpt"), "--rows", str(rows), "--only-predicted", "declined",
+              "--max-steps", "60"]
+    records = explain_main([*common, "--tau", "0.9"])
+    out = capsys.readouterr().out
+    short = [r for r in records if r["explained"] and r["valid"] and r["probability"] < 0.9]
+    valid = sum(bool(r["explained"] and r["valid"]) for r in records)
+    assert short, "no valid explanation below tau 0.9: the test shows nothing"
+    [note] = [line for line in out.splitlines() if "below tau 0.9 " in line]
+    assert note.startswith(f"note: {len(short)} of the {valid} valid explanations "), note
+    first = short[0]
+    assert f"(row {first['row']}: {probability_text(first['probability'])}" in note, note
+    assert note.endswith("the model predicts the target there, less surely than asked; more search steps "
+                         "(--max-steps) or a larger --search-lr may reach it"), note
+    explain_main([*common, "--tau", "0.5"])  # every valid explanation of two classes reaches 0.5
+    assert "below tau" not in capsys.readouterr().out
