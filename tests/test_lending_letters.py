@@ -21,7 +21,7 @@ SIZES = {"--out loans.csv": "--rows 600", "recipes/train.py": "--max-epochs 3 --
 def guide_commands() -> list[str]:
     """The worked example's commands, as docs/guide.md gives them (continued lines joined, comments left out)."""
     text = (ROOT / "docs" / "guide.md").read_text()
-    section = text[text.index("*Worked example: a letter to each applicant"):]
+    section = text[text.index("#### Worked example: a letter to each applicant"):]
     block = re.search(r"```bash\n(.*?)```", section, flags=re.S).group(1).replace("\\\n", " ")
     return [re.sub(r"\s+#.*$", "", line) for line in block.splitlines() if line.strip() and not line.startswith("#")]
 
