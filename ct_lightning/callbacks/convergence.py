@@ -132,8 +132,8 @@ def target_message(names: list[str], by_target: dict[int, tuple[int, float]], lo
                       "class), or a longer --burnin while the model still learns" if lower_tau else ""))
     blocked = [k for k in low if reach is not None and k not in seldom] if one_way else []
     if blocked:
-        texts.append(f"the model gives {listed(blocked)} tau on many training rows, yet the search seldom reaches "
-                     f"{'it' if len(blocked) == 1 else 'them'}: the mutability lets {', '.join(one_way)} change one "
+        texts.append(f"the model gives {listed(blocked)} probability >= tau on many training rows, yet the search "
+                     f"seldom reaches {'it' if len(blocked) == 1 else 'them'}: the mutability lets {', '.join(one_way)} change one "
                      "way only, and where every move it allows leads away from "
                      f"{'it' if len(blocked) == 1 else 'them'}, no counterfactual can get there and no search setting "
                      "changes that (as meant: CT then adds nothing for that target); if a move would lead there, "
