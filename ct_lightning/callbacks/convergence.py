@@ -136,7 +136,8 @@ def target_message(names: list[str], by_target: dict[int, tuple[int, float]], lo
         texts.append(f"the model gives {listed(blocked)} probability >= tau on many training rows, yet the search "
                      f"seldom reaches {it}: the mutability lets {', '.join(one_way)} change one way only, and where "
                      f"every move it allows leads away from {it}, no counterfactual can get there and no search "
-                     "setting changes that (as meant: CT then adds nothing for that target); if a move would lead there, "
+                     "setting changes that (as meant: CT then adds nothing for that target); "
+                     "if a move would lead there, "
                      + general_advice(lower_tau))
     # (SPEC section 1: a counterfactual that does not converge adds no penalty.)
     return "; ".join(texts), bool(unpredicted or (capped and lower_tau) or blocked)
