@@ -4,8 +4,11 @@ Columns: age, income, debt, years_employed (integers), home_ownership (rent|mort
 purpose (car|debt_consolidation|education|home_improvement|small_business), sex (female|male) and
 approved (yes|no). Approval follows the debt-to-income ratio, income, years employed, home ownership
 and purpose, with noise; sex plays no part in it (so a model has no reason to use it).
+--applicants writes new applications to decide instead: an applicant_id first (A0001, A0002, ...) and no approved
+column, as a lender's file of this week's applications would hold them (another --seed than the training table's).
 
   python examples/make_lending_csv.py --out loans.csv --rows 5000 --seed 0
+  python examples/make_lending_csv.py --out applicants.csv --rows 20 --seed 1 --applicants
 """
 
 from __future__ import annotations
@@ -46,10 +49,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--out", default="loans.csv", help="CSV file to write (default %(default)s)")
     parser.add_argument("--rows", type=int, default=5000, help="applicants (default %(default)s)")
     parser.add_argument("--seed", type=int, default=0, help="random seed (default %(default)s)")
+    parser.add_argument("--applicants", action="store_true",
+                        help="new applications: an applicant_id column first and no approved column")
     args = parser.parse_args(argv)
     if args.rows < 20:
         parser.error(f"--rows: got {args.rows}; allowed: an integer ≥ 20")
     frame = make_loans(args.rows, args.seed)
+    if args.applicants:
+        frame = frame.drop(columns="approved")
+        frame.insert(0, "applicant_id", [f"A{i:04d}" for i in range(1, len(frame) + 1)])
+        frame.to_csv(args.out, index=False)
+        print(f"wrote {args.out}: {len(frame)} new applications (applicant_id first, no decision yet)")
+        return
     frame.to_csv(args.out, index=False)
     print(f"wrote {args.out}: {len(frame)} applicants, {(frame['approved'] == 'yes').mean():.0%} approved")
 

@@ -108,3 +108,35 @@ def test_a_target_class_left_behind_is_warned_while_the_share_over_all_targets_i
     assert "converged per target class: 0 0.60 of 300, 1 0.02 of 300 (predicted for 0% of training rows, p >= tau " \
         "for 0%, max p " in lines[0] and "2 0.40 of 400" in lines[0]
     assert "the model does not predict '1', so CT adds little for it: try a longer --burnin" in lines[0], lines[0]
+
+
+def test_a_target_that_one_way_columns_lead_away_from_is_not_met_with_search_advice_alone():
+    """The lending walk (examples/loans-words.yaml): income may only rise, debt only fall, the rest is held, so no
+    counterfactual of an approved applicant reaches 'no'; the warning advised more search steps and the like alone,
+    which cannot help. It now names the one-way columns as the likely cause, the search advice as the alternative."""
+    from pathlib import Path
+
+    from datamodules.codec import read_spec
+
+    root = Path(__file__).resolve().parents[1]
+    spec = read_spec(root / "examples" / "loans-words.yaml")
+    dm = TableDataModule(root / "tests" / "fixtures" / "loans.csv", target="approved", spec=spec, batch_size=32)
+    dm.setup()
+    L.seed_everything(0, verbose=False)
+    lines = []
+    mutability = {c.name: c.mutability for c in dm.codec.columns if c.mutability != "both"}
+    module = CTModule(n_features=dm.n_features, n_classes=2, nce=100, tau=0.5, mutability=mutability,
+                      feature_names=dm.feature_names, lr=0.01)
+    trainer = L.Trainer(max_epochs=4, logger=False, enable_checkpointing=False, enable_progress_bar=False,
+                        enable_model_summary=False, accelerator="cpu",
+                        callbacks=[ConvergenceWatch(echo=lambda text, **_: lines.append(text))])
+    trainer.fit(module, dm)
+    no = [str(c) for c in dm.codec.classes].index("no")
+    assert module.converged_by_target()[no][1] < 0.1
+    [warned] = [line for line in lines if line.startswith("warning:")]
+    assert "the model gives 'no' probability >= tau on many training rows, yet the search seldom reaches it: the " \
+           "mutability lets income: increase, debt: decrease, years_employed: increase change one way only" \
+        in warned, warned
+    assert "no search setting changes that" in warned
+    assert warned.endswith("if a move would lead there, try more search steps (--max-steps), a smaller --lambda-reg "
+                           "or --lambda-energy, a larger search step size (--search-lr), or a longer --burnin"), warned

@@ -279,7 +279,7 @@ def test_train_with_words_then_explain_a_batch_and_write_a_letter_to_each_applic
         lines = letter.splitlines()
         assert lines[0] == f"Your application (ID {record['other_columns']['ID']})"
         assert f"the model assessed your application as {record['prediction_label']} (probability" in " ".join(lines)
-        assert "Held as they are: these facts were not asked to change:" in letter
+        assert "These facts were held as they are:" in letter
         assert f"  - Sex: {'female' if record['factual']['SEX'] == 2 else 'male'}" in lines
         assert f"  - Age (years): {record['factual']['AGE']}" in lines
         assert all(len(line) <= 78 for line in lines) and "promise" in letter
@@ -352,6 +352,11 @@ def test_a_letter_never_offers_changes_that_do_not_reach_the_target_and_names_ro
            "default." in " ".join(text.split())
     assert "Credit limit" not in text and "90,000" not in text  # changes that miss the target are no advice
     assert "  - Sex: female\n" in text and "  - Age (years): 24\n" in text
+    # the lending walk: 'Your application (applicant_id A0012)' and 'Held as they are: these facts were not asked to
+    # change' read as code and as a riddle to an applicant
+    lines = letter_text({**missed, "other_columns": {"applicant_id": "A0012"}}, codec).splitlines()
+    assert lines[0] == "Your application (applicant id A0012)"
+    assert "These facts were held as they are:" in lines and not any("asked to change" in line for line in lines)
     # two rows of one ID (or none): the letters are named by row number, never one over another
     twice = [{**missed, "row": 0}, {**missed, "row": 1}, {"row": 2, "explained": False, "problem": "unseen category"}]
     assert letter_names(twice) == {0: "row-0.txt", 1: "row-1.txt"}

@@ -97,12 +97,16 @@ def tau_reach(module) -> torch.Tensor | None:
 
 
 def target_message(names: list[str], by_target: dict[int, tuple[int, float]], low: list[int],
-                   reach: torch.Tensor | None, tau: float, table: bool, lower_tau: bool) -> tuple[str, bool]:
+                   reach: torch.Tensor | None, tau: float, table: bool, lower_tau: bool,
+                   one_way: list[str] | None = None) -> tuple[str, bool]:
     """The per-target part of the warnings: each target class's share converged (of how many counterfactuals), for
     the ``low`` ones how the model treats them on the training rows (:func:`tau_reach`); then what to try where the
     model seldom gives them ``tau`` (the second item is then true). Two causes: the model does not predict the
     class (yet: rare classes, early epochs), or predicts it with less than ``tau`` (with three or more classes, a
-    class between others, as 'interview' between 'rejected' and 'offer', may never get 0.5)."""
+    class between others, as 'interview' between 'rejected' and 'offer', may never get 0.5). A third where the
+    model gives a low class ``tau`` on many rows and ``one_way`` (:func:`one_way_columns`) names columns that may
+    change in one direction only: every move they allow may lead away from it (income: increase and debt: decrease
+    lead away from a refusal), which no search setting changes; the general advice follows as the alternative."""
     parts = []
     for k, (count, share) in by_target.items():
         why = f" (predicted for {reach[0, k]:.0%} of training rows, p >= tau for {reach[1, k]:.0%}, max p " \
@@ -126,8 +130,30 @@ def target_message(names: list[str], by_target: dict[int, tuple[int, float]], lo
                      f"little for {'it' if len(capped) == 1 else 'them'}" +
                      (": try a lower --tau (then some counterfactuals count that the model predicts as another "
                       "class), or a longer --burnin while the model still learns" if lower_tau else ""))
+    blocked = [k for k in low if reach is not None and k not in seldom] if one_way else []
+    if blocked:
+        it = "it" if len(blocked) == 1 else "them"
+        texts.append(f"the model gives {listed(blocked)} probability >= tau on many training rows, yet the search "
+                     f"seldom reaches {it}: the mutability lets {', '.join(one_way)} change one way only, and where "
+                     f"every move it allows leads away from {it}, no counterfactual can get there and no search "
+                     "setting changes that (as meant: CT then adds nothing for that target); "
+                     "if a move would lead there, "
+                     + general_advice(lower_tau))
     # (SPEC section 1: a counterfactual that does not converge adds no penalty.)
-    return "; ".join(texts), bool(unpredicted or (capped and lower_tau))
+    return "; ".join(texts), bool(unpredicted or (capped and lower_tau) or blocked)
+
+
+def one_way_columns(module, most: int = 4) -> list[str]:
+    """The columns ``module``'s mutability lets change in one direction only, as ``name: increase``
+    (``module.mutability``: codes 1 increase, 2 decrease; ``module.feature_names``), at most ``most`` and then
+    ``…``; ``[]`` without any."""
+    codes, names = getattr(module, "mutability", None), getattr(module, "feature_names", None)
+    if codes is None:
+        return []
+    kinds = {1: "increase", 2: "decrease"}
+    found = [f"{names[i] if names is not None else i}: {kinds[int(c)]}" for i, c in enumerate(codes.tolist())
+             if int(c) in kinds]
+    return found[:most] + (["…"] if len(found) > most else [])
 
 
 class ConvergenceWarning(UserWarning):
@@ -218,7 +244,8 @@ class ConvergenceWatch(L.Callback):
         lower_tau = tau_may_be_lowered(pl_module)
         targets, advised = target_message(class_names(trainer, int(hp.n_classes)), by_target, low,
                                           tau_reach(pl_module), float(hp.tau),
-                                          hasattr(getattr(trainer, "datamodule", None), "codec"), lower_tau)
+                                          hasattr(getattr(trainer, "datamodule", None), "codec"), lower_tau,
+                                          one_way_columns(pl_module))
         return head + targets + ("" if advised else "; " + general_advice(lower_tau))
 
     def _say(self, message: str) -> None:

@@ -65,8 +65,9 @@ def letter_text(record: dict, codec) -> str:
     preprocessing, whose data spec words its columns and values)."""
     from ct_lightning.evaluation.explanation import _missing, change_of, change_parts, probability_text  # noqa: PLC0415
 
-    who = ", ".join(f"{name} {value}" for name, value in (record.get("other_columns") or {}).items()
-                    if not _missing(value)) or f"row {record['row']}"
+    # an identifier's column name as words: 'applicant_id' reads as code to an applicant
+    who = ", ".join(f"{str(name).replace('_', ' ')} {value}" for name, value in
+                    (record.get("other_columns") or {}).items() if not _missing(value)) or f"row {record['row']}"
     lines = [f"Your application ({who})", "",
              f"Assessment: the model assessed your application as {_class(record, 'prediction')} (probability "
              f"{probability_text(record['prediction_probability'])}).", ""]
@@ -88,7 +89,7 @@ def letter_text(record: dict, codec) -> str:
                                    bool(getattr(codec, "decimal_comma", False))))
             for name in record.get("immutable") or () if name in columns]
     if held:
-        lines += ["", "Held as they are: these facts were not asked to change:"]
+        lines += ["", "These facts were held as they are:"]
         lines += [f"  - {name}: {value}" for name, value, _ in held]
     lines += ["", NOTE]
     return "\n".join(textwrap.fill(line, WIDTH, subsequent_indent="    " if line.startswith("  - ") else "",

@@ -131,6 +131,8 @@ def run(args: argparse.Namespace) -> list[dict]:
               "given): --immutable COLUMN,... holds those a person cannot change, e.g. age")
     if args.tau is None and settings["tau"] <= 0.5 and len(explanations) and explanations["valid"].any():
         print(tau_note(settings["tau"], int(loaded.module.hparams.n_classes), bool(getattr(loaded.codec, "order", None))))
+    elif len(explanations) and (short := short_of_tau_note(explanations, settings["tau"])):
+        print(short)
     if skipped:
         print(f"{len(skipped)} of {len(skipped) + len(explanations) + len(passed)} rows not explained (listed above: "
               "--skip-bad-rows)")
@@ -181,6 +183,25 @@ def tau_note(tau: float, n_classes: int, ordered: bool = False) -> str:
                 f"target is the most likely of the {n_classes} classes, perhaps below that")
     return (f"note: the search stops {stop}: such a change sits near a decision boundary; --tau 0.75 asks for one the "
             "model is surer of")
+
+
+def short_of_tau_note(explanations, tau: float, most: int = 3) -> str | None:
+    """The note on valid explanations whose target probability stays below ``tau`` (a ``--tau 0.75`` the search did
+    not reach within its steps, the domain and what is held: ``0.74``), naming up to ``most`` rows; ``None`` where
+    every valid one reaches it. Such a change is valid (the model predicts the target there), but less sure than
+    asked, and the letters say the probability it reaches."""
+    from ct_lightning.evaluation.explanation import probability_text, row_label  # noqa: PLC0415
+
+    short = explanations[explanations["valid"] & (explanations["probability"] < tau - 5e-4)]
+    if short.empty:
+        return None
+    named = [f"{row_label(i, row.get('other_columns'))}: {probability_text(row['probability'])}"
+             for i, row in short.head(most).iterrows()]
+    more = f", and {len(short) - most} more" if len(short) > most else ""
+    return (f"note: {len(short)} of the {int(explanations['valid'].sum())} valid explanations "
+            f"{'stays' if len(short) == 1 else 'stay'} below tau {tau:g} ({'; '.join(named)}{more}): the model "
+            "predicts the target there, less surely than asked; more search steps (--max-steps) or a larger "
+            "--search-lr may reach it")
 
 
 def check_named_classes(args: argparse.Namespace) -> None:
