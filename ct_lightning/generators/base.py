@@ -144,8 +144,9 @@ def generate_counterfactuals(generator: CounterfactualGenerator, model: nn.Modul
     with torch.no_grad():
         result.counterfactual = limits.snap(result.counterfactual, x)
         result.nascent = limits.snap(result.nascent, x)
-        probability = model(result.counterfactual).softmax(1).gather(1, target[:, None]).squeeze(1)
-        result.converged = probability >= tau
+        from ct_lightning.generators.search import target_reached  # noqa: PLC0415 - the search imports this module
+
+        result.converged = target_reached(model(result.counterfactual), target, tau)
     return result
 
 

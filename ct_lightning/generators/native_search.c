@@ -1,11 +1,12 @@
-/* The packed active-rows loop's own work, one call per search iteration (native_search.py).
+/* The packed active-rows loop's own work, two calls per search iteration (native_search.py).
  *
- * Per iteration the library's PyTorch code runs the model's passes and the loss's gradient at the logits; this file
- * does the rest of the iteration over the packed rows: the points' l-infinity distances from their factuals (the
+ * Per iteration the library's PyTorch code runs the model's passes, the softmax and the penalty's gradient at the
+ * logits; this file does the rest over the packed rows: the loss's gradient at the target's logit and the rows'
+ * tau-convergence (search_logits), then (search_iteration) the points' l-infinity distances from their factuals (the
  * nascent epsilon-ball test), freezing the rows that converged, the l1 cost's gradient, the mutability mask, the SGD
- * step, the projection onto the domain and mutability, and dropping frozen rows from the packing. It follows
- * search.py's _search_packed and FeatureSpace operation for operation, each rounded as PyTorch's kernel rounds it
- * (built with -ffp-contract=off: no fused multiply-add), so the results are the same to the bit.
+ * step, the projection onto the domain and mutability (in place), and dropping frozen rows from the packing. It
+ * follows search.py's _search_packed and FeatureSpace operation for operation, each rounded as PyTorch's kernel
+ * rounds it (built with -ffp-contract=off: no fused multiply-add), so the results are the same to the bit.
  *
  * The body below is compiled twice, for float (T = float, suffix _f32) and double (_f64): this file includes itself.
  */
@@ -16,18 +17,19 @@
 /* Mutability codes per feature (constraints.py: both, increase, decrease, none). */
 enum { BOTH = 0, INCREASE = 1, DECREASE = 2, NONE = 3 };
 
-#define REPACK_SHARE 0.25 /* search.py's REPACK_SHARE */
-
 typedef struct {
     int64_t n, d;             /* pool rows, features per row */
     int64_t m, n_searching;   /* packed rows, packed rows that have not frozen */
     double lr, epsilon;
+    double repack_share;      /* search.py's REPACK_SHARE: frozen rows are dropped from the packing from this share */
     void *rows_x;             /* packed factuals (n x d, the first m rows in use) */
     int64_t *target;          /* packed target classes */
     int64_t *active;          /* packed row -> pool row */
     uint8_t *searching;       /* packed row has not frozen */
     uint8_t *was_inside;      /* packed row's previous point lay within epsilon */
     void *distance;           /* packed row's next point's distance (as bits, see below), from the step */
+    void *saved;              /* where nothing snaps the points: a packed row's point before the step, kept for the
+                                 rows within epsilon (the only ones whose previous point may become nascent) */
     void *x_cf, *nascent;     /* outputs (n x d) */
     int64_t *nascent_steps, *steps;
     uint8_t *converged;
@@ -111,9 +113,8 @@ static void NAME(freeze)(Search *s, const T *points, int64_t i, int64_t step) {
    domain clamp, mutability from x; then the new point's distance from x. One pass of selects, no branches, so that
    it vectorises; features without bounds have infinite ones and features without a code are BOTH, which give the
    same values as no clamp and no mask. */
-static inline __attribute__((always_inline)) void NAME(step_row)(const Search *s, const T *v, const T *g, T *out,
-                                                               const T *x, T lambda_cost, const int with_cost,
-                                                               BITS *distance) {
+static inline __attribute__((always_inline)) void NAME(step_row)(const Search *s, T *v, const T *g, const T *x,
+                                                               T lambda_cost, const int with_cost, BITS *distance) {
     const int64_t d = s->d;
     const T lr = (T)s->lr;
     const T *lower = (const T *)s->lower, *upper = (const T *)s->upper;
@@ -137,29 +138,32 @@ static inline __attribute__((always_inline)) void NAME(step_row)(const Search *s
         int keep = (code == BOTH) | ((code == INCREASE) & ((value > x[j]) | (value != value))) |
                    ((code == DECREASE) & ((value < x[j]) | (value != value)));
         value = keep ? value : x[j];
-        out[j] = value;
+        v[j] = value; /* in place: each value is read before it is written */
         BITS bits = NAME(magnitude_bits)(value - x[j]);
         largest = bits > largest ? bits : largest;
     }
     *distance = largest;
 }
 
-static void NAME(advance)(Search *s, const T *rows, const T *grad, T *next, int64_t i, T lambda_cost) {
+static void NAME(advance)(Search *s, T *rows, const T *grad, int64_t i, T lambda_cost, int save) {
     const int64_t d = s->d;
     const T *x = (const T *)s->rows_x + i * d;
     BITS *distance = (BITS *)s->distance + i;
+    if (save && s->was_inside[i]) memcpy((T *)s->saved + i * d, rows + i * d, d * sizeof(T));
     if (lambda_cost != 0)
-        NAME(step_row)(s, rows + i * d, grad + i * d, next + i * d, x, lambda_cost, 1, distance);
+        NAME(step_row)(s, rows + i * d, grad + i * d, x, lambda_cost, 1, distance);
     else
-        NAME(step_row)(s, rows + i * d, grad + i * d, next + i * d, x, lambda_cost, 0, distance);
+        NAME(step_row)(s, rows + i * d, grad + i * d, x, lambda_cost, 0, distance);
 }
 
-/* Keep packed row `from` as packed row `to`, with its next point and its current point. */
-static void NAME(keep_row)(Search *s, int64_t from, int64_t to, T *next, T *points) {
+/* Keep packed row `from` as packed row `to`, with its next point and its current one (`points`, or where that is
+   the row itself, the saved copy of a row within epsilon). */
+static void NAME(keep_row)(Search *s, int64_t from, int64_t to, T *rows, T *points) {
     const int64_t d = s->d;
-    memmove(next + to * d, next + from * d, d * sizeof(T));
+    memmove(rows + to * d, rows + from * d, d * sizeof(T));
     memmove((T *)s->rows_x + to * d, (T *)s->rows_x + from * d, d * sizeof(T));
-    if (points != next) memmove(points + to * d, points + from * d, d * sizeof(T));
+    if (points != rows) memmove(points + to * d, points + from * d, d * sizeof(T));
+    else if (s->was_inside[from]) memmove((T *)s->saved + to * d, (T *)s->saved + from * d, d * sizeof(T));
     s->target[to] = s->target[from];
     s->active[to] = s->active[from];
     s->was_inside[to] = s->was_inside[from];
@@ -167,13 +171,29 @@ static void NAME(keep_row)(Search *s, int64_t from, int64_t to, T *next, T *poin
     s->searching[to] = 1;
 }
 
+/* The loss's gradient at the logits, in place of the probabilities `probs` (softmax of the packed rows' logits,
+   element (i, c) at i * row_stride + c * class_stride): the target's probability minus 1 plus the penalty's gradient
+   at the target's logit (`target_logit`, NULL where it is 0), and whether that probability reaches tau into `done`
+   (search.py: _logit_gradient, after the probabilities and the penalty's gradient). */
+void NAME(search_logits)(Search *s, T *probs, int64_t row_stride, int64_t class_stride, const T *target_logit,
+                         uint8_t *done, double tau) {
+    const T threshold = (T)tau;
+    for (int64_t i = 0; i < s->m; i++) {
+        T *p = probs + i * row_stride + s->target[i] * class_stride;
+        done[i] = *p >= threshold;
+        T delta = target_logit ? target_logit[i] - (T)1 : (T)-1;
+        *p = *p + delta;
+    }
+}
+
 /* One iteration after the passes. `points`: the packed rows' points (`rows` itself where nothing snaps them, and then
    their distances are known from the step before unless `step` is 0); `previous`: the points of the iteration before
-   (NULL at the first); `grad`: the model's input gradient; `done`: the rows' convergence (overwritten);
-   `lambda_cost`: the l1 cost's weight. Writes the next rows into `next` (not `rows`) and returns how many packed
-   rows remain: the first rows of next, rows_x, target and points; -1 when the search is over. */
-int64_t NAME(search_iteration)(Search *s, const T *rows, T *next, T *points, const T *previous, const T *grad,
-                               uint8_t *done, int64_t step, double lambda_cost) {
+   (NULL at the first; where `points` is `rows`, the saved copies); `grad`: the model's input gradient; `done`: the
+   rows' convergence (overwritten); `lambda_cost`: the l1 cost's weight. Steps `rows` in place and returns how many
+   packed rows remain: the first rows of rows, rows_x, target and points (or the saved copies); -1 when the search
+   is over. */
+int64_t NAME(search_iteration)(Search *s, T *rows, T *points, const T *previous, const T *grad, uint8_t *done,
+                               int64_t step, double lambda_cost) {
     const int64_t m = s->m;
     NAME(inside)(s, points, previous, points == rows && step > 0, step);
     int64_t n_done = 0;
@@ -188,11 +208,12 @@ int64_t NAME(search_iteration)(Search *s, const T *rows, T *next, T *points, con
         }
     s->n_searching -= n_done;
     if (s->n_searching == 0) return -1;
-    for (int64_t i = 0; i < m; i++) NAME(advance)(s, rows, grad, next, i, (T)lambda_cost);
-    if ((double)(m - s->n_searching) >= REPACK_SHARE * (double)m) {
+    for (int64_t i = 0; i < m; i++) /* a frozen row still packed is never read again: it keeps its point */
+        if (s->searching[i]) NAME(advance)(s, rows, grad, i, (T)lambda_cost, points == rows);
+    if ((double)(m - s->n_searching) >= s->repack_share * (double)m) {
         int64_t kept = 0;
         for (int64_t i = 0; i < m; i++)
-            if (s->searching[i]) NAME(keep_row)(s, i, kept++, next, points);
+            if (s->searching[i]) NAME(keep_row)(s, i, kept++, rows, points);
         s->m = kept;
     }
     return s->m;

@@ -1,12 +1,14 @@
-"""The packed search loop with its own work in native code: one C call per iteration (``native_search.c``).
+"""The packed search loop with its own work in native code: C calls per iteration (``native_search.c``).
 
-Per iteration a feature-space search (Generic, ECCo: the penalty's gradient in closed form) runs the model's passes
-and the loss's gradient at the logits in PyTorch, as :class:`~ct_lightning.generators.search.FeatureSpace` does.
-Everything else (the nascent ε-ball test, freezing the rows that converged, the ℓ1 cost's gradient, the mutability
-mask, the SGD step, the projection, dropping frozen rows) is about thirty small PyTorch operations per iteration in
-``_search_packed``; on a CPU each costs its launch whatever its size, and a search of a small model spent more on
-them than on the model (``bench/search_parts.py``). Here they are one pass of plain C over the packed rows, operation
-for operation as PyTorch rounds them, so the results are the same to the bit (tests/test_native_search.py).
+Per iteration a feature-space search (Generic, ECCo: the penalty's gradient in closed form) runs the model's passes,
+the softmax and the penalty's gradient at the logits in PyTorch, as
+:class:`~ct_lightning.generators.search.FeatureSpace` does. Everything else (the loss's gradient at the target's
+logit and τ-convergence, the nascent ε-ball test, freezing the rows that converged, the ℓ1 cost's gradient, the
+mutability mask, the SGD step, the projection, dropping frozen rows) was about thirty small PyTorch operations per
+iteration in ``_search_packed``; on a CPU each costs its launch whatever its size, and a search of a small model spent
+more on them than on the model (``bench/search_parts.py``). Here they are two calls of plain C over the packed rows,
+which step the rows in place, operation for operation as PyTorch rounds them, so the results are the same to the bit
+(tests/test_native_search.py); ``bench/native_search.py`` measures it.
 
 The C file is compiled on first use with the system's C compiler (about a second) into a cache folder
 (``$CT_LIGHTNING_CACHE``, else ``~/.cache/ct-lightning``), one library per source and machine. Where there is no
@@ -48,10 +50,10 @@ class _Search(ctypes.Structure):
     """native_search.c's ``Search``: the pool's buffers and the search's settings."""
 
     _fields_ = [("n", ctypes.c_int64), ("d", ctypes.c_int64), ("m", ctypes.c_int64), ("n_searching", ctypes.c_int64),
-                ("lr", ctypes.c_double), ("epsilon", ctypes.c_double),
+                ("lr", ctypes.c_double), ("epsilon", ctypes.c_double), ("repack_share", ctypes.c_double),
                 *((name, ctypes.c_void_p) for name in (
-                    "rows_x", "target", "active", "searching", "was_inside", "distance", "x_cf", "nascent", "nascent_steps",
-                    "steps", "converged", "lower", "upper", "codes"))]
+                    "rows_x", "target", "active", "searching", "was_inside", "distance", "saved", "x_cf", "nascent",
+                    "nascent_steps", "steps", "converged", "lower", "upper", "codes"))]
 
 
 def cache_folder() -> Path:
@@ -88,7 +90,11 @@ def _build() -> ctypes.CDLL | None:
     for suffix in SUFFIX.values():
         iteration = getattr(loaded, f"search_iteration_{suffix}")
         iteration.restype = ctypes.c_int64
-        iteration.argtypes = [ctypes.POINTER(_Search), *[ctypes.c_void_p] * 6, ctypes.c_int64, ctypes.c_double]
+        iteration.argtypes = [ctypes.POINTER(_Search), *[ctypes.c_void_p] * 5, ctypes.c_int64, ctypes.c_double]
+        logits = getattr(loaded, f"search_logits_{suffix}")
+        logits.restype = None
+        logits.argtypes = [ctypes.POINTER(_Search), ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                           ctypes.c_void_p, ctypes.c_double]
         finish = getattr(loaded, f"search_finish_{suffix}")
         finish.restype = None
         finish.argtypes = [ctypes.POINTER(_Search), *[ctypes.c_void_p] * 4, ctypes.c_int64]
@@ -208,11 +214,12 @@ def _pointer(tensor: torch.Tensor | None) -> int | None:
 
 def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) -> SearchResult:
     """The loop (see :func:`native_search`); ``lower``, ``upper``, ``codes``: per feature or ``None``."""
-    from ct_lightning.generators.search import _logit_gradient, target_reached  # noqa: PLC0415 - circular
+    from ct_lightning.generators.search import REPACK_SHARE, class_probabilities, target_reached  # noqa: PLC0415
 
     n, generator, limits, passes = len(x), space.generator, space.limits, space.passes
     suffix = SUFFIX[x.dtype]
     iteration, finish = getattr(lib, f"search_iteration_{suffix}"), getattr(lib, f"search_finish_{suffix}")
+    logit_gradient = getattr(lib, f"search_logits_{suffix}")
     x_cf, nascent = x.clone(), x.clone()
     nascent_steps = torch.zeros(n, dtype=torch.long)
     steps = torch.full((n,), max_steps, dtype=torch.long)
@@ -221,14 +228,16 @@ def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) ->
     active = torch.arange(n)
     searching = torch.ones(n, dtype=torch.uint8)
     was_inside = torch.zeros(n, dtype=torch.uint8)
+    done_rows = torch.zeros(n, dtype=torch.uint8)  # the packed rows' τ-convergence, written each iteration
     distance = torch.zeros(n, dtype=BITS[x.dtype])
-    buffers = [x.clone(), torch.empty_like(x)]  # the packed rows and the next ones, in turn
-    state = _Search(n, x[0].numel(), n, n, float(generator.lr), float(epsilon), *map(_pointer, (
-        rows_x, targets, active, searching, was_inside, distance, x_cf, nascent, nascent_steps, steps, converged, lower,
-        upper, codes)))
+    rows_buffer = x.clone()  # the packed rows, stepped in place
+    kept_points = None if limits.snaps else torch.empty_like(x)  # rows' points before a step, for rows within ε
+    state = _Search(n, x[0].numel(), n, n, float(generator.lr), float(epsilon), REPACK_SHARE, *map(_pointer, (
+        rows_x, targets, active, searching, was_inside, distance, kept_points, x_cf, nascent, nascent_steps, steps,
+        converged, lower, upper, codes)))
     handle = ctypes.byref(state)
-    m, current, previous = n, 0, None
-    rows, rows_x_in, target_in = buffers[0], rows_x, targets
+    m, previous = n, None
+    rows, rows_x_in, target_in = rows_buffer, rows_x, targets
     for step in range(max_steps + 1):
         points = limits.snap(rows, rows_x_in) if limits.snaps else rows
         if step == max_steps:  # convergence check only: no gradient, no step
@@ -237,16 +246,20 @@ def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) ->
             finish(handle, rows.data_ptr(), points.data_ptr(), _pointer(previous), done.data_ptr(), step)
             break
         logits, saved = passes.forward(points)
-        done, grad_logits, lambda_cost = _logit_gradient(generator, logits, target_in, tau, step, max_steps)
-        grad = passes.input_gradient(saved, grad_logits).contiguous()
-        following = buffers[1 - current]
-        left = iteration(handle, rows.data_ptr(), following.data_ptr(), points.data_ptr(), _pointer(previous),
-                         grad.data_ptr(), done.data_ptr(), step, lambda_cost)
+        logits = logits.detach()
+        # search.py's _logit_gradient: the probabilities and the penalty's gradient in PyTorch, the rest natively.
+        probs = class_probabilities(logits)
+        target_logit, lambda_cost = generator.penalty_gradient(logits, target_in, step, max_steps)
+        target_logit = None if target_logit is None else target_logit.contiguous()
+        logit_gradient(handle, probs.data_ptr(), probs.stride(0), probs.stride(1), _pointer(target_logit),
+                       done_rows.data_ptr(), tau)
+        grad = passes.input_gradient(saved, probs).contiguous()
+        left = iteration(handle, rows.data_ptr(), points.data_ptr(), _pointer(previous), grad.data_ptr(),
+                         done_rows.data_ptr(), step, lambda_cost)
         if left < 0:
             break
-        current, previous = 1 - current, points
+        previous = kept_points if points is rows else points
         if left != m:  # the packing dropped frozen rows: the first `left` rows of each packed buffer hold the rest
             m, previous = left, previous[:left]
-            rows_x_in, target_in = rows_x[:m], targets[:m]
-        rows = buffers[current][:m]
+            rows, rows_x_in, target_in = rows_buffer[:m], rows_x[:m], targets[:m]
     return SearchResult(x_cf, nascent, converged, steps, nascent_steps)

@@ -34,9 +34,23 @@ def gradient_scope(*modules: nn.Module) -> Iterator[None]:
         yield
 
 
+TRANSPOSED_SOFTMAX_ROWS = 32  # from this many rows the transposed softmax is the faster on a CPU (5 rows: 2.4 µs vs 1.1)
+
+
+def class_probabilities(logits: torch.Tensor) -> torch.Tensor:
+    """The softmax of each row of ``(n, classes)`` logits. On a CPU it is taken over the transposed logits: torch's
+    kernel over the last dimension pays about 45 ns per row whatever the classes, so 1 000 rows of 2 classes took
+    45 µs against 6 µs transposed, and of 10 classes 155 µs against 20 (torch 2.13, one thread; a search takes it at
+    every step); below :data:`TRANSPOSED_SOFTMAX_ROWS` rows the last-dimension kernel is the faster. The values agree
+    to an ulp or two, not to the bit (since 2026-11-29: searches before differ in the last bits)."""
+    if logits.device.type == "cpu" and logits.dim() == 2 and len(logits) >= TRANSPOSED_SOFTMAX_ROWS:
+        return logits.t().softmax(0).t()
+    return logits.softmax(1)
+
+
 def target_reached(logits: torch.Tensor, target: torch.Tensor, tau: float) -> torch.Tensor:
     """Per row: the softmax probability of ``target`` is at least ``tau`` (τ-convergence)."""
-    return logits.softmax(1).gather(1, target[:, None]).squeeze(1) >= tau
+    return class_probabilities(logits).gather(1, target[:, None]).squeeze(1) >= tau
 
 
 def _logit_gradient(generator, logits: torch.Tensor, target: torch.Tensor, tau: float, step: int,
@@ -47,7 +61,7 @@ def _logit_gradient(generator, logits: torch.Tensor, target: torch.Tensor, tau: 
     ℓ1 cost's input gradient, ``λ_cst·sign(x' − x)``, does not pass through the model.
     """
     with torch.no_grad():
-        probs = logits.detach().softmax(1)
+        probs = class_probabilities(logits.detach())
         column = target[:, None]
         done = probs.gather(1, column).squeeze(1) >= tau
         target_logit, lambda_cost = generator.penalty_gradient(logits.detach(), target, step, max_steps)
