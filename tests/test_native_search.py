@@ -110,7 +110,8 @@ def test_native_search_cases(case):
         kwargs["lower"] = torch.full((d,), -0.5)
     elif case == "float64":
         model, x = model.double(), x.double()
-        kwargs.update(lower=torch.full((d,), -1.0, dtype=torch.float64), upper=torch.full((d,), 1.0, dtype=torch.float64))
+        kwargs.update(lower=torch.full((d,), -1.0, dtype=torch.float64),
+                      upper=torch.full((d,), 1.0, dtype=torch.float64))
     elif case == "autograd-model":
         model = NotPlain(d).eval()
         target = torch.randint(0, 3, (n,), generator=torch.Generator().manual_seed(9))
@@ -158,7 +159,8 @@ def test_without_a_compiler_searches_run_their_pytorch_loop(tmp_path):
     script = ("import torch; from ct_lightning.generators import native_search, ECCo;"
               "from ct_lightning.generators.search import search_counterfactuals;"
               "assert native_search.library() is None;"
-              "r = search_counterfactuals(torch.nn.Linear(3, 2), torch.randn(30, 3), torch.randint(0, 2, (30,)), ECCo());"
+              "r = search_counterfactuals(torch.nn.Linear(3, 2), torch.randn(30, 3), torch.randint(0, 2, (30,)),"
+              "                           ECCo());"
               "print('searched', len(r.steps))")
     env = {**os.environ, "PATH": str(tmp_path), "CT_LIGHTNING_CACHE": str(tmp_path / "cache"), "PYTHONPATH": str(ROOT)}
     env.pop("CC", None)

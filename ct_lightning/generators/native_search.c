@@ -28,8 +28,7 @@ typedef struct {
     uint8_t *searching;       /* packed row has not frozen */
     uint8_t *was_inside;      /* packed row's previous point lay within epsilon */
     void *distance;           /* packed row's next point's distance (as bits, see below), from the step */
-    void *saved;              /* where nothing snaps the points: a packed row's point before the step, kept for the
-                                 rows within epsilon (the only ones whose previous point may become nascent) */
+    void *scratch;            /* one row's next point, before it replaces the row's point (d values) */
     void *x_cf, *nascent;     /* outputs (n x d) */
     int64_t *nascent_steps, *steps;
     uint8_t *converged;
@@ -113,8 +112,9 @@ static void NAME(freeze)(Search *s, const T *points, int64_t i, int64_t step) {
    domain clamp, mutability from x; then the new point's distance from x. One pass of selects, no branches, so that
    it vectorises; features without bounds have infinite ones and features without a code are BOTH, which give the
    same values as no clamp and no mask. */
-static inline __attribute__((always_inline)) void NAME(step_row)(const Search *s, T *v, const T *g, const T *x,
-                                                               T lambda_cost, const int with_cost, BITS *distance) {
+static inline __attribute__((always_inline)) void NAME(step_row)(const Search *s, const T *v, const T *g,
+                                                               const T *x, T *out, T lambda_cost, const int with_cost,
+                                                               BITS *distance) {
     const int64_t d = s->d;
     const T lr = (T)s->lr;
     const T *lower = (const T *)s->lower, *upper = (const T *)s->upper;
@@ -138,32 +138,44 @@ static inline __attribute__((always_inline)) void NAME(step_row)(const Search *s
         int keep = (code == BOTH) | ((code == INCREASE) & ((value > x[j]) | (value != value))) |
                    ((code == DECREASE) & ((value < x[j]) | (value != value)));
         value = keep ? value : x[j];
-        v[j] = value; /* in place: each value is read before it is written */
+        out[j] = value; /* out may be v: each value is read before it is written */
         BITS bits = NAME(magnitude_bits)(value - x[j]);
         largest = bits > largest ? bits : largest;
     }
     *distance = largest;
 }
 
-static void NAME(advance)(Search *s, T *rows, const T *grad, int64_t i, T lambda_cost, int save) {
+/* Step row i in place. `detect` (the points are the rows themselves): a row within epsilon whose next point lies
+   outside leaves the ball at this step, and its point now is its nascent counterfactual so far (search.py:
+   record_nascent of `leaving` at the next iteration, done here before the point is overwritten). */
+static void NAME(advance)(Search *s, T *rows, const T *grad, int64_t i, T lambda_cost, int detect, int64_t step) {
     const int64_t d = s->d;
-    const T *x = (const T *)s->rows_x + i * d;
+    T *v = rows + i * d;
+    const T *g = grad + i * d, *x = (const T *)s->rows_x + i * d;
     BITS *distance = (BITS *)s->distance + i;
-    if (save && s->was_inside[i]) memcpy((T *)s->saved + i * d, rows + i * d, d * sizeof(T));
-    if (lambda_cost != 0)
-        NAME(step_row)(s, rows + i * d, grad + i * d, x, lambda_cost, 1, distance);
+    if (detect && s->was_inside[i]) {
+        T *next = (T *)s->scratch;
+        if (lambda_cost != 0) NAME(step_row)(s, v, g, x, next, lambda_cost, 1, distance);
+        else NAME(step_row)(s, v, g, x, next, lambda_cost, 0, distance);
+        if (!(NAME(from_bits)(*distance) <= (T)s->epsilon)) {
+            int64_t id = s->active[i];
+            memcpy((T *)s->nascent + id * d, v, d * sizeof(T));
+            s->nascent_steps[id] = step;
+        }
+        memcpy(v, next, d * sizeof(T));
+    } else if (lambda_cost != 0)
+        NAME(step_row)(s, v, g, x, v, lambda_cost, 1, distance);
     else
-        NAME(step_row)(s, rows + i * d, grad + i * d, x, lambda_cost, 0, distance);
+        NAME(step_row)(s, v, g, x, v, lambda_cost, 0, distance);
 }
 
-/* Keep packed row `from` as packed row `to`, with its next point and its current one (`points`, or where that is
-   the row itself, the saved copy of a row within epsilon). */
+/* Keep packed row `from` as packed row `to`, with its next point and (where the points are not the rows) its current
+   point. */
 static void NAME(keep_row)(Search *s, int64_t from, int64_t to, T *rows, T *points) {
     const int64_t d = s->d;
     memmove(rows + to * d, rows + from * d, d * sizeof(T));
     memmove((T *)s->rows_x + to * d, (T *)s->rows_x + from * d, d * sizeof(T));
     if (points != rows) memmove(points + to * d, points + from * d, d * sizeof(T));
-    else if (s->was_inside[from]) memmove((T *)s->saved + to * d, (T *)s->saved + from * d, d * sizeof(T));
     s->target[to] = s->target[from];
     s->active[to] = s->active[from];
     s->was_inside[to] = s->was_inside[from];
@@ -188,9 +200,10 @@ void NAME(search_logits)(Search *s, T *probs, int64_t row_stride, int64_t class_
 
 /* One iteration after the passes. `points`: the packed rows' points (`rows` itself where nothing snaps them, and then
    their distances are known from the step before unless `step` is 0); `previous`: the points of the iteration before
-   (NULL at the first; where `points` is `rows`, the saved copies); `grad`: the model's input gradient; `done`: the
+   (NULL at the first, and where `points` is `rows`: the step itself finds the rows leaving the epsilon-ball);
+   `grad`: the model's input gradient; `done`: the
    rows' convergence (overwritten); `lambda_cost`: the l1 cost's weight. Steps `rows` in place and returns how many
-   packed rows remain: the first rows of rows, rows_x, target and points (or the saved copies); -1 when the search
+   packed rows remain: the first rows of rows, rows_x, target and points; -1 when the search
    is over. */
 int64_t NAME(search_iteration)(Search *s, T *rows, T *points, const T *previous, const T *grad, uint8_t *done,
                                int64_t step, double lambda_cost) {
@@ -209,7 +222,7 @@ int64_t NAME(search_iteration)(Search *s, T *rows, T *points, const T *previous,
     s->n_searching -= n_done;
     if (s->n_searching == 0) return -1;
     for (int64_t i = 0; i < m; i++) /* a frozen row still packed is never read again: it keeps its point */
-        if (s->searching[i]) NAME(advance)(s, rows, grad, i, (T)lambda_cost, points == rows);
+        if (s->searching[i]) NAME(advance)(s, rows, grad, i, (T)lambda_cost, points == rows, step);
     if ((double)(m - s->n_searching) >= s->repack_share * (double)m) {
         int64_t kept = 0;
         for (int64_t i = 0; i < m; i++)

@@ -52,7 +52,7 @@ class _Search(ctypes.Structure):
     _fields_ = [("n", ctypes.c_int64), ("d", ctypes.c_int64), ("m", ctypes.c_int64), ("n_searching", ctypes.c_int64),
                 ("lr", ctypes.c_double), ("epsilon", ctypes.c_double), ("repack_share", ctypes.c_double),
                 *((name, ctypes.c_void_p) for name in (
-                    "rows_x", "target", "active", "searching", "was_inside", "distance", "saved", "x_cf", "nascent",
+                    "rows_x", "target", "active", "searching", "was_inside", "distance", "scratch", "x_cf", "nascent",
                     "nascent_steps", "steps", "converged", "lower", "upper", "codes"))]
 
 
@@ -193,8 +193,9 @@ def native_search(space, x: torch.Tensor, target: torch.Tensor, tau: float, max_
 
     lib = library()
     generator = getattr(space, "generator", None)
-    if lib is None or type(space) is not FeatureSpace or space.passes is None or x.device.type != "cpu" or x.dtype not in SUFFIX \
-            or type(tau) not in (int, float) or not _own_closed_form(generator) or x.dim() < 2 or len(x) == 0:
+    if lib is None or type(space) is not FeatureSpace or space.passes is None or x.device.type != "cpu" \
+            or x.dtype not in SUFFIX or type(tau) not in (int, float) or not _own_closed_form(generator) \
+            or x.dim() < 2 or len(x) == 0:
         return None
     limits, features = space.limits, x.shape[1:]
     lower, upper = _per_feature(limits.lower, features, x.dtype), _per_feature(limits.upper, features, x.dtype)
@@ -231,9 +232,9 @@ def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) ->
     done_rows = torch.zeros(n, dtype=torch.uint8)  # the packed rows' τ-convergence, written each iteration
     distance = torch.zeros(n, dtype=BITS[x.dtype])
     rows_buffer = x.clone()  # the packed rows, stepped in place
-    kept_points = None if limits.snaps else torch.empty_like(x)  # rows' points before a step, for rows within ε
+    scratch = torch.empty(x[0].numel(), dtype=x.dtype)  # one row's next point
     state = _Search(n, x[0].numel(), n, n, float(generator.lr), float(epsilon), REPACK_SHARE, *map(_pointer, (
-        rows_x, targets, active, searching, was_inside, distance, kept_points, x_cf, nascent, nascent_steps, steps,
+        rows_x, targets, active, searching, was_inside, distance, scratch, x_cf, nascent, nascent_steps, steps,
         converged, lower, upper, codes)))
     handle = ctypes.byref(state)
     m, previous = n, None
@@ -258,8 +259,9 @@ def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) ->
                          done_rows.data_ptr(), step, lambda_cost)
         if left < 0:
             break
-        previous = kept_points if points is rows else points
+        # The step found the rows leaving the ε-ball where the points are the rows; else the next call compares.
+        previous = None if points is rows else points
         if left != m:  # the packing dropped frozen rows: the first `left` rows of each packed buffer hold the rest
-            m, previous = left, previous[:left]
+            m, previous = left, None if previous is None else previous[:left]
             rows, rows_x_in, target_in = rows_buffer[:m], rows_x[:m], targets[:m]
     return SearchResult(x_cf, nascent, converged, steps, nascent_steps)

@@ -321,8 +321,9 @@ TABLE: tuple[Setting, ...] = (
     Setting("domain", True, "do not project counterfactuals onto the data domain", group=SEARCH, flag="--no-domain",
             action="store_false"),
     Setting("search_compile", "auto", "compile the search step after the backward pass into one kernel with "
-            "torch.compile (same results): on, off, or auto: only for large pools (rows x features; MNIST and Adult at "
-            "the paper's nce), where it pays off; on a GPU only when the run's searches repay the compilation "
+            "torch.compile (same results) where the search runs its PyTorch loop (on a CPU Generic and ECCo run "
+            "their loop natively, see docs/guide.md): on, off, or auto: only for large pools (rows x features; MNIST "
+            "and Adult at the paper's nce), where it pays off; on a GPU only when the run's searches repay the compilation "
             "(default {DFLT})", group=SEARCH,
             choices=catalogue.search_compile_modes, defines=False, on_resume=True),
     # model and optimiser
