@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import os
 import platform
@@ -239,6 +240,19 @@ def train_vanilla(datamodule, epochs: int = 3, batch_size: int = 100, seed: int 
     with torch.no_grad():
         accuracy = (model(x).argmax(1) == y).float().mean().item()
     return model, accuracy
+
+
+def run_per_data_set(doc: str, json_name: str, measure) -> None:
+    """A standalone script's main: :func:`script_parser`'s options, :func:`single_thread_quiet`, ``measure(name,
+    repeats)`` (a list of result rows) for each ``--data`` set, and the rows with :func:`machine_fields` written to
+    ``--out``."""
+    args = script_parser(doc, json_name, "circles,adult,mnist", 9).parse_args()
+    single_thread_quiet()
+    before = load_average()
+    rows = [row for name in args.data.split(",") for row in measure(name, args.repeats)]
+    Path(args.out).write_text(json.dumps({**machine_fields(before), "repeats": args.repeats, "rows": rows},
+                                         indent=2) + "\n")
+    print(f"wrote {args.out}")
 
 
 def machine_fields(load_before) -> dict:

@@ -17,7 +17,6 @@ Each mode also checks that the native search's results equal the PyTorch loop's 
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -33,15 +32,13 @@ def measure(name: str, repeats: int) -> list[dict]:
     """Both modes on data set ``name``."""
     import torch
 
-    from bench.search_bench import EPSILON, MAX_STEPS, bare_passes, pass_schedule, trained_pool
-    from ct_lightning.generators import compiled_step, make_generator, native_search
+    from bench.search_bench import MAX_STEPS, bare_passes, ecco_modes, pass_schedule
+    from ct_lightning.generators import compiled_step, native_search
     from ct_lightning.generators.search import search_counterfactuals
 
-    datamodule, model, x, target, lower, upper = trained_pool(name, 1000)
-    generator = make_generator("ecco")
+    model, x, target, generator, modes = ecco_modes(name)
     rows = []
-    for mode, tau in (("fixed-T", 1.0), ("converging", float(datamodule.ct_defaults.get("tau", 0.75)))):
-        kwargs = dict(tau=tau, max_steps=MAX_STEPS, epsilon=EPSILON, lower=lower, upper=upper)
+    for mode, tau, kwargs in modes:
         native = search_counterfactuals(model, x, target, generator, **kwargs)
         compiled_step.set_search_compile("off")
         with native_search.python_loop_only():
@@ -78,15 +75,9 @@ def measure(name: str, repeats: int) -> list[dict]:
 
 
 def main() -> None:
-    from bench.common import load_average, machine_fields, script_parser, single_thread_quiet
+    from bench.common import run_per_data_set
 
-    args = script_parser(__doc__, "native_search.json", "circles,adult,mnist", 9).parse_args()
-    single_thread_quiet()
-    before = load_average()
-    rows = [row for name in args.data.split(",") for row in measure(name, args.repeats)]
-    Path(args.out).write_text(json.dumps({**machine_fields(before), "repeats": args.repeats, "rows": rows},
-                                         indent=2) + "\n")
-    print(f"wrote {args.out}")
+    run_per_data_set(__doc__, "native_search.json", measure)
 
 
 if __name__ == "__main__":

@@ -55,6 +55,16 @@ def trained_pool(name: str, n: int = 1000, device: torch.device = torch.device("
     return datamodule, model, x, target, lower, upper
 
 
+def ecco_modes(name: str, n: int = 1000):
+    """The set-up of :func:`trained_pool` with ECCo, and its two modes: ``(model, x, target, generator, modes)``, each
+    mode ``(name, tau, search keyword arguments)``: ``fixed-T`` (τ = 1, every row takes every step) and ``converging``
+    (the data set's τ)."""
+    datamodule, model, x, target, lower, upper = trained_pool(name, n)
+    modes = [(mode, tau, dict(tau=tau, max_steps=MAX_STEPS, epsilon=EPSILON, lower=lower, upper=upper))
+             for mode, tau in (("fixed-T", 1.0), ("converging", float(datamodule.ct_defaults.get("tau", 0.75))))]
+    return model, x, target, make_generator("ecco"), modes
+
+
 def pass_schedule(steps: torch.Tensor, max_steps: int) -> list[int]:
     """Rows in the forward+backward pass of each search iteration: at iteration ``s`` every row with
     ``steps >= s`` is still active (it stops at the iteration where it converges)."""

@@ -22,7 +22,6 @@ natively (``bench/native_search.py``). Not a unit test.
 
 from __future__ import annotations
 
-import json
 import statistics
 import sys
 import time
@@ -67,14 +66,12 @@ def measure(name: str, repeats: int) -> list[dict]:
 def _measure(name: str, repeats: int) -> list[dict]:
     import torch
 
-    from bench.search_bench import EPSILON, MAX_STEPS, bare_passes, pass_schedule, trained_pool
-    from ct_lightning.generators import input_gradient, make_generator, search
+    from bench.search_bench import MAX_STEPS, bare_passes, ecco_modes, pass_schedule
+    from ct_lightning.generators import input_gradient, search
 
-    datamodule, model, x, target, lower, upper = trained_pool(name, 1000)
-    generator = make_generator("ecco")
+    model, x, target, generator, modes = ecco_modes(name)
     rows = []
-    for mode, tau in (("fixed-T", 1.0), ("converging", float(datamodule.ct_defaults.get("tau", 0.75)))):
-        kwargs = dict(tau=tau, max_steps=MAX_STEPS, epsilon=EPSILON, lower=lower, upper=upper)
+    for mode, tau, kwargs in modes:
         result = search.search_counterfactuals(model, x, target, generator, **kwargs)  # warm-up and schedule
         schedule = pass_schedule(result.steps, MAX_STEPS)
         rounds = []
@@ -113,15 +110,9 @@ def _measure(name: str, repeats: int) -> list[dict]:
 
 
 def main() -> None:
-    from bench.common import load_average, machine_fields, script_parser, single_thread_quiet
+    from bench.common import run_per_data_set
 
-    args = script_parser(__doc__, "search_parts.json", "circles,adult,mnist", 9).parse_args()
-    single_thread_quiet()
-    before = load_average()
-    rows = [row for name in args.data.split(",") for row in measure(name, args.repeats)]
-    Path(args.out).write_text(json.dumps({**machine_fields(before), "repeats": args.repeats, "rows": rows},
-                                         indent=2) + "\n")
-    print(f"wrote {args.out}")
+    run_per_data_set(__doc__, "search_parts.json", measure)
 
 
 if __name__ == "__main__":
