@@ -49,7 +49,7 @@ def build_parser() -> argparse.ArgumentParser:
     out = parser.add_argument_group("tracking and output")
     add_arguments(out, ["tracking_uri", "experiment", "run_name", "summary_json", "accelerator"],
                   accelerator=D["accelerator"])
-    add_arguments(out, ["progress", "threads"])
+    add_arguments(out, ["overwrite", "progress", "threads"])
     out.add_argument("--quiet", dest="progress", action="store_false", help="the same as --no-progress (older name)")
     return parser
 

@@ -48,7 +48,7 @@ def build_parser() -> argparse.ArgumentParser:
     ev.add_argument("--n-eval", type=_number("int", 1), default=1000, help="test factuals evaluated (default %(default)s)")
     ev.add_argument("--baseline", default="ecco", type=Rule(choices=lambda: [*catalogue.generators(), "none"], lower=True).argtype(),
                     help="gradient search compared on the same factuals, or 'none' (default %(default)s)")
-    add_arguments(ev, ["summary_json", "accelerator", "progress", "threads"], accelerator="cpu")
+    add_arguments(ev, ["summary_json", "overwrite", "accelerator", "progress", "threads"], accelerator="cpu")
     return parser
 
 

@@ -188,6 +188,7 @@ CONSISTENCY = [
     ("--n-models 0", "--n-models"), ("--mode nope", "--mode"), ("--kinds XX", "--kinds"), ("--tau 1.5", "--tau"),
     ("--data nope", "--data"), ("--max-epochs 0", "--max-epochs"), ("--summary-json {tmp}", "--summary-json"),
     ("--limit-train-batches 0", "--limit-train-batches: got 0 (this recipe trains its models from scratch"),
+    ("--summary-json {text}", "(the file exists); allowed: a new file path, or --overwrite to replace this one"),
 ]
 TRAIN_GENERATOR = [
     ("--max-epochs 3", "--run-id"), ("--checkpoint {text}", "--checkpoint"), ("--checkpoint {text} --max-epochs 0",
@@ -195,6 +196,7 @@ TRAIN_GENERATOR = [
     ("--checkpoint {text} --variant nope", "--variant"), ("--checkpoint {text} --lr -1", "--lr"),
     ("--run-id 0123456789abcdef --tracking-uri {empty_store}", "--run-id"),
     ("--checkpoint {text} --baseline nope", "--baseline"),
+    ("--checkpoint {text} --summary-json {text}", "(the file exists); allowed: a new file path, or --overwrite"),
 ]
 ROW5 = '\'{{"x1": 0.1, "x2": 0, "x3": 1, "x4": -1, "x5": 2}}\''  # a row of {other_ckpt}'s 5 unnamed features
 EXPLAIN = [

@@ -386,7 +386,7 @@ TABLE: tuple[Setting, ...] = (
             on_resume=True),
     Setting("overwrite", False, "allow outputs to replace existing files: --summary-json and --checkpoint-dir "
             "(train.py), --json, --csv and --letters (explain.py), --summary-json and an --out-dir holding an earlier "
-            "evaluation's summary.json or plots (evaluate.py)",
+            "evaluation's summary.json or plots (evaluate.py), --summary-json (consistency.py, train_generator.py)",
             action="store_true", run_only=True, on_resume=True),
     Setting("checkpoint_seconds", 2.0, "write last.ckpt (and send the epochs' metrics to MLflow) at an epoch's end at "
             "most every SECONDS: always after the first and the last epoch and when a signal stops the run; a killed run "

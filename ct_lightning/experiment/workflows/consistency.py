@@ -63,7 +63,7 @@ def run(args: argparse.Namespace) -> dict:
         if not kinds or any(k not in KINDS for k in kinds):
             raise InputError("--kinds", args.kinds, "comma-separated kinds from " + ", ".join(KINDS))
         check_tracking_reachable(args.tracking_uri)
-        check_output_file("--summary-json", args.summary_json)
+        check_output_file("--summary-json", args.summary_json, args.overwrite)
         check_accelerator("--accelerator", args.accelerator)
     start(args)
     from ct_lightning.experiment.studies.consistency import run_consistency  # noqa: PLC0415 - heavy

@@ -70,7 +70,7 @@ def check_inputs(args: argparse.Namespace) -> None:
     if bool(args.run_id) == bool(args.checkpoint):
         raise InputError("--run-id/--checkpoint", args.run_id or args.checkpoint, "exactly one of the two")
     check_tracking_reachable(args.tracking_uri)
-    check_output_file("--summary-json", args.summary_json)
+    check_output_file("--summary-json", args.summary_json, args.overwrite)
     check_accelerator("--accelerator", args.accelerator)
     if args.checkpoint:
         check_checkpoint_file("--checkpoint", args.checkpoint)
