@@ -664,8 +664,9 @@ class TabularCodec:
         labels = category_codes(pd.Series(np.asarray(values, dtype=object).reshape(-1)), self.classes)
         if min(labels, default=0) < 0:
             unknown = next(v for v, code in zip(np.asarray(values, dtype=object).reshape(-1), labels) if code < 0)
-            raise ValueError(f"target: unknown class {unknown!r}; allowed: "
-                             f"{', '.join(worded(c, self.class_label(c)) for c in self.classes)}")
+            # "data:": the rows given (--data) hold it; the model's own classes are what is allowed
+            raise ValueError(f"data: the target column {self.target!r} holds {unknown!r}, a class the model was not "
+                             f"trained on; allowed: {', '.join(worded(c, self.class_label(c)) for c in self.classes)}")
         return np.asarray(labels, dtype=np.int64)
 
     def decode_target(self, labels) -> list:

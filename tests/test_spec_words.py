@@ -435,7 +435,8 @@ def test_target_refusals_and_evaluates_lines_name_the_classes_in_words(tmp_path,
     later.to_csv(tmp_path / "later.csv", index=False)
     with pytest.raises(CliExit) as refused:
         evaluate_main(["--checkpoint", checkpoint, "--data", str(tmp_path / "later.csv"), "--no-log", "--n-runs", "1"])
-    assert str(refused.value) == "--target: unknown class 2; allowed: no default [0], default [1]"
+    assert str(refused.value) == (f"--data: the target column {TARGET!r} holds 2, a class the model was not trained "
+                                  "on; allowed: no default [0], default [1]")
     hires = tmp_path / "hires.csv"
     hiring_table().to_csv(hires, index=False)
     words = write(tmp_path, {"target": {"name": "outcome", "order": ORDER, "values": {
