@@ -146,6 +146,12 @@ def test_what_the_native_loop_does_not_take():
     assert applies(ECCo(), Constraints(None))
     assert not applies(ECCo(), Constraints(None, torch.full((20, 3), -1.0), None))  # a bound per row
     assert not applies(ECCo(), Constraints(None), x.half())
+    target32 = target.int()  # the C reads int64 classes: anything else goes to the PyTorch loop, which refuses it
+    space = FeatureSpace(mlp(3), ECCo(), Constraints(None))
+    assert native_search.native_search(space, x, target32, 0.7, 10, 0.3) is None
+    with pytest.raises(RuntimeError, match="out of bounds"):  # a class the model has not: torch's error, as before,
+        native_search.native_search(FeatureSpace(mlp(3), Generic(), Constraints(None)), x, torch.full((20,), 2),
+                                    0.7, 10, 0.3)  # not a write out of bounds (Generic's penalty reads no logit)
 
     class OwnPenalty(ECCo):
         def penalty_gradient(self, logits, target, step, max_steps):

@@ -188,14 +188,15 @@ def native_search(space, x: torch.Tensor, target: torch.Tensor, tau: float, max_
                   epsilon: float) -> SearchResult | None:
     """``_search_packed(space, ...)`` with the loop's own work in native code, or ``None`` where that does not apply
     (no library, not a closed-form feature-space search of the library's generators on a CPU, bounds or mutability
-    per row, a dtype other than float32/float64): the caller then runs the PyTorch loop."""
+    per row, a dtype other than float32/float64, targets other than one int64 per row): the caller then runs the
+    PyTorch loop."""
     from ct_lightning.generators.search import FeatureSpace  # noqa: PLC0415 - it imports this module
 
     lib = library()
     generator = getattr(space, "generator", None)
     if lib is None or type(space) is not FeatureSpace or space.passes is None or x.device.type != "cpu" \
             or x.dtype not in SUFFIX or type(tau) not in (int, float) or not _own_closed_form(generator) \
-            or x.dim() < 2 or len(x) == 0:
+            or x.dim() < 2 or len(x) == 0 or target.dtype != torch.long or target.shape != (len(x),):
         return None
     limits, features = space.limits, x.shape[1:]
     lower, upper = _per_feature(limits.lower, features, x.dtype), _per_feature(limits.upper, features, x.dtype)
@@ -250,6 +251,8 @@ def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) ->
         logits = logits.detach()
         # search.py's _logit_gradient: the probabilities and the penalty's gradient in PyTorch, the rest natively.
         probs = class_probabilities(logits)
+        if step == 0:  # torch's own check of the classes: one out of range is its error, not a write out of bounds
+            probs.gather(1, target_in[:, None])
         target_logit, lambda_cost = generator.penalty_gradient(logits, target_in, step, max_steps)
         target_logit = None if target_logit is None else target_logit.contiguous()
         logit_gradient(handle, probs.data_ptr(), probs.stride(0), probs.stride(1), _pointer(target_logit),
