@@ -188,3 +188,17 @@ def test_the_library_is_built_once_into_the_cache(tmp_path):
     second = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
     assert second.stdout.strip() == str(built[0]) and built[0].stat().st_mtime_ns == stamp
     assert [p.name for p in (tmp_path / "native").iterdir()] == [built[0].name]  # no scratch left behind
+
+
+def test_a_native_search_sets_up_no_compiled_step():
+    """With ``search_compile=on`` a search still takes its step natively, and torch.compile's set-up (0.7–1.6 s a
+    process) is not paid for a compiled step it never calls."""
+    script = ("import sys, torch; from ct_lightning.generators import ECCo, compiled_step;"
+              "from ct_lightning.generators.search import search_counterfactuals;"
+              "compiled_step.set_search_compile('on');"
+              "search_counterfactuals(torch.nn.Linear(3, 2), torch.randn(30, 3), torch.randint(0, 2, (30,)), ECCo());"
+              "print('dynamo imported:', 'torch._dynamo' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", script], env={**os.environ, "PYTHONPATH": str(ROOT)},
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert "dynamo imported: False" in out.stdout

@@ -107,6 +107,9 @@ def cache_per_cpu_capability() -> str:
     return folder
 
 
+_NOT_YET = object()  # CompiledStep's compiled function before its first use
+
+
 class CompiledStep:
     """:func:`constrained_step` compiled once per process (``dynamic=True``: rows drop out as they converge).
 
@@ -115,10 +118,22 @@ class CompiledStep:
     """
 
     def __init__(self, backend="inductor"):
-        cache_per_cpu_capability()
-        self.compiled = torch.compile(constrained_step, dynamic=True, backend=backend)
+        self._backend = backend
+        self._compiled = _NOT_YET
         # Made once: a new patch object costs more Python time a call than guarding the compiled kernel.
         self._without_duck_shape = torch_fx_config.patch(use_duck_shape=False)
+
+    @property
+    def compiled(self):
+        """The compiled function, set up at the first call (``torch.compile``'s set-up takes 0.7–1.6 s, and a search
+        whose loop runs natively, ``native_search``, never calls it); ``None`` once a compilation failed."""
+        if self._compiled is _NOT_YET:
+            self._compiled = torch.compile(constrained_step, dynamic=True, backend=self._backend)
+        return self._compiled
+
+    @compiled.setter
+    def compiled(self, value) -> None:
+        self._compiled = value
 
     def __call__(self, *args):
         rows, x = args[0], args[1]
@@ -130,9 +145,9 @@ class CompiledStep:
             if rows is x:
                 args = (rows.detach(), *args[1:])
             if self.compiled is not None and rows.shape[0] > 1:
-                # Again at each call: torch reads the folder at each compilation, and a process may have reset its
-                # environment since (a test harness restoring os.environ did, and the next graph was compiled into,
-                # and read back from, the folder shared by every capability: a crash).
+                # At each call, not once: torch reads the folder at each compilation, and a process may have reset
+                # its environment since (a test harness restoring os.environ did, and the next graph was compiled
+                # into, and read back from, the folder shared by every capability: a crash).
                 cache_per_cpu_capability()
                 try:
                     with self._without_duck_shape:
