@@ -26,7 +26,7 @@ from datamodules.row_bounds import BOUND_VALUES, SIDES, column_rules, read_rules
 from datamodules.suggest import did_you_mean
 from datamodules.table_format import as_written
 from datamodules.wording import (WORDING_KEYS, check_wording, check_wording_kind, fitted_value_labels, heading,
-                                 label_of, labels_text, target_values, word_column, worded)
+                                 label_of, labels_text, target_values, word_column, worded_values)
 
 if TYPE_CHECKING:  # torch: the searches' structures load on first use, so a table is checked before torch loads
     from datamodules.feature_types import FeatureTypes, RowBound
@@ -666,7 +666,7 @@ class TabularCodec:
             unknown = next(v for v, code in zip(np.asarray(values, dtype=object).reshape(-1), labels) if code < 0)
             # "data:": the rows given (--data) hold it; the model's own classes are what is allowed
             raise ValueError(f"data: the target column {self.target!r} holds {unknown!r}, a class the model was not "
-                             f"trained on; allowed: {', '.join(worded(c, self.class_label(c)) for c in self.classes)}")
+                             f"trained on; allowed: {worded_values(self.classes, self.class_labels)}")
         return np.asarray(labels, dtype=np.int64)
 
     def decode_target(self, labels) -> list:
@@ -788,7 +788,7 @@ class TabularCodec:
         ``None`` unordered."""
         if not self.order:
             return None
-        return f"outcome: {' < '.join(worded(c, self.class_label(c)) for c in self.order)} (explanations count " \
+        return f"outcome: {worded_values(self.order, self.class_labels, ' < ')} (explanations count " \
                "\"at least\": a class at or above the one asked for is valid)"
 
     # --- persistence -----------------------------------------------------------------------------------------

@@ -148,6 +148,12 @@ def worded(value, words: str | None) -> str:
     return f"{words} [{_plain(value)}]" if isinstance(words, str) else str(_plain(value))
 
 
+def worded_values(values, value_labels: Sequence | None, joiner: str = ", ") -> str:
+    """``values`` (classes or codes) as a list people read: each :func:`worded` with its words in ``value_labels``
+    (``likely to repay [0], likely to default next month [1]``)."""
+    return joiner.join(worded(value, label_of(value_labels, value)) for value in values)
+
+
 def heading(name, label: str | None = None, unit: str | None = None) -> str:
     """A column as a person reads it: its ``label`` (else its ``name``), with its ``unit`` in brackets:
     ``Credit limit (NT$)``."""

@@ -28,7 +28,7 @@ from ct_lightning.generators import FitContext, make_generator, prepare_standalo
 from ct_lightning.generators.base import generate_counterfactuals
 from datamodules.codec import ColumnSpec, categories_by_case  # ColumnSpec: also the identity codec's columns
 from datamodules.table_format import as_written
-from datamodules.wording import heading, label_of, worded
+from datamodules.wording import heading, worded, worded_values
 
 EXPLAIN_STEP = 0.05  # the largest search step of an explanation (η); see explanation_search
 EXPLAIN_TRAVEL = 25.0  # η·T of the paper's training search (0.25 · 100 steps): how far an explanation may go
@@ -149,8 +149,7 @@ def allowed_classes(classes, words=None) -> str:
     """The classes as a refusal lists them: in the data spec's ``words`` (``[[class, text], ...]``) with the class in
     brackets, which :func:`class_named` takes either way (``likely to repay [0], likely to default [1] (the words, or
     the class in brackets)``), else as they are (``no, yes``)."""
-    shown = ", ".join(worded(c, label_of(words, c)) for c in classes)
-    return shown + (" (the words, or the class in brackets)" if words else "")
+    return worded_values(classes, words) + (" (the words, or the class in brackets)" if words else "")
 
 
 def _model_rows(frame: pd.DataFrame, codec) -> tuple[pd.DataFrame, torch.Tensor]:

@@ -147,11 +147,12 @@ def python_loop_only() -> Iterator[None]:
 
 
 def _own_closed_form(generator) -> bool:
-    """The library's Generic or ECCo (or a subclass keeping their penalty): a per-search ``λ_cst`` and step size."""
+    """The library's Generic or ECCo (or a subclass keeping their penalty's gradient): a per-search ``λ_cst`` and step
+    size. (That the penalty has its gradient in closed form, the space's ``passes`` say.)"""
     from ct_lightning.generators.feature_space import ECCo, Generic  # noqa: PLC0415 - they import the search
 
     method = type(generator).penalty_gradient
-    return method in (Generic.penalty_gradient, ECCo.penalty_gradient) and generator.has_closed_form() and \
+    return method in (Generic.penalty_gradient, ECCo.penalty_gradient) and \
         all(type(getattr(generator, name, None)) in (int, float) for name in ("lambda_cost", "lr"))
 
 
@@ -215,7 +216,7 @@ def _pointer(tensor: torch.Tensor | None) -> int | None:
 
 
 def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) -> SearchResult:
-    """The loop (see :func:`native_search`); ``lower``, ``upper``, ``codes``: per feature or ``None``."""
+    """The loop (see :func:`native_search`); ``lower``, ``upper``, ``codes``: one value per feature."""
     from ct_lightning.generators.search import REPACK_SHARE, class_probabilities, target_reached  # noqa: PLC0415
 
     n, generator, limits, passes = len(x), space.generator, space.limits, space.passes
