@@ -41,7 +41,7 @@ def measure(name: str, repeats: int) -> list[dict]:
     for mode, tau, kwargs in modes:
         native = search_counterfactuals(model, x, target, generator, **kwargs)
         compiled_step.set_search_compile("off")
-        with native_search.python_loop_only():
+        with native_search.python_loop_only(packed_as_native=True):
             eager = search_counterfactuals(model, x, target, generator, **kwargs)
         compiled_step.set_search_compile("auto")
         identical = all(torch.equal(getattr(native, f), getattr(eager, f)) for f in FIELDS)

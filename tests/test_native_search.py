@@ -1,7 +1,8 @@
 """The search loop's own work in native code (ct_lightning/generators/native_search.c) against its PyTorch loop.
 
-Both run the same model passes on the same rows in the same order, so they are compared to the bit: on any CPU the
-same kernels then give the same values (this is not a comparison across batch shapes). The PyTorch loop runs with its
+Both run the same model passes on the same rows in the same order (the PyTorch loop dropping frozen rows when the
+native one does: ``python_loop_only(packed_as_native=True)``), so they are compared to the bit: on any CPU the same
+kernels then give the same values (this is not a comparison across batch shapes). The PyTorch loop runs with its
 eager step (``search_compile=off``), the one the native step follows operation for operation.
 """
 
@@ -65,7 +66,7 @@ def both(model, x, target, generator, **kwargs):
     finally:
         native_search._run = original
     assert calls and library is not None, "the native loop did not run"
-    with native_search.python_loop_only():
+    with native_search.python_loop_only(packed_as_native=True):
         python = search_counterfactuals(model, x, target, generator, **kwargs)
     return native, python
 
@@ -120,8 +121,10 @@ def test_native_search_cases(case):
     assert_same(*both(model, x, target, Generic(), **kwargs))
 
 
-def test_native_search_with_snapped_features():
-    """One-hot groups and an integer feature: the points are snapped in PyTorch, the rest is native."""
+@pytest.mark.parametrize("mutable", [True, False], ids=["all-mutable", "integer-increases"])
+def test_native_search_with_snapped_features(mutable):
+    """One-hot groups and an integer feature: the points are snapped in PyTorch, the rest is native. With the integer
+    feature only increasing, the snapping reads the packed rows' factuals (kept packed by the C as rows freeze)."""
     from datamodules.feature_types import FeatureTypes
 
     types = FeatureTypes(groups=[[0, 1, 2]], integers=[3], n_features=5)
@@ -130,8 +133,11 @@ def test_native_search_with_snapped_features():
     x[:, 3] = torch.randint(0, 5, (80,), generator=torch.Generator().manual_seed(2)).float()
     x[:, 4] = torch.randn(80, generator=torch.Generator().manual_seed(3))
     target = torch.randint(0, 2, (80,), generator=torch.Generator().manual_seed(4))
-    native, python = both(mlp(5), x, target, ECCo(), tau=0.7, max_steps=20, epsilon=0.3, feature_types=types)
+    mutability = None if mutable else parse_mutability({3: "increase"}, 5)
+    native, python = both(mlp(5), x, target, ECCo(), tau=0.7, max_steps=20, epsilon=0.3, feature_types=types,
+                          mutability=mutability)
     assert_same(native, python)
+    assert len(native.steps.unique()) > 3  # rows froze at several steps: the packing dropped some
 
 
 def test_what_the_native_loop_does_not_take():

@@ -93,8 +93,8 @@ def problem(case):
 
 def assert_same(new, old):
     """Equal up to float rounding. The masked path multiplies whole pools where the reference multiplies the active
-    rows, and the packed loop keeps rows that froze until they are a quarter of its rows (REPACK_SHARE) where the
-    reference drops them at once; a matrix product over another row count may round differently, depending on the
+    rows, and the packed PyTorch loop keeps rows that froze until they are a quarter of its rows (REPACK_SHARE) where the
+    reference (and the native loop) drops them at once; a matrix product over another row count may round differently, depending on the
     CPU's kernels (issue 26: AMD EPYC), so both get a tolerance."""
     assert torch.equal(new.converged, old.converged) and torch.equal(new.steps, old.steps)
     assert torch.equal(new.nascent_steps, old.nascent_steps)

@@ -21,8 +21,9 @@ typedef struct {
     int64_t n, d;             /* pool rows, features per row */
     int64_t m, n_searching;   /* packed rows, packed rows that have not frozen */
     double lr, epsilon;
-    double repack_share;      /* search.py's REPACK_SHARE: frozen rows are dropped from the packing from this share */
-    void *rows_x;             /* packed factuals (n x d, the first m rows in use) */
+    double repack_share;      /* frozen rows are dropped from the packing once they are this share of it (0: at once) */
+    const void *x;            /* the pool's factuals (n x d): packed row i's is row active[i] */
+    void *rows_x;             /* packed factuals (n x d, the first m rows in use) where the caller snaps, else NULL */
     int64_t *target;          /* packed target classes */
     int64_t *active;          /* packed row -> pool row */
     uint8_t *searching;       /* packed row has not frozen */
@@ -66,6 +67,11 @@ static inline T NAME(from_bits)(BITS bits) {
     return v;
 }
 
+/* Packed row i's factual. */
+static inline const T *NAME(factual)(const Search *s, int64_t i) {
+    return (const T *)s->x + s->active[i] * s->d;
+}
+
 static BITS NAME(distance_bits)(const T *p, const T *x, int64_t d) {
     BITS largest = 0;
     for (int64_t j = 0; j < d; j++) {
@@ -80,11 +86,10 @@ static BITS NAME(distance_bits)(const T *p, const T *x, int64_t d) {
 static void NAME(inside)(Search *s, const T *points, const T *previous, int known, int64_t step) {
     const int64_t d = s->d;
     const T epsilon = (T)s->epsilon;
-    const T *rows_x = (const T *)s->rows_x;
     BITS *distance = (BITS *)s->distance;
     T *nascent = (T *)s->nascent;
     for (int64_t i = 0; i < s->m; i++) {
-        BITS bits = known ? distance[i] : NAME(distance_bits)(points + i * d, rows_x + i * d, d);
+        BITS bits = known ? distance[i] : NAME(distance_bits)(points + i * d, NAME(factual)(s, i), d);
         uint8_t now = NAME(from_bits)(bits) <= epsilon;
         if (previous && s->was_inside[i] && !now && s->searching[i]) {
             int64_t id = s->active[i];
@@ -145,14 +150,16 @@ static inline __attribute__((always_inline)) void NAME(step_row)(const Search *s
     *distance = largest;
 }
 
-/* Step row i in place. `detect` (the points are the rows themselves): a row within epsilon whose next point lies
-   outside leaves the ball at this step, and its point now is its nascent counterfactual so far (search.py:
-   record_nascent of `leaving` at the next iteration, done here before the point is overwritten). */
-static void NAME(advance)(Search *s, T *rows, const T *grad, int64_t i, T lambda_cost, int detect, int64_t step) {
+/* Step packed row i into packed row k <= i (i itself, or its place after dropping the frozen rows before it).
+   `detect` (the points are the rows themselves): a row within epsilon whose next point lies outside leaves the ball
+   at this step, and its point now is its nascent counterfactual so far (search.py: record_nascent of `leaving` at the
+   next iteration, done here before the point is overwritten). */
+static void NAME(advance)(Search *s, T *rows, const T *grad, int64_t i, int64_t k, T lambda_cost, int detect,
+                          int64_t step) {
     const int64_t d = s->d;
-    T *v = rows + i * d;
-    const T *g = grad + i * d, *x = (const T *)s->rows_x + i * d;
-    BITS *distance = (BITS *)s->distance + i;
+    const T *v = rows + i * d, *g = grad + i * d, *x = NAME(factual)(s, i);
+    T *out = rows + k * d;
+    BITS *distance = (BITS *)s->distance + k;
     if (detect && s->was_inside[i]) {
         T *next = (T *)s->scratch;
         if (lambda_cost != 0) NAME(step_row)(s, v, g, x, next, lambda_cost, 1, distance);
@@ -162,25 +169,23 @@ static void NAME(advance)(Search *s, T *rows, const T *grad, int64_t i, T lambda
             memcpy((T *)s->nascent + id * d, v, d * sizeof(T));
             s->nascent_steps[id] = step;
         }
-        memcpy(v, next, d * sizeof(T));
+        memcpy(out, next, d * sizeof(T));
     } else if (lambda_cost != 0)
-        NAME(step_row)(s, v, g, x, v, lambda_cost, 1, distance);
+        NAME(step_row)(s, v, g, x, out, lambda_cost, 1, distance);
     else
-        NAME(step_row)(s, v, g, x, v, lambda_cost, 0, distance);
+        NAME(step_row)(s, v, g, x, out, lambda_cost, 0, distance);
 }
 
-/* Keep packed row `from` as packed row `to`, with its next point and (where the points are not the rows) its current
-   point. */
-static void NAME(keep_row)(Search *s, int64_t from, int64_t to, T *rows, T *points) {
+/* Packed row i becomes packed row k < i (its next point and distance are already there): its factual where they are
+   packed, its current point where the points are not the rows, and its bookkeeping. */
+static void NAME(move_row)(Search *s, int64_t i, int64_t k, T *rows, T *points) {
     const int64_t d = s->d;
-    memmove(rows + to * d, rows + from * d, d * sizeof(T));
-    memmove((T *)s->rows_x + to * d, (T *)s->rows_x + from * d, d * sizeof(T));
-    if (points != rows) memmove(points + to * d, points + from * d, d * sizeof(T));
-    s->target[to] = s->target[from];
-    s->active[to] = s->active[from];
-    s->was_inside[to] = s->was_inside[from];
-    ((BITS *)s->distance)[to] = ((BITS *)s->distance)[from];
-    s->searching[to] = 1;
+    if (s->rows_x) memcpy((T *)s->rows_x + k * d, (T *)s->rows_x + i * d, d * sizeof(T));
+    if (points != rows) memcpy(points + k * d, points + i * d, d * sizeof(T));
+    s->target[k] = s->target[i];
+    s->active[k] = s->active[i];
+    s->was_inside[k] = s->was_inside[i];
+    s->searching[k] = 1;
 }
 
 /* The loss's gradient at the logits, in place of the probabilities `probs` (softmax of the packed rows' logits,
@@ -221,14 +226,17 @@ int64_t NAME(search_iteration)(Search *s, T *rows, T *points, const T *previous,
         }
     s->n_searching -= n_done;
     if (s->n_searching == 0) return -1;
-    for (int64_t i = 0; i < m; i++) /* a frozen row still packed is never read again: it keeps its point */
-        if (s->searching[i]) NAME(advance)(s, rows, grad, i, (T)lambda_cost, points == rows, step);
-    if ((double)(m - s->n_searching) >= s->repack_share * (double)m) {
-        int64_t kept = 0;
-        for (int64_t i = 0; i < m; i++)
-            if (s->searching[i]) NAME(keep_row)(s, i, kept++, rows, points);
-        s->m = kept;
+    /* Dropping the frozen rows (stably) costs nothing extra here: each row's step writes its next point into its
+       packed place. A frozen row still packed is never read again: it keeps its point. */
+    const int repack = m > s->n_searching && (double)(m - s->n_searching) >= s->repack_share * (double)m;
+    int64_t kept = 0;
+    for (int64_t i = 0; i < m; i++) {
+        if (!s->searching[i]) continue;
+        int64_t k = repack ? kept++ : i;
+        NAME(advance)(s, rows, grad, i, k, (T)lambda_cost, points == rows, step);
+        if (k != i) NAME(move_row)(s, i, k, rows, points);
     }
+    if (repack) s->m = kept;
     return s->m;
 }
 

@@ -7,12 +7,14 @@ logit and τ-convergence, the nascent ε-ball test, freezing the rows that conve
 mutability mask, the SGD step, the projection, dropping frozen rows) was about thirty small PyTorch operations per
 iteration in ``_search_packed``; on a CPU each costs its launch whatever its size, and a search of a small model spent
 more on them than on the model (``bench/search_parts.py``). Here they are two calls of plain C over the packed rows,
-which step the rows in place, operation for operation as PyTorch rounds them, so the results are the same to the bit
-(tests/test_native_search.py); ``bench/native_search.py`` measures it.
+which step the rows in place, operation for operation as PyTorch rounds them, so the results are the PyTorch loop's to
+the bit where both pack the rows alike (tests/test_native_search.py); ``bench/native_search.py`` measures it. The
+native loop drops frozen rows at once (:data:`REPACK_SHARE`), the PyTorch loop from a quarter of its rows: a matrix
+product over another number of rows may round differently, so the two may differ in the last bit.
 
 The C file is compiled on first use with the system's C compiler (about a second) into a cache folder
 (``$CT_LIGHTNING_CACHE``, else ``~/.cache/ct-lightning``), one library per source and machine. Where there is no
-compiler, or ``CT_NATIVE_SEARCH=0``, the search runs its PyTorch loop: the same results, more slowly.
+compiler, or ``CT_NATIVE_SEARCH=0``, the search runs its PyTorch loop: the same results up to that last bit, more slowly.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ SUFFIX = {torch.float32: "f32", torch.float64: "f64"}
 BITS = {torch.float32: torch.int32, torch.float64: torch.int64}  # an integer as wide as the values
 
 _enabled = os.environ.get("CT_NATIVE_SEARCH", "1") != "0"
+# The native loop drops rows that froze from its packing at once (search.py's PyTorch loop waits until they are
+# REPACK_SHARE of the rows): its step writes each row's next point into its packed place anyway, so a repacking costs
+# next to nothing, and frozen rows no longer ride along in the model's passes (7 % of MNIST's converging search).
+REPACK_SHARE = 0.0
 _library: ctypes.CDLL | None | bool = False  # False: not tried yet; None: not available
 
 
@@ -52,8 +58,8 @@ class _Search(ctypes.Structure):
     _fields_ = [("n", ctypes.c_int64), ("d", ctypes.c_int64), ("m", ctypes.c_int64), ("n_searching", ctypes.c_int64),
                 ("lr", ctypes.c_double), ("epsilon", ctypes.c_double), ("repack_share", ctypes.c_double),
                 *((name, ctypes.c_void_p) for name in (
-                    "rows_x", "target", "active", "searching", "was_inside", "distance", "scratch", "x_cf", "nascent",
-                    "nascent_steps", "steps", "converged", "lower", "upper", "codes"))]
+                    "x", "rows_x", "target", "active", "searching", "was_inside", "distance", "scratch", "x_cf",
+                    "nascent", "nascent_steps", "steps", "converged", "lower", "upper", "codes"))]
 
 
 def cache_folder() -> Path:
@@ -136,14 +142,21 @@ def library() -> ctypes.CDLL | None:
 
 
 @contextlib.contextmanager
-def python_loop_only() -> Iterator[None]:
-    """Within the block, every search runs its PyTorch loop (to compare the two; ``bench/``, tests)."""
+def python_loop_only(packed_as_native: bool = False) -> Iterator[None]:
+    """Within the block, every search runs its PyTorch loop (to compare the two; ``bench/``, tests). With
+    ``packed_as_native`` that loop drops frozen rows when the native one does (:data:`REPACK_SHARE`), so that both pass
+    the same rows through the model and their results compare to the bit."""
+    from ct_lightning.generators import search  # noqa: PLC0415 - it imports this module
+
     global _enabled
     before, _enabled = _enabled, False
+    share = search.REPACK_SHARE
+    if packed_as_native:
+        search.REPACK_SHARE = REPACK_SHARE
     try:
         yield
     finally:
-        _enabled = before
+        _enabled, search.REPACK_SHARE = before, share
 
 
 def _own_closed_form(generator) -> bool:
@@ -217,7 +230,7 @@ def _pointer(tensor: torch.Tensor | None) -> int | None:
 
 def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) -> SearchResult:
     """The loop (see :func:`native_search`); ``lower``, ``upper``, ``codes``: one value per feature."""
-    from ct_lightning.generators.search import REPACK_SHARE, class_probabilities, target_reached  # noqa: PLC0415
+    from ct_lightning.generators.search import class_probabilities, target_reached  # noqa: PLC0415
 
     n, generator, limits, passes = len(x), space.generator, space.limits, space.passes
     suffix = SUFFIX[x.dtype]
@@ -227,7 +240,8 @@ def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) ->
     nascent_steps = torch.zeros(n, dtype=torch.long)
     steps = torch.full((n,), max_steps, dtype=torch.long)
     converged = torch.zeros(n, dtype=torch.bool)
-    rows_x, targets = x.clone(), target.clone()  # packed in place as rows freeze
+    # Packed in place as rows freeze; the factuals only where snapping reads them (the C reads the pool's).
+    rows_x, targets = x.clone() if limits.snaps else None, target.clone()
     active = torch.arange(n)
     searching = torch.ones(n, dtype=torch.uint8)
     was_inside = torch.zeros(n, dtype=torch.uint8)
@@ -236,11 +250,11 @@ def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) ->
     rows_buffer = x.clone()  # the packed rows, stepped in place
     scratch = torch.empty(x[0].numel(), dtype=x.dtype)  # one row's next point
     state = _Search(n, x[0].numel(), n, n, float(generator.lr), float(epsilon), REPACK_SHARE, *map(_pointer, (
-        rows_x, targets, active, searching, was_inside, distance, scratch, x_cf, nascent, nascent_steps, steps,
+        x, rows_x, targets, active, searching, was_inside, distance, scratch, x_cf, nascent, nascent_steps, steps,
         converged, lower, upper, codes)))
     handle = ctypes.byref(state)
     m, previous = n, None
-    rows, rows_x_in, target_in = rows_buffer, rows_x, targets
+    rows, rows_x_in, target_in = rows_buffer, x, targets
     for step in range(max_steps + 1):
         points = limits.snap(rows, rows_x_in) if limits.snaps else rows
         if step == max_steps:  # convergence check only: no gradient, no step
@@ -267,5 +281,5 @@ def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) ->
         previous = None if points is rows else points
         if left != m:  # the packing dropped frozen rows: the first `left` rows of each packed buffer hold the rest
             m, previous = left, None if previous is None else previous[:left]
-            rows, rows_x_in, target_in = rows_buffer[:m], rows_x[:m], targets[:m]
+            rows, rows_x_in, target_in = rows_buffer[:m], rows_x[:m] if limits.snaps else x, targets[:m]
     return SearchResult(x_cf, nascent, converged, steps, nascent_steps)
