@@ -324,3 +324,28 @@ def test_the_step_compiles_into_its_capability_folder_after_the_environment_is_r
     assert moved.shape == rows.shape
     written = {p.relative_to(tmp_path).parts[0] for p in tmp_path.rglob("*") if p.is_file()}
     assert written == {capability}, written
+
+
+def test_no_scalar_kernel_where_aten_vectorises(tmp_path, monkeypatch):
+    """Where Inductor's probe of the vector instructions fails in a process whose ATen kernels are vectorised, the step
+    runs eagerly with one warning, and no kernel is written to the cache folder (a scalar one there took twice the
+    eager step's time and was served to every later process)."""
+    from torch._inductor import cpu_vec_isa
+
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        pytest.skip("ATen's kernels are scalar here: a scalar compiled step is no slower")
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(cpu_vec_isa, "pick_vec_isa", lambda: cpu_vec_isa.invalid_vec_isa)
+    step = CompiledStep()
+    generator = torch.Generator().manual_seed(5)
+    rows, x, grad = (torch.randn(40, 7, generator=generator) for _ in range(3))
+    args = (rows, x, grad, torch.tensor(0.1), torch.tensor(0.01), Constraints(None, torch.full((7,), -1.0), None))
+    with pytest.warns(RuntimeWarning, match="search_compile: Inductor found no vector instructions"):
+        first = step(*args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        second = step(*args)
+    expected = constrained_step(*args)
+    for result in (first, second):
+        assert torch.equal(result[0], expected[0]) and torch.equal(result[1], expected[1])
+    assert step.compiled is None and not any(p.is_file() for p in tmp_path.rglob("*"))

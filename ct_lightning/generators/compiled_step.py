@@ -107,6 +107,22 @@ def cache_per_cpu_capability() -> str:
     return folder
 
 
+def inductor_vectorises() -> bool:
+    """Whether Inductor's CPU kernels in this process use the vector instructions ATen's use (always, under ATen's
+    scalar kernels, ``ATEN_CPU_CAPABILITY=default``).
+
+    Inductor decides once per process, by compiling and loading a probe; where that probe fails it writes scalar
+    kernels. Such a step took twice the eager step's time on MNIST (161 against 83 ms a search, one thread, torch 2.13),
+    and torch's compiled-graph cache, which does not key kernels by that choice, served it to every later process
+    reading the same folder: it happened on this project's machine (cause of the probe's failure unknown).
+    """
+    if torch.backends.cpu.get_cpu_capability() == "DEFAULT":
+        return True
+    from torch._inductor import cpu_vec_isa  # noqa: PLC0415 - Inductor only where a step compiles
+
+    return bool(cpu_vec_isa.pick_vec_isa())
+
+
 _NOT_YET = object()  # CompiledStep's compiled function before its first use
 
 
@@ -114,12 +130,15 @@ class CompiledStep:
     """:func:`constrained_step` compiled once per process (``dynamic=True``: rows drop out as they converge).
 
     If compilation fails (no C++ compiler, an unsupported backend), it warns once and runs the step eagerly
-    from then on: the same function, so the same results.
+    from then on: the same function, so the same results. So it does where Inductor would write scalar kernels for a
+    CPU whose ATen kernels are vectorised (:func:`inductor_vectorises`): slower than eager, and they would be cached
+    for other processes.
     """
 
     def __init__(self, backend="inductor"):
         self._backend = backend
         self._compiled = _NOT_YET
+        self._vectorises: bool | None = None  # inductor_vectorises(), asked at the first compiled CPU call
         # Made once: a new patch object costs more Python time a call than guarding the compiled kernel.
         self._without_duck_shape = torch_fx_config.patch(use_duck_shape=False)
 
@@ -144,6 +163,10 @@ class CompiledStep:
             # duck sizing, a pool whose row count happens to equal its feature count does not get a variant either.
             if rows is x:
                 args = (rows.detach(), *args[1:])
+            if self._compiled is not None and rows.shape[0] > 1 and rows.device.type == "cpu" \
+                    and not self._cpu_vectorises():
+                self._fall_back("Inductor found no vector instructions in this process, and its scalar kernel is "
+                                "slower than the eager step")
             if self.compiled is not None and rows.shape[0] > 1:
                 # At each call, not once: torch reads the folder at each compilation, and a process may have reset
                 # its environment since (a test harness restoring os.environ did, and the next graph was compiled
@@ -155,10 +178,18 @@ class CompiledStep:
                 except Exception as error:  # noqa: BLE001 - any compiler failure: fall back to eager
                     cause = getattr(error, "inner_exception", None) or error  # the compiler's own error
                     first_line = (str(cause).strip().splitlines() or [""])[0][:200]
-                    warnings.warn(f"search_compile: torch.compile failed ({type(cause).__name__}: {first_line}); "
-                                  "searching with the eager step", RuntimeWarning, stacklevel=2)
-                    self.compiled = None
+                    self._fall_back(f"torch.compile failed ({type(cause).__name__}: {first_line})")
             return constrained_step(*args)
+
+    def _cpu_vectorises(self) -> bool:
+        if self._vectorises is None:
+            self._vectorises = inductor_vectorises()
+        return self._vectorises
+
+    def _fall_back(self, why: str) -> None:
+        """From now on the eager step, with one warning saying ``why``."""
+        warnings.warn(f"search_compile: {why}; searching with the eager step", RuntimeWarning, stacklevel=3)
+        self.compiled = None
 
 
 @functools.cache
