@@ -163,15 +163,16 @@ class CompiledStep:
             # duck sizing, a pool whose row count happens to equal its feature count does not get a variant either.
             if rows is x:
                 args = (rows.detach(), *args[1:])
-            if self._compiled is not None and rows.shape[0] > 1 and rows.device.type == "cpu" \
-                    and not self._cpu_vectorises():
-                self._fall_back("Inductor found no vector instructions in this process, and its scalar kernel is "
-                                "slower than the eager step")
-            if self.compiled is not None and rows.shape[0] > 1:
+            if self._compiled is not None and rows.shape[0] > 1:
                 # At each call, not once: torch reads the folder at each compilation, and a process may have reset
                 # its environment since (a test harness restoring os.environ did, and the next graph was compiled
-                # into, and read back from, the folder shared by every capability: a crash).
+                # into, and read back from, the folder shared by every capability: a crash). Inductor's probe of
+                # the vector instructions writes there too.
                 cache_per_cpu_capability()
+                if rows.device.type == "cpu" and not self._cpu_vectorises():
+                    self._fall_back("Inductor found no vector instructions in this process, and its scalar kernel is "
+                                    "slower than the eager step")
+            if self.compiled is not None and rows.shape[0] > 1:
                 try:
                     with self._without_duck_shape:
                         return self.compiled(*args)
