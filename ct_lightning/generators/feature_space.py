@@ -78,10 +78,16 @@ class ECCo(Generic):
         return super().penalty(x_cf, x, logits, target, step, max_steps) + \
             self.energy_weight(step, max_steps) * (energy + 1e-3 * energy.square())
 
+    def energy_gradient(self, step: int, max_steps: int) -> tuple[float, float]:
+        """``(a, b)`` with ``∂penalty/∂logit[target] = a·(1 + b·E)`` per row: d/dE [λ_egy·φ·(E + 1e-3·E²)] =
+        λ_egy·φ·(1 + 2e-3·E), and dE/dlogit[target] = −1. :meth:`penalty_gradient` evaluates it, and so does the
+        native search loop (``native_search.c``), in the same order of operations."""
+        return -self.energy_weight(step, max_steps), 2e-3
+
     def penalty_gradient(self, logits, target, step, max_steps):
-        # d/dE [λ_egy·φ·(E + 1e-3·E²)] = λ_egy·φ·(1 + 2e-3·E), and dE/dlogit[target] = −1.
+        scale, slope = self.energy_gradient(step, max_steps)
         energy = -logits.gather(1, target[:, None]).squeeze(1)
-        return -self.energy_weight(step, max_steps) * (1.0 + 2e-3 * energy), self.lambda_cost
+        return scale * (1.0 + slope * energy), self.lambda_cost
 
     def config(self) -> dict:
         return {**super().config(), "lambda_energy": self.lambda_energy}

@@ -188,17 +188,26 @@ static void NAME(move_row)(Search *s, int64_t i, int64_t k, T *rows, T *points) 
     s->searching[k] = 1;
 }
 
-/* The loss's gradient at the logits, in place of the probabilities `probs` (softmax of the packed rows' logits,
-   element (i, c) at i * row_stride + c * class_stride): the target's probability minus 1 plus the penalty's gradient
-   at the target's logit (`target_logit`, NULL where it is 0), and whether that probability reaches tau into `done`
-   (search.py: _logit_gradient, after the probabilities and the penalty's gradient). */
-void NAME(search_logits)(Search *s, T *probs, int64_t row_stride, int64_t class_stride, const T *target_logit,
+/* The loss's gradient at the logits, in place of the probabilities `probs` (softmax of the packed rows' logits
+   `logits`, element (i, c) at i * row_stride + c * class_stride, and at i * logit_row + c * logit_class): the
+   target's probability minus 1 plus the penalty's gradient at the target's logit, and whether that probability
+   reaches tau into `done` (search.py: _logit_gradient). The penalty's gradient: 0 where `energy` is 0 (Generic), else
+   ECCo's scale * (1 + slope * E) with the energy E = -logit (feature_space.py: ECCo.energy_gradient). */
+void NAME(search_logits)(Search *s, T *probs, int64_t row_stride, int64_t class_stride, const T *logits,
+                         int64_t logit_row, int64_t logit_class, int64_t energy, double scale, double slope,
                          uint8_t *done, double tau) {
-    const T threshold = (T)tau;
+    const T threshold = (T)tau, a = (T)scale, b = (T)slope;
     for (int64_t i = 0; i < s->m; i++) {
-        T *p = probs + i * row_stride + s->target[i] * class_stride;
+        const int64_t c = s->target[i];
+        T *p = probs + i * row_stride + c * class_stride;
         done[i] = *p >= threshold;
-        T delta = target_logit ? target_logit[i] - (T)1 : (T)-1;
+        T delta = (T)-1;
+        if (energy) {
+            T e = -logits[i * logit_row + c * logit_class];
+            T inner = b * e;
+            inner = (T)1 + inner;
+            delta = a * inner - (T)1;
+        }
         *p = *p + delta;
     }
 }

@@ -100,6 +100,7 @@ def _build() -> ctypes.CDLL | None:
         logits = getattr(loaded, f"search_logits_{suffix}")
         logits.restype = None
         logits.argtypes = [ctypes.POINTER(_Search), ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                           ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_double, ctypes.c_double,
                            ctypes.c_void_p, ctypes.c_double]
         finish = getattr(loaded, f"search_finish_{suffix}")
         finish.restype = None
@@ -159,14 +160,20 @@ def python_loop_only(packed_as_native: bool = False) -> Iterator[None]:
         _enabled, search.REPACK_SHARE = before, share
 
 
-def _own_closed_form(generator) -> bool:
-    """The library's Generic or ECCo (or a subclass keeping their penalty's gradient): a per-search ``λ_cst`` and step
-    size. (That the penalty has its gradient in closed form, the space's ``passes`` say.)"""
+def _own_closed_form(generator, max_steps: int) -> int | None:
+    """The penalty's gradient at the target's logit as native_search.c's ``search_logits`` takes it: 0 for the
+    library's Generic (none), 1 for ECCo's energy (:meth:`ECCo.energy_gradient`), or a subclass keeping theirs, with a
+    per-search ``λ_cst``, step size and energy weight; ``None`` for any other generator. (That the penalty has its
+    gradient in closed form, the space's ``passes`` say.)"""
     from ct_lightning.generators.feature_space import ECCo, Generic  # noqa: PLC0415 - they import the search
 
     method = type(generator).penalty_gradient
-    return method in (Generic.penalty_gradient, ECCo.penalty_gradient) and \
-        all(type(getattr(generator, name, None)) in (int, float) for name in ("lambda_cost", "lr"))
+    if method not in (Generic.penalty_gradient, ECCo.penalty_gradient) or \
+            not all(type(getattr(generator, name, None)) in (int, float) for name in ("lambda_cost", "lr")):
+        return None
+    if method is Generic.penalty_gradient:
+        return 0
+    return 1 if all(type(term) in (int, float) for term in generator.energy_gradient(0, max(max_steps, 1))) else None
 
 
 def _per_feature(values: torch.Tensor | None, shape: torch.Size, dtype: torch.dtype) -> torch.Tensor | None | bool:
@@ -209,8 +216,11 @@ def native_search(space, x: torch.Tensor, target: torch.Tensor, tau: float, max_
     lib = library()
     generator = getattr(space, "generator", None)
     if lib is None or type(space) is not FeatureSpace or space.passes is None or x.device.type != "cpu" \
-            or x.dtype not in SUFFIX or type(tau) not in (int, float) or not _own_closed_form(generator) \
-            or x.dim() < 2 or len(x) == 0 or target.dtype != torch.long or target.shape != (len(x),):
+            or x.dtype not in SUFFIX or type(tau) not in (int, float) or x.dim() < 2 or len(x) == 0 \
+            or target.dtype != torch.long or target.shape != (len(x),):
+        return None
+    energy = _own_closed_form(generator, max_steps)
+    if energy is None:
         return None
     limits, features = space.limits, x.shape[1:]
     lower, upper = _per_feature(limits.lower, features, x.dtype), _per_feature(limits.upper, features, x.dtype)
@@ -221,15 +231,17 @@ def native_search(space, x: torch.Tensor, target: torch.Tensor, tau: float, max_
     lower = torch.full(features, -math.inf, dtype=x.dtype) if lower is None else lower
     upper = torch.full(features, math.inf, dtype=x.dtype) if upper is None else upper
     codes = torch.zeros(features, dtype=BITS[x.dtype]) if codes is None else codes
-    return _run(lib, space, x.contiguous(), target.contiguous(), float(tau), max_steps, epsilon, lower, upper, codes)
+    return _run(lib, space, x.contiguous(), target.contiguous(), float(tau), max_steps, epsilon, lower, upper, codes,
+                energy)
 
 
 def _pointer(tensor: torch.Tensor | None) -> int | None:
     return None if tensor is None else tensor.data_ptr()
 
 
-def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) -> SearchResult:
-    """The loop (see :func:`native_search`); ``lower``, ``upper``, ``codes``: one value per feature."""
+def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes, energy) -> SearchResult:
+    """The loop (see :func:`native_search`); ``lower``, ``upper``, ``codes``: one value per feature; ``energy``: the
+    penalty's gradient at the target's logit (:func:`_own_closed_form`)."""
     from ct_lightning.generators.search import class_probabilities, target_reached  # noqa: PLC0415
 
     n, generator, limits, passes = len(x), space.generator, space.limits, space.passes
@@ -268,13 +280,12 @@ def _run(lib, space, x, target, tau, max_steps, epsilon, lower, upper, codes) ->
         probs = class_probabilities(logits)
         if step == 0:  # torch's own check of the classes: one out of range is its error, not a write out of bounds
             probs.gather(1, target_in[:, None])
-        target_logit, lambda_cost = generator.penalty_gradient(logits, target_in, step, max_steps)
-        target_logit = None if target_logit is None else target_logit.contiguous()
-        logit_gradient(handle, probs.data_ptr(), probs.stride(0), probs.stride(1), _pointer(target_logit),
-                       done_rows.data_ptr(), tau)
+        scale, slope = generator.energy_gradient(step, max_steps) if energy else (0.0, 0.0)
+        logit_gradient(handle, probs.data_ptr(), probs.stride(0), probs.stride(1), logits.data_ptr(), logits.stride(0),
+                       logits.stride(1), energy, scale, slope, done_rows.data_ptr(), tau)
         grad = passes.input_gradient(saved, probs).contiguous()
         left = iteration(handle, rows.data_ptr(), points.data_ptr(), _pointer(previous), grad.data_ptr(),
-                         done_rows.data_ptr(), step, lambda_cost)
+                         done_rows.data_ptr(), step, generator.lambda_cost)
         if left < 0:
             break
         # The step found the rows leaving the ε-ball where the points are the rows; else the next call compares.
