@@ -1,12 +1,13 @@
 /* The packed active-rows loop's own work, two calls per search iteration (native_search.py).
  *
- * Per iteration the library's PyTorch code runs the model's passes, the softmax and the penalty's gradient at the
- * logits; this file does the rest over the packed rows: the loss's gradient at the target's logit and the rows'
- * tau-convergence (search_logits), then (search_iteration) the points' l-infinity distances from their factuals (the
+ * Per iteration the library's PyTorch code runs the model's passes and the softmax; this file does the rest over the
+ * packed rows: the penalty's and the loss's gradient at the target's logit and the rows' tau-convergence
+ * (search_logits), then (search_iteration) the points' l-infinity distances from their factuals (the
  * nascent epsilon-ball test), freezing the rows that converged, the l1 cost's gradient, the mutability mask, the SGD
- * step, the projection onto the domain and mutability (in place), and dropping frozen rows from the packing. It
- * follows search.py's _search_packed and FeatureSpace operation for operation, each rounded as PyTorch's kernel
- * rounds it (built with -ffp-contract=off: no fused multiply-add), so the results are the same to the bit.
+ * step, the projection onto the domain and mutability (in place), and dropping frozen rows from the packing (at once:
+ * each kept row's step writes it into its packed place). It follows search.py's _search_packed and FeatureSpace
+ * operation for operation, each rounded as PyTorch's kernel rounds it (built with -ffp-contract=off: no fused
+ * multiply-add), so the results are the same to the bit where that loop packs the rows alike.
  *
  * The body below is compiled twice, for float (T = float, suffix _f32) and double (_f64): this file includes itself.
  */

@@ -1,9 +1,8 @@
 """The packed search loop with its own work in native code: C calls per iteration (``native_search.c``).
 
-Per iteration a feature-space search (Generic, ECCo: the penalty's gradient in closed form) runs the model's passes,
-the softmax and the penalty's gradient at the logits in PyTorch, as
-:class:`~ct_lightning.generators.search.FeatureSpace` does. Everything else (the loss's gradient at the target's
-logit and τ-convergence, the nascent ε-ball test, freezing the rows that converged, the ℓ1 cost's gradient, the
+Per iteration a feature-space search (Generic, ECCo: the penalty's gradient in closed form) runs the model's passes
+and the softmax in PyTorch, as :class:`~ct_lightning.generators.search.FeatureSpace` does. Everything else (the
+penalty's and the loss's gradient at the target's logit and τ-convergence, the nascent ε-ball test, freezing the rows that converged, the ℓ1 cost's gradient, the
 mutability mask, the SGD step, the projection, dropping frozen rows) was about thirty small PyTorch operations per
 iteration in ``_search_packed``; on a CPU each costs its launch whatever its size, and a search of a small model spent
 more on them than on the model (``bench/search_parts.py``). Here they are two calls of plain C over the packed rows,
