@@ -1,15 +1,16 @@
 """The packed search loop with its own work in native code: C calls per iteration (``native_search.c``).
 
-Per iteration a feature-space search (Generic, ECCo: the penalty's gradient in closed form) runs the model's passes
-and the softmax in PyTorch, as :class:`~ct_lightning.generators.search.FeatureSpace` does. Everything else (the
-penalty's and the loss's gradient at the target's logit and τ-convergence, the nascent ε-ball test, freezing the rows
-that converged, the ℓ1 cost's gradient, the mutability mask, the SGD step, the projection, dropping frozen rows) was
-about thirty small PyTorch operations per iteration in ``_search_packed``; on a CPU each costs its launch whatever
-its size, and a search of a small model spent more on them than on the model (``bench/search_parts.py``). Here they
-are two calls of plain C over the packed rows, which step the rows in place, operation for operation as PyTorch rounds them, so the results are the PyTorch loop's to
-the bit where both pack the rows alike (tests/test_native_search.py); ``bench/native_search.py`` measures it. The
-native loop drops frozen rows at once (:data:`REPACK_SHARE`), the PyTorch loop from a quarter of its rows: a matrix
-product over another number of rows may round differently, so the two may differ in the last bit.
+Per iteration a feature-space search (Generic, ECCo: the penalty's gradient in closed form) runs the model's passes and
+the softmax in PyTorch, as :class:`~ct_lightning.generators.search.FeatureSpace` does. Everything else (the penalty's
+and the loss's gradient at the target's logit and τ-convergence, the nascent ε-ball test, freezing the rows that
+converged, the ℓ1 cost's gradient, the mutability mask, the SGD step, the projection, dropping frozen rows) was about
+thirty small PyTorch operations per iteration in ``_search_packed``; on a CPU each costs its launch whatever its size,
+and a search of a small model spent more on them than on the model (``bench/search_parts.py``). Here they are two calls
+of plain C over the packed rows, which step the rows in place, operation for operation as PyTorch rounds them, so the
+results are the PyTorch loop's to the bit where both pack the rows alike (tests/test_native_search.py);
+``bench/native_search.py`` measures it. The native loop drops frozen rows at once (:data:`REPACK_SHARE`), the PyTorch
+loop from a quarter of its rows: a matrix product over another number of rows may round differently, so the two may
+differ in the last bit.
 
 The C file is compiled on first use with the system's C compiler (about a second) into a cache folder
 (``$CT_LIGHTNING_CACHE``, else ``~/.cache/ct-lightning``), one library per source and machine. Where there is no
