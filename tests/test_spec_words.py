@@ -234,6 +234,38 @@ def test_the_served_models_target_takes_a_class_by_its_words_as_explain_does():
     assert answer["target"].tolist() == [0, 0] and answer["target_label"].tolist() == ["no default"] * 2
 
 
+def test_the_served_models_signature_names_the_classes_in_words():
+    """The predictor's signature (what the MLflow UI shows of a served model) named the classes by their codes only:
+    ``target`` defaulted to ``the most likely other class; allowed: 0, 1, as text`` and the outputs left out the
+    ``prediction_label`` the predictor gives. A default sent back as an earlier model logged it still asks for no
+    class."""
+    from ct_lightning.experiment.runs.request_checks import requested_target
+    from ct_lightning.experiment.runs import served_model
+    from ct_lightning.experiment.runs.served_model import RawRowsClassifier, predictor_signature
+    from ct_lightning.models import build_mlp
+
+    codec = TabularCodec.fit(credit_frame(), TARGET, SPEC)
+    signature = predictor_signature(codec)
+    target = next(p for p in signature.params.params if p.name == "target")
+    assert target.default == ("the most likely other class; allowed: no default [0], default [1] (the words, or the "
+                              "class in brackets), as text")
+    served = RawRowsClassifier(build_mlp(len(codec.feature_names), 2, [8]), codec, {})
+    answer = served.predict(None, credit_frame().drop(columns=TARGET).head(2), {})
+    assert signature.outputs.input_names() == list(answer.columns) == \
+        ["prediction", "prediction_label", "probability", "probability_0", "probability_1"]
+    class_entries = served_model.class_entries  # the metadata's legend of the outputs
+    assert class_entries(codec) == [{"value": 0, "output": "probability_0", "label": "no default"},
+                                    {"value": 1, "output": "probability_1", "label": "default"}]
+    for default in (target.default, "the most likely other class; allowed: 0, 1, as text"):  # now's, an earlier one's
+        assert requested_target(codec, {"target": default}) is None
+    assert requested_target(codec, {"target": "no default"}) == "no default"
+    plain = TabularCodec.fit(credit_frame(), TARGET, {"columns": {"SEX": {"kind": "categorical"}}})
+    assert next(p for p in predictor_signature(plain).params.params if p.name == "target").default == \
+        "the most likely other class; allowed: 0, 1, as text"
+    assert "prediction_label" not in predictor_signature(plain).outputs.input_names()
+    assert class_entries(plain) == [{"value": 0, "output": "probability_0"}, {"value": 1, "output": "probability_1"}]
+
+
 # --- end to end: train with words, explain a batch, write letters ---------------------------------------------------
 
 def test_train_with_words_then_explain_a_batch_and_write_a_letter_to_each_applicant(tmp_path, capsys):

@@ -324,18 +324,30 @@ def as_rows(model_input) -> pd.DataFrame:
 def target_default(codec) -> str:
     """The ``target`` param's default in the predictor's signature: no class (the most likely other one), in words
     that name the classes, since MLflow refuses a ``target`` of another type than text (a JSON number) before the
-    predictor runs, in a message that shows only the param's type and this default. An ordered outcome's default is
-    the class one place above the prediction, and its classes are named lowest first."""
-    if getattr(codec, "order", None):
-        return f"the class one place above the prediction (valid: at least it); allowed: " \
-               f"{', '.join(map(str, codec.order))}, as text"
-    return f"the most likely other class; allowed: {', '.join(map(str, codec.classes))}, as text"
+    predictor runs, in a message that shows only the param's type and this default. The classes are named as a
+    refusal names them (:func:`~ct_lightning.evaluation.explanation.allowed_classes`: in the data spec's words with
+    the class in brackets, ``no default [0], default [1]``, where it words them). An ordered outcome's default is the
+    class one place above the prediction, and its classes are named lowest first."""
+    from ct_lightning.evaluation.explanation import allowed_classes  # noqa: PLC0415 - torch
+
+    order = getattr(codec, "order", None)
+    named = allowed_classes(order or codec.classes, getattr(codec, "class_labels", None))
+    if order:
+        return f"{DEFAULT_TARGETS[1]}{named}, as text"
+    return f"{DEFAULT_TARGETS[0]}{named}, as text"
+
+
+# How target_default begins: a request that sends a default back (MLflow fills it in from the signature, one of
+# a model logged before the classes were worded too) asks for no class.
+DEFAULT_TARGETS = ("the most likely other class; allowed: ",
+                   "the class one place above the prediction (valid: at least it); allowed: ")
 
 
 def requested_target(codec, params: dict):
-    """The class a request asks for (``None``: the default, the most likely other class)."""
+    """The class a request asks for (``None``: the default, the most likely other class; a signature's default, this
+    version's or an earlier one's, means the same)."""
     target = params.get("target")
-    return None if target in (None, "", target_default(codec)) else target
+    return None if target in (None, "") or (isinstance(target, str) and target.startswith(DEFAULT_TARGETS)) else target
 
 
 def _listed(names: list[str]) -> str:

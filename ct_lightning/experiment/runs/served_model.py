@@ -159,7 +159,10 @@ def _column_type(column) -> str:
 
 def predictor_signature(codec):
     """The output columns and the ``explain``/``target``/``max_steps``/``immutable``/``mutability``/``step``/
-    ``max_change`` params; no input schema.
+    ``max_change`` params; no input schema. Where the data spec words the classes, the outputs list
+    ``prediction_label`` (the predicted class in those words) and the ``target`` param's default names each class in
+    its words with the class in brackets (``no default [0], default [1]``), the legend of ``probability_0`` and
+    ``probability_1``, whose names keep the class a program reads (:func:`class_entries` in the metadata too).
 
     With an input schema MLflow would drop columns the model does not know before the predictor sees them
     (with a warning in the server's log only) and convert or refuse values by rules of its own that differ
@@ -171,13 +174,23 @@ def predictor_signature(codec):
     from mlflow.types.schema import ColSpec, ParamSchema, ParamSpec, Schema
 
     label_type = "string" if any(isinstance(c, str) for c in codec.classes) else "long"
-    outputs = Schema([ColSpec(label_type, "prediction"), ColSpec("double", "probability"),
+    worded = [ColSpec("string", "prediction_label")] if getattr(codec, "class_labels", None) else []
+    outputs = Schema([ColSpec(label_type, "prediction"), *worded, ColSpec("double", "probability"),
                       *[ColSpec("double", f"probability_{c}") for c in codec.classes]])
     params = ParamSchema([ParamSpec("explain", "boolean", False), ParamSpec("target", "string", target_default(codec)),
                           ParamSpec("max_steps", "long", 0), ParamSpec("immutable", "string", ""),
                           ParamSpec("mutability", "string", ""), ParamSpec("step", "string", ""),
                           ParamSpec("max_change", "string", "")])
     return ModelSignature(inputs=None, outputs=outputs, params=params)
+
+
+def class_entries(codec) -> list[dict]:
+    """The predictor's classes, as logged in its ``metadata["classes"]``: ``value`` (the class, as ``prediction``
+    gives it), ``output`` (its ``probability_CLASS`` column) and ``label`` (the data spec's words for it, where it
+    gives them)."""
+    return [{"value": c.item() if isinstance(c, np.generic) else c, "output": f"probability_{c}",
+             **({"label": codec.class_label(c)} if getattr(codec, "class_labels", None) and codec.class_label(c)
+                else {})} for c in codec.classes]
 
 
 def input_columns(codec) -> list[dict]:
@@ -283,7 +296,7 @@ def log_predictor(model: torch.nn.Module, codec, x_encoded: torch.Tensor, search
 
     signature = predictor_signature(codec)
     example = example_rows(codec, x_encoded)
-    metadata = {"input_columns": input_columns(codec)}
+    metadata = {"input_columns": input_columns(codec), "classes": class_entries(codec)}
     if getattr(codec, "dropped", None):  # trained without them (--drop-columns): a request may carry them
         metadata["ignored_columns"] = list(codec.dropped)
     python_model = RawRowsClassifier(model, codec, search)
