@@ -161,6 +161,29 @@ def heading(name, label: str | None = None, unit: str | None = None) -> str:
     return f"{shown} ({unit})" if unit else shown
 
 
+# ISO 4217 codes a data spec's unit may give instead of a symbol (unit: USD): the common ones; any other unit of
+# three capitals (PSI, RPM) is no currency and keeps its brackets.
+CURRENCY_CODES = frozenset(("AUD BRL CAD CHF CNY CZK DKK EUR GBP HKD HUF IDR ILS INR JPY KRW MXN NOK NTD NZD PLN "
+                            "RON RUB SEK SGD THB TRY TWD USD ZAR").split())
+
+
+def currency_format(unit: str | None) -> str | None:
+    """How an amount in a data spec's ``unit`` is written where that unit is a currency, as a pattern for ``{}``:
+    a currency symbol, alone or after at most three letters (``$``, ``€``, ``£``, ``NT$``, ``US$``), goes before the
+    number (``${}``: ``$37,200``), a currency code (``USD``, ``EUR``: :data:`CURRENCY_CODES`) before it with a space
+    (``USD {}``); ``None`` for any other unit (``years``, ``km``, ``$ thousands``), which a heading shows in brackets
+    (:func:`heading`)."""
+    import unicodedata  # noqa: PLC0415
+
+    text = (unit or "").strip()
+    if text in CURRENCY_CODES:
+        return f"{text} {{}}"
+    if text and unicodedata.category(text[-1]) == "Sc" and len(text) <= 4 and \
+            all("A" <= ch.upper() <= "Z" for ch in text[:-1]):
+        return f"{text}{{}}"
+    return None
+
+
 def labels_text(value_labels: Sequence | None, shown: int = 8) -> str:
     """``-1 = paid on time, 2 = two months late``: the start-up lines' list of labelled values, the first ``shown``
     and a count where there are more."""

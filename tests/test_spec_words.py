@@ -266,6 +266,37 @@ def test_the_served_models_signature_names_the_classes_in_words():
     assert class_entries(plain) == [{"value": 0, "output": "probability_0"}, {"value": 1, "output": "probability_1"}]
 
 
+def test_an_amount_in_a_currency_is_written_as_money_and_other_units_keep_their_brackets():
+    """A letter read ``Yearly income ($): from 37,200 to 41,000``: people write ``Yearly income: from $37,200 to
+    $41,000``. A data spec's ``unit`` that is a currency (a symbol, alone or after a country's letters, or an ISO
+    code) goes with each amount, the sign first (``-$300``); other units keep theirs in brackets after the label."""
+    from ct_lightning.evaluation.explanation import change_of, change_parts, change_words, shown_change
+    from datamodules import wording
+
+    spec = yaml.safe_load((ROOT / "examples" / "loans-words.yaml").read_text())
+    codec = TabularCodec.fit(pd.read_csv(ROOT / "tests" / "fixtures" / "loans.csv"), "approved", spec)
+    columns = {column.name: column for column in codec.columns}
+    income = change_of(columns["income"], 37200, 41000)
+    assert change_parts(income) == ("Yearly income", "$37,200", "$41,000")
+    assert shown_change(income) == "Yearly income: $37,200 → $41,000 [income: 37,200 → 41,000]"  # the raw as it was
+    assert change_words(change_of(columns["debt"], 8900, 0)) == "Debt owed: $8,900 → $0"
+    assert change_parts(change_of(columns["years_employed"], 3, 5)) == ("Time in employment (years)", "3", "5")
+    assert change_parts(change_of(columns["age"], 42, 42))[0] == "Age (years)"
+    assert change_parts({"feature": "balance", "from": -300, "to": 1200, "label": "Balance", "unit_label": "€"}) == \
+        ("Balance", "-€300", "€1,200")
+    assert change_parts({"feature": "limit", "from": 20000, "to": 50000, "unit_label": "NT$"}) == \
+        ("limit", "NT$20,000", "NT$50,000")
+    assert change_parts({"feature": "limit", "from": 20000, "to": 50000, "unit_label": "USD"}) == \
+        ("limit", "USD 20,000", "USD 50,000")
+    # a file that wrote its money (60.800 €) keeps its own format, and the heading no second unit
+    assert change_parts({"feature": "income", "from": 60800.0, "to": 54800.0, "unit": "{} €", "decimal_comma": True,
+                         "thousands": ".", "label": "Income", "unit_label": "€"}) == ("Income", "60.800 €", "54.800 €")
+    currency_format = wording.currency_format  # the one rule, which change_parts follows
+    assert [currency_format(unit) for unit in ("$", "€", "£", "NT$", "US$", "EUR", " CHF ")] == \
+        ["${}", "€{}", "£{}", "NT${}", "US${}", "EUR {}", "CHF {}"]
+    assert [currency_format(unit) for unit in ("years", "km", "%", "$ thousands", "PSI", "usd", None)] == [None] * 7
+
+
 # --- end to end: train with words, explain a batch, write letters ---------------------------------------------------
 
 def test_train_with_words_then_explain_a_batch_and_write_a_letter_to_each_applicant(tmp_path, capsys):
@@ -303,9 +334,9 @@ def test_train_with_words_then_explain_a_batch_and_write_a_letter_to_each_applic
     assert f"wrote {len(explained)} letter(s) to {letters}/" in out
     assert json.loads((tmp_path / "out.json").read_text()) == records
     table = pd.read_csv(tmp_path / "out.csv", encoding="utf-8-sig")
-    labels = {"LIMIT_BAL": "Credit limit (NT$)",
-              **{f"PAY_AMT{i}": f"Amount paid, month {i} (NT$)" for i in range(1, 7)},
-              **{f"BILL_AMT{i}": f"Bill, month {i} (NT$)" for i in range(1, 7)}}
+    labels = {"LIMIT_BAL": "Credit limit",  # amounts in NT$: the currency with each amount, not after the label
+              **{f"PAY_AMT{i}": f"Amount paid, month {i}" for i in range(1, 7)},
+              **{f"BILL_AMT{i}": f"Bill, month {i}" for i in range(1, 7)}}
     for record in explained:
         letter = (letters / f"ID-{record['other_columns']['ID']}.txt").read_text()
         lines = letter.splitlines()
@@ -319,8 +350,8 @@ def test_train_with_words_then_explain_a_batch_and_write_a_letter_to_each_applic
             assert {"feature", "from", "to"} <= set(change)
             if change["feature"] in labels:
                 name = labels[change["feature"]]
-                assert change["label"] + " (NT$)" == name and change["unit_label"] == "NT$"
-                assert any(line.startswith(f"  - {name}: from ") for line in lines), letter
+                assert change["label"] == name and change["unit_label"] == "NT$"
+                assert any(re.match(rf"  - {re.escape(name)}: from -?NT\$\d", line) for line in lines), letter
                 assert f"{name}: " in table.at[record["row"], "changes_in_words"]
                 assert f"{change['feature']}: " in table.at[record["row"], "changes"]
         if record["valid"] and record["changes"]:

@@ -28,7 +28,7 @@ from ct_lightning.generators import FitContext, make_generator, prepare_standalo
 from ct_lightning.generators.base import generate_counterfactuals
 from datamodules.codec import ColumnSpec, categories_by_case  # ColumnSpec: also the identity codec's columns
 from datamodules.table_format import as_written
-from datamodules.wording import heading, worded, worded_values
+from datamodules.wording import currency_format, heading, worded, worded_values
 
 EXPLAIN_STEP = 0.05  # the largest search step of an explanation (η); see explanation_search
 EXPLAIN_TRAVEL = 25.0  # η·T of the paper's training search (0.25 · 100 steps): how far an explanation may go
@@ -540,17 +540,21 @@ def change_words(change: dict) -> str:
 
 
 def change_parts(change: dict) -> tuple[str, str, str]:
-    """A change in the data spec's words as its three parts: the column (``Credit limit (NT$)``, marked where its
-    value was filled in), and the values before and after (``two months late``, ``paid on time``; a value without
-    words as :func:`format_change` writes it)."""
+    """A change in the data spec's words as its three parts: the column (``Time in employment (years)``, marked where
+    its value was filled in), and the values before and after (``two months late``, ``paid on time``; a value without
+    words as :func:`format_change` writes it). An amount of a currency (the spec's ``unit: $``, ``NT$``, ``EUR``:
+    :func:`~datamodules.wording.currency_format`) is written as money is, the currency with each number and not
+    beside the column (``Yearly income``, ``$37,200``, ``-$300``), in the file's own money format where it wrote one."""
     filled = " (missing: filled in as in training)" if change.get("filled") else ""
-    style = (change.get("unit"), change.get("decimal_comma", False), change.get("thousands"))
+    money = currency_format(change.get("unit_label"))
+    unit_label = None if money else change.get("unit_label")
+    style = (change.get("unit") or money, change.get("decimal_comma", False), change.get("thousands"))
     shown = format_change(change["from"], change["to"], *style).split(" → ")
     if len(shown) != 2:  # a value whose own text holds an arrow: each side apart
         shown = [format_change(change["from"], change["from"], *style).split(" → ")[0],
                  format_change(change["to"], change["to"], *style).split(" → ")[0]]
     before, after = change.get("from_label", shown[0]), change.get("to_label", shown[1])
-    return f"{heading(change['feature'], change.get('label'), change.get('unit_label'))}{filled}", before, after
+    return f"{heading(change['feature'], change.get('label'), unit_label)}{filled}", before, after
 
 
 def shown_change(change: dict) -> str:
