@@ -26,7 +26,7 @@ from datamodules.row_bounds import BOUND_VALUES, SIDES, column_rules, read_rules
 from datamodules.suggest import did_you_mean
 from datamodules.table_format import as_written
 from datamodules.wording import (WORDING_KEYS, check_wording, check_wording_kind, fitted_value_labels, heading,
-                                 label_of, labels_text, target_values, word_column, worded_values)
+                                 label_of, labels_text, row_number, target_values, word_column, worded_values)
 
 if TYPE_CHECKING:  # torch: the searches' structures load on first use, so a table is checked before torch loads
     from datamodules.feature_types import FeatureTypes, RowBound
@@ -616,7 +616,8 @@ class TabularCodec:
         for column in self.columns:
             values, where = frame[column.name], self._slices[column.name]
             if values.isna().any():
-                raise ValueError(f"rows: column {column.name!r} has a missing value (row {int(np.flatnonzero(values.isna())[0])})")
+                first = row_number(np.flatnonzero(values.isna())[0])
+                raise ValueError(f"rows: column {column.name!r} has a missing value (row {first})")
             if column.kind in LABELLED:
                 codes = category_codes(values, column.categories)  # an ordinal column's: ranks in its order
                 if (codes < 0).any():

@@ -19,6 +19,7 @@ import pandas as pd
 from datamodules.codec import LABELLED, TabularCodec, category_codes
 from datamodules.suggest import name_hint
 from datamodules.table_format import as_written
+from datamodules.wording import row_number
 
 SHOWN = 5  # rows or values a message names before it counts the rest
 
@@ -76,7 +77,7 @@ def unseen_category_rows(frame: pd.DataFrame, codec: TabularCodec) -> dict[str, 
 
 def refuse_unseen_categories(frame: pd.DataFrame, codec: TabularCodec, name: str, fix: str) -> None:
     """A one-line ``ValueError`` naming the first column whose rows hold a category the model was not trained on: the
-    values, how many rows, the first rows (numbered as the file's data rows, from 0) and the model's categories;
+    values, how many rows, the first rows (numbered as the file's data rows, from 1) and the model's categories;
     ``fix`` says what to do. The model has no input for such a category: it can neither score nor learn it."""
     found = unseen_category_rows(frame, codec)
     if not found:
@@ -85,7 +86,7 @@ def refuse_unseen_categories(frame: pd.DataFrame, codec: TabularCodec, name: str
     column = next(c for c in codec.columns if c.name == column_name)
     values = pd.unique(frame.loc[rows, column_name])
     shown = ", ".join(repr(v.item() if isinstance(v, np.generic) else v) for v in values[:SHOWN])
-    where = [str(i) for i in frame.index[rows.to_numpy()][:SHOWN]]
+    where = [str(row_number(i)) for i in frame.index[rows.to_numpy()][:SHOWN]]
     more = f"; also in {', '.join(map(repr, list(found)[1:]))}" if len(found) > 1 else ""
     what = "a category" if len(values) == 1 else "categories"
     raise ValueError(f"data: got {column_name}={shown} ({what} the model was not trained on, in {int(rows.sum())} "

@@ -25,7 +25,7 @@ from datamodules.row_bounds import breaking_rows, rule_name
 from datamodules.table_checks import SPLIT, checked_table, raise_problems
 from datamodules.table_format import as_written, read_table, tidy_frame
 from datamodules.workbook import table_file, table_label
-from datamodules.wording import unworded_note, worded
+from datamodules.wording import row_number, unworded_note, worded
 
 TABLE_SUFFIXES = (".csv", ".tsv", ".txt", ".parquet", ".pq", ".xlsx", ".xlsm")  # a CSV's delimiter is read from its header; also --data's list
 CODE_LEVELS = 10  # an inferred integer column with at most this many values may be category codes (SEX 1/2)
@@ -356,9 +356,9 @@ class TableDataModule(TensorDataModule):
         lines = []
         for column, side, shown, broken, _ in breaking_rows(self.codec, self.frame):
             if broken.any():
+                first = row_number(self.frame.index[int(np.flatnonzero(broken)[0])])
                 lines.append(f"{int(broken.sum())} of {len(broken)} rows break {rule_name(column, side, shown)} "
-                             f"(first: row "
-                             f"{self.frame.index[int(np.flatnonzero(broken)[0])]}); they train as they are, but "
+                             f"(first: row {first}); they train as they are, but "
                              "counterfactuals keep to the rule and such rows are refused when explained or served")
         return lines
 

@@ -154,6 +154,12 @@ def worded_values(values, value_labels: Sequence | None, joiner: str = ", ") -> 
     return joiner.join(worded(value, label_of(value_labels, value)) for value in values)
 
 
+def row_number(position: int) -> int:
+    """A row's position in a table or request (from 0) as every message shows it and people count rows: from 1, the
+    first row under the header (a request's first row) being row 1."""
+    return int(position) + 1
+
+
 def heading(name, label: str | None = None, unit: str | None = None) -> str:
     """A column as a person reads it: its ``label`` (else its ``name``), with its ``unit`` in brackets:
     ``Credit limit (NT$)``."""

@@ -133,7 +133,7 @@ def test_ct_explain_on_a_logged_run_prints_writes_json_and_logs(tmp_path):
                       "--tracking-uri", uri, "--row", '{"x1": 0.2, "x2": 0.4}', "--json", str(out)], cwd=tmp_path,
                       timeout=300, env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)})
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "row 0: predicted" in done.stdout
+    assert "row 1: predicted" in done.stdout
     records = json.loads(out.read_text())
     assert len(records) == 1 and records[0]["counterfactual"]["x2"] == pytest.approx(0.4)  # immutable, as trained
     folders = [a.path for a in MlflowClient(uri).list_artifacts(run["run_id"], "explanations")]
@@ -150,6 +150,33 @@ def test_ct_explain_on_a_logged_run_prints_writes_json_and_logs(tmp_path):
     replaced = run_script(ROOT / "recipes" / "explain.py", [*again, "--overwrite"], cwd=tmp_path, timeout=300, env=env)
     assert replaced.returncode == 0, replaced.stderr[-3000:]
     assert json.loads(out.read_text())[0]["factual"]["x1"] == pytest.approx(0.3)
+
+
+def test_rows_are_counted_from_one_wherever_explain_shows_them(tmp_path):
+    """The first applicant of a file without an ID column was ``row 0`` in the console, the refusals, --json, --csv
+    and the letters (``row-0.txt``, ``Your application (row 0)``): practitioners count rows from 1. read_rows numbers
+    them so, and every output shows that number."""
+    from ct_lightning.experiment.configuration.validation import InputError
+    from ct_lightning.experiment.runs.explanations import Explainable, check_rows, explain_loaded, flat_table, read_rows
+    from ct_lightning.experiment.runs.letters import letter_names, letter_text
+    from ct_lightning.experiment.workflows.explain import numbered_records
+
+    ROWS.iloc[[0, 0, 1]].assign(home=["rent", "castle", "mortgage"]).to_csv(tmp_path / "rows.csv", index=False)
+    rows = read_rows(str(tmp_path / "rows.csv"))
+    assert rows.index.tolist() == [1, 2, 3] and read_rows(row='{"income": 1, "home": "rent"}').index.tolist() == [1]
+    codec = SmallCodec()
+    loaded = Explainable(model_of_income_and_home(), codec, {}, None, True)
+    with pytest.raises(InputError, match=r"^--rows: got 'home=castle' \(unseen category in row 2\)"):  # the second
+        check_rows(rows.copy(), loaded, "--rows")
+    kept, _, skipped = check_rows(rows.copy(), loaded, "--rows", skip_bad_rows=True)
+    explained = explain_loaded(loaded, kept, "yes", {"max_steps": 5})
+    text = describe(explained)
+    assert text.startswith("row 1: predicted no") and "\nrow 3: predicted no" in text and "row 0" not in text
+    records = numbered_records(explained, skipped)
+    assert [(r["row"], r["explained"]) for r in records] == [(1, True), (2, False), (3, True)]
+    assert flat_table(records)["row"].tolist() == [1, 2, 3]
+    assert letter_names(records) == {1: "row-1.txt", 3: "row-3.txt"}
+    assert letter_text(records[0], codec).startswith("Your application (row 1)\n")
 
 
 def test_rows_the_model_cannot_read_are_refused_before_the_search():
@@ -197,7 +224,7 @@ def test_a_fraction_in_an_integer_column_is_refused_before_the_search_as_the_ser
         check_rows(one.copy(), loaded, "--row")
     assert str(caught.value) == ("--row: got 'age=45.5' (not a whole number in row 0); allowed: whole numbers "
                                  "(the column holds integers)")
-    with pytest.raises(ValueError, match=r"^rows: column 'age': 45.5 in row 0 is not a whole number; allowed: "
+    with pytest.raises(ValueError, match=r"^rows: column 'age': 45.5 in row 1 is not a whole number; allowed: "
                                          r"whole numbers \(the column holds integers\)$"):
         request_checks.check_rows(codec, one, 10)  # the served model: the same words
     assert check_rows(rows.head(1).assign(age=45.0).copy(), loaded, "--row")[0]["age"].tolist() == [45]  # whole
@@ -458,7 +485,7 @@ def test_a_built_in_table_is_explained_in_the_raw_files_units(tmp_path):
                       str(tmp_path / "rows.csv"), "--json", str(out), "--no-log"], cwd=tmp_path, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "LIMIT_BAL as limit_bal" in done.stdout + done.stderr
-    assert "row 0 (ID 1): predicted " in done.stdout  # the raw file's ID names the client
+    assert "row 1 (ID 1): predicted " in done.stdout  # the raw file's ID names the client
     records = json.loads(out.read_text())
     assert len(records) == 4
     for record, written in zip(records, raw.to_dict("records")):
@@ -504,7 +531,7 @@ def test_a_copied_checkpoint_explains_with_learned_generators_given_its_data(tmp
                            env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin", "HOME": str(tmp_path),
                                 "CT_CACHE_DIR": str(tmp_path / "cold-cache")})  # its VAE trains in this process
     assert fresh.returncode == 0, fresh.stderr[-3000:]
-    assert "row 0: predicted" in fresh.stdout and (tmp_path / "cold-cache" / "vae").is_dir()
+    assert "row 1: predicted" in fresh.stdout and (tmp_path / "cold-cache" / "vae").is_dir()
     assert not [text for text in ("GPU available", "litlogger", "Trainer.fit") if text in fresh.stdout + fresh.stderr]
     other = tmp_path / "loans-again.csv"  # the same table elsewhere: config.json beside ck/ names tests/fixtures'
     shutil.copy(LOANS, other)
@@ -638,7 +665,7 @@ def test_a_batch_is_written_for_a_spreadsheet_with_each_applicants_id(tmp_path, 
               "--skip-bad-rows", "--max-steps", "60", "--csv", str(table)]
     records = main([*common, "--json", str(tmp_path / "explained.json")])
     out = capsys.readouterr().out
-    assert "row 0 (applicant_id 500): predicted " in out and "row 2 (applicant_id 502): not explained: " in out
+    assert "row 1 (applicant_id 500): predicted " in out and "row 3 (applicant_id 502): not explained: " in out
     assert [r["other_columns"] for r in records] == [{"applicant_id": 500 + i} for i in range(6)]
     assert json.loads((tmp_path / "explained.json").read_text()) == records
     assert table.read_bytes().startswith(b"\xef\xbb\xbf")  # Excel reads a CSV without it as Windows-1252
@@ -646,12 +673,12 @@ def test_a_batch_is_written_for_a_spreadsheet_with_each_applicants_id(tmp_path, 
     assert list(written.columns) == ["row", "applicant_id", "explained", "prediction", "prediction_probability",
                                      "target", "probability", "valid", "counterfactual_prediction", "changes",
                                      "problem"]
-    assert written["applicant_id"].tolist() == list(range(500, 506)) and written["row"].tolist() == list(range(6))
-    assert "unseen category" in written.at[2, "problem"] and not written.at[2, "explained"]
+    assert written["applicant_id"].tolist() == list(range(500, 506)) and written["row"].tolist() == list(range(1, 7))
+    assert "unseen category" in written.at[2, "problem"] and not written.at[2, "explained"]  # row 3
     changed = next(r for r in records if r.get("changes"))
     first = changed["changes"][0]
-    assert written.at[changed["row"], "changes"].startswith(f"{first['feature']}: ")
-    assert " → " in written.at[changed["row"], "changes"]
+    assert written.set_index("row").at[changed["row"], "changes"].startswith(f"{first['feature']}: ")
+    assert " → " in written.set_index("row").at[changed["row"], "changes"]
     with pytest.raises(CliExit) as refused:
         main(common)
     assert str(refused.value).startswith(f"--csv: got '{table}' (the file exists)")
@@ -809,7 +836,7 @@ def test_a_category_coded_as_a_number_is_read_in_a_column_a_blank_made_float(tmp
     records = main(["--run-id", run["run_id"], "--tracking-uri", uri, "--rows", str(tmp_path / "rows.csv"),
                     "--skip-bad-rows", "--max-steps", "20", "--no-log"])
     assert [r["explained"] for r in records] == [True, True, False, True, True, True], records
-    assert "row 2: not explained: " in capsys.readouterr().out
+    assert "row 3: not explained: " in capsys.readouterr().out
     assert {r["factual"]["region"] for r in records if r["explained"]} <= {1, 2, 3}
 
 
@@ -930,7 +957,7 @@ def test_training_on_a_table_ends_with_an_explain_command_that_runs_as_printed(t
     assert row == {"income": int(income[first]), "sector": table.loc[first, "sector"]}
     capsys.readouterr()
     records = explain_main([*argv[2:], "--no-log"])
-    assert len(records) == 1 and "row 0: predicted" in capsys.readouterr().out
+    assert len(records) == 1 and "row 1: predicted" in capsys.readouterr().out
     assert summary.get("explain_command") and "explain_command" not in train(
         {"data": "moons", "max_epochs": 1, "nce": 16, "progress": False,
          "tracking_uri": f"sqlite:///{tmp_path / 'mlflow.db'}"})

@@ -103,8 +103,8 @@ def test_an_empty_cell_among_the_columns_the_model_does_not_read_is_left_out_of_
     records = main(["--checkpoint", str(checkpoint), "--rows", str(folder / "noted.csv"), "--target", "yes",
                     "--max-steps", "50", "--no-log"])
     out = capsys.readouterr().out
-    assert "row 0 (applicant_id 501, notes strong communicator): predicted " in out, out
-    assert "row 1 (applicant_id 502): predicted " in out and "row 2: predicted " in out
+    assert "row 1 (applicant_id 501, notes strong communicator): predicted " in out, out
+    assert "row 2 (applicant_id 502): predicted " in out and "row 3: predicted " in out
     assert "None" not in out and "nan" not in out
     assert records[1]["other_columns"] == {"applicant_id": 502, "notes": None}  # --json keeps the empty cell
     assert row_label(4, {"hired_on": pd.NaT, "id": 7}) == "row 4 (id 7)"
@@ -122,11 +122,11 @@ def test_a_served_model_names_the_number_a_european_amount_writes(trained):
     served = RawRowsClassifier(torch.nn.Linear(len(codec.feature_names), 2), codec, {})
     row = pd.read_csv(LOANS).drop(columns="approved").head(1)
     row = row.assign(debt_ratio=0.26).astype({"income": object})
-    for written, message in (("30.600,00 €", "'30.600,00 €' in row 0 is text; allowed: a number (in JSON "
+    for written, message in (("30.600,00 €", "'30.600,00 €' in row 1 is text; allowed: a number (in JSON "
                                              "without quotes), here 30600"),
-                             ("30.600", "'30.600' in row 0 is text; allowed: a number (in JSON without quotes), "
+                             ("30.600", "'30.600' in row 1 is text; allowed: a number (in JSON without quotes), "
                                         "here 30600"),
-                             ("30600", "'30600' in row 0 is text; allowed: a number (in JSON without quotes)")):
+                             ("30600", "'30600' in row 1 is text; allowed: a number (in JSON without quotes)")):
         with pytest.raises(RequestRefused) as refused:
             served.predict(None, row.assign(income=[written]), {})
         assert f"rows: column 'income': {message}" in str(refused.value), str(refused.value)
@@ -165,10 +165,10 @@ def test_a_row_outside_the_domain_is_refused_in_the_files_numbers(trained, capsy
     folder, checkpoint = trained
     row = pd.read_csv(folder / "applicants.csv", sep=";", encoding="cp1252", dtype=str).drop(
         columns="applicant_id").iloc[0].to_dict()
-    for column, value, written in (("debt_ratio", "9,5", r"debt_ratio=9,5' \(outside the model's domain in row 0\); "
+    for column, value, written in (("debt_ratio", "9,5", r"debt_ratio=9,5' \(outside the model's domain in row 1\); "
                                                          r"allowed: 0 to 0,\d+ \(the training"),
                                    ("income", "9.000.000,00 €", r"income=9\.000\.000 €' \(outside the model's domain "
-                                                                r"in row 0\); allowed: 0 € to \d{2,3}\.\d{3}(,\d+)? € "
+                                                                r"in row 1\); allowed: 0 € to \d{2,3}\.\d{3}(,\d+)? € "
                                                                 r"\(the")):
         with pytest.raises(CliExit) as refused:
             main(["--checkpoint", str(checkpoint), "--row", json.dumps({**row, column: value}), "--no-log"])

@@ -65,7 +65,7 @@ def test_explaining_a_row_from_a_checkpoint_imports_neither_lightning_nor_mlflow
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["heavy"] == [], f"explain.py imported {result['heavy'][:8]}"
-    assert [(r["row"], r["explained"]) for r in result["rows"]] == [(0, True), (1, True), (2, False), (3, True)]
+    assert [(r["row"], r["explained"]) for r in result["rows"]] == [(1, True), (2, True), (3, False), (4, True)]
 
     module = load_checkpoint(checkpoint)  # CTModule.load_from_checkpoint: Lightning's own reading of the file
     codec = codec_from_dict(torch.load(checkpoint, weights_only=True)["ct_preprocessing"])
@@ -95,7 +95,7 @@ def test_explaining_a_run_imports_mlflow_but_not_lightning(checkpoint, tmp_path)
     done = subprocess.run([sys.executable, "-c", code, json.dumps(applicant)], cwd=tmp_path, capture_output=True,
                           text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)})
     assert done.returncode == 0, done.stderr[-3000:]
-    assert "row 0: predicted" in done.stdout
+    assert "row 1: predicted" in done.stdout
     assert json.loads(done.stdout.strip().splitlines()[-1]) == ["mlflow"]
 
 

@@ -72,7 +72,7 @@ def test_a_french_exports_explanation_writes_its_thousands_with_a_space(trained,
     with pytest.raises(CliExit):
         main(["--checkpoint", str(checkpoint), "--row", json.dumps({**row, "income": "9 000 000,00 €"}), "--no-log"])
     line = capsys.readouterr().err.strip().splitlines()[-1]
-    assert re.search(r"income=9 000 000 €' \(outside the model's domain in row 0\); allowed: 0 € to \d{3} \d{3}"
+    assert re.search(r"income=9 000 000 €' \(outside the model's domain in row 1\); allowed: 0 € to \d{3} \d{3}"
                      r"(,\d+)? € \(the", line), line
 
 

@@ -408,7 +408,7 @@ def test_the_readme_walk_through_runs_as_written(tmp_path):
     assert done.returncode == 0, output[-4000:]
     assert "as loaded, before any training: validation accuracy" in output and "warning:" not in output
     assert (tmp_path / "loans-ct" / "model-weights.pt").is_file()
-    assert "row 0: predicted" in output and "(not allowed to change: age, sex)" in output
+    assert "row 1: predicted" in output and "(not allowed to change: age, sex)" in output
 
 
 def test_a_deferred_end_rebuilds_a_model_with_its_own_outputs_as_trained(tmp_path):

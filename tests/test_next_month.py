@@ -104,7 +104,7 @@ def test_fine_tuning_refuses_a_renamed_column_and_an_unseen_category(october, tm
     assert done.returncode == 2, done.stderr
     error = done.stderr.strip().splitlines()[-1]
     assert error.startswith("error: --data: got purpose='wedding' (a category the model was not trained on, in 3 "
-                            f"row(s) of {tmp_path / 'unseen.csv'}: row 2, 7, 9); allowed: car, debt_consolidation, ")
+                            f"row(s) of {tmp_path / 'unseen.csv'}: row 3, 8, 10); allowed: car, debt_consolidation, ")
     assert "MLflow run" not in done.stdout
 
 

@@ -184,10 +184,10 @@ def test_served_rows_take_the_ordinal_column_as_its_categories():
     rows = graded().drop(columns="approved").head(3)
     checked = check_rows(codec, rows.assign(education=["masters", "Doctorate", "HS-grad"]), 10)
     assert checked["education"].tolist() == ["Masters", "Doctorate", "HS-grad"]  # case aside, as a category
-    for column, value, said in (("education", "PhD", "unseen category 'PhD' in row 0; allowed: HS-grad, Some-college, "
+    for column, value, said in (("education", "PhD", "unseen category 'PhD' in row 1; allowed: HS-grad, Some-college, "
                                  "Bachelors, Masters, Doctorate"),
-                                ("grade", 9, "unseen category 9 in row 0; allowed: 1, 2, 3, 4, 5"),
-                                ("grade", "3", "unseen category '3' in row 0 (text; the categories are a number)")):
+                                ("grade", 9, "unseen category 9 in row 1; allowed: 1, 2, 3, 4, 5"),
+                                ("grade", "3", "unseen category '3' in row 1 (text; the categories are a number)")):
         with pytest.raises(ValueError) as refused:
             check_rows(codec, rows.assign(**{column: [value] * 3}), 10)
         assert str(refused.value).startswith(f"rows: column {column!r}: {said}"), str(refused.value)
@@ -360,8 +360,9 @@ def test_ordinal_labels_written_with_a_sign_keep_their_text_and_match_their_orde
     rows = read_rows(str(tmp_path / "rated.csv"))
     checked, _, _ = check_rows(rows, Explainable(torch.nn.Identity(), data.codec, {}, None, True), "--rows",
                                skip_bad_rows=True)  # a row or two outside the model's domain
-    assert len(checked) > 250 and checked["rate"].tolist() == frame.loc[checked.index, "rate"].tolist()
-    assert checked["fee"].tolist() == frame.loc[checked.index, "fee"].tolist()
+    kept = checked.index - 1  # read_rows numbers the rows from 1
+    assert len(checked) > 250 and checked["rate"].tolist() == frame.loc[kept, "rate"].tolist()
+    assert checked["fee"].tolist() == frame.loc[kept, "fee"].tolist()
     frame.loc[3, "rate"] = "10.0%"  # one number as two labels: which one is meant cannot be said
     frame.to_csv(tmp_path / "twice.csv", index=False)
     with pytest.raises(ValueError) as error:

@@ -154,7 +154,7 @@ def test_the_start_up_lines_count_the_files_rows_that_break_a_rule(tmp_path):
     table(broken=3).to_csv(tmp_path / "applicants.csv", index=False)
     spec = {"columns": {"experience": {"upper": "age - 16"}}}
     described = TableDataModule(tmp_path / "applicants.csv", target="approved", spec=spec).describe()
-    assert "note: 3 of 300 rows break experience <= age − 16 (first: row 0); they train as they are" in described
+    assert "note: 3 of 300 rows break experience <= age − 16 (first: row 1); they train as they are" in described
     clean = TableDataModule(tmp_path / "applicants.csv", target="approved", spec={}).describe()
     assert "break experience" not in clean
 
@@ -212,7 +212,7 @@ def test_a_row_to_explain_or_serve_that_breaks_a_rule_is_refused_in_one_line():
     rows.loc[3, ["age", "experience"]] = [30, 20]
     with pytest.raises(ValueError) as error:
         check_rows(codec, rows, 10)
-    assert str(error.value) == ("rows: column 'experience': 20 in row 3 breaks experience <= age − 16; allowed: at "
+    assert str(error.value) == ("rows: column 'experience': 20 in row 4 breaks experience <= age − 16; allowed: at "
                                 "most age − 16 (14 in this row; the data spec's rule: correct the row, or the rule in "
                                 "--data-spec and train again)")
     fixed = fit({"columns": {"age": {"mutability": "none"}, "experience": {"upper": "age - 16", "mutability": "none"}}})
@@ -262,12 +262,12 @@ def test_explanations_keep_experience_at_most_age_minus_16_only_with_the_rule(tm
     bad.to_csv(tmp_path / "bad.csv", index=False)
     with pytest.raises(CliExit) as refused:
         explained("columns:\n  age: {mutability: none}\n  experience: {upper: age - 16}\n", "bad.csv")
-    assert refused.value.code == 2 and "breaks experience <= age − 16 in row 0" in str(refused.value), \
+    assert refused.value.code == 2 and "breaks experience <= age − 16 in row 1" in str(refused.value), \
         str(refused.value)
     skipped = explained("columns:\n  age: {mutability: none}\n  experience: {upper: age - 16}\n", "bad.csv",
                         "--skip-bad-rows")
     listed = [r for r in skipped if not r.get("explained", True)]
-    assert len(skipped) == len(rows) and [r["row"] for r in listed] == [0] and broken(skipped) == []
+    assert len(skipped) == len(rows) and [r["row"] for r in listed] == [1] and broken(skipped) == []
     assert "breaks experience <= age − 16" in listed[0]["problem"]
     held = main(["--run-id", run_ids[-1], "--tracking-uri", uri, "--rows", str(tmp_path / "bad.csv"), "--target",
                  "yes", "--max-steps", "120", "--no-log", "--immutable", "experience"])
@@ -323,7 +323,7 @@ def test_a_column_named_by_a_number_or_with_an_operator_is_read_and_shown_in_bac
 
     module = TableDataModule(frame, target="approved", spec=spec)
     described = module.describe()
-    assert "rows break experience <= `2023` − 16 (first: row 0)" in described, described
+    assert "rows break experience <= `2023` − 16 (first: row 1)" in described, described
     assert "rows break `net - gross` <= 1000 × age" in described, described
     written = yaml.safe_load(spec_text(module))["columns"]  # --write-data-spec: YAML quotes a leading backtick
     assert written["experience"]["upper"] == "`2023` - 16" and written["income"]["lower"] == "2 * `net - gross` - 5"

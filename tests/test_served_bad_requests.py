@@ -90,24 +90,24 @@ def test_values_are_converted_to_their_columns_type_where_nothing_is_lost(typed)
 
 
 @pytest.mark.parametrize("changes, expected", [
-    ({"age": "30"}, "rows: column 'age': '30' in row 0 is text; allowed: a number (in JSON without quotes)"),
-    ({"ratio": "1.5"}, "rows: column 'ratio': '1.5' in row 0 is text; allowed: a number"),
+    ({"age": "30"}, "rows: column 'age': '30' in row 1 is text; allowed: a number (in JSON without quotes)"),
+    ({"ratio": "1.5"}, "rows: column 'ratio': '1.5' in row 1 is text; allowed: a number"),
     # as the training file wrote it (and explain.py reads it): "is not a number" did not say what to send
-    ({"ratio": "$1,234.5"}, "rows: column 'ratio': '$1,234.5' in row 0 is text; allowed: a number (in JSON without "
+    ({"ratio": "$1,234.5"}, "rows: column 'ratio': '$1,234.5' in row 1 is text; allowed: a number (in JSON without "
                             "quotes), here 1234.5"),
-    ({"ratio": "7.5%"}, "rows: column 'ratio': '7.5%' in row 0 is text; allowed: a number (in JSON without quotes), "
+    ({"ratio": "7.5%"}, "rows: column 'ratio': '7.5%' in row 1 is text; allowed: a number (in JSON without quotes), "
                         "here 7.5"),
-    ({"age": 30.5}, "rows: column 'age': 30.5 in row 0 is not a whole number; allowed: whole numbers"),
-    ({"age": True}, "rows: column 'age': True in row 0 is true/false; allowed: a number"),
-    ({"ratio": [1.5]}, "rows: column 'ratio': [1.5] in row 0 is not a number"),
-    ({"home": 1}, "rows: column 'home': unseen category 1 in row 0 (a number; the categories are text); allowed: own, rent"),
-    ({"grade": "2"}, "rows: column 'grade': unseen category '2' in row 0 (text; the categories are a number); "
+    ({"age": 30.5}, "rows: column 'age': 30.5 in row 1 is not a whole number; allowed: whole numbers"),
+    ({"age": True}, "rows: column 'age': True in row 1 is true/false; allowed: a number"),
+    ({"ratio": [1.5]}, "rows: column 'ratio': [1.5] in row 1 is not a number"),
+    ({"home": 1}, "rows: column 'home': unseen category 1 in row 1 (a number; the categories are text); allowed: own, rent"),
+    ({"grade": "2"}, "rows: column 'grade': unseen category '2' in row 1 (text; the categories are a number); "
                      "allowed: 1, 2, 3"),
-    ({"grade": True}, "rows: column 'grade': unseen category True in row 0 (true/false;"),
-    ({"grade": 4}, "rows: column 'grade': unseen category 4 in row 0; allowed: 1, 2, 3"),
-    ({"member": 1}, "rows: column 'member': unseen category 1 in row 0 (a number; the categories are true/false); "
+    ({"grade": True}, "rows: column 'grade': unseen category True in row 1 (true/false;"),
+    ({"grade": 4}, "rows: column 'grade': unseen category 4 in row 1; allowed: 1, 2, 3"),
+    ({"member": 1}, "rows: column 'member': unseen category 1 in row 1 (a number; the categories are true/false); "
                     "allowed: False, True"),
-    ({"member": "false"}, "rows: column 'member': unseen category 'false' in row 0 (text;"),
+    ({"member": "false"}, "rows: column 'member': unseen category 'false' in row 1 (text;"),
 ])
 def test_values_of_the_wrong_type_are_refused_not_converted(typed, changes, expected):
     with pytest.raises(ValueError) as error:
@@ -139,18 +139,18 @@ def test_a_json_inputs_body_of_records_is_read_as_its_values(typed):
 def test_in_a_text_column_the_value_that_is_no_number_at_all_is_named_first(typed):
     frame = pd.concat([typed_row(), typed_row()], ignore_index=True).astype({"age": object})
     frame["age"] = ["30", "lots"]  # as a CSV body reads when one value is not a number
-    with pytest.raises(ValueError, match=r"^rows: column 'age': 'lots' in row 1 is not a number$"):
+    with pytest.raises(ValueError, match=r"^rows: column 'age': 'lots' in row 2 is not a number$"):
         check_rows(typed, frame, 2)
 
 
 @pytest.mark.parametrize("frame, expected", [
     (rows().drop(columns="income"), "rows: missing column 'income'; the model needs age, income,"),
-    (rows(debt=None), "rows: column 'debt': missing value in row 0"),
-    (rows(purpose="yacht"), "rows: column 'purpose': unseen category 'yacht' in row 0; allowed: "),
-    (rows(sex="unknown"), "rows: column 'sex': unseen category 'unknown' in row 0; allowed: female, male"),
-    (rows(age=400), "rows: column 'age': 400 in row 0 is outside the model's domain; allowed: "),
-    (rows(income=float("inf")), "rows: column 'income': inf in row 0 is not a finite number"),
-    (pd.concat([rows(), rows(income="lots")], ignore_index=True), "rows: column 'income': 'lots' in row 1 is not a number"),
+    (rows(debt=None), "rows: column 'debt': missing value in row 1"),
+    (rows(purpose="yacht"), "rows: column 'purpose': unseen category 'yacht' in row 1; allowed: "),
+    (rows(sex="unknown"), "rows: column 'sex': unseen category 'unknown' in row 1; allowed: female, male"),
+    (rows(age=400), "rows: column 'age': 400 in row 1 is outside the model's domain; allowed: "),
+    (rows(income=float("inf")), "rows: column 'income': inf in row 1 is not a finite number"),
+    (pd.concat([rows(), rows(income="lots")], ignore_index=True), "rows: column 'income': 'lots' in row 2 is not a number"),
     (rows().iloc[:0], "rows: the request holds no rows"),
     (pd.concat([rows()] * 11, ignore_index=True), "rows: 11 rows in one request; allowed: at most 10"),
 ])
@@ -171,7 +171,7 @@ def test_the_domain_is_the_training_range_widened_or_the_declared_bounds(codec):
                                          r"train again\)$"):
         check_rows(codec, rows(age=int(high) + 1), 1)  # a whole number: age is an integer column
     declared = TabularCodec.fit(pd.read_csv(LOANS), "approved", spec={"columns": {"age": {"lower": 18, "upper": 70}}})
-    refusal = r"'age': 71 in row 0 is outside the model's domain; allowed: 18 to 70 \(the data spec's bounds\)$"
+    refusal = r"'age': 71 in row 1 is outside the model's domain; allowed: 18 to 70 \(the data spec's bounds\)$"
     with pytest.raises(ValueError, match=refusal):
         check_rows(declared, rows(age=71), 1)
     lower, upper = declared.encoded_bounds()  # the search keeps to the same domain
@@ -185,7 +185,7 @@ def test_a_column_without_negative_training_values_is_not_widened_below_zero(cod
     low, high = debt.domain()
     assert low == 0 and high == pytest.approx(max(debt.mean + 3 * debt.scale, debt.train_max))
     check_rows(codec, rows(debt=0), 1)
-    with pytest.raises(ValueError, match=r"'debt': -1 in row 0 is outside the model's domain; allowed: 0 to .*not "
+    with pytest.raises(ValueError, match=r"'debt': -1 in row 1 is outside the model's domain; allowed: 0 to .*not "
                                          r"below 0: no training value is negative; to accept more, declare lower/upper in --data-spec and train "
                                          r"again\)$"):
         check_rows(codec, rows(debt=-1), 1)
@@ -356,16 +356,16 @@ BAD_REQUESTS = {
     "extra column": (records({**APPLICANT, "colour": "red"}), ["rows: unknown column 'colour'; the model needs age, "
                                                               "income", "sex and no other columns"], True),
     "target column": (records({**APPLICANT, "approved": "yes"}), ["unknown column 'approved'"], True),
-    "wrong type": (records({**APPLICANT, "income": "lots"}), ["'income'", "'lots' in row 0 is not a number"], True),
-    "number as text": (records({**APPLICANT, "income": "40000"}), ["'income'", "'40000' in row 0 is text"], True),
+    "wrong type": (records({**APPLICANT, "income": "lots"}), ["'income'", "'lots' in row 1 is not a number"], True),
+    "number as text": (records({**APPLICANT, "income": "40000"}), ["'income'", "'40000' in row 1 is text"], True),
     "fraction in an integer column": (records({**APPLICANT, "age": 40.5}), ["'age'", "40.5", "not a whole number"], True),
     "true/false for a number": (records({**APPLICANT, "age": True}), ["'age'", "True", "is true/false"], True),
     "number for a category": (records({**APPLICANT, "purpose": 3}), ["'purpose'", "unseen category 3 ", "car"], True),
     "unseen category": (records({**APPLICANT, "purpose": "yacht"}), ["'purpose'", "'yacht'", "allowed: car"], True),
     "out-of-domain value": (records({**APPLICANT, "age": 400}), ["'age'", "400", "outside the model's domain",
                                                                   "allowed:"], True),
-    "missing number": (records({**APPLICANT, "age": None}), ["'age'", "missing value in row 0"], True),
-    "missing category": (records({**APPLICANT, "purpose": None}), ["'purpose'", "missing value in row 0"], True),
+    "missing number": (records({**APPLICANT, "age": None}), ["'age'", "missing value in row 1"], True),
+    "missing category": (records({**APPLICANT, "purpose": None}), ["'purpose'", "missing value in row 1"], True),
     "empty body": (b"", ["valid JSON"], False),
     "no rows": (records(), ["the request holds no rows", "age"], True),
     "oversized body": (records(*[APPLICANT] * 10_001), ["10001 rows", "at most 10000"], True),
@@ -426,7 +426,7 @@ def test_a_csv_body_is_checked_as_a_json_one(served):
     bad = "\n".join([header, ",".join(map(str, APPLICANT.values())),
                      ",".join(map(str, {**APPLICANT, "income": "lots"}.values()))]).encode()
     status, text = send(port, bad, "text/csv")
-    assert status == 400 and json.loads(text)["message"] == "rows: column 'income': 'lots' in row 1 is not a number"
+    assert status == 400 and json.loads(text)["message"] == "rows: column 'income': 'lots' in row 2 is not a number"
 
 
 @pytest.mark.slow

@@ -326,7 +326,7 @@ def test_train_with_words_then_explain_a_batch_and_write_a_letter_to_each_applic
     records = explain_main([*common, "--overwrite", "--json", str(tmp_path / "out.json"), "--csv",
                             str(tmp_path / "out.csv")])
     out = capsys.readouterr().out
-    assert "row 0 (ID 1): predicted " in out and "(not allowed to change: Sex, Age (years))" in out
+    assert "row 1 (ID 1): predicted " in out and "(not allowed to change: Sex, Age (years))" in out
     explained = [r for r in records if r["explained"]]
     assert 0 < len(explained) < len(records)
     # one letter per explained row, named by the table's ID; old.txt is gone with the batch it belonged to
@@ -352,8 +352,8 @@ def test_train_with_words_then_explain_a_batch_and_write_a_letter_to_each_applic
                 name = labels[change["feature"]]
                 assert change["label"] == name and change["unit_label"] == "NT$"
                 assert any(re.match(rf"  - {re.escape(name)}: from -?NT\$\d", line) for line in lines), letter
-                assert f"{name}: " in table.at[record["row"], "changes_in_words"]
-                assert f"{change['feature']}: " in table.at[record["row"], "changes"]
+                assert f"{name}: " in table.set_index("row").at[record["row"], "changes_in_words"]
+                assert f"{change['feature']}: " in table.set_index("row").at[record["row"], "changes"]
         if record["valid"] and record["changes"]:
             assert "the model would assess it as no default (probability" in " ".join(lines)
         elif not record["valid"]:
@@ -421,10 +421,10 @@ def test_a_letter_never_offers_changes_that_do_not_reach_the_target_and_names_ro
     assert lines[0] == "Your application (applicant id A0012)"
     assert "These facts were held as they are:" in lines and not any("asked to change" in line for line in lines)
     # two rows of one ID (or none): the letters are named by row number, never one over another
-    twice = [{**missed, "row": 0}, {**missed, "row": 1}, {"row": 2, "explained": False, "problem": "unseen category"}]
-    assert letter_names(twice) == {0: "row-0.txt", 1: "row-1.txt"}
+    twice = [{**missed, "row": 1}, {**missed, "row": 2}, {"row": 3, "explained": False, "problem": "unseen category"}]
+    assert letter_names(twice) == {1: "row-1.txt", 2: "row-2.txt"}
     assert write_letters(tmp_path / "out", twice, codec) == 2
-    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["row-0.txt", "row-1.txt"]
+    assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["row-1.txt", "row-2.txt"]
     (tmp_path / "file").write_text("")
     with pytest.raises(InputError, match="a folder for the letters"):
         check_letters_folder(tmp_path / "file")

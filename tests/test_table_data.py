@@ -312,7 +312,7 @@ def test_impute_median_fills_as_the_training_rows_say_and_the_codec_keeps_the_fi
 
     assert check_rows(data.codec, rows, 10)["income"].tolist() == filled["income"].tolist()
     strict = TableDataModule(loans, target="approved").codec  # trained without --impute median: still refused
-    with pytest.raises(ValueError, match="rows: column 'income': missing value in row 1"):
+    with pytest.raises(ValueError, match="rows: column 'income': missing value in row 2"):
         check_rows(strict, rows, 10)
 
 

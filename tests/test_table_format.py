@@ -316,7 +316,7 @@ def test_words_for_missing_values_are_missing_in_money_too_in_training_and_in_ro
     assert "note: notes" not in kept and "note: income: 'NA', 'n/a' read as a missing value in 2 row(s)" in kept
     head = loans.iloc[data.rows["train"][:4]].drop(columns="approved").assign(income=["$31,000", "$32,500", "$40,000", "NA"],
                                                           debt_ratio=["NA", "n/a", "0.5", "0.4"])
-    head.to_csv(tmp_path / "rows.csv", index=False)  # row 3 holds 'NA' in income, rows 0 and 1 in debt_ratio
+    head.to_csv(tmp_path / "rows.csv", index=False)  # row 4 holds 'NA' in income, rows 1, 2 debt_ratio
     rows, notes, _ = check_rows(read_rows(str(tmp_path / "rows.csv")), loaded, "--rows")
     fills = {c.name: c.fill for c in data.codec.columns}
     assert rows.income.tolist() == [31000, 32500, 40000, fills["income"]]
@@ -327,7 +327,7 @@ def test_words_for_missing_values_are_missing_in_money_too_in_training_and_in_ro
     assert rows.iloc[0][["income", "debt_ratio"]].tolist() == [fills["income"], fills["debt_ratio"]]
     # a gap beside a word that is no number in one column: the word is refused by name, not by pandas' parser
     head.assign(income=["$31,000", "", "forty", "$32,000"]).to_csv(tmp_path / "typo.csv", index=False)
-    with pytest.raises(InputError, match=r"^--rows: got 'income=forty' \(not a number in row 2\); allowed: a number "
+    with pytest.raises(InputError, match=r"^--rows: got 'income=forty' \(not a number in row 3\); allowed: a number "
                                          r"for income"):
         check_rows(read_rows(str(tmp_path / "typo.csv")), loaded, "--rows")
 

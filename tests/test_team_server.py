@@ -111,7 +111,7 @@ def test_mlflow_tracking_uri_in_the_environment_names_the_store(server, a_run, t
           '"purpose": "car", "sex": "female"}'
     done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", a_run, "--row", row, "--no-log"],
                       cwd=tmp_path, env=env)
-    assert done.returncode == 0 and "row 0: predicted" in done.stdout, (done.stdout + done.stderr)[-3000:]
+    assert done.returncode == 0 and "row 1: predicted" in done.stdout, (done.stdout + done.stderr)[-3000:]
     # the option still wins over the environment
     done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", a_run, "--row", row, "--no-log", "--tracking-uri",
                                                         f"sqlite:///{tmp_path}/other/mlflow.db"], cwd=tmp_path, env=env)
@@ -342,7 +342,7 @@ def test_explain_and_evaluate_take_the_registered_model_that_training_prints(ser
                   ["--checkpoint", "models:/team-loans/latest"]):
         done = run_script(ROOT / "recipes" / "explain.py", [*given, "--row", ROW, "--no-log", "--tracking-uri",
                                                             server.uri], cwd=tmp_path, env=_env())
-        assert done.returncode == 0 and "row 0: predicted" in done.stdout, (done.stdout + done.stderr)[-3000:]
+        assert done.returncode == 0 and "row 1: predicted" in done.stdout, (done.stdout + done.stderr)[-3000:]
         assert f"version 1 of team-loans, logged by run {run_id}" in done.stdout, done.stdout
     done = run_script(ROOT / "recipes" / "evaluate.py", ["--run-id", uri, "--tracking-uri", server.uri, "--no-log",
                                                          *EVAL_TINY], cwd=tmp_path, env=_env())
@@ -370,7 +370,7 @@ def test_an_unknown_registered_model_or_version_is_one_line_naming_those_there_a
                                                                server.uri], cwd=tmp_path, env=_env())
         line = _one_error(done)
         assert done.returncode != 0 and wanted in line, (recipe, line)
-        assert "data " not in done.stdout and "row 0" not in done.stdout
+        assert "data " not in done.stdout and "row 1" not in done.stdout
     done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", "models:/team-lons/1", "--row", ROW, "--no-log",
                                                         "--tracking-uri", server.uri], cwd=tmp_path, env=_env())
     assert "team-loans" in _one_error(done).split("allowed:")[1]  # the models there are
@@ -430,7 +430,7 @@ def test_a_teammates_run_with_read_permission_explains_and_evaluates_keeping_the
     why = f"{url} lets 'bob' only read run {run_id}, alice's run (PERMISSION_DENIED)"
     done = run_script(ROOT / "recipes" / "explain.py", ["--run-id", run_id, "--row", ROW, "--tracking-uri", url],
                       cwd=tmp_path, env=bob)
-    assert done.returncode == 0 and "row 0: predicted" in done.stdout, (done.stdout + done.stderr)[-3000:]
+    assert done.returncode == 0 and "row 1: predicted" in done.stdout, (done.stdout + done.stderr)[-3000:]
     assert "Traceback" not in done.stdout + done.stderr
     notes = [line for line in done.stdout.splitlines() if "not logged" in line]
     assert notes == [f"note: the explanations are not logged to the run: {why}; they are printed here only (--json "

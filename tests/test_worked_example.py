@@ -75,7 +75,7 @@ def test_worked_example_end_to_end(tmp_path):
         assert float(row["counterfactual"]["income"]).is_integer()
         assert {c["feature"] for c in row["changes"]} <= {"income", "debt", "years_employed", "home_ownership",
                                                           "purpose"}
-    assert "row 0: predicted" in output and " → " in output
+    assert "row 1: predicted" in output and " → " in output
     answer = json.loads((tmp_path / "answer.json").read_text())["predictions"][0]
     assert answer["prediction"] in ("yes", "no") and {"probability_yes", "probability_no", "changes"} <= set(answer)
     assert answer["counterfactual"]["age"] == 29 and answer["counterfactual"]["sex"] == "female"  # as trained

@@ -581,9 +581,10 @@ def class_text(codec, label) -> str:
 
 
 def row_label(row: int, other_columns: Mapping | None = None) -> str:
-    """``row 5``, with the row's columns the model does not read where it has some (``row 5 (applicant_id
-    1005)``), so that an explanation can be told to its applicant; long text cut to 30 characters, empty cells left
-    out (not ``notes None``)."""
+    """``row 5`` (``row`` as given: explain.py's rows are numbered from 1 when read, ``explanations.read_rows``;
+    :func:`explain`'s by position from 0), with the row's columns the model does not read where it has some
+    (``row 5 (applicant_id 1005)``), so that an explanation can be told to its applicant; long text cut to 30
+    characters, empty cells left out (not ``notes None``)."""
     present = {name: value for name, value in (other_columns or {}).items() if not _missing(value)}
     if not present:
         return f"row {row}"

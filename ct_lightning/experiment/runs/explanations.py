@@ -159,7 +159,17 @@ def use_data(explainable: Explainable, data: str | None) -> str | None:
 
 
 def read_rows(rows_file: str | None = None, row: str | None = None) -> pd.DataFrame:
-    """Rows in original units from a CSV file (``--rows``) or one JSON object (``--row``); one-line errors."""
+    """Rows in original units from a CSV file (``--rows``) or one JSON object (``--row``), numbered as people count
+    them: the first row under the header (the first object) is row 1 (:func:`~datamodules.wording.row_number`), the
+    number every message, the console, ``--json``, ``--csv`` and the letters give it; one-line errors."""
+    from datamodules.wording import row_number  # noqa: PLC0415
+
+    frame = _read_rows(rows_file, row)
+    frame.index = pd.RangeIndex(row_number(0), row_number(len(frame)))
+    return frame
+
+
+def _read_rows(rows_file: str | None, row: str | None) -> pd.DataFrame:
     if row is not None:
         try:
             value = json.loads(row)
@@ -521,7 +531,7 @@ FLAT = ["row", "explained", "prediction", "prediction_probability", "target", "p
 
 
 def flat_table(records: list[dict]) -> pd.DataFrame:
-    """One line per input row, for a spreadsheet: ``row`` (its number in the input, from 0), the row's columns the
+    """One line per input row, for a spreadsheet: ``row`` (its number in the input, from 1), the row's columns the
     model does not read (an applicant's id) as they were given, then the prediction, target, probabilities (three
     decimals), validity, the class the changes lead to (and, for an ordered outcome, the classes that count as
     valid: ``interview, offer``) and the changes as text in the row's own units (``income: 31,000 → 38,400; ...``), and for

@@ -44,7 +44,8 @@ def _plain_name(text: str) -> str:
 
 def letter_names(records: list[dict]) -> dict[int, str]:
     """The file name of each explained record's letter, by its ``row``: ``ID-1.txt`` by the rows' first column the
-    model does not read (an identifier) where it names every explained row differently, else ``row-0.txt``."""
+    model does not read (an identifier) where it names every explained row differently, else
+    ``row-1.txt`` (the row's number, from 1)."""
     explained = [r for r in records if r.get("explained")]
     keys = [next(iter(r.get("other_columns") or {}), None) for r in explained]
     if explained and keys[0] is not None and all(key == keys[0] for key in keys):

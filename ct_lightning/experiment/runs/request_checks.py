@@ -27,6 +27,7 @@ import pandas as pd
 from datamodules.codec import LABELLED, categories_by_case
 from datamodules.suggest import name_hint
 from datamodules.table_format import undressed_number
+from datamodules.wording import row_number
 
 MAX_ROWS = ("CT_SERVE_MAX_ROWS", 10_000)  # rows in one prediction request
 MAX_EXPLAIN_ROWS = ("CT_SERVE_MAX_EXPLAIN_ROWS", 100)  # rows in one request with explain=true (a search per row)
@@ -114,8 +115,8 @@ def _categories(column, values: pd.Series) -> pd.Series:
         row = _first(unseen)
         value, sorts = values.iloc[row], sorted({_sort(c) for c in column.categories})
         hint = "" if _sort(value) in sorts else f" ({_sort(value)}; the categories are {' and '.join(sorts)})"
-        raise ValueError(f"rows: column {column.name!r}: unseen category {_shown(value)} in row {row}{hint}; "
-                         f"allowed: {', '.join(map(str, column.categories))}")
+        raise ValueError(f"rows: column {column.name!r}: unseen category {_shown(value)} in row {row_number(row)}"
+                         f"{hint}; allowed: {', '.join(map(str, column.categories))}")
     return matched
 
 
@@ -125,7 +126,8 @@ def _numbers(column, values: pd.Series, decimal_comma: bool = False) -> pd.Serie
     The refusal of text that writes a number as the training file did names that number (``decimal_comma``: the
     file wrote ``60.800,00 €`` and ``60.800`` for 60800)."""
     if pd.api.types.is_bool_dtype(values):
-        raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[0])} in row 0 is true/false; allowed: a number")
+        raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[0])} in row {row_number(0)} is "
+                         "true/false; allowed: a number")
     if not pd.api.types.is_numeric_dtype(values):  # text, objects or a mix: each value must be a number itself
         from datamodules.table_format import undressed_number  # noqa: PLC0415 - a refusal's hint only
 
@@ -143,16 +145,19 @@ def _numbers(column, values: pd.Series, decimal_comma: bool = False) -> pd.Serie
                 if why and (pd.isna(as_json) or as_json != float(written.iloc[row])):  # "$17,665.85": its number
                     why += f", here {number_text(float(written.iloc[row]))}"
                 why = why or ("is true/false; allowed: a number" if sorts.iloc[row] == "true/false" else "is not a number")
-                raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[row])} in row {row} {why}")
+                raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[row])} in row {row_number(row)} "
+                                 f"{why}")
     numeric = values.astype(float)
     infinite = ~np.isfinite(numeric.to_numpy())
     if infinite.any():
         row = _first(infinite)
-        raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[row])} in row {row} is not a finite number")
+        raise ValueError(f"rows: column {column.name!r}: {_shown(values.iloc[row])} in row {row_number(row)} is not a "
+                         "finite number")
     fraction = fraction_mask(column, numeric)
     if fraction.any():
         row = _first(fraction)
-        raise ValueError(f"rows: column {column.name!r}: {number_text(numeric.iloc[row])} in row {row} is {NOT_WHOLE}; "
+        raise ValueError(f"rows: column {column.name!r}: {number_text(numeric.iloc[row])} in row {row_number(row)} is "
+                         f"{NOT_WHOLE}; "
                          f"allowed: {WHOLE_NUMBERS}")
     return numeric
 
@@ -188,7 +193,8 @@ def _check_columns(names: list[str], frame: pd.DataFrame) -> None:
 
 def check_rows(codec, frame: pd.DataFrame, max_rows: int, held=()) -> pd.DataFrame:
     """``frame``'s columns in the codec's order, each value of its column's type, once every row is one the model
-    can answer; else a one-line ``ValueError`` naming the column, the row (0-based), the value and what is allowed.
+    can answer; else a one-line ``ValueError`` naming the column, the row (counted from 1:
+    :func:`~datamodules.wording.row_number`), the value and what is allowed.
 
     Refused: no rows or more than ``max_rows``; a missing column, a column the model does not know (the target
     too; the columns it was trained without, ``--drop-columns``, are accepted and left out) or one given twice; a missing value
@@ -220,7 +226,7 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int, held=()) -> pd.DataFra
     for column in codec.columns:
         values = frame[column.name]
         if values.isna().any():
-            raise ValueError(f"rows: column {column.name!r}: missing value in row {_first(values.isna())}")
+            raise ValueError(f"rows: column {column.name!r}: missing value in row {row_number(_first(values.isna()))}")
         if column.kind in LABELLED and getattr(column, "categories", None):
             checked[column.name] = _categories(column, values)
             continue
@@ -228,7 +234,7 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int, held=()) -> pd.DataFra
         outside = outside_domain(column, numeric)
         if outside is not None:
             row, value, allowed = outside
-            raise ValueError(f"rows: column {column.name!r}: {value} in row {row} is outside the "
+            raise ValueError(f"rows: column {column.name!r}: {value} in row {row_number(row)} is outside the "
                              f"model's domain; allowed: {allowed}")
         if column.kind == "integer" and (numeric.abs() < 2 ** 53).all():
             numeric = numeric.astype("int64")
@@ -237,7 +243,7 @@ def check_rows(codec, frame: pd.DataFrame, max_rows: int, held=()) -> pd.DataFra
         if broken.any():
             row = int(np.flatnonzero(broken)[0])
             name, value, allowed, problem = describe(row)
-            raise ValueError(f"rows: column {name!r}: {value} in row {row} {problem}; allowed: {allowed}")
+            raise ValueError(f"rows: column {name!r}: {value} in row {row_number(row)} {problem}; allowed: {allowed}")
     rows = pd.DataFrame(checked, index=frame.index)[names]
     rows.attrs["filled"] = filled
     return rows

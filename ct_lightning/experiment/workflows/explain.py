@@ -29,7 +29,7 @@ def add_explanation_outputs(parser: argparse.ArgumentParser) -> None:
                         "probabilities, valid, the changes in the row's units (and in the data spec's words), and why "
                         "a row was not explained (an existing file is refused unless --overwrite)")
     parser.add_argument("--letters", metavar="DIR", help="write a letter to each applicant into this folder: one "
-                        "plain-text file per explained row (ID-1.txt by the rows' identifier, else row-0.txt) with the "
+                        "plain-text file per explained row (ID-1.txt by the rows' identifier, else row-1.txt) with the "
                         "decision, the changes that would change it and the facts held as they are, in the data "
                         "spec's words (label, unit, values); a folder holding files is refused unless --overwrite")
 
@@ -243,7 +243,8 @@ def only_predicted(loaded, rows, label) -> tuple:
 
 def numbered_records(explanations, skipped: list[tuple[int, str]], others: dict | None = None,
                      passed: list[tuple[int, tuple[object, float], str]] = (), codec=None) -> list[dict]:
-    """One JSON object per input row, in the input's order: ``row`` (its number in the input, from 0) and
+    """One JSON object per input row, in the input's order: ``row`` (its number in the input: from 1 where
+    :func:`~ct_lightning.experiment.runs.explanations.read_rows` read them) and
     ``explained``; an explained row's explanation, a row left out (``--skip-bad-rows``) its ``problem``, a row of
     another prediction (``passed``, ``--only-predicted``) its ``prediction``, ``prediction_probability`` and why; each
     with ``other_columns``,
