@@ -95,8 +95,16 @@ TRAIN = [
     ("--data {loans} --target approved --balance smote", "--balance: got 'smote'; allowed: one of none, undersample"),
     ("--data {bad_constant} --target approved", "column 'bank' is constant"),
     ("--data {bad_levels} --target approved", "categories; allowed: at most 100"),
-    ("--data {bad_text} --target approved --data-spec {bad_text_spec}", "column 'income' is continuous but holds "
-                                                                        "non-numeric values"),
+    # a kind the data spec declares against the column's values: the option is --data-spec, not --data
+    ("--data {bad_text} --target approved --data-spec {bad_text_spec}", "--data-spec: column 'income': kind "
+                                                                        "'continuous', but the column holds "
+                                                                        "non-numeric values such as 'unknown'"),
+    ("--data {loans} --target approved --data-spec {binary_spec}", "--data-spec: column 'purpose': kind 'binary', but "
+                                                                   "the column has 5 values (car, debt_consolidation"),
+    # a yes/no spec on a file whose target holds a third class: trained as three classes without a word before
+    *((f"--data {{bad_three}} --target approved --data-spec {{positive_spec}}{balance}",
+       "--data-spec: positive: got 'yes' for a target of 3 classes (maybe: 10 row(s), no: ") for balance in
+      ("", " --balance undersample")),
     ("--data {bad_empty} --target approved", "is empty"), ("--data {loans}", "--target"),
     ("--data {tmp}/missing.csv --target approved", "--data"), ("--data {loans} --target approved --immutable nope",
                                                                "--immutable"),
@@ -315,7 +323,8 @@ def bad_tables(folder: Path) -> dict[str, str]:
     broken = {"target": loans.drop(columns="approved"), "one_class": loans.assign(approved="yes"),
               "missing": loans.copy(), "constant": loans.assign(bank="same"),
               "levels": loans.assign(applicant_id=[f"id{i}" for i in range(len(loans))]),
-              "text": loans.assign(income=loans["income"].astype(str))}
+              "text": loans.assign(income=loans["income"].astype(str)), "three": loans.copy()}
+    broken["three"].loc[:9, "approved"] = "maybe"
     broken["missing"].loc[3, "income"] = np.nan
     broken["text"].loc[5, "income"] = "unknown"
     paths = {}
@@ -325,8 +334,11 @@ def bad_tables(folder: Path) -> dict[str, str]:
     (folder / "empty.csv").write_text("")
     (folder / "spec.yaml").write_text("columns:\n  income: {kind: continuous}\n")
     (folder / "facts.yaml").write_text("columns:\n  age: {mutability: increase}\n  sex: {mutability: none}\n")
+    (folder / "positive.yaml").write_text("positive: 'yes'\ncolumns:\n  age: {mutability: none}\n")
+    (folder / "binary.yaml").write_text("columns:\n  purpose: {kind: binary}\n")
     return {**paths, "bad_empty": str(folder / "empty.csv"), "bad_text_spec": str(folder / "spec.yaml"),
-            "facts_spec": str(folder / "facts.yaml")}
+            "facts_spec": str(folder / "facts.yaml"), "positive_spec": str(folder / "positive.yaml"),
+            "binary_spec": str(folder / "binary.yaml")}
 
 
 def bad_model_inputs(folder: Path) -> dict[str, str]:
