@@ -208,6 +208,12 @@ TRAIN_GENERATOR = [
 ]
 ROW5 = '\'{{"x1": 0.1, "x2": 0, "x3": 1, "x4": -1, "x5": 2}}\''  # a row of {other_ckpt}'s 5 unnamed features
 EXPLAIN = [
+    # train.py's options for a model of your own: say how to log it as it is, not only "unrecognized"
+    ("--checkpoint {loans_sd} --data {loans} --model-inputs {inputs_good} --row " + ROW5,
+     "unrecognized arguments: --model-inputs {inputs_good}; --model-inputs: explain.py explains a model that train.py "
+     "logged, which carries its inputs, outputs and data spec: log yours as it is with train.py"),
+    ("--checkpoint {other_ckpt} --data-spec {facts_spec} --row " + ROW5,
+     "--data-spec: the model's data spec comes with it (train.py --data-spec); here --immutable"),
     ("--checkpoint {other_ckpt}", "--rows --row"), ("--row " + ROW5, "--run-id --checkpoint"),
     ("--checkpoint {text} --row " + ROW5, "--checkpoint"), ("--checkpoint {tmp}/missing.ckpt --row " + ROW5, "--checkpoint"),
     ("--checkpoint {other_typo} --row " + ROW5, "(did you mean '{other_ckpt}'?)"),

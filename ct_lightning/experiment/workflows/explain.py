@@ -17,6 +17,13 @@ from datamodules.suggest import path_hint
 from datamodules.workbook import table_file
 
 SEARCH = ["generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "search_lr", "generator_options"]
+# train.py's options for a model of your own, typed here: the model, its inputs and its data spec come with a run
+_OWN_MODEL = ("explain.py explains a model that train.py logged, which carries its inputs, outputs and data spec: log "
+              "yours as it is with train.py --data FILE --target COLUMN --from-checkpoint MODEL.pt --model-inputs "
+              "FILE [--data-spec FILE] --limit-train-batches 0, then explain.py --run-id ID")
+OPTION_HINTS = {"--model-inputs": _OWN_MODEL, "--from-checkpoint": _OWN_MODEL, "--model": _OWN_MODEL,
+                "--data-spec": "the model's data spec comes with it (train.py --data-spec); here --immutable, "
+                               "--mutability, --step and --max-change add to it for one explanation"}
 
 
 def add_explanation_outputs(parser: argparse.ArgumentParser) -> None:
