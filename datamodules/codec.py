@@ -310,6 +310,15 @@ def _check_target_entry(spec: Mapping) -> None:
                          "(positive: for a yes/no target; order: for three or more classes, its last the highest)")
 
 
+def _mutability_hint(value) -> str:
+    """What a data spec's ``mutability`` that is no kind was probably meant as: YAML reads an unquoted ``no`` as
+    false (``mutability: no``, "may it change? no"), else the kind it is probably a misspelling of."""
+    if isinstance(value, bool):
+        return (" (YAML reads an unquoted no, off or false as false, and yes, on or true as true: write none for a "
+                "column that may not change, both for one that may)")
+    return did_you_mean(value, MUTABILITY)
+
+
 def positive_class(positive, labels: pd.Series):
     """The class of the target column ``labels`` that the data spec's ``positive`` names (``None`` for none). A
     one-line ``ValueError`` for a value that is no class, and for a target of more than two classes, with each
@@ -544,6 +553,11 @@ class TabularCodec:
             features = [c for c in frame.columns if c != target]
             raise ValueError(f"data_spec: unknown column {unknown[0]!r}{did_you_mean(unknown[0], features)}; columns: "
                              f"{', '.join(map(str, frame.columns))}")
+        if any(str(name) == str(target) for name in declared):  # else ignored: its words, kind, mutability unused
+            features = ", ".join(str(c) for c in frame.columns if c != target)
+            raise ValueError(f"data_spec: columns: got an entry for {target!r}, the target (the column to predict); "
+                             f"allowed: entries for the features ({features}); the classes in words go in target: "
+                             f"{{name: {target}, values: {{CLASS: words}}}}, the positive class of two in positive:")
         train = frame if train_rows is None else frame.iloc[np.asarray(train_rows)]
         classes = sorted(pd.unique(frame[target].dropna()), key=lambda v: (str(type(v)), v))
         positive = positive_class(spec.get("positive"), frame[target])
@@ -560,8 +574,8 @@ class TabularCodec:
                 raise ValueError(f"data_spec: column {name!r}: kind {kind!r}; allowed: {', '.join(KINDS)}")
             mutability = options.get("mutability", "both")
             if mutability not in MUTABILITY:
-                raise ValueError(f"data_spec: column {name!r}: mutability {mutability!r}; allowed: "
-                                 f"{', '.join(MUTABILITY)}")
+                raise ValueError(f"data_spec: column {name!r}: mutability {mutability!r}"
+                                 f"{_mutability_hint(mutability)}; allowed: {', '.join(MUTABILITY)}")
             if kind == "categorical" and mutability in ("increase", "decrease"):
                 raise ValueError(f"data_spec: column {name!r}: mutability {mutability!r} has no meaning for a "
                                  "categorical column; allowed: both, none")

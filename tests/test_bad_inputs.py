@@ -38,6 +38,7 @@ TRAIN = [
     ("--tau nan", "--tau"), ("--tau 0", "--tau"), ("--lr inf", "--lr"), ("--lambda-div nan", "--lambda-div"),
     ("--burnin 1.5", "--burnin"), ("--lr -1", "--lr"), ("--data nope", "--data"), ("--generator nope", "--generator"),
     ("--objective nope", "--objective"), ("--pool nope", "--pool"), ("--mutability x1=sideways", "--mutability: got 'x1=sideways' ('sideways' is no kind"),
+    ("--mutability x1=increse", "--mutability: got 'x1=increse' ('increse' is no kind (did you mean 'increase'?), in"),
     ("--mutability x1", "--mutability"), ("--data moons --mutability nofeature=none", "--mutability"),
     ("--data moons --immutable nofeature", "--immutable"),
     # a feature given two kinds: one of them was silently dropped (train.py kept --immutable, explain.py --mutability)
