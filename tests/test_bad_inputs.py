@@ -103,6 +103,9 @@ TRAIN = [
     ("--data {loans} --target approved --data-spec {binary_spec}", "--data-spec: column 'purpose': kind 'binary', but "
                                                                    "the column has 5 values (car, debt_consolidation"),
     # a yes/no spec on a file whose target holds a third class: trained as three classes without a word before
+    # a two-class model on that file: the shapes alone (2.weight: checkpoint (2, 8) vs model (3, 8)) said no more
+    ("--data {bad_three} --target approved --from-checkpoint {loans_sd}",
+     "| the model has 2 outputs, the target 'approved' of three.csv has 3 classes (maybe: 10 row(s), no: "),
     *((f"--data {{bad_three}} --target approved --data-spec {{positive_spec}}{balance}",
        "--data-spec: positive: got 'yes' for a target of 3 classes (maybe: 10 row(s), no: ") for balance in
       ("", " --balance undersample")),

@@ -168,6 +168,17 @@ def one_unit_advice(config: dict, classes) -> str:
             'docs/guide.md, "Fine-tune a model you already have")')
 
 
+def class_count_advice(config: dict, width: int, datamodule) -> str:
+    """Why a model of ``width`` outputs does not fit a table of another number of classes, with each class's rows: a
+    two-class model on a file whose target holds a third class (a few rows written apart) most often."""
+    counts = datamodule.frame[datamodule.target].value_counts()
+    balanced = (getattr(datamodule, "balance", None) or "none") != "none"  # its frame: the rows kept, evened out
+    found = ", ".join(str(c) if balanced else f"{c}: {int(counts.get(c, 0))} row(s)" for c in datamodule.codec.classes)
+    return (f"the model has {width} outputs, the target {datamodule.target!r} of {Path(config['data']).name} has "
+            f"{datamodule.n_classes} classes ({found}): write each row's class as one of the model's {width} in the "
+            f"file, or leave the rows of the others out")
+
+
 def _model_state(state: dict) -> dict:
     """The model's weights of a module's ``state`` (``model.`` keys), or ``state`` as it is."""
     model = {k[len("model."):]: v for k, v in state.items() if k.startswith("model.")}
@@ -506,6 +517,8 @@ def load_given_weights(config: dict, module: CTModule, weights: dict, datamodule
                 and datamodule.n_classes == 2:
             raise ValueError(f"{error} | the model has one output unit (a single logit), ct-lightning's classes of "
                              f"{Path(config['data']).name} are two: {one_unit_advice(config, codec.classes)}") from None
+        if codec is not None and last is not None and last[1] not in (1, datamodule.n_classes):
+            raise ValueError(f"{error} | {class_count_advice(config, last[1], datamodule)}") from None
         if codec is None or config.get("model_inputs") is not None or first is None \
                 or first[1] == datamodule.n_features:
             raise
