@@ -159,7 +159,12 @@ EVALUATE = [
     ("--run-id 0123456789abcdef --tracking-uri htp://127.0.0.1:5999", "(unknown scheme 'htp'; did you mean http://"),
     ("--checkpoint {other_ckpt} --data moons", "--checkpoint"),
     ("--checkpoint {other_sd}", "--data"), ("--checkpoint {other_sd} --data {loans}", "--target"),
-    ("--checkpoint {other_sd} --data {loans} --target approved", "--checkpoint"),
+    # weights of another width: the shapes, and what to do, as train.py --from-checkpoint says it
+    ("--checkpoint {other_sd} --data {loans} --target approved",
+     "--checkpoint: got '{other_sd}' (the file does not fit the model: shape mismatch in 0.weight: checkpoint "
+     "(32, 12) vs model (32, 13) | ct-lightning encodes loans.csv as 13 inputs"),
+    ("--checkpoint {loans_sd} --data {bad_three} --target approved",
+     "| the model has 2 outputs, the target 'approved' of three.csv has 3 classes (maybe: 10 row(s), no: "),
     ("--checkpoint {other_sd} --data {loans} --target nope", "target"),
     ("--checkpoint {other_sd} --data {tmp}/missing.csv --target approved", "--data"), ("--checkpoint {other_ckpt} --n-runs 0", "--n-runs"),
     ("--checkpoint {other_ckpt} --lambda-energy a,b", "--lambda-energy"),

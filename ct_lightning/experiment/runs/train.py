@@ -504,10 +504,11 @@ def upload_on_stop(client, run_id: str, config: dict, echo, since: float | None 
         echo(line, file=sys.stderr, flush=True)
 
 
-def load_given_weights(config: dict, module: CTModule, weights: dict, datamodule) -> None:
-    """Load the ``from_checkpoint`` weights into the module's model (into the network behind the input layer with
-    ``model_inputs``); a first layer of another width on a table names ``--model-inputs``."""
-    source = f"from_checkpoint {config['from_checkpoint']}"
+def load_given_weights(config: dict, module: CTModule, weights: dict, datamodule, source: str | None = None) -> None:
+    """Load the ``from_checkpoint`` weights (``source`` names them, by default so) into the module's model (into the
+    network behind the input layer with ``model_inputs``); a first layer of another width on a table names
+    ``--model-inputs``, a last one of another width than the table's classes names them."""
+    source = source or f"from_checkpoint {config['from_checkpoint']}"
     try:
         load_into(module.model, weights, source=source)
     except ValueError as error:
