@@ -90,6 +90,9 @@ TRAIN = [
     ("--epoch-loop fused --limit-train-batches 3", "--epoch-loop"),
     # A user's table (issue 23 §1): each broken copy of tests/fixtures/loans.csv, made by bad_tables below.
     ("--data {bad_target} --target approved", "--target: column 'approved' not found"),
+    # a class typed for the column (explain.py's --target is a class): say which column holds it
+    ("--data {loans} --target yes", "--target: column 'yes' not found in {loans} ('yes' is a value of the column "
+                                    "'approved': --target names the column to predict, --target approved); allowed:"),
     ("--data {bad_one_class} --target approved", "has only one class"),
     ("--data {bad_missing} --target approved", "column 'income' has 1 missing value(s)"),
     ("--data {bad_missing} --target approved --impute mean", "--impute"),

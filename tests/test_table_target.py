@@ -40,6 +40,9 @@ def test_an_amount_as_target_is_refused_as_regression_with_what_to_do():
     ("los", "error: --target: column 'los' not found in loans.csv (did you mean 'loss'?); allowed: income, home, loss"),
     ("Loss", "error: --target: column 'Loss' not found in loans.csv (did you mean 'loss'? names are case-sensitive); "
              "allowed: income, home, loss"),
+    # a value typed for the column (explain.py's --target is a class): which column holds it, still before torch
+    ("rent", "error: --target: column 'rent' not found in loans.csv ('rent' is a value of the column 'home': --target "
+             "names the column to predict, --target home); allowed: income, home, loss"),
 ])
 def test_train_refuses_the_target_before_torch_is_imported(tmp_path, target, error):
     """train.py checked --target only once its data module was built, after torch, Lightning and MLflow were imported:
