@@ -247,3 +247,21 @@ def test_a_step_in_a_file_with_decimal_commas_reads_as_the_file_writes_numbers(t
     assert codec.decimal_comma
     assert requested_steps(codec, {"step": "income=1.000,debt_ratio=0,05"}) == {"income": 1000, "debt_ratio": 0.05}
     assert requested_steps(codec, {"step": "income=250"}) == {"income": 250}
+
+
+def test_a_column_named_by_its_words_in_the_data_spec_is_refused_naming_the_column():
+    """Explanations write a column by its data spec label (``Yearly income ($): 31,000 → 36,000 [income: ...]``);
+    ``explain.py --step 'Yearly income=1000'`` or ``--immutable 'Debt owed ($)'`` was refused as "no such column",
+    without a word of the column meant."""
+    from ct_lightning.experiment.runs.request_checks import MutabilityRefused, requested_mutability, requested_steps
+
+    spec = {"columns": {"income": {"label": "Yearly income", "unit": "$"}, "debt": {"label": "Debt owed", "unit": "$"}}}
+    codec = TabularCodec.fit(pd.read_csv(LOANS), "approved", spec)
+    with pytest.raises(MutabilityRefused, match=r"^params: step 'Yearly income=1000' \(no such column; 'Yearly income' "
+                                                r"is the data spec's label of 'income': name the column, income\); "):
+        requested_steps(codec, {"step": "Yearly income=1000"})
+    with pytest.raises(MutabilityRefused, match=r"^params: immutable 'Debt owed \(\$\)' \(no such column; 'Debt owed "
+                                                r"\(\$\)' is the data spec's label of 'debt': name the column, debt\); "):
+        requested_mutability(codec, {"immutable": "Debt owed ($)"})
+    with pytest.raises(MutabilityRefused, match=r"\(no such column; did you mean 'debt'\? names are case-sensitive\)"):
+        requested_mutability(codec, {"immutable": "Debt"})  # a name close to a column's: that column, as before
