@@ -106,6 +106,10 @@ TRAIN = [
     ("--data {loans} --target approved --data-spec {binary_spec}", "--data-spec: column 'purpose': kind 'binary', but "
                                                                    "the column has 5 values (car, debt_consolidation"),
     # a yes/no spec on a file whose target holds a third class: trained as three classes without a word before
+    # an identifier column the model was trained without: the one input too many, and the option that leaves it out
+    ("--data {bad_with_id} --target approved --from-checkpoint {loans_sd}",
+     "the model takes 13: leave the identifier 'applicant_id' out with --drop-columns applicant_id (13 inputs then), "
+     "or, if it was trained on an encoding of your own"),
     # a two-class model on that file: the shapes alone (2.weight: checkpoint (2, 8) vs model (3, 8)) said no more
     ("--data {bad_three} --target approved --from-checkpoint {loans_sd}",
      "| the model has 2 outputs, the target 'approved' of three.csv has 3 classes (maybe: 10 row(s), no: "),
@@ -341,7 +345,8 @@ def bad_tables(folder: Path) -> dict[str, str]:
     broken = {"target": loans.drop(columns="approved"), "one_class": loans.assign(approved="yes"),
               "missing": loans.copy(), "constant": loans.assign(bank="same"),
               "levels": loans.assign(applicant_id=[f"id{i}" for i in range(len(loans))]),
-              "text": loans.assign(income=loans["income"].astype(str)), "three": loans.copy()}
+              "text": loans.assign(income=loans["income"].astype(str)), "three": loans.copy(),
+              "with_id": loans.assign(applicant_id=range(1001, 1001 + len(loans)))}
     broken["three"].loc[:9, "approved"] = "maybe"
     broken["missing"].loc[3, "income"] = np.nan
     broken["text"].loc[5, "income"] = "unknown"

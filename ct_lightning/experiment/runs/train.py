@@ -6,6 +6,7 @@ import errno
 import json
 import math
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -523,10 +524,15 @@ def load_given_weights(config: dict, module: CTModule, weights: dict, datamodule
         if codec is None or config.get("model_inputs") is not None or first is None \
                 or first[1] == datamodule.n_features:
             raise
+        identifiers = datamodule.identifier_like() if callable(getattr(datamodule, "identifier_like", None)) else []
+        # a row number pandas wrote (Unnamed: 0) or an applicant id: the one input too many, most often
+        without = (f"leave the identifier{'s' if len(identifiers) > 1 else ''} {', '.join(map(repr, identifiers))} "
+                   f"out with --drop-columns {shlex.quote(','.join(identifiers))} ({first[1]} inputs then), or, ") \
+            if identifiers and datamodule.n_features - len(identifiers) == first[1] else ""
         raise ValueError(f"{error} | ct-lightning encodes {Path(config['data']).name} as {datamodule.n_features} "
                          f"inputs (numbers standardised, categories one-hot, in the table's column order), the model "
-                         f"takes {first[1]}: if it was trained on an encoding of your own, describe its inputs with "
-                         f"--model-inputs FILE (docs/guide.md, \"Fine-tune a model you already have\")") from None
+                         f"takes {first[1]}: {without}if it was trained on an encoding of your own, describe its inputs "
+                         f"with --model-inputs FILE (docs/guide.md, \"Fine-tune a model you already have\")") from None
 
 
 def loaded_accuracy(module: CTModule, datamodule) -> tuple[float, float, list[list[int]]] | None:
