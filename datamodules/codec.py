@@ -219,9 +219,10 @@ def read_spec(spec) -> dict:
     except (yaml.YAMLError, UnicodeDecodeError) as error:
         raise ValueError(f"data_spec: got {str(spec)!r} (not valid YAML: {yaml_problem(error)}); allowed: "
                          f"{SPEC_FILE}") from None
-    if not isinstance(loaded, Mapping):
-        raise ValueError(f"data_spec: got {str(spec)!r} (a {type(loaded).__name__}, not a mapping); allowed: "
-                         f"{SPEC_FILE}")
+    if not isinstance(loaded, Mapping):  # a CSV given for the spec reads as one plain text: say so, not 'a str'
+        what = "plain text, as a table's lines read" if isinstance(loaded, str) else \
+            "a list" if isinstance(loaded, list) else f"a {type(loaded).__name__}"
+        raise ValueError(f"data_spec: got {str(spec)!r} ({what}, not keys such as columns:); allowed: {SPEC_FILE}")
     return check_spec(loaded)
 
 

@@ -215,6 +215,12 @@ def test_every_key_the_writer_writes_is_read_back(tmp_path):
                      "positive"),
     ("columns:\n  age: {mutabilty: none}\n", "column 'age': unknown key 'mutabilty' (did you mean 'mutability'?); "
                                              "allowed: kind, mutability, lower, upper, step, max_change, order, label, unit, values"),
+    # the table given for the spec (--data-spec loans.csv): YAML reads its lines as one text, once "a str"
+    ("age,income\n68,30600\n", "(plain text, as a table's lines read, not keys such as columns:); allowed: a YAML or "
+                               "JSON file with columns: {name: {kind, mutability, lower, upper, step, max_change, "
+                               "order, label, unit, values}} and positive"),
+    ("- age\n- income\n", "(a list, not keys such as columns:); allowed: a YAML or JSON file with columns: {name: "
+                          "{kind, mutability, lower, upper, step, max_change, order, label, unit, values}} and positive"),
     # "may age change? no": YAML's false, once refused as "mutability False" without a word of why
     ("columns:\n  age: {mutability: no}\n", "column 'age': mutability False (YAML reads an unquoted no, off or false as "
                                              "false, and yes, on or true as true: write none for a column that may not "
