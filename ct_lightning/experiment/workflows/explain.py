@@ -136,7 +136,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     if len(explanations) and not any(len(fixed) for fixed in explanations["immutable"]):
         print("note: every column was free to change (the model was trained without immutable columns, and none was "
               "given): --immutable COLUMN,... holds those a person cannot change, e.g. age")
-    if args.tau is None and settings["tau"] <= 0.5 and len(explanations) and explanations["valid"].any():
+    # only where a valid explanation changes something: a row already predicted as its target is near no boundary
+    changed = len(explanations) and any(v and len(c) for v, c in zip(explanations["valid"], explanations["changes"]))
+    if args.tau is None and settings["tau"] <= 0.5 and changed:
         print(tau_note(settings["tau"], int(loaded.module.hparams.n_classes), bool(getattr(loaded.codec, "order", None))))
     elif len(explanations) and (short := short_of_tau_note(explanations, settings["tau"])):
         print(short)
