@@ -265,3 +265,31 @@ def test_a_column_named_by_its_words_in_the_data_spec_is_refused_naming_the_colu
         requested_mutability(codec, {"immutable": "Debt owed ($)"})
     with pytest.raises(MutabilityRefused, match=r"\(no such column; did you mean 'debt'\? names are case-sensitive\)"):
         requested_mutability(codec, {"immutable": "Debt"})  # a name close to a column's: that column, as before
+
+
+def test_a_step_or_largest_change_of_a_column_that_may_not_change_is_refused(tmp_path):
+    """``explain.py --max-change age=5`` for a model whose data spec holds age (``mutability: none``), or ``--step
+    income=1000`` beside ``--immutable income``, was accepted and did nothing: the explanation never moves such a
+    column. Refused in one line before any search, naming the columns that may change."""
+    from ct_lightning.experiment.configuration.validation import CliExit
+    from ct_lightning.experiment.runs.train import train
+    from recipes.explain import main
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("columns:\n  age: {mutability: none}\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = train({"data": str(LOANS), "target": "approved", "max_epochs": 1, "nce": 16, "tracking_uri": uri,
+                 "progress": False, "seed": 0, "data_spec": str(spec), "immutable": ["sex"]})["run_id"]
+    row = pd.read_csv(LOANS).drop(columns="approved").iloc[0].to_json()
+    common = ["--run-id", run, "--tracking-uri", uri, "--row", row, "--max-steps", "5", "--no-log"]
+    for options, message in (
+            (["--max-change", "age=5"], "--max-change: got 'age=5' ('age' may not change at all (held in the model's "
+                                        "training: its data spec or --immutable)); allowed: COLUMN=NUMBER for the "
+                                        "columns that may change: income, debt, years_employed"),
+            (["--immutable", "income", "--step", "income=1000"],
+             "--step: got 'income=1000' ('income' may not change at all (--immutable here)); allowed: COLUMN=NUMBER for "
+             "the columns that may change: debt, years_employed")):
+        with pytest.raises(CliExit) as refused:
+            main([*common, *options])
+        assert refused.value.code == 2 and str(refused.value) == message, str(refused.value)
+    assert len(main([*common, "--step", "income=1000", "--max-change", "debt=500"])) == 1  # columns that may change

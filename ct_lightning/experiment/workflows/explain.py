@@ -125,8 +125,9 @@ def run(args: argparse.Namespace) -> list[dict]:
             print(f"{row_label(row, others.get(row))}: not explained: {problem}")
         settings = search_settings(loaded.module, {k: getattr(args, k) for k in SEARCH})
         settings["mutability"] = mutability
-        settings["steps"] = explanation_steps(loaded, getattr(args, "step", None))
-        settings["max_changes"] = explanation_steps(loaded, getattr(args, "max_change", None), "max_change")
+        settings["steps"] = explanation_steps(loaded, getattr(args, "step", None), mutability=mutability)
+        settings["max_changes"] = explanation_steps(loaded, getattr(args, "max_change", None), "max_change",
+                                                    mutability)
         settings["fewer_changes"] = getattr(args, "fewer_changes", True)
         rows, passed, wanted = only_predicted(loaded, rows, getattr(args, "only_predicted", None))
         explanations = explain_loaded(loaded, rows, args.target, settings, args.seed) if len(rows) else \
