@@ -267,7 +267,7 @@ def test_a_column_named_by_its_words_in_the_data_spec_is_refused_naming_the_colu
         requested_mutability(codec, {"immutable": "Debt"})  # a name close to a column's: that column, as before
 
 
-def test_a_step_or_largest_change_of_a_column_that_may_not_change_is_refused(tmp_path):
+def test_a_step_or_largest_change_of_a_column_that_may_not_change_is_refused(tmp_path, capsys):
     """``explain.py --max-change age=5`` for a model whose data spec holds age (``mutability: none``), or ``--step
     income=1000`` beside ``--immutable income``, was accepted and did nothing: the explanation never moves such a
     column. Refused in one line before any search, naming the columns that may change."""
@@ -292,4 +292,11 @@ def test_a_step_or_largest_change_of_a_column_that_may_not_change_is_refused(tmp
         with pytest.raises(CliExit) as refused:
             main([*common, *options])
         assert refused.value.code == 2 and str(refused.value) == message, str(refused.value)
-    assert len(main([*common, "--step", "income=1000", "--max-change", "debt=500"])) == 1  # columns that may change
+    records = main([*common, "--step", "income=1000", "--max-change", "debt=500"])  # columns that may change
+    assert len(records) == 1
+    # --only-predicted passing over the one row: "the 1 others are not" read as it is now
+    other = "yes" if records[0]["prediction"] == "no" else "no"
+    capsys.readouterr()
+    main([*common, "--only-predicted", other])
+    assert f"--only-predicted {other}: 0 of 1 rows are predicted {other} and explained; the other is not (its " \
+           "prediction is in --json and --csv)" in capsys.readouterr().out

@@ -150,7 +150,8 @@ def run(args: argparse.Namespace) -> list[dict]:
         named = class_text(loaded.codec, wanted)  # in the data spec's words, the class in brackets
         print(f"--only-predicted {named}: {len(explanations)} of {len(explanations) + len(passed)} rows are "
               f"predicted {named} and explained"
-              + (f"; the {len(passed)} others are not (their predictions are in --json and --csv)" if passed else ""))
+              + ("; the other is not (its prediction is in --json and --csv)" if len(passed) == 1 else
+                 f"; the {len(passed)} others are not (their predictions are in --json and --csv)" if passed else ""))
     records = numbered_records(explanations, skipped, others, passed, loaded.codec)
     comma = bool(getattr(loaded.codec, "decimal_comma", False))  # --csv in the training file's locale
     if args.json:
