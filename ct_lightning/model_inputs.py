@@ -157,6 +157,22 @@ def output_order(outputs: Sequence | None, classes: Sequence, width: int | None,
     return indices
 
 
+def reordered_outputs(counts: Sequence[Sequence[int]], labels: Sequence, classes: Sequence) -> tuple[list, float]:
+    """The ``"outputs"`` under which a model's predictions score best, and that accuracy: ``counts[p][t]`` is how many
+    rows of class ``t`` it predicts as ``p`` (indices of ``classes``, the table's), ``labels`` the class each of its
+    outputs is read as now, in the model's order (``[negative, positive]`` for one unit). A model trained with
+    another label order (label 1 for "defaulted") scores below the majority class as read, and well above it with
+    its outputs read as the classes it was trained on. Every order is tried for up to 6 classes; beyond, ``labels``
+    and the accuracy as read."""
+    import itertools  # noqa: PLC0415
+
+    n, total = len(classes), sum(map(sum, counts)) or 1
+    orders = itertools.permutations(range(n)) if n <= 6 else [tuple(range(n))]
+    best = max(orders, key=lambda order: (sum(counts[p][order[p]] for p in range(n)), order == tuple(range(n))))
+    indices = [_index(classes, label) for label in labels]
+    return [classes[best[i]] for i in indices], sum(counts[p][best[p]] for p in range(n)) / total
+
+
 def _entry(source, position: int, entry, count: int) -> dict:
     """One entry, checked: ``position`` counts from 1."""
     where = f"input {position} of {count}"

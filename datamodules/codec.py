@@ -219,9 +219,10 @@ def read_spec(spec) -> dict:
     except (yaml.YAMLError, UnicodeDecodeError) as error:
         raise ValueError(f"data_spec: got {str(spec)!r} (not valid YAML: {yaml_problem(error)}); allowed: "
                          f"{SPEC_FILE}") from None
-    if not isinstance(loaded, Mapping):
-        raise ValueError(f"data_spec: got {str(spec)!r} (a {type(loaded).__name__}, not a mapping); allowed: "
-                         f"{SPEC_FILE}")
+    if not isinstance(loaded, Mapping):  # a CSV given for the spec reads as one plain text: say so, not 'a str'
+        what = "plain text, as a table's lines read" if isinstance(loaded, str) else \
+            "a list" if isinstance(loaded, list) else f"a {type(loaded).__name__}"
+        raise ValueError(f"data_spec: got {str(spec)!r} ({what}, not keys such as columns:); allowed: {SPEC_FILE}")
     return check_spec(loaded)
 
 
@@ -308,6 +309,38 @@ def _check_target_entry(spec: Mapping) -> None:
     if spec.get("positive") is not None:
         raise ValueError(f"data_spec: positive {spec['positive']!r} beside target: order; allowed: one of them "
                          "(positive: for a yes/no target; order: for three or more classes, its last the highest)")
+
+
+def _mutability_hint(value) -> str:
+    """What a data spec's ``mutability`` that is no kind was probably meant as: YAML reads an unquoted ``no`` as
+    false (``mutability: no``, "may it change? no"), else the kind it is probably a misspelling of."""
+    if isinstance(value, bool):
+        return (" (YAML reads an unquoted no, off or false as false, and yes, on or true as true: write none for a "
+                "column that may not change, both for one that may)")
+    return did_you_mean(value, MUTABILITY)
+
+
+def positive_class(positive, labels: pd.Series):
+    """The class of the target column ``labels`` that the data spec's ``positive`` names (``None`` for none). A
+    one-line ``ValueError`` for a value that is no class, and for a target of more than two classes, with each
+    class's rows: a spec written for a yes/no target, on a file whose target holds a third class (a few rows written
+    apart), would else train that class silently."""
+    if positive is None:
+        return None
+    classes = sorted(pd.unique(labels.dropna()), key=lambda v: (str(type(v)), v))
+    match = [c for c in classes if c == positive or str(c) == str(positive)]
+    if not match:
+        # YAML reads an unquoted Yes/No/On/Off as true/false: the class 'Yes' needs quotes
+        hint = " (YAML reads an unquoted Yes, No, On or Off as true or false: quote it, positive: 'Yes')" \
+            if isinstance(positive, bool) else ""
+        raise ValueError(f"data_spec: positive: got {positive!r}{hint}; allowed: {', '.join(map(str, classes))}")
+    if len(classes) > 2:
+        counts = labels.value_counts()
+        found = ", ".join(f"{c}: {int(counts.get(c, 0))} row(s)" for c in classes)
+        raise ValueError(f"data_spec: positive: got {positive!r} for a target of {len(classes)} classes ({found}); "
+                         "allowed: positive for a target of two classes only: write each row's class as one of two "
+                         f"in the file, or leave positive out to train {len(classes)} classes")
+    return match[0]
 
 
 def target_entry(spec: Mapping | None) -> tuple[object, list | None]:
@@ -521,18 +554,15 @@ class TabularCodec:
             features = [c for c in frame.columns if c != target]
             raise ValueError(f"data_spec: unknown column {unknown[0]!r}{did_you_mean(unknown[0], features)}; columns: "
                              f"{', '.join(map(str, frame.columns))}")
+        if any(str(name) == str(target) for name in declared):  # else ignored: its words, kind, mutability unused
+            features = ", ".join(str(c) for c in frame.columns if c != target)
+            raise ValueError(f"data_spec: columns: got an entry for {target!r}, the target (the column to predict); "
+                             f"allowed: entries for the features ({features}); the classes in words go in target: "
+                             f"{{name: {target}, values: {{CLASS: words}}}}, the positive class of two in positive:")
         train = frame if train_rows is None else frame.iloc[np.asarray(train_rows)]
         classes = sorted(pd.unique(frame[target].dropna()), key=lambda v: (str(type(v)), v))
-        positive = spec.get("positive")
+        positive = positive_class(spec.get("positive"), frame[target])
         if positive is not None:
-            match = [c for c in classes if c == positive or str(c) == str(positive)]
-            if not match:
-                # YAML reads an unquoted Yes/No/On/Off as true/false: the class 'Yes' needs quotes
-                hint = " (YAML reads an unquoted Yes, No, On or Off as true or false: quote it, positive: 'Yes')" \
-                    if isinstance(positive, bool) else ""
-                raise ValueError(f"data_spec: positive: got {positive!r}{hint}; allowed: "
-                                 f"{', '.join(map(str, classes))}")
-            positive = match[0]
             classes = [c for c in classes if c != positive] + [positive]  # the positive class is label 1 (last)
         order = class_order(order, [_plain(c) for c in classes], target)  # the labels stay as they are: training too
         columns, pending = [], []
@@ -545,8 +575,8 @@ class TabularCodec:
                 raise ValueError(f"data_spec: column {name!r}: kind {kind!r}; allowed: {', '.join(KINDS)}")
             mutability = options.get("mutability", "both")
             if mutability not in MUTABILITY:
-                raise ValueError(f"data_spec: column {name!r}: mutability {mutability!r}; allowed: "
-                                 f"{', '.join(MUTABILITY)}")
+                raise ValueError(f"data_spec: column {name!r}: mutability {mutability!r}"
+                                 f"{_mutability_hint(mutability)}; allowed: {', '.join(MUTABILITY)}")
             if kind == "categorical" and mutability in ("increase", "decrease"):
                 raise ValueError(f"data_spec: column {name!r}: mutability {mutability!r} has no meaning for a "
                                  "categorical column; allowed: both, none")
@@ -579,9 +609,10 @@ class TabularCodec:
             return _fit_ordinal(column, options.get("order"), values, train)
         if kind in ("categorical", "binary"):
             levels = sorted(pd.unique(values.dropna()), key=lambda v: (str(type(v)), v))
-            if kind == "binary" and len(levels) > 2:
-                raise ValueError(f"data: column {name!r} is binary but has {len(levels)} values "
-                                 f"({', '.join(map(str, levels[:5]))}, ...); allowed: 2 values")
+            if kind == "binary" and len(levels) > 2:  # only where declared: an inferred binary has two values
+                raise ValueError(f"data_spec: column {name!r}: kind 'binary', but the column has {len(levels)} values "
+                                 f"({', '.join(map(str, levels[:5]))}{', ...' if len(levels) > 5 else ''}); allowed: "
+                                 "binary for a column of 2 values, categorical for more")
             if len(levels) > MAX_CATEGORIES:
                 raise ValueError(f"data: column {name!r} has {len(levels)} categories; allowed: at most "
                                  f"{MAX_CATEGORIES} (an identifier or free text: leave it out with --drop-columns "
@@ -592,9 +623,10 @@ class TabularCodec:
             return column
         numeric = pd.to_numeric(values, errors="coerce")
         bad = values[numeric.isna() & values.notna()]
-        if len(bad):
-            raise ValueError(f"data: column {name!r} is {kind} but holds non-numeric values such as "
-                             f"{bad.iloc[0]!r}; declare it categorical in --data-spec or clean the file")
+        if len(bad):  # only where the spec declares the kind: one inferred from the dtypes fits the values
+            raise ValueError(f"data_spec: column {name!r}: kind {kind!r}, but the column holds non-numeric values "
+                             f"such as {bad.iloc[0]!r}; allowed: kind categorical (or ordinal with an order) for a "
+                             "column of text, or clean the file's numbers")
         fitted = pd.to_numeric(train, errors="coerce").to_numpy(np.float64)
         std = float(np.std(fitted))
         column.mean, column.scale = float(np.mean(fitted)), (std if std > 0 else 1.0)

@@ -157,8 +157,10 @@ class TableDataModule(TensorDataModule):
             if codec is not None else []
         kept_notes = []
         if codec is not None and codec.target != target:
-            raise ValueError(f"target: {target!r} is not the column the model was trained to predict "
-                             f"({codec.target!r}, from its ct_preprocessing)")
+            renamed = f" (the file names it {target!r}: rename that column {codec.target})" \
+                if codec.target not in self.frame.columns else ""
+            raise ValueError(f"target: got {target!r}, not the column the model was trained to predict "
+                             f"({codec.target!r}, from its ct_preprocessing){renamed}; allowed: {codec.target}")
         if codec is not None:  # another month's file, perhaps: the model's columns in any order, categories it knows
             self.frame, kept_notes = model_columns(self.frame, codec, self.label_of_source, target, drop_columns)
         # the checks the recipes also make before torch is imported (preflight.check_table_columns): one home

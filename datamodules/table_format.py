@@ -679,7 +679,7 @@ def check_target(frame: pd.DataFrame, target: str | None, name: str) -> None:
     the table, one class, more than :data:`MAX_CLASSES` (an amount such as a loss: regression, which CT does not
     do), one class written several ways (:func:`class_spellings_error`), or a word for a missing value as a class
     (``NA``: a pending decision). Rows without a label do not count (a training leaves them out)."""
-    error = target_column_error(target, list(frame.columns), name)
+    error = target_column_error(target, list(frame.columns), name, frame)
     if error is not None:
         raise error
     labels = frame[target].dropna()

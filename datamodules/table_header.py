@@ -74,15 +74,29 @@ def header_names(path) -> list[str] | None:
     return names
 
 
-def target_column_error(target, columns, name: str) -> ValueError | None:
+def target_column_error(target, columns, name: str, frame=None) -> ValueError | None:
     """The one-line error for a ``target`` that names no column of the table ``name`` (``columns``: its names), or
-    ``None``: the first check of :func:`~datamodules.table_format.check_target`, which needs the names alone."""
+    ``None``: the first check of :func:`~datamodules.table_format.check_target`, which needs the names alone. Given
+    the table as read (``frame``), a target that is a value of a text column says so: a class typed for the column
+    (``--target repaid``; explain.py's ``--target`` is a class, train.py's the column that holds them)."""
     shown = ", ".join(map(str, columns))
     if not target:
         return ValueError(f"target: required with a table file ({name}); allowed: one of its columns: {shown}")
     if target not in columns:
-        return ValueError(f"target: column {target!r} not found in {name}{name_hint(target, columns)}; allowed: {shown}")
+        hint = name_hint(target, columns) or (_value_hint(target, frame) if frame is not None else "")
+        return ValueError(f"target: column {target!r} not found in {name}{hint}; allowed: {shown}")
     return None
+
+
+def _value_hint(target, frame) -> str:
+    """``" ('repaid' is a value of the column 'outcome': ...)"`` for the first text column of ``frame`` that holds
+    ``target`` in a cell, else ``""``."""
+    for column in frame.columns:
+        values = frame[column]
+        if values.dtype.kind not in "biufcmM" and (values.astype(str) == str(target)).any():  # text, not numbers
+            return (f" ({target!r} is a value of the column {column!r}: --target names the column to predict, "
+                    f"--target {column})")
+    return ""
 
 
 def drop_columns_error(dropped, columns, target, name: str) -> ValueError | None:

@@ -30,12 +30,14 @@ import sys
 
 from ct_lightning.experiment.configuration.options import add_arguments
 from ct_lightning.experiment.runner import console_entry, recipe_parser, run_recipe
-from ct_lightning.experiment.workflows.explain import SEARCH, add_explanation_limits, add_explanation_outputs, run
+from ct_lightning.experiment.workflows.explain import (OPTION_HINTS, SEARCH, add_explanation_limits,
+                                                      add_explanation_outputs, run)
 
 
 def build_parser() -> argparse.ArgumentParser:
     """The command line of ``recipes/explain.py``; search settings default to the model's own."""
     parser = recipe_parser(__doc__)
+    parser.hints = OPTION_HINTS  # train.py's options for a model of your own, typed here
     add_arguments(parser.add_mutually_exclusive_group(required=True), ["run_id", "checkpoint"], recipe="explain")
     rows = parser.add_mutually_exclusive_group(required=True)
     rows.add_argument("--rows", help="a CSV file of rows in original units, with the model's columns")

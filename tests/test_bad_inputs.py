@@ -38,6 +38,7 @@ TRAIN = [
     ("--tau nan", "--tau"), ("--tau 0", "--tau"), ("--lr inf", "--lr"), ("--lambda-div nan", "--lambda-div"),
     ("--burnin 1.5", "--burnin"), ("--lr -1", "--lr"), ("--data nope", "--data"), ("--generator nope", "--generator"),
     ("--objective nope", "--objective"), ("--pool nope", "--pool"), ("--mutability x1=sideways", "--mutability: got 'x1=sideways' ('sideways' is no kind"),
+    ("--mutability x1=increse", "--mutability: got 'x1=increse' ('increse' is no kind (did you mean 'increase'?), in"),
     ("--mutability x1", "--mutability"), ("--data moons --mutability nofeature=none", "--mutability"),
     ("--data moons --immutable nofeature", "--immutable"),
     # a feature given two kinds: one of them was silently dropped (train.py kept --immutable, explain.py --mutability)
@@ -89,14 +90,32 @@ TRAIN = [
     ("--epoch-loop fused --limit-train-batches 3", "--epoch-loop"),
     # A user's table (issue 23 §1): each broken copy of tests/fixtures/loans.csv, made by bad_tables below.
     ("--data {bad_target} --target approved", "--target: column 'approved' not found"),
+    # a class typed for the column (explain.py's --target is a class): say which column holds it
+    ("--data {loans} --target yes", "--target: column 'yes' not found in {loans} ('yes' is a value of the column "
+                                    "'approved': --target names the column to predict, --target approved); allowed:"),
     ("--data {bad_one_class} --target approved", "has only one class"),
     ("--data {bad_missing} --target approved", "column 'income' has 1 missing value(s)"),
     ("--data {bad_missing} --target approved --impute mean", "--impute"),
     ("--data {loans} --target approved --balance smote", "--balance: got 'smote'; allowed: one of none, undersample"),
     ("--data {bad_constant} --target approved", "column 'bank' is constant"),
     ("--data {bad_levels} --target approved", "categories; allowed: at most 100"),
-    ("--data {bad_text} --target approved --data-spec {bad_text_spec}", "column 'income' is continuous but holds "
-                                                                        "non-numeric values"),
+    # a kind the data spec declares against the column's values: the option is --data-spec, not --data
+    ("--data {bad_text} --target approved --data-spec {bad_text_spec}", "--data-spec: column 'income': kind "
+                                                                        "'continuous', but the column holds "
+                                                                        "non-numeric values such as 'unknown'"),
+    ("--data {loans} --target approved --data-spec {binary_spec}", "--data-spec: column 'purpose': kind 'binary', but "
+                                                                   "the column has 5 values (car, debt_consolidation"),
+    # a yes/no spec on a file whose target holds a third class: trained as three classes without a word before
+    # an identifier column the model was trained without: the one input too many, and the option that leaves it out
+    ("--data {bad_with_id} --target approved --from-checkpoint {loans_sd}",
+     "the model takes 13: leave the identifier 'applicant_id' out with --drop-columns applicant_id (13 inputs then), "
+     "or, if it was trained on an encoding of your own"),
+    # a two-class model on that file: the shapes alone (2.weight: checkpoint (2, 8) vs model (3, 8)) said no more
+    ("--data {bad_three} --target approved --from-checkpoint {loans_sd}",
+     "| the model has 2 outputs, the target 'approved' of three.csv has 3 classes (maybe: 10 row(s), no: "),
+    *((f"--data {{bad_three}} --target approved --data-spec {{positive_spec}}{balance}",
+       "--data-spec: positive: got 'yes' for a target of 3 classes (maybe: 10 row(s), no: ") for balance in
+      ("", " --balance undersample")),
     ("--data {bad_empty} --target approved", "is empty"), ("--data {loans}", "--target"),
     ("--data {tmp}/missing.csv --target approved", "--data"), ("--data {loans} --target approved --immutable nope",
                                                                "--immutable"),
@@ -147,7 +166,12 @@ EVALUATE = [
     ("--run-id 0123456789abcdef --tracking-uri htp://127.0.0.1:5999", "(unknown scheme 'htp'; did you mean http://"),
     ("--checkpoint {other_ckpt} --data moons", "--checkpoint"),
     ("--checkpoint {other_sd}", "--data"), ("--checkpoint {other_sd} --data {loans}", "--target"),
-    ("--checkpoint {other_sd} --data {loans} --target approved", "--checkpoint"),
+    # weights of another width: the shapes, and what to do, as train.py --from-checkpoint says it
+    ("--checkpoint {other_sd} --data {loans} --target approved",
+     "--checkpoint: got '{other_sd}' (the file does not fit the model: shape mismatch in 0.weight: checkpoint "
+     "(32, 12) vs model (32, 13) | ct-lightning encodes loans.csv as 13 inputs"),
+    ("--checkpoint {loans_sd} --data {bad_three} --target approved",
+     "| the model has 2 outputs, the target 'approved' of three.csv has 3 classes (maybe: 10 row(s), no: "),
     ("--checkpoint {other_sd} --data {loans} --target nope", "target"),
     ("--checkpoint {other_sd} --data {tmp}/missing.csv --target approved", "--data"), ("--checkpoint {other_ckpt} --n-runs 0", "--n-runs"),
     ("--checkpoint {other_ckpt} --lambda-energy a,b", "--lambda-energy"),
@@ -200,6 +224,12 @@ TRAIN_GENERATOR = [
 ]
 ROW5 = '\'{{"x1": 0.1, "x2": 0, "x3": 1, "x4": -1, "x5": 2}}\''  # a row of {other_ckpt}'s 5 unnamed features
 EXPLAIN = [
+    # train.py's options for a model of your own: say how to log it as it is, not only "unrecognized"
+    ("--checkpoint {loans_sd} --data {loans} --model-inputs {inputs_good} --row " + ROW5,
+     "unrecognized arguments: --model-inputs {inputs_good}; --model-inputs: explain.py explains a model that train.py "
+     "logged, which carries its inputs, outputs and data spec: log yours as it is with train.py"),
+    ("--checkpoint {other_ckpt} --data-spec {facts_spec} --row " + ROW5,
+     "--data-spec: the model's data spec comes with it (train.py --data-spec); here --immutable"),
     ("--checkpoint {other_ckpt}", "--rows --row"), ("--row " + ROW5, "--run-id --checkpoint"),
     ("--checkpoint {text} --row " + ROW5, "--checkpoint"), ("--checkpoint {tmp}/missing.ckpt --row " + ROW5, "--checkpoint"),
     ("--checkpoint {other_typo} --row " + ROW5, "(did you mean '{other_ckpt}'?)"),
@@ -315,7 +345,9 @@ def bad_tables(folder: Path) -> dict[str, str]:
     broken = {"target": loans.drop(columns="approved"), "one_class": loans.assign(approved="yes"),
               "missing": loans.copy(), "constant": loans.assign(bank="same"),
               "levels": loans.assign(applicant_id=[f"id{i}" for i in range(len(loans))]),
-              "text": loans.assign(income=loans["income"].astype(str))}
+              "text": loans.assign(income=loans["income"].astype(str)), "three": loans.copy(),
+              "with_id": loans.assign(applicant_id=range(1001, 1001 + len(loans)))}
+    broken["three"].loc[:9, "approved"] = "maybe"
     broken["missing"].loc[3, "income"] = np.nan
     broken["text"].loc[5, "income"] = "unknown"
     paths = {}
@@ -325,8 +357,11 @@ def bad_tables(folder: Path) -> dict[str, str]:
     (folder / "empty.csv").write_text("")
     (folder / "spec.yaml").write_text("columns:\n  income: {kind: continuous}\n")
     (folder / "facts.yaml").write_text("columns:\n  age: {mutability: increase}\n  sex: {mutability: none}\n")
+    (folder / "positive.yaml").write_text("positive: 'yes'\ncolumns:\n  age: {mutability: none}\n")
+    (folder / "binary.yaml").write_text("columns:\n  purpose: {kind: binary}\n")
     return {**paths, "bad_empty": str(folder / "empty.csv"), "bad_text_spec": str(folder / "spec.yaml"),
-            "facts_spec": str(folder / "facts.yaml")}
+            "facts_spec": str(folder / "facts.yaml"), "positive_spec": str(folder / "positive.yaml"),
+            "binary_spec": str(folder / "binary.yaml")}
 
 
 def bad_model_inputs(folder: Path) -> dict[str, str]:

@@ -184,6 +184,11 @@ def test_a_column_entry_that_is_not_a_mapping_is_refused(tmp_path, columns, said
                                              "allowed: kind, mutability, label, values"),
     ({"target": "income"}, "target 'income' is not the column to predict ('approved'); allowed: approved, or no "
                            "target in the data spec"),
+    # an entry for the target among the columns was ignored: its class words (values) silently lost
+    ({"columns": {"approved": {"values": {"yes": "approved", "no": "declined"}}}},
+     "columns: got an entry for 'approved', the target (the column to predict); allowed: entries for the features "
+     "(age, income, debt, years_employed, home_ownership, purpose, sex); the classes in words go in target: "
+     "{name: approved, values: {CLASS: words}}, the positive class of two in positive:"),
 ])
 def test_keys_that_would_do_nothing_are_refused(spec, said):
     with pytest.raises(ValueError) as error:
@@ -210,6 +215,18 @@ def test_every_key_the_writer_writes_is_read_back(tmp_path):
                      "positive"),
     ("columns:\n  age: {mutabilty: none}\n", "column 'age': unknown key 'mutabilty' (did you mean 'mutability'?); "
                                              "allowed: kind, mutability, lower, upper, step, max_change, order, label, unit, values"),
+    # the table given for the spec (--data-spec loans.csv): YAML reads its lines as one text, once "a str"
+    ("age,income\n68,30600\n", "(plain text, as a table's lines read, not keys such as columns:); allowed: a YAML or "
+                               "JSON file with columns: {name: {kind, mutability, lower, upper, step, max_change, "
+                               "order, label, unit, values}} and positive"),
+    ("- age\n- income\n", "(a list, not keys such as columns:); allowed: a YAML or JSON file with columns: {name: "
+                          "{kind, mutability, lower, upper, step, max_change, order, label, unit, values}} and positive"),
+    # "may age change? no": YAML's false, once refused as "mutability False" without a word of why
+    ("columns:\n  age: {mutability: no}\n", "column 'age': mutability False (YAML reads an unquoted no, off or false as "
+                                             "false, and yes, on or true as true: write none for a column that may not "
+                                             "change, both for one that may); allowed: both, increase, decrease, none"),
+    ("columns:\n  income: {mutability: increse}\n", "column 'income': mutability 'increse' (did you mean 'increase'?); "
+                                                     "allowed: both, increase, decrease, none"),
 ])
 def test_the_command_line_says_what_is_wrong_with_the_spec_in_one_line(tmp_path, capsys, text, said):
     spec = tmp_path / "spec.yaml"

@@ -80,6 +80,14 @@ def test_a_lightning_checkpoint_on_the_users_table_uses_its_own_preprocessing(tr
     payload = evaluate("--checkpoint", str(lone), "--data", str(LOANS), "--target", "approved", tmp_path=tmp_path)
     out = capsys.readouterr().out
     assert "with the model's own preprocessing" in out
+    # 'ip: 3.9704' says nothing to someone who has not read the paper: one line says what each measures
+    lines = out.splitlines()
+    meaning = lines[next(i for i, line in enumerate(lines) if line.strip().startswith("n_valid:")) + 1]
+    assert meaning.startswith("what they mean: ip, the mean distance of the valid counterfactuals to real test rows of "
+                              "their target class, and ip_star, the MMD² between the two sets: lower, more plausible; "
+                              "cost, the ℓ1 distance from the factual in the model's encoding: lower, smaller changes;")
+    assert meaning.endswith("robust_accuracy, the accuracy on test rows perturbed by FGSM at ε 0.03 "
+                            "(docs/evaluation.md)")
     assert payload["data"] == "loans" and payload["immutable"] and set(payload["immutable"]) >= {"age", "sex"}
     assert 0.0 <= payload["summary"]["validity"] <= 1.0
 

@@ -561,6 +561,9 @@ def test_explain_options_constrain_an_explanation_beyond_the_training(tmp_path, 
     # a table model's tau is 0.5 (few training rows): the explanation says how to ask for a surer change
     assert "note: the search stops once the target is the more likely class (tau 0.5" in out
     assert "note: the search stops once" not in (main([*common, "--tau", "0.5"]), capsys.readouterr().out)[1]
+    # rows already predicted as the target change nothing: no note about a change near the decision boundary
+    already = (main([*common, "--only-predicted", "yes"]), capsys.readouterr().out)[1]
+    assert "nothing needs to change: already yes" in already and "note: the search stops once" not in already
     assert any(c["feature"] == "age" for record in free for c in record["changes"]), \
         "unconstrained, the search moves age somewhere (else this test could not fail)"
     assert any(c["feature"] == "debt" and c["to"] > c["from"] for record in free for c in record["changes"]), \

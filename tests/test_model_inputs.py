@@ -210,6 +210,42 @@ def test_a_model_no_better_than_the_majority_class_as_loaded_is_warned_about(tmp
     assert "check that --model-inputs lists the inputs it was trained on" in warning[0]
 
 
+@pytest.mark.parametrize("units", [2, 1])
+def test_a_model_trained_with_another_label_order_is_told_which_outputs_to_write(tmp_path, units):
+    """A credit model trained with label 1 for the rejection ("no") and fine-tuned without "outputs" (or, for one
+    unit, with them the wrong way round) scored far below the majority class as loaded; the warning said only that
+    the outputs "must be the classes no, yes, in this order", and the training went on with them misread. Read the
+    other way round it scores what it scored in the user's pipeline: the warning now says so and gives the
+    "outputs" to write."""
+    from ct_lightning.experiment.configuration.data import build_datamodule
+    from ct_lightning.experiment.runs.train import train
+
+    preprocess, model = fit_users_model(tmp_path, epochs=150, units=units, classes=["yes", "no"])
+    spec = json.loads((tmp_path / "model-inputs.json").read_text())
+    # the mistake: the inputs alone (two outputs read as ct-lightning's no, yes), or a unit read as the log-odds of yes
+    written = spec["inputs"] if units == 2 else {**spec, "outputs": ["no", "yes"]}
+    (tmp_path / "model-inputs.json").write_text(json.dumps(written))
+    val_rows = build_datamodule({"data": str(LOANS), "target": "approved"}).rows["val"]
+    own = users_accuracy_on(preprocess, model, val_rows, classes=["yes", "no"])
+    lines: list[str] = []
+    train(settings(tmp_path, limit_train_batches=0, model_inputs=str(tmp_path / "model-inputs.json")),
+          echo=lambda *parts, **_: lines.append(" ".join(map(str, parts))))
+    warning = [line for line in lines if line.startswith("warning:") and "before training" in line]
+    assert len(warning) == 1, lines
+    assert f'read as the classes ["yes", "no"], in the model\'s order, its outputs score {own:.3f}' in warning[0]
+    assert 'write "outputs": ["yes", "no"] in --model-inputs FILE' in warning[0]
+
+
+def test_reordered_outputs_tries_every_order_and_keeps_the_given_one_on_a_tie():
+    from ct_lightning.model_inputs import reordered_outputs
+
+    counts = [[0, 5, 1], [1, 0, 7], [6, 0, 0]]  # [p][t]: rows predicted a are mostly b, b mostly c, c mostly a
+    assert reordered_outputs(counts, ["a", "b", "c"], ["a", "b", "c"]) == (["b", "c", "a"], 18 / 20)
+    # outputs read now as b, a, c (an "outputs" list given): the first output's predictions (b) are mostly c
+    assert reordered_outputs(counts, ["b", "a", "c"], ["a", "b", "c"]) == (["c", "b", "a"], 18 / 20)
+    assert reordered_outputs([[2, 2], [2, 2]], ["a", "b"], ["a", "b"]) == (["a", "b"], 0.5)
+
+
 def test_fine_tuned_model_explains_in_table_units_and_its_weights_go_back_to_the_users_pipeline(tmp_path):
     """CSV → the user's scikit-learn encoding and plain PyTorch model → CT with --model-inputs → explain.py on the
     checkpoint → model-weights.pt in the user's own nn.Module on the user's own encoding predicts as the

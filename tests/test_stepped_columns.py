@@ -247,3 +247,56 @@ def test_a_step_in_a_file_with_decimal_commas_reads_as_the_file_writes_numbers(t
     assert codec.decimal_comma
     assert requested_steps(codec, {"step": "income=1.000,debt_ratio=0,05"}) == {"income": 1000, "debt_ratio": 0.05}
     assert requested_steps(codec, {"step": "income=250"}) == {"income": 250}
+
+
+def test_a_column_named_by_its_words_in_the_data_spec_is_refused_naming_the_column():
+    """Explanations write a column by its data spec label (``Yearly income ($): 31,000 → 36,000 [income: ...]``);
+    ``explain.py --step 'Yearly income=1000'`` or ``--immutable 'Debt owed ($)'`` was refused as "no such column",
+    without a word of the column meant."""
+    from ct_lightning.experiment.runs.request_checks import MutabilityRefused, requested_mutability, requested_steps
+
+    spec = {"columns": {"income": {"label": "Yearly income", "unit": "$"}, "debt": {"label": "Debt owed", "unit": "$"}}}
+    codec = TabularCodec.fit(pd.read_csv(LOANS), "approved", spec)
+    with pytest.raises(MutabilityRefused, match=r"^params: step 'Yearly income=1000' \(no such column; 'Yearly income' "
+                                                r"is the data spec's label of 'income': name the column, income\); "):
+        requested_steps(codec, {"step": "Yearly income=1000"})
+    with pytest.raises(MutabilityRefused, match=r"^params: immutable 'Debt owed \(\$\)' \(no such column; 'Debt owed "
+                                                r"\(\$\)' is the data spec's label of 'debt': name the column, debt\); "):
+        requested_mutability(codec, {"immutable": "Debt owed ($)"})
+    with pytest.raises(MutabilityRefused, match=r"\(no such column; did you mean 'debt'\? names are case-sensitive\)"):
+        requested_mutability(codec, {"immutable": "Debt"})  # a name close to a column's: that column, as before
+
+
+def test_a_step_or_largest_change_of_a_column_that_may_not_change_is_refused(tmp_path, capsys):
+    """``explain.py --max-change age=5`` for a model whose data spec holds age (``mutability: none``), or ``--step
+    income=1000`` beside ``--immutable income``, was accepted and did nothing: the explanation never moves such a
+    column. Refused in one line before any search, naming the columns that may change."""
+    from ct_lightning.experiment.configuration.validation import CliExit
+    from ct_lightning.experiment.runs.train import train
+    from recipes.explain import main
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("columns:\n  age: {mutability: none}\n")
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    run = train({"data": str(LOANS), "target": "approved", "max_epochs": 1, "nce": 16, "tracking_uri": uri,
+                 "progress": False, "seed": 0, "data_spec": str(spec), "immutable": ["sex"]})["run_id"]
+    row = pd.read_csv(LOANS).drop(columns="approved").iloc[0].to_json()
+    common = ["--run-id", run, "--tracking-uri", uri, "--row", row, "--max-steps", "5", "--no-log"]
+    for options, message in (
+            (["--max-change", "age=5"], "--max-change: got 'age=5' ('age' may not change at all (held in the model's "
+                                        "training: its data spec or --immutable)); allowed: COLUMN=NUMBER for the "
+                                        "columns that may change: income, debt, years_employed"),
+            (["--immutable", "income", "--step", "income=1000"],
+             "--step: got 'income=1000' ('income' may not change at all (--immutable here)); allowed: COLUMN=NUMBER for "
+             "the columns that may change: debt, years_employed")):
+        with pytest.raises(CliExit) as refused:
+            main([*common, *options])
+        assert refused.value.code == 2 and str(refused.value) == message, str(refused.value)
+    records = main([*common, "--step", "income=1000", "--max-change", "debt=500"])  # columns that may change
+    assert len(records) == 1
+    # --only-predicted passing over the one row: "the 1 others are not" read as it is now
+    other = "yes" if records[0]["prediction"] == "no" else "no"
+    capsys.readouterr()
+    main([*common, "--only-predicted", other])
+    assert f"--only-predicted {other}: 0 of 1 rows are predicted {other} and explained; the other is not (its " \
+           "prediction is in --json and --csv)" in capsys.readouterr().out

@@ -40,6 +40,9 @@ def test_an_amount_as_target_is_refused_as_regression_with_what_to_do():
     ("los", "error: --target: column 'los' not found in loans.csv (did you mean 'loss'?); allowed: income, home, loss"),
     ("Loss", "error: --target: column 'Loss' not found in loans.csv (did you mean 'loss'? names are case-sensitive); "
              "allowed: income, home, loss"),
+    # a value typed for the column (explain.py's --target is a class): which column holds it, still before torch
+    ("rent", "error: --target: column 'rent' not found in loans.csv ('rent' is a value of the column 'home': --target "
+             "names the column to predict, --target home); allowed: income, home, loss"),
 ])
 def test_train_refuses_the_target_before_torch_is_imported(tmp_path, target, error):
     """train.py checked --target only once its data module was built, after torch, Lightning and MLflow were imported:
@@ -110,3 +113,19 @@ def test_a_word_for_a_missing_label_is_refused_as_a_class(tmp_path):
     data = TableDataModule(tmp_path / "pending.csv", target="approved")
     assert list(data.codec.classes) == ["N", "Y"] and len(data.frame) == 191
     assert "9 row(s) without a value in the target column 'approved' left out" in data.describe()
+
+
+def test_next_months_file_naming_the_target_otherwise_is_refused_with_the_column_to_rename():
+    """A model's own preprocessing reads another month's file; there the target column was renamed (approved ->
+    decision). 'target: 'decision' is not the column the model was trained to predict ('approved', ...)' named no
+    allowed value and no way out."""
+    from datamodules.codec import TabularCodec
+
+    loans = pd.read_csv(ROOT / "tests" / "fixtures" / "loans.csv")
+    codec = TabularCodec.fit(loans, "approved")
+    with pytest.raises(ValueError, match=r"^target: got 'decision', not the column the model was trained to predict "
+                                         r"\('approved', from its ct_preprocessing\) \(the file names it 'decision': "
+                                         r"rename that column approved\); allowed: approved$"):
+        TableDataModule(loans.rename(columns={"approved": "decision"}), target="decision", codec=codec)
+    with pytest.raises(ValueError, match=r"^target: got 'sex', not the column .*\); allowed: approved$"):
+        TableDataModule(loans, target="sex", codec=codec)  # the file holds approved: nothing to rename

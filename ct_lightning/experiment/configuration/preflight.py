@@ -110,8 +110,9 @@ def check_table_data(given: dict, frame) -> None:
     :func:`~datamodules.table_checks.raise_problems`); then, with a data spec, what it declares against the columns
     (unknown columns, kinds, bounds, orders, row rules) by fitting the codec on all rows (:meth:`~datamodules.codec.TabularCodec.fit`; the data module fits it again on its training
     rows). Not with ``balance: undersample``: the data module fits its codec on the rows kept, which may hold fewer
-    categories than the file."""
-    from datamodules.codec import TabularCodec, ordinal_orders, read_spec  # noqa: PLC0415 - pandas, no torch
+    categories than the file; its ``positive`` is then checked against the file's classes
+    (:func:`~datamodules.codec.positive_class`)."""
+    from datamodules.codec import TabularCodec, ordinal_orders, positive_class, read_spec  # noqa: PLC0415 - no torch
     from datamodules.table_checks import checked_table, raise_problems  # noqa: PLC0415
 
     from ct_lightning.experiment.configuration.table_columns import check_data_kinds  # noqa: PLC0415
@@ -125,6 +126,8 @@ def check_table_data(given: dict, frame) -> None:
     raise_problems(checked.problems, name)
     if spec and (given.get("balance") or "none") == "none":
         TabularCodec.fit(checked.frame, given["target"], spec, dropped=drop)
+    elif spec:  # the data module fits its codec on the rows kept: positive's check would count those, not the file's
+        positive_class(spec.get("positive"), checked.frame[given["target"]])
 
 
 def check_target_order(spec, frame, target: str) -> None:

@@ -196,7 +196,10 @@ def _check_mutability(value, option: str) -> None:
         if not feature.strip():
             raise InputError(option, value, allowed, f"{item!r} is not FEATURE=KIND")
         if kind.strip() not in kinds:  # the feature is fine: name the kind that is not
-            raise InputError(option, value, allowed, f"{kind.strip()!r} is no kind, in {item!r}")
+            from datamodules.suggest import did_you_mean  # noqa: PLC0415
+
+            raise InputError(option, value, allowed,
+                             f"{kind.strip()!r} is no kind{did_you_mean(kind.strip(), kinds)}, in {item!r}")
 
 
 def _check_model(value, option: str) -> None:

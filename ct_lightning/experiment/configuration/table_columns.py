@@ -57,13 +57,19 @@ def check_table_header(config: dict) -> bool:
     """Check ``target``, ``drop_columns``, ``immutable`` and ``mutability`` against the header line of the table file
     in ``data`` (a one-line ``ValueError``); whether its names were known (a CSV with a header of names: not a Parquet
     file, nor one whose first line may be data), so that the caller checks them against the table as read otherwise."""
+    from datamodules.suggest import name_hint  # noqa: PLC0415
     from datamodules.table_header import (drop_columns_error, header_names, looks_like_names,  # noqa: PLC0415
                                           target_column_error)
 
     names = header_names(config["data"])
     if names is None or not looks_like_names(names):
         return False
-    error = target_column_error(config.get("target"), names, config["data"]) or \
+    target, frame = config.get("target"), None
+    if target and target not in names and not name_hint(target, names):
+        from datamodules.table_format import read_table  # noqa: PLC0415 - pandas: on this way to an error only
+
+        frame = read_table(config["data"])  # a class typed for the column, perhaps: which column holds it
+    error = target_column_error(target, names, config["data"], frame) or \
         drop_columns_error(csv_names(config.get("drop_columns")), names, config.get("target"), config["data"])
     if error is not None:
         raise error

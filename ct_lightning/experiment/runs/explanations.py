@@ -429,17 +429,36 @@ def explanation_mutability(explainable: Explainable, immutable=None, mutability:
         raise InputError(f"--{refused.param}", refused.value, refused.allowed, refused.detail) from None
 
 
-def explanation_steps(explainable: Explainable, given: str | None = None, param: str = "step") -> dict[str, float]:
+def explanation_steps(explainable: Explainable, given: str | None = None, param: str = "step",
+                      mutability: dict | None = None) -> dict[str, float]:
     """``{column: number}`` from explain.py's ``--step`` or ``--max-change`` (``param``: ``max_change``)
     ``COLUMN=NUMBER,...``, as a served request's params of the same names
     (:func:`~ct_lightning.experiment.runs.request_checks.requested_steps`); a one-line ``InputError`` naming the option
-    for an unknown column, a column that is no number, or a number that cannot be, before any search."""
+    for an unknown column, a column that is no number, or a number that cannot be, before any search; and, given
+    explain.py's own ``mutability`` (:func:`explanation_mutability`), for a column no explanation may change (the
+    model's data spec or training ``--immutable``, or ``--immutable`` here): a step or a largest change of it would
+    do nothing."""
     from ct_lightning.experiment.runs.request_checks import MutabilityRefused, requested_steps  # noqa: PLC0415
 
+    option = f"--{param.replace('_', '-')}"
     try:
-        return requested_steps(explainable.codec, {param: given or ""}, param)
+        chosen = requested_steps(explainable.codec, {param: given or ""}, param)
     except MutabilityRefused as refused:
-        raise InputError(f"--{param.replace('_', '-')}", refused.value, refused.allowed, refused.detail) from None
+        raise InputError(option, refused.value, refused.allowed, refused.detail) from None
+    if mutability is None or not chosen:
+        return chosen
+    trained = getattr(getattr(explainable.module, "hparams", None), "mutability", None)
+    kinds = {**(trained if isinstance(trained, dict) else {}),
+             **{name: "none" for name in explainable.config.get("immutable") or []}, **mutability}
+    for name, number in chosen.items():
+        if kinds.get(name) == "none":
+            free = [str(c.name) for c in explainable.codec.columns if kinds.get(str(c.name)) != "none"
+                    and getattr(c, "kind", "continuous") in ("continuous", "integer", "ordinal")]
+            why = "--immutable here" if mutability.get(name) == "none" else \
+                "held in the model's training: its data spec or --immutable"
+            raise InputError(option, f"{name}={number:g}", f"COLUMN=NUMBER for the columns that may change: "
+                             f"{', '.join(free) or 'none'}", f"{name!r} may not change at all ({why})")
+    return chosen
 
 
 def use_target_order(explainable: Explainable, given: str | None) -> str | None:

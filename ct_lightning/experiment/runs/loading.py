@@ -240,8 +240,8 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
         loaded = load_checkpoint_with_config(source, data, weights_only)
         loaded.config.update(table)
         return loaded
-    from ct_lightning.experiment.runs.checkpoints import load_into  # noqa: PLC0415
-    from ct_lightning.experiment.runs.train import _architecture_from_source, build_module  # noqa: PLC0415
+    from ct_lightning.experiment.runs.train import (_architecture_from_source, build_module,  # noqa: PLC0415
+                                                    load_given_weights)
 
     if not data:
         raise InputError("--data", None, "a data set, or a table file with --target",
@@ -252,7 +252,7 @@ def load_any_checkpoint(source: str, data: str | None, given: dict, tracking_uri
     datamodule = build_datamodule(config)
     module = build_module(config, datamodule, weights)
     try:
-        load_into(module.model, weights, source="its weights")
+        load_given_weights(config, module, weights, datamodule, source="the file")  # with train.py's hints
     except ValueError as error:
         raise InputError("--checkpoint", source, f"weights of a model of {datamodule.n_features} features and "
                          f"{datamodule.n_classes} classes ({config['data']})", str(error)) from None

@@ -370,6 +370,22 @@ class MutabilityRefused(ValueError):
         super().__init__(f"params: {param} {value!r} ({detail}); allowed: {allowed}")
 
 
+def _column_hint(name: str, codec, kinds) -> str:
+    """The hint for a column the model does not have, after ``"; "``: the one it is probably a misspelling of, or
+    the column whose words in the data spec it is (``Yearly income``, or ``Yearly income ($)`` as explanations write
+    it, is the label of ``income``), else ``""``."""
+    hint = name_hint(name, kinds, "; {}")
+    if hint:
+        return hint
+    for column in getattr(codec, "columns", []):
+        label, unit = getattr(column, "label", None), getattr(column, "unit_label", None)
+        shown = {label.casefold(), f"{label} ({unit})".casefold()} if label and unit else {label.casefold()} if label \
+            else set()
+        if name.strip().casefold() in shown:
+            return f"; {name!r} is the data spec's label of {column.name!r}: name the column, {column.name}"
+    return ""
+
+
 def _mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
     """The first entry of ``given`` (``{column: kind}``) that a model with ``codec`` cannot hold, as ``(value,
     problem, allowed)``: an unknown column, an unknown kind, or a direction on a categorical or binary column (an
@@ -383,7 +399,7 @@ def _mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
     structured = one_hot_groups(codec) is not None
     unknown = [name for name in given if name not in kinds]
     if unknown:
-        hint = name_hint(unknown[0], kinds, "; {}") if len(unknown) == 1 else ""  # as train.py's --immutable
+        hint = _column_hint(unknown[0], codec, kinds) if len(unknown) == 1 else ""  # as train.py's --immutable
         return ",".join(unknown), f"no such column{hint}", f"the model's columns: {_listed(list(kinds))}"
     for name, kind in given.items():
         if kind not in MUTABILITY_KINDS:
@@ -502,7 +518,7 @@ def requested_steps(codec, params: dict, param: str = "step") -> dict[str, float
         if not name:
             raise MutabilityRefused(param, item, f"expected COLUMN=NUMBER, e.g. {COLUMN_NUMBER_PARAMS[param]}", allowed)
         if name not in kinds:
-            raise MutabilityRefused(param, item, f"no such column{name_hint(name, kinds, '; {}')}", allowed)
+            raise MutabilityRefused(param, item, f"no such column{_column_hint(name, codec, kinds)}", allowed)
         if kinds[name] not in STEP_KINDS:
             raise MutabilityRefused(param, item, f"{name!r} is {kinds[name]}", allowed)
         number = step_number(value, bool(getattr(codec, "decimal_comma", False)))

@@ -6,6 +6,7 @@ import errno
 import json
 import math
 import os
+import shlex
 import sys
 import tempfile
 import time
@@ -25,7 +26,7 @@ from ct_lightning.experiment.runs.checkpoint_upload import record_upload, shared
 from ct_lightning.experiment.runs.checkpoints import (CLASSES_KEY, check_layers, first_layer, infer_mlp_hidden_sizes,
                                                      last_layer, load_into, mlp_layer_names, read_checkpoint,
                                                      save_network_weights, split_adapted)
-from ct_lightning.model_inputs import affine_map, output_order, read_model_spec
+from ct_lightning.model_inputs import affine_map, output_order, read_model_spec, reordered_outputs
 from ct_lightning.training.eval_mode import eval_mode
 from ct_lightning.models import ACTIVATIONS, build_model
 from ct_lightning.experiment.configuration.console import VERBOSE_ENV, quiet_console
@@ -166,6 +167,17 @@ def one_unit_advice(config: dict, classes) -> str:
     return (f'describe the model with --model-inputs FILE, the object {{"inputs": [...], "outputs": '
             f'{json.dumps(list(map(str, classes)), ensure_ascii=False)}}} (the unit is the log-odds of the second; '
             'docs/guide.md, "Fine-tune a model you already have")')
+
+
+def class_count_advice(config: dict, width: int, datamodule) -> str:
+    """Why a model of ``width`` outputs does not fit a table of another number of classes, with each class's rows: a
+    two-class model on a file whose target holds a third class (a few rows written apart) most often."""
+    counts = datamodule.frame[datamodule.target].value_counts()
+    balanced = (getattr(datamodule, "balance", None) or "none") != "none"  # its frame: the rows kept, evened out
+    found = ", ".join(str(c) if balanced else f"{c}: {int(counts.get(c, 0))} row(s)" for c in datamodule.codec.classes)
+    return (f"the model has {width} outputs, the target {datamodule.target!r} of {Path(config['data']).name} has "
+            f"{datamodule.n_classes} classes ({found}): write each row's class as one of the model's {width} in the "
+            f"file, or leave the rows of the others out")
 
 
 def _model_state(state: dict) -> dict:
@@ -493,10 +505,11 @@ def upload_on_stop(client, run_id: str, config: dict, echo, since: float | None 
         echo(line, file=sys.stderr, flush=True)
 
 
-def load_given_weights(config: dict, module: CTModule, weights: dict, datamodule) -> None:
-    """Load the ``from_checkpoint`` weights into the module's model (into the network behind the input layer with
-    ``model_inputs``); a first layer of another width on a table names ``--model-inputs``."""
-    source = f"from_checkpoint {config['from_checkpoint']}"
+def load_given_weights(config: dict, module: CTModule, weights: dict, datamodule, source: str | None = None) -> None:
+    """Load the ``from_checkpoint`` weights (``source`` names them, by default so) into the module's model (into the
+    network behind the input layer with ``model_inputs``); a first layer of another width on a table names
+    ``--model-inputs``, a last one of another width than the table's classes names them."""
+    source = source or f"from_checkpoint {config['from_checkpoint']}"
     try:
         load_into(module.model, weights, source=source)
     except ValueError as error:
@@ -506,25 +519,35 @@ def load_given_weights(config: dict, module: CTModule, weights: dict, datamodule
                 and datamodule.n_classes == 2:
             raise ValueError(f"{error} | the model has one output unit (a single logit), ct-lightning's classes of "
                              f"{Path(config['data']).name} are two: {one_unit_advice(config, codec.classes)}") from None
+        if codec is not None and last is not None and last[1] not in (1, datamodule.n_classes):
+            raise ValueError(f"{error} | {class_count_advice(config, last[1], datamodule)}") from None
         if codec is None or config.get("model_inputs") is not None or first is None \
                 or first[1] == datamodule.n_features:
             raise
+        identifiers = datamodule.identifier_like() if callable(getattr(datamodule, "identifier_like", None)) else []
+        # a row number pandas wrote (Unnamed: 0) or an applicant id: the one input too many, most often
+        without = (f"leave the identifier{'s' if len(identifiers) > 1 else ''} {', '.join(map(repr, identifiers))} "
+                   f"out with --drop-columns {shlex.quote(','.join(identifiers))} ({first[1]} inputs then), or, ") \
+            if identifiers and datamodule.n_features - len(identifiers) == first[1] else ""
         raise ValueError(f"{error} | ct-lightning encodes {Path(config['data']).name} as {datamodule.n_features} "
                          f"inputs (numbers standardised, categories one-hot, in the table's column order), the model "
-                         f"takes {first[1]}: if it was trained on an encoding of your own, describe its inputs with "
-                         f"--model-inputs FILE (docs/guide.md, \"Fine-tune a model you already have\")") from None
+                         f"takes {first[1]}: {without}if it was trained on an encoding of your own, describe its inputs "
+                         f"with --model-inputs FILE (docs/guide.md, \"Fine-tune a model you already have\")") from None
 
 
-def loaded_accuracy(module: CTModule, datamodule) -> tuple[float, float] | None:
-    """``(accuracy, majority share)`` of the module's model on the validation split, before any training; ``None``
-    for a data module without validation tensors."""
+def loaded_accuracy(module: CTModule, datamodule) -> tuple[float, float, list[list[int]]] | None:
+    """``(accuracy, majority share, counts)`` of the module's model on the validation split, before any training
+    (``counts[p][t]``: rows of class ``t`` predicted as ``p``); ``None`` for a data module without validation
+    tensors."""
     if getattr(datamodule, "x_val", None) is None or not len(datamodule.y_val):
         return None
     x, y = datamodule.x_val.float(), datamodule.y_val.long()
     with eval_mode(module.model), torch.no_grad():
-        correct = int((module.model(x).argmax(1) == y).sum())
+        predicted = module.model(x).argmax(1)
+    n = max(int(y.max()), int(predicted.max())) + 1
+    counts = torch.bincount(predicted * n + y, minlength=n * n).view(n, n).tolist()
     # both shares from counts, in Python floats: a float32 mean of 36/60 is 0.6000000238 > 0.6, no warning
-    return correct / len(y), torch.bincount(y).max().item() / len(y)
+    return int((predicted == y).sum()) / len(y), torch.bincount(y).max().item() / len(y), counts
 
 
 def echo_loaded_accuracy(config: dict, module: CTModule, datamodule, echo) -> float | None:
@@ -534,7 +557,7 @@ def echo_loaded_accuracy(config: dict, module: CTModule, datamodule, echo) -> fl
     scores = loaded_accuracy(module, datamodule)
     if scores is None:
         return None
-    accuracy, majority = scores
+    accuracy, majority, counts = scores
     table = getattr(datamodule, "codec", None) is not None
     fed = " on the inputs of --model-inputs" if config.get("model_inputs") is not None else \
         f" on {Path(config['data']).name}, encoded as in its training" if getattr(datamodule, "kept", False) else \
@@ -546,6 +569,15 @@ def echo_loaded_accuracy(config: dict, module: CTModule, datamodule, echo) -> fl
     classes = getattr(getattr(datamodule, "codec", None), "classes", None)
     order = f"; its outputs must be the classes {', '.join(map(str, classes))}, in this order, or listed in " \
         f'theirs as "outputs" of --model-inputs' if classes else ""
+    if classes and len(counts) == len(classes) and not getattr(datamodule, "kept", False):
+        outputs, reordered = reordered_outputs(counts, getattr(module.model, "labels", None) or classes, classes)
+        if reordered > majority:  # trained with another label order (label 1 for the rejection): say which
+            shown = json.dumps(list(map(str, outputs)), ensure_ascii=False)
+            return _warn_loaded(config, accuracy, majority, echo,
+                                f"read as the classes {shown}, in the model's order, its outputs score {reordered:.3f}:"
+                                f" it was likely trained with another label order; write \"outputs\": {shown} in "
+                                f"--model-inputs FILE (the object {{\"inputs\": [...], \"outputs\": {shown}}}; "
+                                "docs/guide.md, \"Fine-tune a model you already have\")")
     if config.get("model_inputs") is not None:
         hint = f"check that --model-inputs lists the inputs it was trained on, in their order{order}"
     elif getattr(datamodule, "kept", False):  # its own preprocessing: the inputs are read as in its training
@@ -557,6 +589,10 @@ def echo_loaded_accuracy(config: dict, module: CTModule, datamodule, echo) -> fl
                 f"its inputs with --model-inputs FILE (docs/guide.md, \"Fine-tune a model you already have\"){order}")
     else:
         hint = "check that it was trained on this data set, with --data's own features"
+    return _warn_loaded(config, accuracy, majority, echo, hint)
+
+
+def _warn_loaded(config: dict, accuracy: float, majority: float, echo, hint: str) -> float:
     echo(f"warning: {config['from_checkpoint']} predicts no better than the majority class before training "
          f"({accuracy:.3f} <= {majority:.3f}): {hint}", file=sys.stderr, flush=True)
     return accuracy

@@ -102,6 +102,16 @@ def metric_label(key: str, config) -> str:
     return f"converged (p >= tau {config.tau:g})" if key == "converged" else key
 
 
+def metrics_meaning(config) -> str:
+    """One line saying what the printed metrics measure and which way is better (SPEC §3): numbers such as
+    ``ip: 3.97`` say nothing to someone who has not read the paper."""
+    return ("what they mean: ip, the mean distance of the valid counterfactuals to real test rows of their target "
+            "class, and ip_star, the MMD² between the two sets: lower, more plausible; cost, the ℓ1 distance from the "
+            "factual in the model's encoding: lower, smaller changes; validity, the share the model predicts as their "
+            f"target; converged, the share reaching p >= tau {config.tau:g}; robust_accuracy, the accuracy on test rows "
+            f"perturbed by {config.attack.upper()} at ε {config.robust_epsilon:g} (docs/evaluation.md)")
+
+
 def order_note(datamodule) -> str | None:
     """The note under an ordered target's metrics: they count a counterfactual valid at its exact target only (the
     paper's protocol), where explain.py counts "at least"; ``None`` for an unordered target."""
@@ -225,6 +235,7 @@ def run(args: argparse.Namespace) -> dict:
     for key, value in shown.items():
         print(f"  {metric_label(key, config):>18}: {value:.4f}" if isinstance(value, float) else
               f"  {metric_label(key, config):>18}: {value}")
+    print(metrics_meaning(config))
     if logged:
         print(f"logged {', '.join(logged)} to run {loaded.run_id}")
     print(f"plots: {out_dir}" + (f"; summary: {args.summary_json}" if refused else ""))

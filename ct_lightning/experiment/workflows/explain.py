@@ -17,6 +17,13 @@ from datamodules.suggest import path_hint
 from datamodules.workbook import table_file
 
 SEARCH = ["generator", "tau", "max_steps", "epsilon", "lambda_cost", "lambda_energy", "search_lr", "generator_options"]
+# train.py's options for a model of your own, typed here: the model, its inputs and its data spec come with a run
+_OWN_MODEL = ("explain.py explains a model that train.py logged, which carries its inputs, outputs and data spec: log "
+              "yours as it is with train.py --data FILE --target COLUMN --from-checkpoint MODEL.pt --model-inputs "
+              "FILE [--data-spec FILE] --limit-train-batches 0, then explain.py --run-id ID")
+OPTION_HINTS = {"--model-inputs": _OWN_MODEL, "--from-checkpoint": _OWN_MODEL, "--model": _OWN_MODEL,
+                "--data-spec": "the model's data spec comes with it (train.py --data-spec); here --immutable, "
+                               "--mutability, --step and --max-change add to it for one explanation"}
 
 
 def add_explanation_outputs(parser: argparse.ArgumentParser) -> None:
@@ -118,8 +125,9 @@ def run(args: argparse.Namespace) -> list[dict]:
             print(f"{row_label(row, others.get(row))}: not explained: {problem}")
         settings = search_settings(loaded.module, {k: getattr(args, k) for k in SEARCH})
         settings["mutability"] = mutability
-        settings["steps"] = explanation_steps(loaded, getattr(args, "step", None))
-        settings["max_changes"] = explanation_steps(loaded, getattr(args, "max_change", None), "max_change")
+        settings["steps"] = explanation_steps(loaded, getattr(args, "step", None), mutability=mutability)
+        settings["max_changes"] = explanation_steps(loaded, getattr(args, "max_change", None), "max_change",
+                                                    mutability)
         settings["fewer_changes"] = getattr(args, "fewer_changes", True)
         rows, passed, wanted = only_predicted(loaded, rows, getattr(args, "only_predicted", None))
         explanations = explain_loaded(loaded, rows, args.target, settings, args.seed) if len(rows) else \
@@ -129,7 +137,9 @@ def run(args: argparse.Namespace) -> list[dict]:
     if len(explanations) and not any(len(fixed) for fixed in explanations["immutable"]):
         print("note: every column was free to change (the model was trained without immutable columns, and none was "
               "given): --immutable COLUMN,... holds those a person cannot change, e.g. age")
-    if args.tau is None and settings["tau"] <= 0.5 and len(explanations) and explanations["valid"].any():
+    # only where a valid explanation changes something: a row already predicted as its target is near no boundary
+    changed = len(explanations) and any(v and len(c) for v, c in zip(explanations["valid"], explanations["changes"]))
+    if args.tau is None and settings["tau"] <= 0.5 and changed:
         print(tau_note(settings["tau"], int(loaded.module.hparams.n_classes), bool(getattr(loaded.codec, "order", None))))
     elif len(explanations) and (short := short_of_tau_note(explanations, settings["tau"])):
         print(short)
@@ -140,7 +150,8 @@ def run(args: argparse.Namespace) -> list[dict]:
         named = class_text(loaded.codec, wanted)  # in the data spec's words, the class in brackets
         print(f"--only-predicted {named}: {len(explanations)} of {len(explanations) + len(passed)} rows are "
               f"predicted {named} and explained"
-              + (f"; the {len(passed)} others are not (their predictions are in --json and --csv)" if passed else ""))
+              + ("; the other is not (its prediction is in --json and --csv)" if len(passed) == 1 else
+                 f"; the {len(passed)} others are not (their predictions are in --json and --csv)" if passed else ""))
     records = numbered_records(explanations, skipped, others, passed, loaded.codec)
     comma = bool(getattr(loaded.codec, "decimal_comma", False))  # --csv in the training file's locale
     if args.json:
