@@ -185,11 +185,16 @@ def test_a_failing_compiler_warns_once_and_steps_eagerly():
     def broken_backend(graph, example_inputs):
         raise RuntimeError("no compiler here")
 
-    step = CompiledStep(backend=broken_backend)
     generator = torch.Generator().manual_seed(1)
     rows, x, grad = (torch.randn(6, 3, generator=generator) for _ in range(3))
     args = (rows, x, grad, torch.tensor(0.1), torch.tensor(0.01), Constraints(None))
-    with pytest.warns(RuntimeWarning, match="search_compile: torch.compile failed .*no compiler here"):
+    assert_warns_once_then_eager(CompiledStep(backend=broken_backend), args,
+                                 "search_compile: torch.compile failed .*no compiler here")
+
+
+def assert_warns_once_then_eager(step: CompiledStep, args: tuple, warning: str) -> None:
+    """``step`` warns ``warning`` at its first call, not at its second, and both return the eager step's results."""
+    with pytest.warns(RuntimeWarning, match=warning):
         first = step(*args)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -340,12 +345,5 @@ def test_no_scalar_kernel_where_aten_vectorises(tmp_path, monkeypatch):
     generator = torch.Generator().manual_seed(5)
     rows, x, grad = (torch.randn(40, 7, generator=generator) for _ in range(3))
     args = (rows, x, grad, torch.tensor(0.1), torch.tensor(0.01), Constraints(None, torch.full((7,), -1.0), None))
-    with pytest.warns(RuntimeWarning, match="search_compile: Inductor found no vector instructions"):
-        first = step(*args)
-    with warnings.catch_warnings():
-        warnings.simplefilter("error")
-        second = step(*args)
-    expected = constrained_step(*args)
-    for result in (first, second):
-        assert torch.equal(result[0], expected[0]) and torch.equal(result[1], expected[1])
+    assert_warns_once_then_eager(step, args, "search_compile: Inductor found no vector instructions")
     assert step.compiled is None and not any(p.is_file() for p in tmp_path.rglob("*"))
