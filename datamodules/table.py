@@ -32,6 +32,9 @@ CODE_LEVELS = 10  # an inferred integer column with at most this many values may
 BALANCE = ("none", "undersample")  # classes: as in the file, or each cut to the smallest's size
 UNSEEN_FIX = ("the model has no input for them: leave those rows out of the file, or train a new model on it (without "
               "--from-checkpoint) to learn them")
+# a model's rows read but not trained on (evaluate.py, train_generator.py, compare's evaluation): no --from-checkpoint
+UNSEEN_READ_FIX = ("the model has no input for them: leave those rows out of the file, or use a model trained on rows "
+                   "that hold them (recipes/train.py --data on this file)")
 
 
 def is_table_path(data) -> bool:
@@ -170,7 +173,7 @@ class TableDataModule(TensorDataModule):
         self.frame, self.read_notes = checked.frame, checked.notes + kept_notes  # how the file was read, rows left out
         if codec is not None:  # after the reading: an ordinal's labels written as 10% are its order's text again
             labelled = self.frame[self.frame[target].notna()] if target in self.frame.columns else self.frame
-            refuse_unseen_categories(labelled, codec, self.label_of_source, UNSEEN_FIX)
+            refuse_unseen_categories(labelled, codec, self.label_of_source, UNSEEN_FIX if widen else UNSEEN_READ_FIX)
         units = dict(checked.attrs.get("units", {}))  # numbers the file wrote as $36,428.20 or 7.5%
         self.decimal_comma = bool(checked.attrs.get("decimal_comma", False))
         self.thousands = dict(checked.attrs.get("thousands", {}))  # each column's thousands separator: 14 999,01 €

@@ -92,6 +92,26 @@ def test_a_lightning_checkpoint_on_the_users_table_uses_its_own_preprocessing(tr
     assert 0.0 <= payload["summary"]["validity"] <= 1.0
 
 
+def test_an_unseen_category_in_the_evaluated_file_gets_advice_for_evaluate(trained, tmp_path):
+    """A --data row with a category the model never saw is refused in one line whose advice fits evaluate.py (old
+    code: train.py's "train a new model on it (without --from-checkpoint)", an option evaluate.py does not have)."""
+    import pandas as pd
+
+    from ct_lightning.experiment.configuration.validation import CliExit
+
+    rows = pd.read_csv(LOANS)
+    rows.loc[2, "purpose"] = "wedding"
+    rows.to_csv(tmp_path / "unseen.csv", index=False)
+    with pytest.raises(CliExit) as refused:
+        evaluate("--checkpoint", str(trained["ckpt"]), "--data", str(tmp_path / "unseen.csv"), "--target", "approved",
+                 tmp_path=tmp_path)
+    message = str(refused.value)
+    assert message.startswith("--data: got purpose='wedding' (a category the model was not trained on, in 1 row(s)")
+    assert message.endswith("leave those rows out of the file, or use a model trained on rows that hold them "
+                            "(recipes/train.py --data on this file)")
+    assert "--from-checkpoint" not in message
+
+
 def test_a_plain_state_dict_needs_the_data_and_infers_the_mlp(trained, tmp_path):
     from ct_lightning.experiment.runs.loading import load_any_checkpoint
 
