@@ -241,7 +241,9 @@ EXPLAIN = [
     ("--checkpoint {other_ckpt} --row '{{\"x1\": 0.1}}'", "--row"),  # missing columns
     ("--checkpoint {other_ckpt} --row '{{\"x1\": \"abc\", \"x2\": 0, \"x3\": 1, \"x4\": -1, \"x5\": 2}}'",
      "--row"),
-    ("--checkpoint {other_ckpt} --rows {tmp}/missing.csv", "--rows"), ("--checkpoint {other_ckpt} --rows {text}", "--rows"),
+    ("--checkpoint {other_ckpt} --rows {tmp}/missing.csv", "--rows: got '{tmp}/missing.csv' (file not found); allowed: "
+     "a .csv/.tsv/.txt/.parquet/.xlsx/.xlsm file"),
+    ("--checkpoint {other_ckpt} --rows {loans_typo}", "--rows: got '{loans_typo}' (file not found; did you mean '{loans}'?)"), ("--checkpoint {other_ckpt} --rows {text}", "--rows"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --target 7", "--target"),
     ("--checkpoint {other_ckpt} --row " + ROW5 + " --generator nope", "--generator"),
     # a generator that learns from the training data, and a checkpoint without the config.json naming that data

@@ -10,8 +10,8 @@ from ct_lightning.experiment.runs.atomic_files import write_json_atomic
 from ct_lightning.experiment.runs.registry import is_registered_uri, run_of_reference
 from ct_lightning.experiment.runs.tracking_server import is_permission_denied, run_write_refused, write_refused_now
 from ct_lightning.experiment.runner import checking
-from ct_lightning.experiment.configuration.settings import SETTINGS_BY_NAME
-from ct_lightning.experiment.configuration.validation import (EnvironmentProblem, InputError, check_checkpoint_file,
+from ct_lightning.experiment.configuration.settings import SETTINGS_BY_NAME, TABLE_FILE
+from ct_lightning.experiment.configuration.validation import (InputError, check_checkpoint_file,
                                                                 check_output_file, check_run_ids)
 from datamodules.suggest import path_hint
 from datamodules.workbook import table_file
@@ -89,7 +89,8 @@ def run(args: argparse.Namespace) -> list[dict]:
         check_letters_folder(getattr(args, "letters", None), args.overwrite)
         check_checkpoint_file("--checkpoint", args.checkpoint)
         if args.rows and not Path(table_file(args.rows)).is_file():  # a workbook's #sheet: read with the rows
-            raise EnvironmentProblem(f"--rows: no file at {args.rows}{path_hint(table_file(args.rows))}")
+            raise InputError("--rows", args.rows, TABLE_FILE,
+                             f"file not found{path_hint(table_file(args.rows), '; {}')}")
         if args.run_id:  # models:/NAME/VERSION, as train.py prints it, is the run that logged that version
             args.run_id = run_of_reference("--run-id", args.run_id, args.tracking_uri)
             check_run_ids("--run-id", [args.run_id], args.tracking_uri)
