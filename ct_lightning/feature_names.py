@@ -7,9 +7,9 @@ a table's header before torch is imported (``ct_lightning.experiment.configurati
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
-from datamodules.suggest import name_hint
+from datamodules.suggest import label_hint, name_hint
 
 MUTABILITY_KINDS = ("both", "increase", "decrease", "none")
 SHOWN_FEATURES = 30  # the known features an error lists
@@ -71,9 +71,13 @@ def loosened_kind(data_kinds: Mapping[str, str], mutability: Mapping[str, str], 
     return None
 
 
-def unknown_feature_error(argument: str, key, features: Sequence[str]) -> ValueError:
+def unknown_feature_error(argument: str, key, features: Sequence[str],
+                          labels: Iterable[tuple[str, str | None, str | None]] = ()) -> ValueError:
     """The one-line error for ``key``, named by ``argument`` (``immutable``, ``mutability``), that is none of
-    ``features`` (the features by the names a user gives: a one-hot group once, by its column)."""
+    ``features`` (the features by the names a user gives: a one-hot group once, by its column), in the form of
+    :class:`KindConflict`: the name it is probably a misspelling of, or the column whose data spec words it is
+    (``labels``: ``(column, label, unit)``, :func:`~datamodules.suggest.label_hint`)."""
     shown = ", ".join(features[:SHOWN_FEATURES]) + (" ..." if len(features) > SHOWN_FEATURES else "")
-    hint = name_hint(key, features) if isinstance(key, str) else ""
-    return ValueError(f"{argument}: unknown feature {key!r}{hint}; known features: {shown or '(none named)'}")
+    hint = name_hint(key, features, "; {}") or label_hint(key, labels, "; {}") if isinstance(key, str) else ""
+    return ValueError(f"{argument}: got {key!r} (unknown feature{hint}); allowed: the features: "
+                      f"{shown or '(none named)'}")

@@ -47,6 +47,18 @@ def name_hint(value, allowed: Iterable, wrap: str = " ({})") -> str:
     return wrap.format(f"did you mean {close!r}?" + (" names are case-sensitive" if same else ""))
 
 
+def label_hint(value, labels: Iterable[tuple[str, str | None, str | None]], wrap: str = " ({})") -> str:
+    """The hint for a name that is a column's words in the data spec, put into ``wrap``: ``'Yearly income'`` (or
+    ``'Yearly income ($)'``, as explanations write it) ``is the data spec's label of 'income': name the column,
+    income``; ``labels``: ``(column, label, unit)`` for each column (``None`` where the spec gives none); else ``""``."""
+    for column, label, unit in labels:
+        shown = {label.casefold(), f"{label} ({unit})".casefold()} if label and unit else {label.casefold()} if label \
+            else set()
+        if str(value).strip().casefold() in shown:
+            return wrap.format(f"{value!r} is the data spec's label of {column!r}: name the column, {column}")
+    return ""
+
+
 def path_hint(path, wrap: str = " ({})") -> str:
     """The hint for a file path that is not there, put into ``wrap``: ``" (did you mean 'bl/last.ckpt'?)"`` where each
     missing part of it has a close name (:func:`closest`) in the folder before it and the path so mended is a file,

@@ -271,7 +271,7 @@ APPENDIX = [
 SWEEP = [  # refused before the first trial, not by every trial (recipes/sweep.py adds --executor local --param nce=16,32)
     ("--summary-json {tmp}/s.json", "--sweep-json"), ("--resume", "re-run the same sweep command"),
     ("--metric val/accuracy", "--metric: got 'val/accuracy'"), ("--metric val/ip", "only with --eval-every"),
-    ("--data {loans} --target approved --immutable AGE", "unknown feature 'AGE'"),
+    ("--data {loans} --target approved --immutable AGE", "--immutable: got 'AGE' (unknown feature; did you mean 'age'? names are case-sensitive)"),
     ("--data {loans} --target nope", "--target"),
     ("--limit-val-batches 0", "--limit-val-batches: got 0"),
     ("--param limit_train_batches=2,0", "limit-train-batches: got 0 (no --from-checkpoint"),

@@ -198,13 +198,13 @@ def test_immutable_in_the_wrong_case_is_refused_before_training(tmp_path):
     output = done.stdout + done.stderr
     assert done.returncode == 2 and "Traceback" not in output, output[-3000:]
     errors = [line for line in output.splitlines() if line.startswith("error:")]
-    assert len(errors) == 1 and errors[0].startswith("error: --immutable: unknown feature 'AGE'"), output[-3000:]
+    assert len(errors) == 1 and errors[0].startswith("error: --immutable: got 'AGE' (unknown feature"), output[-3000:]
     assert _runs(tmp_path / "mlflow.db") == []  # refused before any run
 
 
 @pytest.mark.parametrize("arguments, said", [
     (["--target", "approvd", "--immutable", "age"], "error: --target: column 'approvd' not found in "),
-    (["--target", "approved", "--immutable", "agee"], "error: --immutable: unknown feature 'agee' (did you mean 'age'?); known features: age, "),
+    (["--target", "approved", "--immutable", "agee"], "error: --immutable: got 'agee' (unknown feature; did you mean 'age'?); allowed: the features: age, "),
     (["--target", "approved", "--immutable", "age", "--drop-columns", "sexx"], "error: --drop-columns: got 'sexx', not a "
                                                                                "column of "),
 ], ids=["target", "immutable", "drop"])

@@ -165,9 +165,9 @@ def test_parse_mutability_by_name_group_index_and_string():
     codes = parse_mutability("age=none,hours=increase", 4, names)
     assert codes.tolist() == [3, 0, 0, 1]
     assert parse_mutability({"sex": "none", 3: "decrease"}, 4, names).tolist() == [0, 3, 3, 2]
-    with pytest.raises(ValueError, match=r"unknown feature 'height'; known features: age, sex, hours$"):
+    with pytest.raises(ValueError, match=r"got 'height' \(unknown feature\); allowed: the features: age, sex, hours$"):
         parse_mutability({"height": "none"}, 4, names)  # a one-hot group once, by its column
-    with pytest.raises(ValueError, match=r"unknown feature 'SEX' \(did you mean 'sex'\? names are case-sensitive\)"):
+    with pytest.raises(ValueError, match=r"got 'SEX' \(unknown feature; did you mean 'sex'\? names are case-sensitive\)"):
         parse_mutability({"SEX": "none"}, 4, names)
     with pytest.raises(ValueError, match="unknown kind 'fixed'.*both, increase, decrease, none"):
         parse_mutability({"age": "fixed"}, 4, names)

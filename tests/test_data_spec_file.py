@@ -78,7 +78,7 @@ def test_a_spec_that_cannot_be_written_is_refused_in_one_line(tmp_path, capsys, 
 
 
 @pytest.mark.parametrize("option, value, said", [
-    ("--immutable", "AGE", "unknown feature 'AGE' (did you mean 'age'?"), ("--mutability", "nope=none", "'nope'"),
+    ("--immutable", "AGE", "got 'AGE' (unknown feature; did you mean 'age'?"), ("--mutability", "nope=none", "'nope'"),
     ("--mutability", "purpose=increase", "allowed for a categorical feature: both, none"),
 ])
 def test_training_and_the_spec_writer_refuse_a_bad_column_with_the_same_line(tmp_path, capsys, option, value, said):

@@ -56,7 +56,7 @@ def test_a_real_category_is_still_refused_a_direction_and_a_name_prefix_is_no_fe
     with pytest.raises(ValueError, match="mutability: 'region=north' is categorical"):
         mutability_spec({"mutability": "region=north=increase"}, table)
     # 'ratio' is no categorical feature of this table: the column's name holds '=', no group is made of it
-    with pytest.raises(ValueError, match=r"mutability: unknown feature 'ratio'; known features: "
+    with pytest.raises(ValueError, match=r"mutability: got 'ratio' \(unknown feature\); allowed: the features: "
                                          r"ratio=debt/income, region$"):
         mutability_spec({"mutability": "ratio=none"}, table)
 

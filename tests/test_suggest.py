@@ -3,6 +3,8 @@ a row bound's unknown column was suggested from 0.6, a spec key or an ordinal va
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from test_row_bounds import fit
 
@@ -37,7 +39,7 @@ def test_an_unknown_name_is_hinted_alike_everywhere():
     assert name_hint("agee", ["income", "age"]) == " (did you mean 'age'?)"
     assert name_hint("Age", ["income", "age"], "; {}") == "; did you mean 'age'? names are case-sensitive"
     assert name_hint("zzz", ["income", "age"]) == ""
-    assert "unknown feature 'agee' (did you mean 'age'?); known features: age" in \
+    assert "immutable: got 'agee' (unknown feature; did you mean 'age'?); allowed: the features: age" in \
         str(unknown_feature_error("immutable", "agee", ["age", "income"]))
 
 
@@ -57,3 +59,22 @@ def test_path_hint_mends_each_misspelt_part_and_only_names_a_file_that_is_there(
     assert path_hint("elsewhere/last.ckpt") == "" and path_hint("ct_runs/model.pt") == ""  # nothing close
     assert path_hint("ct_run") == ""  # the folder, not a file
     assert path_hint("ct_runs/last.ckpt/more") == ""  # a file where a folder should be
+
+
+def test_train_names_the_column_a_data_spec_label_stands_for(tmp_path):
+    """train.py --immutable 'Yearly income' (a column by its data spec words, as explanations write it) was refused
+    with no word of the column meant; explain.py already named it (label_hint, one home for both)."""
+    from ct_lightning.experiment.configuration.table_columns import check_table_header
+
+    spec = tmp_path / "spec.yaml"
+    spec.write_text("columns:\n  income: {label: Yearly income, unit: $}\n")
+    config = {"data": str(Path(__file__).parent / "fixtures" / "loans.csv"), "target": "approved",
+              "data_spec": str(spec)}
+    for option, value, given in (("immutable", "Yearly income", "Yearly income"),
+                                 ("immutable", "Yearly income ($)", "Yearly income ($)"),
+                                 ("mutability", "Yearly income=increase", "Yearly income")):
+        with pytest.raises(ValueError) as refused:
+            check_table_header({**config, option: value})
+        assert str(refused.value).startswith(
+            f"{option}: got {given!r} (unknown feature; {given!r} is the data spec's label of 'income': name the "
+            "column, income); allowed: the features: age, income, debt, ")

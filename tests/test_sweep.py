@@ -120,10 +120,11 @@ def test_bad_sweep_inputs_are_refused_before_torch_or_the_data_is_loaded(tmp_pat
 COLUMNS_NAMED_WRONG = [
     (["--target", "nosuch"], "error: --target: column 'nosuch' not found in loans.csv; allowed: age, income, debt, "
                              "years_employed, home_ownership, purpose, sex, approved"),
-    (["--target", "approved", "--immutable", "agee"], "error: --immutable: unknown feature 'agee' (did you mean 'age'?); known features: age, "
+    (["--target", "approved", "--immutable", "agee"], "error: --immutable: got 'agee' (unknown feature; did you mean 'age'?); allowed: the features: age, "
                                                       "income, debt, years_employed, home_ownership, purpose, sex"),
     (["--target", "approved", "--drop-columns", "sex", "--mutability", "Debt=decrease"],
-     "error: --mutability: unknown feature 'Debt' (did you mean 'debt'? names are case-sensitive); known features: "
+     "error: --mutability: got 'Debt' (unknown feature; did you mean 'debt'? names are case-sensitive); allowed: "
+     "the features: "
      "age, income, debt, years_employed, home_ownership, purpose"),
     (["--target", "approved", "--drop-columns", "sexx"], "error: --drop-columns: got 'sexx', not a column of loans.csv; "
                                                          "allowed: age, income, debt, years_employed, home_ownership, "

@@ -50,7 +50,19 @@ def check_named_features(config: dict, columns: list[str]) -> None:
     for option, name, _ in named_features(config):
         undecided = name.lstrip("-").isdigit() or any(name.startswith(f"{feature}=") for feature in features)
         if name not in features and not undecided:
-            raise unknown_feature_error(option, name, features)
+            raise unknown_feature_error(option, name, features, spec_labels(config.get("data_spec")))
+
+
+def spec_labels(spec) -> list[tuple[str, str | None, str | None]]:
+    """``(column, label, unit)`` of each column of a data spec (a dict or file, :func:`datamodules.codec.read_spec`)
+    that gives words, for the hint of a column named by them (``--immutable 'Yearly income'``); read on the way to
+    an error only (pandas)."""
+    if not spec:
+        return []
+    from datamodules.codec import read_spec  # noqa: PLC0415 - on the way to an error only
+
+    columns = read_spec(spec).get("columns") or {}
+    return [(name, (words or {}).get("label"), (words or {}).get("unit")) for name, words in columns.items()]
 
 
 def check_table_header(config: dict) -> bool:

@@ -25,7 +25,7 @@ import numpy as np
 import pandas as pd
 
 from datamodules.codec import LABELLED, categories_by_case
-from datamodules.suggest import name_hint
+from datamodules.suggest import label_hint, name_hint
 from datamodules.table_format import undressed_number
 from datamodules.wording import row_number
 
@@ -374,16 +374,9 @@ def _column_hint(name: str, codec, kinds) -> str:
     """The hint for a column the model does not have, after ``"; "``: the one it is probably a misspelling of, or
     the column whose words in the data spec it is (``Yearly income``, or ``Yearly income ($)`` as explanations write
     it, is the label of ``income``), else ``""``."""
-    hint = name_hint(name, kinds, "; {}")
-    if hint:
-        return hint
-    for column in getattr(codec, "columns", []):
-        label, unit = getattr(column, "label", None), getattr(column, "unit_label", None)
-        shown = {label.casefold(), f"{label} ({unit})".casefold()} if label and unit else {label.casefold()} if label \
-            else set()
-        if name.strip().casefold() in shown:
-            return f"; {name!r} is the data spec's label of {column.name!r}: name the column, {column.name}"
-    return ""
+    labels = ((column.name, getattr(column, "label", None), getattr(column, "unit_label", None))
+              for column in getattr(codec, "columns", []))
+    return name_hint(name, kinds, "; {}") or label_hint(name, labels, "; {}")
 
 
 def _mutability_problem(codec, given: dict) -> tuple[str, str, str] | None:
