@@ -23,7 +23,7 @@ import numpy as np
 import pandas as pd
 
 from datamodules.row_bounds import BOUND_VALUES, SIDES, column_rules, read_rules, rule_name, rule_text, rule_words
-from datamodules.suggest import did_you_mean
+from datamodules.suggest import did_you_mean, name_hint
 from datamodules.table_format import as_written
 from datamodules.wording import (WORDING_KEYS, check_wording, check_wording_kind, fitted_value_labels, heading,
                                  label_of, labels_text, row_number, target_values, word_column, worded_values)
@@ -362,25 +362,24 @@ def class_order(order, classes: Sequence, target, where: str = "data_spec: targe
     shown = ", ".join(map(str, classes))
     written = f"[{', '.join(map(str, order))}]"
     if len(classes) < 3:
-        raise ValueError(f"{where} {written} for {target!r}, a target of two classes ({shown}); "
+        raise ValueError(f"{where}: got {written} (for {target!r}, a target of two classes: {shown}); "
                          "allowed: order for a target of three or more classes (of two, positive: names the higher)")
     ranked = []
     for value in order:
         match = [c for c in classes if c == value or str(c) == str(value)]
         if not match:
-            hint = did_you_mean(value, classes) or \
-                (" (YAML reads an unquoted Yes, No, On or Off as true or false: quote it)" if isinstance(value, bool)
-                 else "")
-            raise ValueError(f"{where} {written}: {_plain(value)!r} is not a class of {target!r}"
-                             f"{hint}; allowed: {shown}")
+            hint = name_hint(value, classes, "; {}") if not isinstance(value, bool) else \
+                "; YAML reads an unquoted Yes, No, On or Off as true or false: quote it"
+            raise ValueError(f"{where}: got {written} ({_plain(value)!r} is not a class of {target!r}{hint}); "
+                             f"allowed: {shown}")
         if any(c is match[0] or c == match[0] for c in ranked):
-            raise ValueError(f"{where} {written} lists {_plain(value)!r} twice; allowed: each class once, from lowest "
-                             f"to highest: {shown}")
+            raise ValueError(f"{where}: got {written} ({_plain(value)!r} listed twice); allowed: each class once, from "
+                             f"lowest to highest: {shown}")
         ranked.append(match[0])
     missing = [c for c in classes if not any(c is r or c == r for r in ranked)]
     if missing:
-        raise ValueError(f"{where} {written} leaves out {_plain(missing[0])!r}, a class of "
-                         f"{target!r}; allowed: every class once, from lowest to highest: {shown}")
+        raise ValueError(f"{where}: got {written} (without {_plain(missing[0])!r}, a class of {target!r}); allowed: "
+                         f"every class once, from lowest to highest: {shown}")
     return [_plain(c) for c in ranked]
 
 

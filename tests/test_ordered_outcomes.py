@@ -153,11 +153,11 @@ def test_a_codec_saved_before_orders_existed_loads_unordered():
 
 @pytest.mark.parametrize("spec, message", [
     ({"target": {"order": ["rejected", "interview", "ofer"]}},
-     "data_spec: target: order [rejected, interview, ofer]: 'ofer' is not a class of 'outcome' (did you mean "
+     "data_spec: target: order: got [rejected, interview, ofer] ('ofer' is not a class of 'outcome'; did you mean "
      "'offer'?); allowed: interview, offer, rejected"),
     ({"target": {"order": ["rejected", "offer"]}},
-     "data_spec: target: order [rejected, offer] leaves out 'interview', a class of 'outcome'; allowed: every class "
-     "once, from lowest to highest: interview, offer, rejected"),
+     "data_spec: target: order: got [rejected, offer] (without 'interview', a class of 'outcome'); allowed: every "
+     "class once, from lowest to highest: interview, offer, rejected"),
     ({"target": {"order": ["rejected", "offer", "interview", "offer"]}},
      "data_spec: target: order lists 'offer' twice; allowed: each class once, from lowest to highest"),
     ({"target": {"order": "rejected < offer"}},
@@ -184,8 +184,8 @@ def test_an_order_of_a_two_class_target_is_refused():
     table = hiring_table(60).assign(hired=lambda t: np.where(t["outcome"] == "offer", "yes", "no"))
     with pytest.raises(ValueError) as error:
         TableDataModule(table.drop(columns="outcome"), target="hired", spec={"target": {"order": ["no", "yes"]}})
-    assert str(error.value) == ("data_spec: target: order [no, yes] for 'hired', a target of two classes (no, yes); "
-                                "allowed: order for a target of three or more classes (of two, positive: names the "
+    assert str(error.value) == ("data_spec: target: order: got [no, yes] (for 'hired', a target of two classes: no, "
+                                "yes); allowed: order for a target of three or more classes (of two, positive: names the "
                                 "higher)")
 
 
@@ -200,8 +200,8 @@ def test_train_refuses_a_misspelt_order_in_one_line_before_any_work(tmp_path, ca
                     "--checkpoint-dir", str(tmp_path / "c")])
     assert stop.value.code == 2
     assert capsys.readouterr().err.strip().splitlines() == [
-        "error: --data-spec: target: order [rejected, interview, ofer]: 'ofer' is not a class of 'outcome' (did you "
-        "mean 'offer'?); allowed: interview, offer, rejected"]
+        "error: --data-spec: target: order: got [rejected, interview, ofer] ('ofer' is not a class of 'outcome'; did "
+        "you mean 'offer'?); allowed: interview, offer, rejected"]
     assert not (tmp_path / "s" / "m.db").exists() and not (tmp_path / "c").exists()
 
 
@@ -268,11 +268,12 @@ def test_an_order_given_to_explain_counts_at_least_for_a_model_trained_without_o
         [(r["valid"], r["counterfactual_prediction"], r["valid_classes"]) for r in ordered]
     assert any(r["valid"] and r["counterfactual_prediction"] == "offer" for r in given), out
     for checkpoint, order, said in (
-            ("plain", "rejected,intervew,offer", "error: --target-order [rejected, intervew, offer]: 'intervew' is "
-             "not a class of 'outcome' (did you mean 'interview'?); allowed: interview, offer, rejected"),
-            ("plain", "rejected,offer", "error: --target-order [rejected, offer] leaves out 'interview'"),
-            ("plain", "rejected,offer,offer,interview", "error: --target-order [rejected, offer, offer, interview] "
-             "lists 'offer' twice"),
+            ("plain", "rejected,intervew,offer", "error: --target-order: got [rejected, intervew, offer] ('intervew' "
+             "is not a class of 'outcome'; did you mean 'interview'?); allowed: interview, offer, rejected"),
+            ("plain", "rejected,offer", "error: --target-order: got [rejected, offer] (without 'interview', a class of "
+             "'outcome'); allowed: every class once"),
+            ("plain", "rejected,offer,offer,interview", "error: --target-order: got [rejected, offer, offer, "
+             "interview] ('offer' listed twice); allowed: each class once"),
             ("ordered", "offer,interview,rejected", "error: --target-order: got 'offer,interview,rejected'; allowed: "
              "the order of the model's data spec, rejected,interview,offer, or leave it out")):
         with pytest.raises(SystemExit) as stopped:
