@@ -438,7 +438,9 @@ def explanation_steps(explainable: Explainable, given: str | None = None, param:
     explain.py's own ``mutability`` (:func:`explanation_mutability`), for a column no explanation may change (the
     model's data spec or training ``--immutable``, or ``--immutable`` here): a step or a largest change of it would
     do nothing."""
-    from ct_lightning.experiment.runs.request_checks import MutabilityRefused, requested_steps  # noqa: PLC0415
+    from ct_lightning.evaluation.explanation import trained_mutability  # noqa: PLC0415
+    from ct_lightning.experiment.runs.request_checks import (  # noqa: PLC0415
+        STEP_KINDS, MutabilityRefused, requested_steps)
 
     option = f"--{param.replace('_', '-')}"
     try:
@@ -447,13 +449,12 @@ def explanation_steps(explainable: Explainable, given: str | None = None, param:
         raise InputError(option, refused.value, refused.allowed, refused.detail) from None
     if mutability is None or not chosen:
         return chosen
-    trained = getattr(getattr(explainable.module, "hparams", None), "mutability", None)
-    kinds = {**(trained if isinstance(trained, dict) else {}),
+    kinds = {**trained_mutability(explainable.module),
              **{name: "none" for name in explainable.config.get("immutable") or []}, **mutability}
     for name, number in chosen.items():
         if kinds.get(name) == "none":
             free = [str(c.name) for c in explainable.codec.columns if kinds.get(str(c.name)) != "none"
-                    and getattr(c, "kind", "continuous") in ("continuous", "integer", "ordinal")]
+                    and getattr(c, "kind", "continuous") in STEP_KINDS]
             why = "--immutable here" if mutability.get(name) == "none" else \
                 "held in the model's training: its data spec or --immutable"
             raise InputError(option, f"{name}={number:g}", f"COLUMN=NUMBER for the columns that may change: "
